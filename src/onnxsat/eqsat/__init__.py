@@ -1,0 +1,1 @@
+"""Equality saturation over ONNX graphs: encode, saturate with rewrite rules, extract, decode."""

@@ -1,0 +1,340 @@
+"""Chosen e-nodes -> ONNX model.
+
+Walks the extracted choice from the graph outputs without recursion and emits each e-class once,
+so residual and densely connected graphs decode in time linear in their size. Tensors keep their
+original names (a class knows every original tensor it stands for), nodes keep their names and
+order where they are unchanged, and folded weights are materialized with numpy (``weights.py``).
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import Counter
+from dataclasses import dataclass, field
+
+import numpy as np
+import onnx
+from egglog import bindings
+
+from onnxsat.eqsat.activations import activation_attributes
+from onnxsat.eqsat.encode import EncodedModel
+from onnxsat.eqsat.facts import subgraph_captures
+from onnxsat.eqsat.frozen import ENode, FrozenEGraph
+from onnxsat.eqsat.weights import KERNELS, constant_node_value
+from onnxsat.errors import InvalidModelError
+
+MICROSOFT_DOMAIN = "com.microsoft"
+_FOLDING_KERNELS = {"scale_conv_weight", "scale_convtranspose_weight"}
+
+
+class DecodeError(RuntimeError):
+    """The extracted choice cannot be turned into a graph (a bug in a rule, never the user's fault)."""
+
+
+@dataclass
+class DecodedModel:
+    model: onnx.ModelProto
+    fusions: Counter[str] = field(default_factory=Counter)
+
+
+@dataclass
+class _Emitted:
+    node: onnx.NodeProto
+    position: tuple[int, int]
+
+
+class _Decoder:
+    def __init__(self, encoded: EncodedModel, snapshot: FrozenEGraph, choice: dict[bindings.Value, ENode]) -> None:
+        self.encoded = encoded
+        self.snapshot = snapshot
+        self.choice = choice
+        graph = encoded.model.graph
+        self.initializers = {t.name: t for t in graph.initializer}
+        self.graph_outputs = [o.name for o in graph.output]
+        self.reserved = {v.name for v in graph.input} | set(self.initializers)
+        self.reserved |= {t.values.name for t in graph.sparse_initializer}
+        self.used_tensor_names: set[str] = set(self.reserved)
+        self.used_node_names: set[str] = set()
+        self.tensor_name: dict[bindings.Value, str] = {}
+        self.args_names: dict[bindings.Value, list[str]] = {}
+        self.node_outputs: dict[bindings.Value, list[str]] = {}
+        self.values: dict[bindings.Value, np.ndarray | None] = {}
+        self.emitted: list[_Emitted] = []
+        self.used_initializers: set[str] = set()
+        self.new_initializers: list[onnx.TensorProto] = []
+        self.fusions: Counter[str] = Counter()
+        self.domains: set[str] = set()
+
+    # ---- naming -------------------------------------------------------------------------------
+    def fresh_tensor_name(self, base: str) -> str:
+        name, counter = base, 0
+        while name in self.used_tensor_names:
+            counter += 1
+            name = f"{base}_{counter}"
+        self.used_tensor_names.add(name)
+        return name
+
+    def fresh_node_name(self, base: str) -> str:
+        if not base:
+            return ""
+        name, counter = base, 0
+        while name in self.used_node_names:
+            counter += 1
+            name = f"{base}_{counter}"
+        self.used_node_names.add(name)
+        return name
+
+    def original_name(self, eclass: bindings.Value, fallback: str) -> str:
+        """The name a node output in ``eclass`` should carry: a graph output's, else the first original."""
+        names = [self.encoded.tensor_names[i] for i in sorted(self.snapshot.class_tensor_ids.get(eclass, []))]
+        preferred = [n for n in self.graph_outputs if n in names] + names
+        for name in preferred:
+            if name not in self.reserved and name not in self.used_tensor_names:
+                self.used_tensor_names.add(name)
+                return name
+        return self.fresh_tensor_name(fallback)
+
+    # ---- traversal ----------------------------------------------------------------------------
+    def chosen(self, eclass: bindings.Value) -> ENode:
+        if eclass not in self.choice:
+            names = [self.encoded.tensor_names[i] for i in self.snapshot.class_tensor_ids.get(eclass, [])]
+            raise InvalidModelError(f"tensor {names[0] if names else '?'!r} is used but never defined")
+        return self.choice[eclass]
+
+    @staticmethod
+    def emission_children(enode: ENode) -> tuple[bindings.Value, ...]:
+        """Classes that must be emitted before this e-node (weights folded at decode time are not)."""
+        if enode.op == "Node":
+            return enode.children[1:3]  # inputs, captures; attributes are resolved, not emitted
+        if enode.op in ("Out", "ArgsCons"):
+            return enode.children
+        return ()
+
+    def postorder(self, roots: list[bindings.Value]) -> list[bindings.Value]:
+        order: list[bindings.Value] = []
+        state: dict[bindings.Value, int] = {}  # 1 = on the stack, 2 = done
+        for root in roots:
+            if root in state:
+                continue
+            stack = [(root, iter(self.emission_children(self.chosen(root))))]
+            state[root] = 1
+            while stack:
+                eclass, children = stack[-1]
+                child = next(children, None)
+                if child is None:
+                    stack.pop()
+                    state[eclass] = 2
+                    order.append(eclass)
+                elif child not in state:
+                    state[child] = 1
+                    stack.append((child, iter(self.emission_children(self.chosen(child)))))
+                elif state[child] == 1:
+                    raise DecodeError("the extracted graph has a cycle")
+        return order
+
+    # ---- values and attributes ----------------------------------------------------------------
+    def value(self, eclass: bindings.Value) -> np.ndarray | None:
+        """The numpy value of a static tensor class (initializer, Constant, absent or derived)."""
+        if eclass in self.values:
+            return self.values[eclass]
+        enode = self.chosen(eclass)
+        if enode.op == "TensorAbsent":
+            result = None
+        elif enode.op == "TensorInitializer":
+            result = onnx.numpy_helper.to_array(self.initializers[enode.literals[0]])
+        elif enode.op == "TensorDerived":
+            base_attrs, _ = self.attributes(enode.children[1])
+            args = [self.value(c) for c in self.args_classes(enode.children[0])]
+            result = KERNELS[enode.literals[0]](args, {a.name: a for a in base_attrs})
+        elif enode.op == "Out" and self.chosen(enode.children[0]).literals[0] == "Constant":
+            node_id = self.chosen(enode.children[0]).literals[2]
+            result = constant_node_value(self.encoded.nodes[node_id])
+        else:
+            raise DecodeError(f"a rule needs the value of a tensor made by {enode.op}, which is not static")
+        self.values[eclass] = result
+        return result
+
+    def args_classes(self, eclass: bindings.Value) -> list[bindings.Value]:
+        classes = []
+        enode = self.chosen(eclass)
+        while enode.op == "ArgsCons":
+            classes.append(enode.children[0])
+            enode = self.chosen(enode.children[1])
+        return classes
+
+    def attributes(self, eclass: bindings.Value) -> tuple[list[onnx.AttributeProto], str | None]:
+        """The attribute list an Attrs class stands for, and the fused activation if it has one."""
+        enode = self.chosen(eclass)
+        if enode.op == "AttrsTable":
+            return list(self.encoded.attributes[int(enode.literals[0])]), None
+        if enode.op == "AttrsWithActivation":
+            base, act_attrs_class, act_args = enode.children
+            attrs, _ = self.attributes(base)
+            act_op = str(enode.literals[0])
+            act_attrs, _ = self.attributes(act_attrs_class)
+            extra = activation_attributes(act_op, act_attrs, [self.value(c) for c in self.args_classes(act_args)])
+            return attrs + extra, act_op
+        raise DecodeError(f"unknown attribute term {enode.op}")
+
+    # ---- emission -----------------------------------------------------------------------------
+    def emit_class(self, eclass: bindings.Value) -> None:
+        enode = self.chosen(eclass)
+        op = enode.op
+        if op == "ArgsNil":
+            self.args_names[eclass] = []
+        elif op == "ArgsCons":
+            head, tail = enode.children
+            self.args_names[eclass] = [self.tensor_name[head], *self.args_names[tail]]
+        elif op == "TensorInput":
+            self.tensor_name[eclass] = str(enode.literals[0])
+        elif op == "TensorInitializer":
+            self.tensor_name[eclass] = str(enode.literals[0])
+            self.used_initializers.add(str(enode.literals[0]))
+        elif op == "TensorAbsent":
+            self.tensor_name[eclass] = ""
+        elif op == "TensorDerived":
+            self.tensor_name[eclass] = self.emit_derived(eclass, enode)
+        elif op == "Out":
+            self.tensor_name[eclass] = self.node_outputs[enode.children[0]][int(enode.literals[0])]
+        elif op == "Node":
+            self.emit_node(eclass, enode)
+        else:
+            raise DecodeError(f"cannot decode e-node {op}")
+
+    def emit_derived(self, eclass: bindings.Value, enode: ENode) -> str:
+        named = [ids for c in self.args_classes(enode.children[0]) if (ids := self.snapshot.class_tensor_ids.get(c))]
+        base = self.encoded.tensor_names[min(named[0])] if named else "onnxsat"
+        name = self.fresh_tensor_name(f"{base}_{enode.literals[0]}")
+        self.new_initializers.append(onnx.numpy_helper.from_array(np.asarray(self.value(eclass)), name))
+        return name
+
+    def emit_node(self, eclass: bindings.Value, enode: ENode) -> None:
+        op_type, domain, node_id, n_outputs = enode.literals
+        attrs_class, inputs_class, captures_class = enode.children
+        original = self.encoded.nodes[str(node_id)]
+        attributes, activation = self.attributes(attrs_class)
+        unchanged = (op_type, domain) == (original.op_type, original.domain)
+        node = onnx.NodeProto()
+        node.op_type, node.domain = str(op_type), str(domain)
+        node.name = self.fresh_node_name(original.name)
+        node.input.extend(self.args_names[inputs_class])
+        outputs = []
+        for index in range(int(n_outputs)):
+            out_class = self.snapshot.out_class.get((eclass, index))
+            outputs.append("" if out_class is None else self.original_name(out_class, f"{node.name or op_type}_output_{index}"))
+        node.output.extend(outputs)
+        node.attribute.extend(attributes)
+        if unchanged:
+            node.doc_string = original.doc_string
+            node.metadata_props.extend(original.metadata_props)
+        self.node_outputs[eclass] = outputs
+        position = self.encoded.node_position[str(node_id)]
+        self.alias_captures(original, self.args_names[captures_class], position)
+        self.emitted.append(_Emitted(node, (position, len(self.emitted))))
+        self.domains.add(node.domain)
+        label = self.fusion_label(original, node, inputs_class, activation)
+        if label:
+            self.fusions[label] += 1
+
+    def alias_captures(self, original: onnx.NodeProto, actual: list[str], position: int) -> None:
+        """Subgraphs read outer tensors by name: keep each captured name alive under its original name."""
+        for required, name in zip(subgraph_captures(original), actual, strict=True):
+            if required != name and required not in self.used_tensor_names:
+                self.used_tensor_names.add(required)
+                alias = onnx.helper.make_node("Identity", [name], [required])
+                self.emitted.append(_Emitted(alias, (position, -1)))
+
+    def fusion_label(
+        self, original: onnx.NodeProto, node: onnx.NodeProto, inputs_class: bindings.Value, activation: str | None
+    ) -> str | None:
+        folded = any(
+            self.chosen(c).op == "TensorDerived" and self.chosen(c).literals[0] in _FOLDING_KERNELS
+            for c in self.args_classes(inputs_class)
+        )
+        if not folded and activation is None and node.op_type == original.op_type:
+            return None
+        parts = [original.op_type] + (["BatchNormalization"] if folded else []) + ([activation] if activation else [])
+        target = f"{node.domain}::{node.op_type}" if node.domain else node.op_type
+        return f"{'+'.join(parts)} -> {target}"
+
+    # ---- assembly -----------------------------------------------------------------------------
+    def ordered_nodes(self) -> list[onnx.NodeProto]:
+        """Topological order that follows the original node order wherever it can."""
+        producer = {}
+        for index, item in enumerate(self.emitted):
+            for name in item.node.output:
+                if name:
+                    producer[name] = index
+        waiting = [0] * len(self.emitted)
+        consumers: list[list[int]] = [[] for _ in self.emitted]
+        for index, item in enumerate(self.emitted):
+            deps = {producer[n] for n in item.node.input if n in producer}
+            waiting[index] = len(deps)
+            for dep in deps:
+                consumers[dep].append(index)
+        ready = [(item.position, i) for i, item in enumerate(self.emitted) if waiting[i] == 0]
+        heapq.heapify(ready)
+        order = []
+        while ready:
+            _, index = heapq.heappop(ready)
+            order.append(self.emitted[index].node)
+            for consumer in consumers[index]:
+                waiting[consumer] -= 1
+                if waiting[consumer] == 0:
+                    heapq.heappush(ready, (self.emitted[consumer].position, consumer))
+        return order
+
+    def decode(self) -> DecodedModel:
+        source = self.encoded.model
+        roots = []
+        for name in self.graph_outputs:
+            tensor_id = self.encoded.tensor_ids[name]
+            if tensor_id not in self.snapshot.tensor_class:
+                raise InvalidModelError(f"graph output {name!r} is never produced")
+            roots.append(self.snapshot.tensor_class[tensor_id])
+        for eclass in self.postorder(roots):
+            self.emit_class(eclass)
+        for name, root in zip(self.graph_outputs, roots, strict=True):
+            if self.tensor_name[root] != name:
+                alias = onnx.helper.make_node("Identity", [self.tensor_name[root]], [name])
+                self.emitted.append(_Emitted(alias, (len(source.graph.node), len(self.emitted))))
+        nodes = self.ordered_nodes()
+        model = _copy_model_header(source)
+        graph = model.graph
+        graph.name, graph.doc_string = source.graph.name, source.graph.doc_string
+        graph.input.extend(source.graph.input)
+        graph.output.extend(source.graph.output)
+        graph.node.extend(nodes)
+        keep = self.used_initializers | {v.name for v in source.graph.input}
+        graph.initializer.extend(t for t in source.graph.initializer if t.name in keep)
+        graph.initializer.extend(self.new_initializers)
+        graph.sparse_initializer.extend(t for t in source.graph.sparse_initializer if t.values.name in keep)
+        produced = {o for n in nodes for o in n.output}
+        graph.value_info.extend(v for v in source.graph.value_info if v.name in produced)
+        graph.quantization_annotation.extend(
+            a for a in source.graph.quantization_annotation if a.tensor_name in produced | keep
+        )
+        if MICROSOFT_DOMAIN in self.domains and all(o.domain != MICROSOFT_DOMAIN for o in model.opset_import):
+            model.opset_import.append(onnx.helper.make_opsetid(MICROSOFT_DOMAIN, 1))
+        return DecodedModel(model=model, fusions=self.fusions)
+
+
+def _copy_model_header(source: onnx.ModelProto) -> onnx.ModelProto:
+    """A model with every top-level field of ``source`` except the graph (which is rebuilt)."""
+    model = onnx.ModelProto()
+    for descriptor, value in source.ListFields():
+        if descriptor.name == "graph":
+            continue
+        target = getattr(model, descriptor.name)
+        if descriptor.is_repeated:
+            target.extend(value)
+        elif descriptor.message_type is not None:
+            target.CopyFrom(value)
+        else:
+            setattr(model, descriptor.name, value)
+    return model
+
+
+def decode(encoded: EncodedModel, snapshot: FrozenEGraph, choice: dict[bindings.Value, ENode]) -> DecodedModel:
+    """Rebuild an ONNX model from the extracted ``choice`` of ``encoded``'s e-graph."""
+    return _Decoder(encoded, snapshot, choice).decode()

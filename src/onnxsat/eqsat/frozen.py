@@ -1,0 +1,74 @@
+"""A read-only snapshot of the e-graph as plain Python: e-classes, their e-nodes, literal fields.
+
+Read from egglog's frozen tables (``bindings.EGraph.freeze``) in one pass, without recursion: egglog's
+own ``extract`` turns the result into a nested Python expression and overflows the stack about a
+hundred layers deep, and its tree cost saturates on residual graphs (see ARCHITECTURE.md). With the
+snapshot, the project's extractor and decoder work per e-class, so shared tensors are handled once.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+from egglog import EGraph, bindings
+
+# Sorts of the term language (language.py); everything else in the tables is a relation, a literal
+# or egglog-python bookkeeping.
+LANGUAGE_SORTS = frozenset({"Tensor", "OnnxNode", "Args", "Attrs"})
+
+
+@dataclass(frozen=True)
+class ENode:
+    """One e-node: its constructor, literal fields in order, and child e-classes in order."""
+
+    op: str
+    literals: tuple[str | int | float, ...]
+    children: tuple[bindings.Value, ...]
+    seq: int  # position in the tables: original terms come before rule-made ones
+
+
+@dataclass
+class FrozenEGraph:
+    classes: dict[bindings.Value, list[ENode]] = field(default_factory=lambda: defaultdict(list))
+    tensor_class: dict[int, bindings.Value] = field(default_factory=dict)
+    out_class: dict[tuple[bindings.Value, int], bindings.Value] = field(default_factory=dict)
+    class_tensor_ids: dict[bindings.Value, list[int]] = field(default_factory=lambda: defaultdict(list))
+
+    @property
+    def n_enodes(self) -> int:
+        return sum(len(nodes) for nodes in self.classes.values())
+
+
+def freeze(egraph: EGraph) -> FrozenEGraph:
+    """Snapshot ``egraph``; ``Tensor.ref`` handles become the tensor-id <-> e-class maps."""
+    raw = egraph._egraph  # noqa: SLF001 - egglog-python exposes the frozen tables only here
+    tables = raw.freeze().functions
+    readers = {"String": raw.value_to_string, "i64": raw.value_to_i64, "f64": raw.value_to_f64}
+    snapshot = FrozenEGraph()
+    seq = 0
+    for name in sorted(tables):
+        table = tables[name]
+        if table.output_sort not in LANGUAGE_SORTS or table.is_let_binding:
+            continue
+        for row in table.rows:
+            if row.subsumed:
+                continue
+            literals = []
+            children = []
+            for sort, value in zip(table.input_sorts, row.inputs, strict=True):
+                if sort in LANGUAGE_SORTS:
+                    children.append(value)
+                else:
+                    literals.append(readers[sort](value))
+            if name == "TensorRef":
+                tensor_id = int(literals[0])
+                if tensor_id >= 0:
+                    snapshot.tensor_class[tensor_id] = row.output
+                    snapshot.class_tensor_ids[row.output].append(tensor_id)
+                continue
+            if name == "Out":
+                snapshot.out_class[(children[0], int(literals[0]))] = row.output
+            snapshot.classes[row.output].append(ENode(name, tuple(literals), tuple(children), seq))
+            seq += 1
+    return snapshot

@@ -1,0 +1,51 @@
+"""Errors a user can cause, each with its own exit code, so scripts can tell them apart."""
+
+from __future__ import annotations
+
+
+class OnnxSatError(Exception):
+    """A problem with the user's input or settings: reported as one line, never a traceback."""
+
+    exit_code = 1
+
+
+class InputNotFoundError(OnnxSatError):
+    """The model path does not exist or is not a regular file."""
+
+    exit_code = 3
+
+
+class NotOnnxError(OnnxSatError):
+    """The file does not parse as an ONNX model (wrong format or truncated)."""
+
+    exit_code = 4
+
+
+class InvalidModelError(OnnxSatError):
+    """The model parses but fails ``onnx.checker`` or refers to tensors nobody defines."""
+
+    exit_code = 5
+
+
+class RuntimeUnsupportedError(OnnxSatError):
+    """ONNX Runtime cannot load or run the model (an opset or op it does not implement)."""
+
+    exit_code = 6
+
+
+class OutputPathError(OnnxSatError):
+    """The output path cannot be written safely (missing folder, same file as the input, a directory)."""
+
+    exit_code = 7
+
+
+class VerificationFailedError(OnnxSatError):
+    """The optimized model does not match the original; it was not written."""
+
+    exit_code = 8
+
+
+class SettingsError(OnnxSatError):
+    """An option has a value ONNXSat cannot use (a malformed --input-shape, an unknown target)."""
+
+    exit_code = 9
