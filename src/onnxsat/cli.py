@@ -1,0 +1,142 @@
+"""The ``onnxsat`` command: parse arguments, call the library, print. No logic of its own.
+
+Every user error ends as one line on stderr and a distinct exit code (see ``errors.py``);
+``--debug`` shows the traceback instead.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from onnxsat.errors import OnnxSatError
+
+
+def _add_optimize(commands: argparse._SubParsersAction) -> None:
+    from onnxsat.eqsat.cost import COST_MODELS
+    from onnxsat.eqsat.rules import TARGETS
+    from onnxsat.eqsat.saturate import SaturationLimits
+    from onnxsat.verify import Tolerance
+
+    limits, tolerance = SaturationLimits(), Tolerance()
+    parser = commands.add_parser("optimize", help="fuse operators by equality saturation, verify, write, report")
+    parser.add_argument("model", help="input .onnx file (never modified)")
+    parser.add_argument("-o", "--output", required=True, help="where to write the optimized model")
+    parser.add_argument("--target", choices=sorted(TARGETS), default="ort", help="ort: may emit com.microsoft fused ops; portable: standard ONNX only")
+    parser.add_argument("--cost", choices=sorted(COST_MODELS), default="uniform", help="cost model for extraction")
+    parser.add_argument("--report", metavar="PATH", help="also write the report as JSON")
+    parser.add_argument("--input-shape", action="append", default=[], metavar="NAME:D1,D2,...", help="shape for an input with dynamic dims (repeatable; default: dynamic dims are 1)")
+    parser.add_argument("--rtol", type=float, default=tolerance.rtol, help="relative tolerance of the verification")
+    parser.add_argument("--atol", type=float, default=tolerance.atol, help="absolute tolerance of the verification")
+    parser.add_argument("--force", action="store_true", help="write the result even if verification fails")
+    parser.add_argument("--max-iterations", type=int, default=limits.max_iterations)
+    parser.add_argument("--max-enodes", type=int, default=limits.max_enodes)
+    parser.add_argument("--max-seconds", type=float, default=limits.max_seconds)
+    parser.add_argument("--latency", action="store_true", help="also time original vs optimized side by side under ONNX Runtime")
+    parser.set_defaults(handler=_run_optimize)
+
+
+def _run_optimize(args: argparse.Namespace) -> int:
+    from onnxsat.eqsat.saturate import SaturationLimits
+    from onnxsat.errors import VerificationFailedError
+    from onnxsat.latency import compare_latency
+    from onnxsat.model_io import load_model
+    from onnxsat.optimize import OptimizeOptions, optimize
+    from onnxsat.verify import Tolerance, parse_input_shapes
+
+    options = OptimizeOptions(
+        target=args.target,
+        cost_model=args.cost,
+        input_shapes=parse_input_shapes(args.input_shape),
+        tolerance=Tolerance(rtol=args.rtol, atol=args.atol),
+        limits=SaturationLimits(args.max_iterations, args.max_enodes, args.max_seconds),
+        force=args.force,
+    )
+    try:
+        report = optimize(args.model, args.output, options, report_path=None)
+    except VerificationFailedError as error:
+        print(error.report.to_table())  # type: ignore[attr-defined]
+        if args.report:
+            _write_report(args.report, error.report.to_json())  # type: ignore[attr-defined]
+        raise
+    if args.latency:
+        report.latency = compare_latency(load_model(args.model), load_model(args.output), options.input_shapes)
+    print(report.to_table())
+    if args.report:
+        _write_report(args.report, report.to_json())
+    if not report.verification or not report.verification.ok:
+        print("onnxsat: warning: verification failed; the result was written because of --force", file=sys.stderr)
+        return 8
+    return 0
+
+
+def _write_report(path: str, text: str) -> None:
+    from pathlib import Path
+
+    try:
+        Path(path).write_text(text + "\n")
+    except OSError as error:
+        from onnxsat.errors import OutputPathError
+
+        raise OutputPathError(f"cannot write the report to {path}: {error.strerror}") from None
+
+
+def _add_demo(commands: argparse._SubParsersAction) -> None:
+    parser = commands.add_parser("demo", help="build a small CNN, optimize it and show the report and latency")
+    parser.add_argument("--output-dir", default="out/demo", help="where the demo writes its models")
+    parser.set_defaults(handler=_run_demo)
+
+
+def _run_demo(args: argparse.Namespace) -> int:
+    from onnxsat.demo import run_demo
+
+    return run_demo(args.output_dir)
+
+
+def _add_bench(commands: argparse._SubParsersAction) -> None:
+    parser = commands.add_parser("bench", help="benchmarks that print measured figures")
+    which = parser.add_subparsers(dest="bench", required=True)
+    scale = which.add_parser("scale", help="encode/saturate/extract/decode times and peak memory on synthetic graphs")
+    scale.add_argument("--blocks", type=int, default=2000, help="Conv-BN-Relu blocks in the chain (3 nodes each)")
+    scale.add_argument("--dense-layers", type=int, default=120, help="layers of the DenseNet-like DAG")
+    scale.set_defaults(handler=_run_bench_scale)
+
+
+def _run_bench_scale(args: argparse.Namespace) -> int:
+    from onnxsat.bench.scale import run_scale_benchmark
+
+    return run_scale_benchmark(args.blocks, args.dense_layers)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="onnxsat", description=__doc__.splitlines()[0])
+    parser.add_argument("--debug", action="store_true", help="show tracebacks")
+    commands = parser.add_subparsers(dest="command", required=True)
+    _add_optimize(commands)
+    _add_demo(commands)
+    _add_bench(commands)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.handler(args))
+    except OnnxSatError as error:
+        if args.debug:
+            raise
+        print(f"onnxsat: error: {error}", file=sys.stderr)
+        return error.exit_code
+    except KeyboardInterrupt:
+        print("onnxsat: interrupted", file=sys.stderr)
+        return 130
+    except Exception as error:
+        if args.debug:
+            raise
+        print(f"onnxsat: internal error: {type(error).__name__}: {error} (rerun with --debug for details)", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,67 @@
+"""Side-by-side latency of two models under ONNX Runtime, measured the way ORT_FINDINGS.md says is steady.
+
+Both sessions live in one process with one intra-op thread and spinning off; runs are interleaved in
+ABBA order after a warm-up, and the speedup is the median of per-pair ratios, which is steadier than
+a ratio of medians when the machine's speed drifts.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Mapping, Sequence
+
+import onnx
+import onnxruntime as ort
+
+from onnxsat.report import LatencyComparison
+from onnxsat.verify import random_inputs
+
+
+def _session(model: onnx.ModelProto, level: ort.GraphOptimizationLevel, threads: int) -> ort.InferenceSession:
+    options = ort.SessionOptions()
+    options.graph_optimization_level = level
+    options.intra_op_num_threads = threads
+    options.inter_op_num_threads = 1
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    options.log_severity_level = 3
+    return ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+
+
+def compare_latency(
+    original: onnx.ModelProto,
+    optimized: onnx.ModelProto,
+    input_shapes: Mapping[str, Sequence[int]] | None = None,
+    level: ort.GraphOptimizationLevel = ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
+    threads: int = 1,
+    pairs: int = 60,
+    warmup: int = 10,
+) -> LatencyComparison:
+    """Median latency of each model and the median per-pair speedup (original / optimized)."""
+    feeds = random_inputs(original, input_shapes)
+    sessions = [_session(original, level, threads), _session(optimized, level, threads)]
+    for _ in range(warmup):
+        for sess in sessions:
+            sess.run(None, feeds)
+
+    def timed(sess: ort.InferenceSession) -> float:
+        start = time.perf_counter()
+        sess.run(None, feeds)
+        return time.perf_counter() - start
+
+    times: tuple[list[float], list[float]] = ([], [])
+    ratios = []
+    for index in range(pairs):
+        order = (0, 1) if index % 2 == 0 else (1, 0)  # ABBA: alternate who goes first
+        measured = {which: timed(sessions[which]) for which in order}
+        times[0].append(measured[0])
+        times[1].append(measured[1])
+        ratios.append(measured[0] / measured[1])
+    return LatencyComparison(
+        ort_level=level.name,
+        threads=threads,
+        pairs=pairs,
+        original_ms=statistics.median(times[0]) * 1e3,
+        optimized_ms=statistics.median(times[1]) * 1e3,
+        speedup=statistics.median(ratios),
+    )

@@ -1,0 +1,82 @@
+"""Loading, checking and writing models, with every failure turned into one clear error.
+
+Writes are atomic: the model goes to a temporary file in the destination folder, then is renamed
+over the destination, so a crash never leaves half a model behind and the input is never touched.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+import onnx
+from google.protobuf.message import DecodeError
+
+from onnxsat.errors import InputNotFoundError, InvalidModelError, NotOnnxError, OutputPathError
+
+# Protobuf refuses to serialize a message over 2 GiB; bigger models keep weights in external data.
+_PROTOBUF_LIMIT = 2**31 - 1
+
+
+def load_model(path: str | os.PathLike[str]) -> onnx.ModelProto:
+    """Read ``path`` as an ONNX model (with its external data), or raise a user-facing error."""
+    source = Path(path)
+    if not source.exists():
+        raise InputNotFoundError(f"input model not found: {source}")
+    if not source.is_file():
+        raise InputNotFoundError(f"input model is not a file: {source}")
+    try:
+        model = onnx.load(str(source))
+    except (DecodeError, RuntimeWarning, ValueError) as error:
+        raise NotOnnxError(f"{source} is not a readable ONNX model (truncated or another format): {error}") from None
+    except OSError as error:
+        raise InputNotFoundError(f"cannot read {source}: {error}") from None
+    if model.ir_version == 0 or not model.HasField("graph"):
+        raise NotOnnxError(f"{source} is not an ONNX model (no IR version or graph)")
+    return model
+
+
+def check_model(model: onnx.ModelProto) -> None:
+    """Run ``onnx.checker`` (full check); raise InvalidModelError with its first line on failure."""
+    try:
+        if model.ByteSize() > _PROTOBUF_LIMIT:
+            return  # the checker cannot take it in memory; ONNX Runtime will load-check it instead
+        onnx.checker.check_model(model, full_check=False)
+    except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError) as error:
+        first_line = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise InvalidModelError(f"model fails the ONNX checker: {first_line}") from None
+
+
+def check_output_path(input_path: str | os.PathLike[str], output_path: str | os.PathLike[str]) -> Path:
+    """Refuse an output that would overwrite the input, is a folder, or sits in a missing folder."""
+    source, target = Path(input_path), Path(output_path)
+    if target.exists() and target.is_dir():
+        raise OutputPathError(f"output path is a directory: {target}")
+    if not target.parent.exists() and str(target.parent) != "":
+        raise OutputPathError(f"output folder does not exist: {target.parent}")
+    if target.exists() and source.exists() and os.path.samefile(source, target):
+        raise OutputPathError(f"output path is the input model itself: {target}; choose another path")
+    if target.resolve() == source.resolve():
+        raise OutputPathError(f"output path is the input model itself: {target}; choose another path")
+    return target
+
+
+def save_model(model: onnx.ModelProto, output_path: str | os.PathLike[str]) -> None:
+    """Write ``model`` atomically; models over 2 GiB keep their weights in ``<name>.data`` beside it."""
+    target = Path(output_path)
+    folder = target.parent if str(target.parent) else Path(".")
+    handle, temporary = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=folder)
+    os.close(handle)
+    try:
+        if model.ByteSize() > _PROTOBUF_LIMIT:
+            onnx.save_model(model, temporary, save_as_external_data=True, location=f"{target.name}.data")
+        else:
+            with open(temporary, "wb") as stream:
+                stream.write(model.SerializeToString())
+                stream.flush()
+                os.fsync(stream.fileno())
+        os.replace(temporary, target)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise

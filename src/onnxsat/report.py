@@ -1,0 +1,102 @@
+"""What an optimization changed, as a human table (stdout) and as JSON (``--report``)."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+
+import onnx
+
+from onnxsat.verify import VerificationResult
+
+
+def op_counts(model: onnx.ModelProto) -> Counter[str]:
+    """Nodes per op type in the main graph (``domain::Op`` outside the default domain)."""
+    return Counter(f"{n.domain}::{n.op_type}" if n.domain not in ("", "ai.onnx") else n.op_type for n in model.graph.node)
+
+
+@dataclass
+class LatencyComparison:
+    """Latency of the original and the optimized model measured side by side in one process."""
+
+    ort_level: str
+    threads: int
+    pairs: int
+    original_ms: float
+    optimized_ms: float
+    speedup: float  # median of per-pair ratios original/optimized
+
+
+@dataclass
+class OptimizeReport:
+    input: str
+    output: str | None
+    target: str
+    cost_model: str
+    nodes_before: dict[str, int] = field(default_factory=dict)
+    nodes_after: dict[str, int] = field(default_factory=dict)
+    fusions: dict[str, int] = field(default_factory=dict)
+    rule_matches: dict[str, int] = field(default_factory=dict)
+    dead_nodes_removed: int = 0
+    phases: dict[str, float] = field(default_factory=dict)
+    egraph: dict[str, object] = field(default_factory=dict)
+    verification: VerificationResult | None = None
+    latency: LatencyComparison | None = None
+    written: bool = False
+
+    def to_dict(self) -> dict[str, object]:
+        return asdict(self)
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2, sort_keys=True, default=str)
+
+    def to_table(self) -> str:
+        lines = [f"ONNXSat optimize  {self.input} -> {self.output or '(not written)'}"]
+        lines.append(f"target {self.target}, cost model {self.cost_model}")
+        lines.append("")
+        lines.append(f"{'op type':<32}{'before':>8}{'after':>8}")
+        for op in sorted(set(self.nodes_before) | set(self.nodes_after)):
+            before, after = self.nodes_before.get(op, 0), self.nodes_after.get(op, 0)
+            lines.append(f"{op:<32}{before:>8}{after:>8}")
+        total_before, total_after = sum(self.nodes_before.values()), sum(self.nodes_after.values())
+        lines.append(f"{'total':<32}{total_before:>8}{total_after:>8}")
+        lines.append("")
+        lines.append("fusions in the result:" if self.fusions else "fusions in the result: none")
+        for label, count in sorted(self.fusions.items()):
+            lines.append(f"  {label:<52}{count:>6}")
+        if self.dead_nodes_removed:
+            lines.append(f"dead nodes removed (no path to an output): {self.dead_nodes_removed}")
+        graph = self.egraph
+        lines.append("")
+        lines.append(
+            f"e-graph: {graph.get('enodes_before', 0)} -> {graph.get('enodes_after', 0)} e-nodes, "
+            f"{graph.get('eclasses', 0)} e-classes, {graph.get('iterations', 0)} iterations, "
+            f"stopped: {graph.get('stop_reason', '?')}"
+        )
+        lines.append("seconds: " + ", ".join(f"{k} {v:.3f}" for k, v in self.phases.items()))
+        lines.append("")
+        lines.extend(self._verification_lines())
+        if self.latency:
+            lat = self.latency
+            lines.append(
+                f"latency ({lat.ort_level}, {lat.threads} thread(s), median of {lat.pairs} interleaved pairs): "
+                f"original {lat.original_ms:.3f} ms, optimized {lat.optimized_ms:.3f} ms, "
+                f"speedup {lat.speedup:.3f}x"
+            )
+        return "\n".join(lines)
+
+    def _verification_lines(self) -> list[str]:
+        result = self.verification
+        if result is None:
+            return ["verification: not run"]
+        tol = result.tolerance
+        head = "PASSED" if result.ok else "FAILED"
+        lines = [f"verification {head} (rtol {tol.rtol:g}, atol {tol.atol:g}, ORT optimizations off)"]
+        if result.error:
+            lines.append(f"  {result.error}")
+        for out in result.outputs:
+            mark = "ok" if out.ok else "MISMATCH"
+            note = f"  {out.note}" if out.note else ""
+            lines.append(f"  {out.name}: max abs {out.max_abs_diff:.3g}, max rel {out.max_rel_diff:.3g}  {mark}{note}")
+        return lines

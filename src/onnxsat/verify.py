@@ -1,0 +1,170 @@
+"""The verification gate: does the produced model compute what the original computed?
+
+Both models run in ONNX Runtime with its graph optimizations disabled (so ONNXSat's graph is what is
+compared, not ORT's rewrite of it) on the same seeded random inputs, and every output is compared.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+
+from onnxsat.errors import RuntimeUnsupportedError, SettingsError
+
+DEFAULT_DYNAMIC_DIM = 1
+"""Symbolic or unknown dimensions take this size unless ``--input-shape`` says otherwise."""
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    rtol: float = 1e-4
+    atol: float = 1e-5
+
+
+@dataclass
+class OutputComparison:
+    name: str
+    max_abs_diff: float
+    max_rel_diff: float
+    ok: bool
+    note: str = ""
+
+
+@dataclass
+class VerificationResult:
+    ok: bool
+    outputs: list[OutputComparison] = field(default_factory=list)
+    error: str = ""
+    tolerance: Tolerance = field(default_factory=Tolerance)
+
+    def to_dict(self) -> dict[str, object]:
+        return asdict(self)
+
+
+def parse_input_shapes(specs: Sequence[str]) -> dict[str, list[int]]:
+    """``["x:1,3,224,224", ...]`` -> ``{"x": [1, 3, 224, 224]}``."""
+    shapes: dict[str, list[int]] = {}
+    for spec in specs:
+        name, sep, dims = spec.rpartition(":")
+        try:
+            if not sep or not name:
+                raise ValueError
+            shapes[name] = [int(d) for d in dims.split(",") if d.strip()]
+        except ValueError:
+            raise SettingsError(f"--input-shape expects NAME:D1,D2,... (got {spec!r})") from None
+    return shapes
+
+
+def session(model: onnx.ModelProto, level: ort.GraphOptimizationLevel, threads: int = 1) -> ort.InferenceSession:
+    options = ort.SessionOptions()
+    options.graph_optimization_level = level
+    options.intra_op_num_threads = threads
+    options.inter_op_num_threads = 1
+    options.log_severity_level = 3
+    return ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+
+
+def random_inputs(
+    model: onnx.ModelProto, shapes: Mapping[str, Sequence[int]] | None = None, seed: int = 0
+) -> dict[str, np.ndarray]:
+    """Seeded inputs of the right dtype and shape for every graph input that is not an initializer."""
+    rng = np.random.default_rng(seed)
+    shapes = shapes or {}
+    initializers = {t.name for t in model.graph.initializer}
+    unknown = set(shapes) - {v.name for v in model.graph.input}
+    if unknown:
+        raise SettingsError(f"--input-shape names inputs the model does not have: {', '.join(sorted(unknown))}")
+    feeds = {}
+    for value in model.graph.input:
+        if value.name in initializers:
+            continue
+        tensor_type = value.type.tensor_type
+        if not value.type.HasField("tensor_type"):
+            raise SettingsError(f"input {value.name!r} is not a tensor; ONNXSat cannot make data for it")
+        if value.name in shapes:
+            shape = list(shapes[value.name])
+        else:
+            shape = [d.dim_value if d.HasField("dim_value") else DEFAULT_DYNAMIC_DIM for d in tensor_type.shape.dim]
+        dtype = onnx.helper.tensor_dtype_to_np_dtype(tensor_type.elem_type)
+        feeds[value.name] = _random_array(rng, dtype, shape)
+    return feeds
+
+
+def _random_array(rng: np.random.Generator, dtype: np.dtype, shape: list[int]) -> np.ndarray:
+    if np.issubdtype(dtype, np.floating):
+        return rng.standard_normal(shape).astype(dtype)
+    if dtype == np.bool_:
+        return rng.random(shape) < 0.5
+    if np.issubdtype(dtype, np.integer):
+        # Small non-negative values: safe as indices, counts and axes for most models.
+        return rng.integers(0, 2, size=shape).astype(dtype)
+    if dtype.kind in ("U", "S", "O"):
+        return np.full(shape, "a", dtype=object)
+    return rng.standard_normal(shape).astype(dtype)
+
+
+def run_model(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray], what: str) -> list[np.ndarray]:
+    """Run with ORT optimizations off; a failure on the *original* model is the user's to know."""
+    try:
+        sess = session(model, ort.GraphOptimizationLevel.ORT_DISABLE_ALL)
+        return sess.run(None, dict(feeds))
+    except Exception as error:  # ORT raises several unrelated exception types
+        message = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise RuntimeUnsupportedError(f"ONNX Runtime cannot run the {what}: {message}") from None
+
+
+def compare_outputs(
+    names: Sequence[str], expected: Sequence[np.ndarray], actual: Sequence[np.ndarray], tolerance: Tolerance
+) -> list[OutputComparison]:
+    comparisons = []
+    for name, want, got in zip(names, expected, actual, strict=True):
+        want, got = np.asarray(want), np.asarray(got)
+        if want.shape != got.shape or want.dtype != got.dtype:
+            note = f"shape/dtype {got.shape}/{got.dtype} != {want.shape}/{want.dtype}"
+            comparisons.append(OutputComparison(name, float("inf"), float("inf"), False, note))
+            continue
+        if want.dtype.kind in ("U", "S", "O", "b"):
+            same = bool(np.array_equal(want, got))
+            comparisons.append(OutputComparison(name, 0.0 if same else float("inf"), 0.0 if same else float("inf"), same))
+            continue
+        w, g = want.astype(np.float64), got.astype(np.float64)
+        nan_match = bool(np.array_equal(np.isnan(w), np.isnan(g)))
+        finite = ~(np.isnan(w) | np.isnan(g))
+        diff = np.abs(w - g)[finite]
+        diff[np.isnan(diff)] = 0.0  # inf - inf where both are the same infinity
+        max_abs = float(diff.max()) if diff.size else 0.0
+        rel = diff / np.maximum(np.abs(w[finite]), np.finfo(np.float64).tiny)
+        max_rel = float(rel.max()) if rel.size else 0.0
+        close = bool(np.allclose(g[finite], w[finite], rtol=tolerance.rtol, atol=tolerance.atol, equal_nan=True))
+        ok = nan_match and close
+        comparisons.append(OutputComparison(name, max_abs, max_rel, ok, "" if nan_match else "NaN positions differ"))
+    return comparisons
+
+
+def verify(
+    original: onnx.ModelProto,
+    candidate: onnx.ModelProto,
+    shapes: Mapping[str, Sequence[int]] | None = None,
+    tolerance: Tolerance | None = None,
+    seed: int = 0,
+    reference_outputs: list[np.ndarray] | None = None,
+) -> VerificationResult:
+    """Compare ``candidate`` with ``original`` on seeded inputs; never raises for a mismatch."""
+    tolerance = tolerance or Tolerance()
+    feeds = random_inputs(original, shapes, seed)
+    expected = reference_outputs if reference_outputs is not None else run_model(original, feeds, "input model")
+    try:
+        onnx.checker.check_model(candidate)
+    except onnx.checker.ValidationError as error:
+        return VerificationResult(False, error=f"checker: {str(error).splitlines()[0]}", tolerance=tolerance)
+    try:
+        actual = run_model(candidate, feeds, "optimized model")
+    except RuntimeUnsupportedError as error:
+        return VerificationResult(False, error=str(error), tolerance=tolerance)
+    names = [o.name for o in original.graph.output]
+    comparisons = compare_outputs(names, expected, actual, tolerance)
+    return VerificationResult(all(c.ok for c in comparisons), comparisons, tolerance=tolerance)

@@ -1,0 +1,1 @@
+"""Models ONNXSat builds itself: the demo CNN and synthetic graphs for the scale benchmark."""
