@@ -1,8 +1,8 @@
 """ONNXSat: make a pre-trained ONNX model smaller and faster without retraining, and prove it did no harm.
 
-    import onnxsat
-    report = onnxsat.optimize("in.onnx", "out.onnx")            # fuse, verify, write
-    report = onnxsat.optimize("in.onnx", "out.onnx", target="portable", report="report.json")
+import onnxsat
+report = onnxsat.optimize("in.onnx", "out.onnx")            # fuse, verify, write
+report = onnxsat.optimize("in.onnx", "out.onnx", target="portable", report="report.json")
 """
 
 from __future__ import annotations

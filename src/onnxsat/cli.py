@@ -23,17 +23,30 @@ def _add_optimize(commands: argparse._SubParsersAction) -> None:
     parser = commands.add_parser("optimize", help="fuse operators by equality saturation, verify, write, report")
     parser.add_argument("model", help="input .onnx file (never modified)")
     parser.add_argument("-o", "--output", required=True, help="where to write the optimized model")
-    parser.add_argument("--target", choices=sorted(TARGETS), default="ort", help="ort: may emit com.microsoft fused ops; portable: standard ONNX only")
+    parser.add_argument(
+        "--target",
+        choices=sorted(TARGETS),
+        default="ort",
+        help="ort: may emit com.microsoft fused ops; portable: standard ONNX only",
+    )
     parser.add_argument("--cost", choices=sorted(COST_MODELS), default="uniform", help="cost model for extraction")
     parser.add_argument("--report", metavar="PATH", help="also write the report as JSON")
-    parser.add_argument("--input-shape", action="append", default=[], metavar="NAME:D1,D2,...", help="shape for an input with dynamic dims (repeatable; default: dynamic dims are 1)")
+    parser.add_argument(
+        "--input-shape",
+        action="append",
+        default=[],
+        metavar="NAME:D1,D2,...",
+        help="shape for an input with dynamic dims (repeatable; default: dynamic dims are 1)",
+    )
     parser.add_argument("--rtol", type=float, default=tolerance.rtol, help="relative tolerance of the verification")
     parser.add_argument("--atol", type=float, default=tolerance.atol, help="absolute tolerance of the verification")
     parser.add_argument("--force", action="store_true", help="write the result even if verification fails")
     parser.add_argument("--max-iterations", type=int, default=limits.max_iterations)
     parser.add_argument("--max-enodes", type=int, default=limits.max_enodes)
     parser.add_argument("--max-seconds", type=float, default=limits.max_seconds)
-    parser.add_argument("--latency", action="store_true", help="also time original vs optimized side by side under ONNX Runtime")
+    parser.add_argument(
+        "--latency", action="store_true", help="also time original vs optimized side by side under ONNX Runtime"
+    )
     parser.set_defaults(handler=_run_optimize)
 
 
@@ -134,7 +147,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as error:
         if args.debug:
             raise
-        print(f"onnxsat: internal error: {type(error).__name__}: {error} (rerun with --debug for details)", file=sys.stderr)
+        print(
+            f"onnxsat: internal error: {type(error).__name__}: {error} (rerun with --debug for details)",
+            file=sys.stderr,
+        )
         return 1
 
 

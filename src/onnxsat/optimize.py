@@ -60,7 +60,10 @@ def _shape_inferred(model: onnx.ModelProto) -> onnx.ModelProto | None:
 
 
 def optimize_model(
-    model: onnx.ModelProto, options: OptimizeOptions | None = None, source: str = "<memory>", phases: _Phases | None = None
+    model: onnx.ModelProto,
+    options: OptimizeOptions | None = None,
+    source: str = "<memory>",
+    phases: _Phases | None = None,
 ) -> tuple[onnx.ModelProto, OptimizeReport]:
     """Optimize an in-memory model (left unchanged); return the result and its report (verified)."""
     options = options or OptimizeOptions()

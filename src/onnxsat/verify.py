@@ -129,7 +129,9 @@ def compare_outputs(
             continue
         if want.dtype.kind in ("U", "S", "O", "b"):
             same = bool(np.array_equal(want, got))
-            comparisons.append(OutputComparison(name, 0.0 if same else float("inf"), 0.0 if same else float("inf"), same))
+            comparisons.append(
+                OutputComparison(name, 0.0 if same else float("inf"), 0.0 if same else float("inf"), same)
+            )
             continue
         w, g = want.astype(np.float64), got.astype(np.float64)
         nan_match = bool(np.array_equal(np.isnan(w), np.isnan(g)))

@@ -221,7 +221,9 @@ class _Decoder:
         outputs = []
         for index in range(int(n_outputs)):
             out_class = self.snapshot.out_class.get((eclass, index))
-            outputs.append("" if out_class is None else self.original_name(out_class, f"{node.name or op_type}_output_{index}"))
+            outputs.append(
+                "" if out_class is None else self.original_name(out_class, f"{node.name or op_type}_output_{index}")
+            )
         node.output.extend(outputs)
         node.attribute.extend(attributes)
         if unchanged:

@@ -145,7 +145,7 @@ class _Encoder:
         for output in graph.output:
             self.result.tensor_id(output.name)
         self.add_facts()
-        self.result.egraph._egraph.run_program(*self.commands)  # noqa: SLF001 - see module docstring
+        self.result.egraph._egraph.run_program(*self.commands)
         self.result.n_commands = len(self.commands)
         return self.result
 

@@ -42,7 +42,7 @@ class FrozenEGraph:
 
 def freeze(egraph: EGraph) -> FrozenEGraph:
     """Snapshot ``egraph``; ``Tensor.ref`` handles become the tensor-id <-> e-class maps."""
-    raw = egraph._egraph  # noqa: SLF001 - egglog-python exposes the frozen tables only here
+    raw = egraph._egraph
     tables = raw.freeze().functions
     readers = {"String": raw.value_to_string, "i64": raw.value_to_i64, "f64": raw.value_to_f64}
     snapshot = FrozenEGraph()

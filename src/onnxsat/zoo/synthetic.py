@@ -22,7 +22,9 @@ class _Builder:
         self.initializers: list[onnx.TensorProto] = []
 
     def weight(self, name: str, *shape: int, scale: float = 0.1) -> str:
-        self.initializers.append(numpy_helper.from_array((self.rng.standard_normal(shape) * scale).astype(np.float32), name))
+        self.initializers.append(
+            numpy_helper.from_array((self.rng.standard_normal(shape) * scale).astype(np.float32), name)
+        )
         return name
 
     def batchnorm_params(self, prefix: str, channels: int) -> list[str]:
@@ -69,7 +71,9 @@ def demo_cnn(seed: int = 0, batch: int | str = 1) -> onnx.ModelProto:
     h = b.node("Relu", [b.conv_bn(h, "block2", 32, 64)], "block2_relu")
     h = b.node("GlobalAveragePool", [h], "gap")
     h = b.node("Flatten", [h], "flat", axis=1)
-    h = b.node("Relu", [b.node("Gemm", [h, b.weight("fc1_w", 128, 64), b.weight("fc1_b", 128)], "fc1", transB=1)], "fc1_relu")
+    h = b.node(
+        "Relu", [b.node("Gemm", [h, b.weight("fc1_w", 128, 64), b.weight("fc1_b", 128)], "fc1", transB=1)], "fc1_relu"
+    )
     b.node("Gemm", [h, b.weight("fc2_w", 10, 128), b.weight("fc2_b", 10)], "logits", transB=1)
     x = helper.make_tensor_value_info("input", TensorProto.FLOAT, [batch, 3, 32, 32])
     y = helper.make_tensor_value_info("logits", TensorProto.FLOAT, [batch, 10])

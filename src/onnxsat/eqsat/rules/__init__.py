@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from egglog import Ruleset
 
-from onnxsat.errors import SettingsError
 from onnxsat.eqsat.rules.activation_fusion import activation_fusion
 from onnxsat.eqsat.rules.analysis import analysis
 from onnxsat.eqsat.rules.bn_folding import bn_folding
+from onnxsat.errors import SettingsError
 
 TARGETS: dict[str, tuple[Ruleset, ...]] = {
     "portable": (bn_folding,),

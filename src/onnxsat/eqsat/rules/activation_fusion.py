@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from egglog import Ruleset, String, eq, rule, ruleset, union
 
-from onnxsat.eqsat.language import Args, Attrs, Node, Tensor, args_of, is_float32, out, sole_use, static_args
+from onnxsat.eqsat.language import Args, Attrs, Node, Tensor, is_float32, out, sole_use, static_args
 
 MICROSOFT = "com.microsoft"
 
