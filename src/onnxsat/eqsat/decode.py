@@ -20,7 +20,7 @@ from onnxsat.eqsat.activations import activation_attributes
 from onnxsat.eqsat.encode import EncodedModel
 from onnxsat.eqsat.facts import subgraph_captures
 from onnxsat.eqsat.frozen import ENode, FrozenEGraph
-from onnxsat.eqsat.weights import KERNELS, constant_node_value
+from onnxsat.eqsat.weights import KERNELS, constant_node_value, sparse_tensor_value
 from onnxsat.errors import InvalidModelError
 
 MICROSOFT_DOMAIN = "com.microsoft"
@@ -50,6 +50,7 @@ class _Decoder:
         self.choice = choice
         graph = encoded.model.graph
         self.initializers = {t.name: t for t in graph.initializer}
+        self.sparse_initializers = {t.values.name: t for t in graph.sparse_initializer}
         self.graph_outputs = [o.name for o in graph.output]
         self.reserved = {v.name for v in graph.input} | set(self.initializers)
         self.reserved |= {t.values.name for t in graph.sparse_initializer}
@@ -93,6 +94,14 @@ class _Decoder:
                 self.used_tensor_names.add(name)
                 return name
         return self.fresh_tensor_name(fallback)
+
+    def display_name(self, eclass: bindings.Value) -> str | None:
+        """A readable name for a class, to name tensors derived from it."""
+        enode = self.chosen(eclass)
+        if enode.op in ("TensorInput", "TensorInitializer"):
+            return str(enode.literals[0])
+        ids = self.snapshot.class_tensor_ids.get(eclass)
+        return self.encoded.tensor_names[min(ids)] if ids else None
 
     # ---- traversal ----------------------------------------------------------------------------
     def chosen(self, eclass: bindings.Value) -> ENode:
@@ -140,8 +149,10 @@ class _Decoder:
         enode = self.chosen(eclass)
         if enode.op == "TensorAbsent":
             result = None
-        elif enode.op == "TensorInitializer":
+        elif enode.op == "TensorInitializer" and enode.literals[0] in self.initializers:
             result = onnx.numpy_helper.to_array(self.initializers[enode.literals[0]])
+        elif enode.op == "TensorInitializer":
+            result = sparse_tensor_value(self.sparse_initializers[str(enode.literals[0])])
         elif enode.op == "TensorDerived":
             base_attrs, _ = self.attributes(enode.children[1])
             args = [self.value(c) for c in self.args_classes(enode.children[0])]
@@ -202,9 +213,8 @@ class _Decoder:
             raise DecodeError(f"cannot decode e-node {op}")
 
     def emit_derived(self, eclass: bindings.Value, enode: ENode) -> str:
-        named = [ids for c in self.args_classes(enode.children[0]) if (ids := self.snapshot.class_tensor_ids.get(c))]
-        base = self.encoded.tensor_names[min(named[0])] if named else "onnxsat"
-        name = self.fresh_tensor_name(f"{base}_{enode.literals[0]}")
+        names = [n for c in self.args_classes(enode.children[0]) if (n := self.display_name(c))]
+        name = self.fresh_tensor_name(f"{names[0] if names else 'onnxsat'}_{enode.literals[0]}")
         self.new_initializers.append(onnx.numpy_helper.from_array(np.asarray(self.value(eclass)), name))
         return name
 

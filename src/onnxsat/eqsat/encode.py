@@ -1,7 +1,8 @@
 """ONNX model -> e-graph, one shallow command per tensor.
 
-Each original tensor gets a handle ``Tensor.ref(k)``; a node is added as
-``union(ref(out_k), Out(Node(..., inputs = [ref(in_1), ...]), i))``. No command nests deeper than one
+Each tensor a node produces, and each graph input, gets a handle ``Tensor.ref(k)``; a node is added
+as ``union(ref(out_k), Out(Node(..., inputs = [ref(in_1), ...]), i))``, with constant initializers
+written inline as ``Tensor.initializer(name)`` (the analysis rules mark them static). No command nests deeper than one
 node, so graphs of any depth encode without recursion (the reference design built one nested Python
 expression and hit the recursion limit a few hundred layers deep).
 
@@ -112,8 +113,16 @@ class _Encoder:
         self.result = EncodedModel(model=model, egraph=egraph, facts=collect_facts(model, typed))
         self.commands: list[bindings.ActionCommand] = []
         self.attr_keys: dict[tuple[str, str, tuple[bytes, ...]], int] = {}
+        graph = model.graph
+        inputs = {v.name for v in graph.input}
+        names = [t.name for t in graph.initializer] + [t.values.name for t in graph.sparse_initializer]
+        # Initializers that are not graph inputs cannot be overridden at run time: true constants.
+        self.constants = {name for name in names if name not in inputs}
 
     def ref(self, name: str) -> bindings.Call:
+        """The term for a tensor read by a node: constants inline, everything else by handle."""
+        if name in self.constants:
+            return _call("TensorInitializer", _string(name))
         return _call("TensorRef", _int(self.result.tensor_id(name)))
 
     def args(self, names: list[str]) -> bindings.Call:
@@ -133,18 +142,15 @@ class _Encoder:
 
     def encode(self) -> EncodedModel:
         graph = self.result.model.graph
-        input_names = {v.name for v in graph.input}
         for value in graph.input:
             self.commands.append(_union(self.ref(value.name), _call("TensorInput", _string(value.name))))
-        constants = [t.name for t in graph.initializer] + [t.values.name for t in graph.sparse_initializer]
-        for name in constants:
-            if name not in input_names:
-                self.commands.append(_union(self.ref(name), _call("TensorInitializer", _string(name))))
         for position, node in enumerate(graph.node):
             self.add_node(position, node)
         for output in graph.output:
+            if output.name in self.constants:  # an initializer returned as is needs a handle too
+                handle = _call("TensorRef", _int(self.result.tensor_id(output.name)))
+                self.commands.append(_union(handle, self.ref(output.name)))
             self.result.tensor_id(output.name)
-        self.add_facts()
         self.result.egraph._egraph.run_program(*self.commands)
         self.result.n_commands = len(self.commands)
         return self.result
@@ -166,20 +172,15 @@ class _Encoder:
             _string(node_id),
             _int(len(outputs)),
         )
+        facts = self.result.facts
         for index, name in enumerate(outputs):
             if name:
-                self.commands.append(_union(self.ref(name), _call("Out", term, _int(index))))
-
-    def add_facts(self) -> None:
-        facts = self.result.facts
-        for name in self.result.tensor_names:
-            handle = self.ref(name)
-            if name in facts.static:
-                self.commands.append(_fact(_call("StaticValue", handle)))
-            if facts.sole_use(name):
-                self.commands.append(_fact(_call("SoleUse", handle)))
-            if name in facts.float32:
-                self.commands.append(_fact(_call("IsFloat32", handle)))
+                handle = self.ref(name)
+                self.commands.append(_union(handle, _call("Out", term, _int(index))))
+                if facts.sole_use(name):
+                    self.commands.append(_fact(_call("SoleUse", handle)))
+                if name in facts.float32:
+                    self.commands.append(_fact(_call("IsFloat32", handle)))
 
 
 def encode(model: onnx.ModelProto, typed: onnx.ModelProto | None = None) -> EncodedModel:

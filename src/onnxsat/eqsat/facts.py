@@ -1,7 +1,7 @@
 """Facts about an ONNX graph that rules need and the e-graph cannot see by itself.
 
-Computed once in Python at encode time: how many readers each tensor has, which tensors are known
-before run time, which are float32, and semantic flags of attribute sets (for example "this
+Computed once in Python at encode time: how many readers each tensor has, which are float32, and
+semantic flags of attribute sets (for example "this
 BatchNormalization runs in inference mode"). Keeping them here keeps rules short and conditions testable.
 """
 
@@ -79,7 +79,6 @@ class GraphFacts:
 
     uses: Counter[str] = field(default_factory=Counter)
     graph_outputs: set[str] = field(default_factory=set)
-    static: set[str] = field(default_factory=set)
     float32: set[str] = field(default_factory=set)
 
     def sole_use(self, name: str) -> bool:
@@ -90,19 +89,13 @@ def collect_facts(model: onnx.ModelProto, typed: onnx.ModelProto | None) -> Grap
     """Facts for ``model``'s main graph; ``typed`` is the same model after shape inference, if it ran."""
     graph = model.graph
     facts = GraphFacts(graph_outputs={o.name for o in graph.output})
-    input_names = {i.name for i in graph.input}
-    facts.static = {t.name for t in graph.initializer if t.name not in input_names}
-    facts.static |= {t.values.name for t in graph.sparse_initializer if t.values.name not in input_names}
     for node in graph.node:
         for name in [*node.input, *subgraph_captures(node)]:
             if name:
                 facts.uses[name] += 1
-        if node.op_type == "Constant" and node.domain in ("", "ai.onnx") and node.output:
-            facts.static.add(node.output[0])
     for info in _typed_values(typed or model):
         if info.type.HasField("tensor_type") and info.type.tensor_type.elem_type == onnx.TensorProto.FLOAT:
             facts.float32.add(info.name)
-    facts.float32 |= {t.name for t in graph.initializer if t.data_type == onnx.TensorProto.FLOAT}
     return facts
 
 

@@ -81,3 +81,13 @@ def constant_node_value(node: onnx.NodeProto) -> np.ndarray:
     if attr.name == "value_ints":
         return np.array(list(attr.ints), dtype=np.int64)
     raise ValueError(f"Constant with attribute {attr.name!r} has no numeric value")
+
+
+def sparse_tensor_value(sparse: onnx.SparseTensorProto) -> np.ndarray:
+    """The dense array a sparse initializer stands for (COO: flat or per-dimension indices)."""
+    values = onnx.numpy_helper.to_array(sparse.values)
+    indices = onnx.numpy_helper.to_array(sparse.indices)
+    dense = np.zeros(int(np.prod(sparse.dims)), dtype=values.dtype)
+    flat = indices if indices.ndim == 1 else np.ravel_multi_index(tuple(indices.T), tuple(sparse.dims))
+    dense[flat] = values
+    return dense.reshape(tuple(sparse.dims))
