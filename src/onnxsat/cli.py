@@ -53,7 +53,7 @@ def _add_optimize(commands: argparse._SubParsersAction) -> None:
 def _run_optimize(args: argparse.Namespace) -> int:
     from onnxsat.eqsat.saturate import SaturationLimits
     from onnxsat.errors import VerificationFailedError
-    from onnxsat.latency import compare_latency
+    from onnxsat.latency import compare_latency_levels
     from onnxsat.model_io import load_model
     from onnxsat.optimize import OptimizeOptions, optimize
     from onnxsat.verify import Tolerance, parse_input_shapes
@@ -74,7 +74,7 @@ def _run_optimize(args: argparse.Namespace) -> int:
             _write_report(args.report, error.report.to_json())  # type: ignore[attr-defined]
         raise
     if args.latency:
-        report.latency = compare_latency(load_model(args.model), load_model(args.output), options.input_shapes)
+        report.latency = compare_latency_levels(load_model(args.model), load_model(args.output), options.input_shapes)
     print(report.to_table())
     if args.report:
         _write_report(args.report, report.to_json())

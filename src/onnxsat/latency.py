@@ -65,3 +65,11 @@ def compare_latency(
         optimized_ms=statistics.median(times[1]) * 1e3,
         speedup=statistics.median(ratios),
     )
+
+
+def compare_latency_levels(
+    original: onnx.ModelProto, optimized: onnx.ModelProto, input_shapes: Mapping[str, Sequence[int]] | None = None
+) -> list[LatencyComparison]:
+    """The bar to beat (ORT with all its optimizations) and what the rewrites alone buy (ORT with none)."""
+    levels = (ort.GraphOptimizationLevel.ORT_ENABLE_ALL, ort.GraphOptimizationLevel.ORT_DISABLE_ALL)
+    return [compare_latency(original, optimized, input_shapes, level) for level in levels]

@@ -44,7 +44,7 @@ class OptimizeReport:
     phases: dict[str, float] = field(default_factory=dict)
     egraph: dict[str, object] = field(default_factory=dict)
     verification: VerificationResult | None = None
-    latency: LatencyComparison | None = None
+    latency: list[LatencyComparison] = field(default_factory=list)
     written: bool = False
 
     def to_dict(self) -> dict[str, object]:
@@ -79,10 +79,9 @@ class OptimizeReport:
         lines.append("seconds: " + ", ".join(f"{k} {v:.3f}" for k, v in self.phases.items()))
         lines.append("")
         lines.extend(self._verification_lines())
-        if self.latency:
-            lat = self.latency
+        for lat in self.latency:
             lines.append(
-                f"latency ({lat.ort_level}, {lat.threads} thread(s), median of {lat.pairs} interleaved pairs): "
+                f"latency under {lat.ort_level} ({lat.threads} thread, median of {lat.pairs} interleaved pairs): "
                 f"original {lat.original_ms:.3f} ms, optimized {lat.optimized_ms:.3f} ms, "
                 f"speedup {lat.speedup:.3f}x"
             )

@@ -58,7 +58,7 @@ def demo_cnn(seed: int = 0, batch: int | str = 1) -> onnx.ModelProto:
     """A small image classifier with the seed report's patterns.
 
     Conv+BN+Relu, Conv+BN+Clip (ReLU6, as in MobileNet), a depthwise Conv+BN+Relu, MaxPool, and a
-    Gemm+Relu head: 3x32x32 input, 10 classes.
+    Gemm+Relu head: 3x64x64 input, 10 classes.
     """
     b = _Builder(seed)
     h = b.node("Relu", [b.conv_bn("input", "stem", 3, 16)], "stem_relu")
@@ -75,7 +75,7 @@ def demo_cnn(seed: int = 0, batch: int | str = 1) -> onnx.ModelProto:
         "Relu", [b.node("Gemm", [h, b.weight("fc1_w", 128, 64), b.weight("fc1_b", 128)], "fc1", transB=1)], "fc1_relu"
     )
     b.node("Gemm", [h, b.weight("fc2_w", 10, 128), b.weight("fc2_b", 10)], "logits", transB=1)
-    x = helper.make_tensor_value_info("input", TensorProto.FLOAT, [batch, 3, 32, 32])
+    x = helper.make_tensor_value_info("input", TensorProto.FLOAT, [batch, 3, 64, 64])
     y = helper.make_tensor_value_info("logits", TensorProto.FLOAT, [batch, 10])
     return b.model("demo_cnn", x, y)
 

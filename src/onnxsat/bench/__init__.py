@@ -1,0 +1,1 @@
+"""Benchmarks that print measured figures (``onnxsat bench ...``); they never assert timings."""
