@@ -68,22 +68,10 @@ class _Decoder:
 
     # ---- naming -------------------------------------------------------------------------------
     def fresh_tensor_name(self, base: str) -> str:
-        name, counter = base, 0
-        while name in self.used_tensor_names:
-            counter += 1
-            name = f"{base}_{counter}"
-        self.used_tensor_names.add(name)
-        return name
+        return _claim_unique(base, self.used_tensor_names)
 
     def fresh_node_name(self, base: str) -> str:
-        if not base:
-            return ""
-        name, counter = base, 0
-        while name in self.used_node_names:
-            counter += 1
-            name = f"{base}_{counter}"
-        self.used_node_names.add(name)
-        return name
+        return _claim_unique(base, self.used_node_names) if base else ""
 
     def original_name(self, eclass: bindings.Value, fallback: str) -> str:
         """The name a node output in ``eclass`` should carry: a graph output's, else the first original."""
@@ -329,6 +317,16 @@ class _Decoder:
         if MICROSOFT_DOMAIN in self.domains and all(o.domain != MICROSOFT_DOMAIN for o in model.opset_import):
             model.opset_import.append(onnx.helper.make_opsetid(MICROSOFT_DOMAIN, 1))
         return DecodedModel(model=model, fusions=self.fusions)
+
+
+def _claim_unique(base: str, used: set[str]) -> str:
+    """``base``, or ``base_1``, ``base_2``... whichever is free first; recorded as used."""
+    name, counter = base, 0
+    while name in used:
+        counter += 1
+        name = f"{base}_{counter}"
+    used.add(name)
+    return name
 
 
 def _copy_model_header(source: onnx.ModelProto) -> onnx.ModelProto:
