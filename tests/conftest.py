@@ -1,18 +1,13 @@
-"""Shared fixtures: the demo CNN saved to a file, and a hash to prove inputs are never modified."""
+"""Shared fixtures: the demo CNN saved to a file (static and symbolic batch)."""
 
 from __future__ import annotations
 
-import hashlib
 from pathlib import Path
 
 import onnx
 import pytest
 
 from onnxsat.zoo.synthetic import demo_cnn
-
-
-def sha256(path: Path) -> str:
-    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 
 @pytest.fixture
@@ -29,8 +24,3 @@ def cnn_dynamic_file(tmp_path: Path) -> Path:
     path = tmp_path / "dynamic.onnx"
     onnx.save(demo_cnn(batch="N"), str(path))
     return path
-
-
-@pytest.fixture
-def hash_of():
-    return sha256

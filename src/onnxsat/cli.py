@@ -54,7 +54,7 @@ def _run_optimize(args: argparse.Namespace) -> int:
     from onnxsat.eqsat.saturate import SaturationLimits
     from onnxsat.errors import VerificationFailedError
     from onnxsat.latency import compare_latency_levels
-    from onnxsat.model_io import load_model
+    from onnxsat.model_io import check_report_path, load_model, write_text_atomic
     from onnxsat.optimize import OptimizeOptions, optimize
     from onnxsat.verify import Tolerance, parse_input_shapes
 
@@ -66,33 +66,24 @@ def _run_optimize(args: argparse.Namespace) -> int:
         limits=SaturationLimits(args.max_iterations, args.max_enodes, args.max_seconds),
         force=args.force,
     )
+    if args.report:
+        check_report_path(args.report, args.model, args.output)
     try:
         report = optimize(args.model, args.output, options, report_path=None)
     except VerificationFailedError as error:
         print(error.report.to_table())  # type: ignore[attr-defined]
         if args.report:
-            _write_report(args.report, error.report.to_json())  # type: ignore[attr-defined]
+            write_text_atomic(error.report.to_json() + "\n", args.report)  # type: ignore[attr-defined]
         raise
     if args.latency:
         report.latency = compare_latency_levels(load_model(args.model), load_model(args.output), options.input_shapes)
-    print(report.to_table())
     if args.report:
-        _write_report(args.report, report.to_json())
+        write_text_atomic(report.to_json() + "\n", args.report)
+    print(report.to_table())
     if not report.verification or not report.verification.ok:
         print("onnxsat: warning: verification failed; the result was written because of --force", file=sys.stderr)
         return 8
     return 0
-
-
-def _write_report(path: str, text: str) -> None:
-    from pathlib import Path
-
-    try:
-        Path(path).write_text(text + "\n")
-    except OSError as error:
-        from onnxsat.errors import OutputPathError
-
-        raise OutputPathError(f"cannot write the report to {path}: {error.strerror}") from None
 
 
 def _add_demo(commands: argparse._SubParsersAction) -> None:
@@ -141,6 +132,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise
         print(f"onnxsat: error: {error}", file=sys.stderr)
         return error.exit_code
+    except BrokenPipeError:  # output piped into `head` and closed: not an error of ours
+        sys.stderr.close()
+        return 141
     except KeyboardInterrupt:
         print("onnxsat: interrupted", file=sys.stderr)
         return 130

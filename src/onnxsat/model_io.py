@@ -19,13 +19,19 @@ from onnxsat.errors import InputNotFoundError, InvalidModelError, NotOnnxError, 
 _PROTOBUF_LIMIT = 2**31 - 1
 
 
-def load_model(path: str | os.PathLike[str]) -> onnx.ModelProto:
-    """Read ``path`` as an ONNX model (with its external data), or raise a user-facing error."""
+def check_input_path(path: str | os.PathLike[str]) -> Path:
+    """The input must be an existing regular file."""
     source = Path(path)
     if not source.exists():
         raise InputNotFoundError(f"input model not found: {source}")
     if not source.is_file():
         raise InputNotFoundError(f"input model is not a file: {source}")
+    return source
+
+
+def load_model(path: str | os.PathLike[str]) -> onnx.ModelProto:
+    """Read ``path`` as an ONNX model (with its external data), or raise a user-facing error."""
+    source = check_input_path(path)
     try:
         model = onnx.load(str(source))
     except (DecodeError, RuntimeWarning, ValueError) as error:
@@ -44,8 +50,8 @@ def check_model(model: onnx.ModelProto) -> None:
             return  # the checker cannot take it in memory; ONNX Runtime will load-check it instead
         onnx.checker.check_model(model, full_check=False)
     except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError) as error:
-        first_line = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-        raise InvalidModelError(f"model fails the ONNX checker: {first_line}") from None
+        text = " ".join(str(error).split()) or type(error).__name__
+        raise InvalidModelError(f"model fails the ONNX checker: {text[:400]}") from None
 
 
 def check_output_path(input_path: str | os.PathLike[str], output_path: str | os.PathLike[str]) -> Path:
@@ -53,8 +59,12 @@ def check_output_path(input_path: str | os.PathLike[str], output_path: str | os.
     source, target = Path(input_path), Path(output_path)
     if target.exists() and target.is_dir():
         raise OutputPathError(f"output path is a directory: {target}")
-    if not target.parent.exists() and str(target.parent) != "":
+    if not target.parent.exists():
         raise OutputPathError(f"output folder does not exist: {target.parent}")
+    if not target.parent.is_dir():
+        raise OutputPathError(f"output folder is not a directory: {target.parent}")
+    if not os.access(target.parent, os.W_OK):
+        raise OutputPathError(f"output folder is not writable: {target.parent}")
     if target.exists() and source.exists() and os.path.samefile(source, target):
         raise OutputPathError(f"output path is the input model itself: {target}; choose another path")
     if target.resolve() == source.resolve():
@@ -65,9 +75,14 @@ def check_output_path(input_path: str | os.PathLike[str], output_path: str | os.
 def save_model(model: onnx.ModelProto, output_path: str | os.PathLike[str]) -> None:
     """Write ``model`` atomically; models over 2 GiB keep their weights in ``<name>.data`` beside it."""
     target = Path(output_path)
-    folder = target.parent if str(target.parent) else Path(".")
-    handle, temporary = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=folder)
+    try:
+        handle, temporary = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    except OSError as error:
+        raise OutputPathError(f"cannot write to {target.parent}: {error.strerror}") from None
     os.close(handle)
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(temporary, 0o666 & ~umask)  # mkstemp makes 0600; a model file is as readable as any other
     try:
         if model.ByteSize() > _PROTOBUF_LIMIT:
             onnx.save_model(model, temporary, save_as_external_data=True, location=f"{target.name}.data")
@@ -77,6 +92,34 @@ def save_model(model: onnx.ModelProto, output_path: str | os.PathLike[str]) -> N
                 stream.flush()
                 os.fsync(stream.fileno())
         os.replace(temporary, target)
+    except OSError as error:
+        Path(temporary).unlink(missing_ok=True)
+        raise OutputPathError(f"cannot write {target}: {error.strerror or error}") from None
     except BaseException:
         Path(temporary).unlink(missing_ok=True)
         raise
+
+
+def write_text_atomic(text: str, output_path: str | os.PathLike[str]) -> None:
+    """Write a text file (a report) with the same all-or-nothing guarantee as a model."""
+    target = Path(output_path)
+    try:
+        handle, temporary = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+        with os.fdopen(handle, "w") as stream:
+            stream.write(text)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(temporary, 0o666 & ~umask)
+        os.replace(temporary, target)
+    except OSError as error:
+        raise OutputPathError(f"cannot write {target}: {error.strerror or error}") from None
+
+
+def check_report_path(
+    report_path: str | os.PathLike[str], input_path: str | os.PathLike[str], output_path: str | os.PathLike[str]
+) -> Path:
+    """A report may go anywhere writable except over the input or the output model."""
+    target = check_output_path(input_path, report_path)
+    if target.resolve() == Path(output_path).resolve():
+        raise OutputPathError(f"report path is the output model's path: {target}; choose another path")
+    return target

@@ -120,7 +120,10 @@ def optimize(
     """
     options = options or OptimizeOptions()
     phases = _Phases()
+    model_io.check_input_path(input_path)
     target = model_io.check_output_path(input_path, output_path)
+    if report_path is not None:
+        model_io.check_report_path(report_path, input_path, output_path)
     with phases("load"):
         model = model_io.load_model(input_path)
     optimized, report = optimize_model(model, options, source=str(input_path), phases=phases)
@@ -132,7 +135,7 @@ def optimize(
         report.written = True
     report.phases = phases.seconds
     if report_path is not None:
-        Path(report_path).write_text(report.to_json() + "\n")
+        model_io.write_text_atomic(report.to_json() + "\n", report_path)
     if not verified and not options.force:
         error = VerificationFailedError(
             "the optimized model does not match the original; nothing was written (use --force to write it anyway)"

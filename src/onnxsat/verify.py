@@ -54,8 +54,10 @@ def parse_input_shapes(specs: Sequence[str]) -> dict[str, list[int]]:
             if not sep or not name:
                 raise ValueError
             shapes[name] = [int(d) for d in dims.split(",") if d.strip()]
+            if any(d < 0 for d in shapes[name]):
+                raise ValueError
         except ValueError:
-            raise SettingsError(f"--input-shape expects NAME:D1,D2,... (got {spec!r})") from None
+            raise SettingsError(f"--input-shape expects NAME:D1,D2,... with sizes >= 0 (got {spec!r})") from None
     return shapes
 
 
@@ -85,13 +87,29 @@ def random_inputs(
         tensor_type = value.type.tensor_type
         if not value.type.HasField("tensor_type"):
             raise SettingsError(f"input {value.name!r} is not a tensor; ONNXSat cannot make data for it")
+        declared = list(tensor_type.shape.dim) if tensor_type.HasField("shape") else None
         if value.name in shapes:
             shape = list(shapes[value.name])
+            _check_against_declared(value.name, shape, declared)
         else:
-            shape = [d.dim_value if d.HasField("dim_value") else DEFAULT_DYNAMIC_DIM for d in tensor_type.shape.dim]
+            shape = [d.dim_value if d.HasField("dim_value") else DEFAULT_DYNAMIC_DIM for d in declared or []]
         dtype = onnx.helper.tensor_dtype_to_np_dtype(tensor_type.elem_type)
         feeds[value.name] = _random_array(rng, dtype, shape)
     return feeds
+
+
+def _check_against_declared(
+    name: str, shape: list[int], declared: list[onnx.TensorShapeProto.Dimension] | None
+) -> None:
+    """A user-given shape must have the declared rank and agree with every fixed dimension."""
+    if declared is None:
+        return
+    fixed = [d.dim_value if d.HasField("dim_value") else None for d in declared]
+    if len(shape) != len(fixed) or any(f is not None and f != s for f, s in zip(fixed, shape, strict=True)):
+        spelled = ",".join("?" if f is None else str(f) for f in fixed)
+        raise SettingsError(
+            f"--input-shape {name}:{','.join(map(str, shape))} does not fit the declared shape [{spelled}]"
+        )
 
 
 def _random_array(rng: np.random.Generator, dtype: np.dtype, shape: list[int]) -> np.ndarray:

@@ -141,9 +141,12 @@ def format_row(m: Measurement) -> str:
 
 def goal_line(chain: Measurement) -> str:
     """Whether the 6,000-node chain met the goal, with the measured numbers; honest when it did not."""
-    goal = f"goal: {GOAL_BLOCKS * 3:,}-node chain end to end < {GOAL_SECONDS:g} s, peak RSS < {GOAL_RSS_MIB / 1024:g} GiB"
+    goal = (
+        f"goal: {GOAL_BLOCKS * 3:,}-node chain end to end < {GOAL_SECONDS:g} s, peak RSS < {GOAL_RSS_MIB / 1024:g} GiB"
+    )
     if chain.workload.size != GOAL_BLOCKS:
-        return f"{goal}: not evaluated (this run's chain has {chain.workload.size * 3:,} nodes; use --blocks {GOAL_BLOCKS})"
+        nodes = chain.workload.size * 3
+        return f"{goal}: not evaluated (this run's chain has {nodes:,} nodes; use --blocks {GOAL_BLOCKS})"
     if chain.error:
         return f"{goal}: NOT MET (the run failed: {chain.error})"
     fast = chain.end_to_end_seconds < GOAL_SECONDS
@@ -168,6 +171,10 @@ def _environment() -> str:
 
 def run_scale_benchmark(blocks: int, dense_layers: int) -> int:
     """Measure the chain and the DenseNet-like DAG, print a row each and the goal verdict; exit code."""
+    from onnxsat.errors import SettingsError
+
+    if blocks < 1 or dense_layers < 1:
+        raise SettingsError(f"--blocks and --dense-layers must be at least 1 (got {blocks} and {dense_layers})")
     workloads = [Workload("chain", blocks), Workload("densenet", dense_layers)]
     print(f"ONNXSat scale benchmark (target ort, one fresh process per workload; {_environment()})")
     print("seconds per phase from the optimizer's report; total = optimize_model end to end (model build excluded)")

@@ -1,0 +1,714 @@
+"""The ``onnxsat`` command line: exit codes, one-line errors, nothing written on failure, input untouched.
+
+Most cases call ``onnxsat.cli.main`` in-process (``capfd`` so that anything a native library writes to
+the stderr file descriptor is seen too); a few run real subprocesses through ``python -m onnxsat``
+and the installed ``onnxsat`` console script.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import json
+import os
+import shutil
+import stat
+import subprocess
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from onnxsat.cli import main
+from onnxsat.zoo.synthetic import demo_cnn
+
+PHASES = {"load", "encode", "saturate", "extract", "decode", "verify", "save"}
+REPORT_KEYS = {"nodes_before", "nodes_after", "fusions", "phases", "egraph", "verification"}
+
+
+# ----------------------------------------------------------------------------------------------- helpers
+
+
+def sha256(path: Path) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def _console_script() -> str:
+    beside = Path(sys.executable).parent / "onnxsat"
+    if beside.exists():
+        return str(beside)
+    found = shutil.which("onnxsat")
+    assert found, "the onnxsat console script is not installed"
+    return found
+
+
+def run_cli(argv: Sequence[object], capfd: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    capfd.readouterr()  # drop anything captured before
+    rc = main([str(a) for a in argv])
+    out, err = capfd.readouterr()
+    return rc, out, err
+
+
+def run_subprocess(argv: Sequence[object], cwd: Path, via: str = "module") -> subprocess.CompletedProcess[str]:
+    head = [sys.executable, "-m", "onnxsat"] if via == "module" else [_console_script()]
+    return subprocess.run(
+        [*head, *(str(a) for a in argv)], cwd=cwd, capture_output=True, text=True, timeout=180, check=False
+    )
+
+
+def temp_leftovers(*folders: Path) -> list[Path]:
+    return [p for folder in folders if folder.is_dir() for p in folder.glob(".*.tmp")]
+
+
+def assert_clean_failure(
+    rc: int,
+    err: str,
+    code: int,
+    *,
+    output: Path | None = None,
+    input_path: Path | None = None,
+    input_hash: str | None = None,
+    folders: Sequence[Path] = (),
+    out: str | None = "",
+) -> None:
+    """The contract for every user error: exit code, one ``onnxsat: error:`` line, nothing written."""
+    assert rc == code, f"exit code {rc}, expected {code}; stderr: {err!r}"
+    assert "Traceback" not in err
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1, f"expected exactly one stderr line, got {lines!r}"
+    assert lines[0].startswith("onnxsat: error:"), lines[0]
+    if out is not None:
+        assert out == "", f"unexpected stdout: {out!r}"
+    if output is not None:
+        assert not output.exists() and not output.is_symlink(), f"{output} was written"
+    assert temp_leftovers(*folders) == []
+    if input_path is not None and input_hash is not None:
+        assert sha256(input_path) == input_hash, "the input file was modified"
+
+
+def tiny_model(nodes: list[onnx.NodeProto], opset: int = 17, ir_version: int = 9) -> onnx.ModelProto:
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])
+    graph = helper.make_graph(nodes, "tiny", [x], [y])
+    return helper.make_model(
+        graph, opset_imports=[helper.make_opsetid("", opset)], ir_version=ir_version, producer_name="test"
+    )
+
+
+def run_in_ort(path: Path, feeds: dict[str, np.ndarray] | None = None) -> list[np.ndarray]:
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    if feeds is None:
+        feeds = {}
+        for value in session.get_inputs():
+            shape = [d if isinstance(d, int) else 1 for d in value.shape]
+            feeds[value.name] = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
+    return session.run(None, feeds)
+
+
+@pytest.fixture
+def out_dir(tmp_path: Path) -> Path:
+    folder = tmp_path / "out"
+    folder.mkdir()
+    return folder
+
+
+# --------------------------------------------------------------------------------------- bad input files
+
+
+def _missing(tmp: Path) -> Path:
+    return tmp / "missing.onnx"
+
+
+def _directory(tmp: Path) -> Path:
+    folder = tmp / "folder.onnx"
+    folder.mkdir()
+    return folder
+
+
+def _write(tmp: Path, name: str, data: bytes) -> Path:
+    path = tmp / name
+    path.write_bytes(data)
+    return path
+
+
+def _text(tmp: Path) -> Path:
+    return _write(tmp, "text.onnx", b"Lorem ipsum dolor sit amet, consectetur adipiscing elit.\n" * 20)
+
+
+def _random_bytes(tmp: Path) -> Path:
+    return _write(tmp, "random.onnx", np.random.default_rng(0).integers(0, 256, 4096, dtype=np.uint8).tobytes())
+
+
+def _png(tmp: Path) -> Path:
+    header = b"\x89PNG\r\n\x1a\n" + b"\x00\x00\x00\rIHDR" + b"\x00\x00\x00\x10" * 2 + b"\x08\x02\x00\x00\x00"
+    return _write(tmp, "image.onnx", header + b"\x00" * 64)
+
+
+def _empty(tmp: Path) -> Path:
+    return _write(tmp, "empty.onnx", b"")
+
+
+def _tensor_not_model(tmp: Path) -> Path:
+    tensor = numpy_helper.from_array(np.arange(12, dtype=np.float32).reshape(3, 4), "w")
+    return _write(tmp, "tensor.onnx", tensor.SerializeToString())
+
+
+def _truncated_half(tmp: Path) -> Path:
+    data = demo_cnn().SerializeToString()
+    return _write(tmp, "half.onnx", data[: len(data) // 2])
+
+
+def _save(tmp: Path, name: str, model: onnx.ModelProto) -> Path:
+    path = tmp / name
+    onnx.save(model, str(path))
+    return path
+
+
+def _undefined_tensor(tmp: Path) -> Path:
+    return _save(tmp, "undefined.onnx", tiny_model([helper.make_node("Add", ["x", "ghost"], ["y"])]))
+
+
+def _invalid_attribute(tmp: Path) -> Path:
+    return _save(tmp, "badattr.onnx", tiny_model([helper.make_node("Relu", ["x"], ["y"], bogus=3)]))
+
+
+def _opset6(tmp: Path) -> Path:
+    # ONNX Runtime 1.31 has no kernel for Add-6.
+    return _save(tmp, "opset6.onnx", tiny_model([helper.make_node("Add", ["x", "x"], ["y"])], opset=6, ir_version=3))
+
+
+BAD_INPUTS: dict[str, tuple[Callable[[Path], Path], int]] = {
+    "missing": (_missing, 3),
+    "directory": (_directory, 3),
+    "text": (_text, 4),
+    "random-bytes": (_random_bytes, 4),
+    "png-header": (_png, 4),
+    "empty": (_empty, 4),
+    "tensor-not-model": (_tensor_not_model, 4),
+    "truncated-half": (_truncated_half, 4),
+    "undefined-tensor": (_undefined_tensor, 5),
+    "invalid-attribute": (_invalid_attribute, 5),
+    "opset6-no-ort-kernel": (_opset6, 6),
+}
+
+
+@pytest.mark.parametrize("kind", list(BAD_INPUTS))
+def test_bad_input(kind: str, tmp_path: Path, out_dir: Path, capfd: pytest.CaptureFixture[str]) -> None:
+    build, code = BAD_INPUTS[kind]
+    source = build(tmp_path)
+    before = sha256(source) if source.is_file() else None
+    output = out_dir / "result.onnx"
+    rc, out, err = run_cli(["optimize", source, "-o", output], capfd)
+    assert_clean_failure(
+        rc, err, code, output=output, input_path=source, input_hash=before, folders=[out_dir, tmp_path], out=out
+    )
+    if kind == "directory":
+        assert source.is_dir() and list(source.iterdir()) == []
+    if kind == "missing":
+        assert not source.exists()
+
+
+@pytest.mark.parametrize("fraction", [0.0001, 0.25, 0.5, 0.75, 0.999])
+def test_truncated_cnn_cut_points(
+    fraction: float, tmp_path: Path, out_dir: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    data = demo_cnn().SerializeToString()
+    cut = max(1, int(len(data) * fraction))
+    source = _write(tmp_path, "cut.onnx", data[:cut])
+    output = out_dir / "result.onnx"
+    rc, out, err = run_cli(["optimize", source, "-o", output], capfd)
+    assert_clean_failure(
+        rc, err, 4, output=output, input_path=source, input_hash=sha256(source), folders=[out_dir], out=out
+    )
+    assert cut < len(data)
+
+
+def test_truncated_every_cut_point_of_a_small_model(
+    tmp_path: Path, out_dir: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """Every proper prefix fails cleanly. A prefix that ends exactly on a field boundary is valid protobuf
+    (e.g. the model minus its opset_import), which only the checker can reject: 5 is fine there."""
+    data = tiny_model([helper.make_node("Relu", ["x"], ["y"])]).SerializeToString()
+    source, output = tmp_path / "cut.onnx", out_dir / "result.onnx"
+    codes = {}
+    for cut in range(len(data)):
+        source.write_bytes(data[:cut])
+        rc, out, err = run_cli(["optimize", source, "-o", output], capfd)
+        assert rc in (4, 5), f"cut at {cut}: exit {rc}, stderr {err!r}"
+        assert_clean_failure(rc, err, rc, output=output, folders=[out_dir], out=out)
+        assert source.read_bytes() == data[:cut]
+        codes[cut] = rc
+    assert sum(rc == 4 for rc in codes.values()) > len(data) // 2
+
+
+# ---------------------------------------------------------------------------------------- bad output paths
+
+
+def test_output_in_missing_folder(cnn_file: Path, tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
+    before = sha256(cnn_file)
+    output = tmp_path / "no" / "such" / "folder" / "result.onnx"
+    rc, out, err = run_cli(["optimize", cnn_file, "-o", output], capfd)
+    assert_clean_failure(rc, err, 7, output=output, input_path=cnn_file, input_hash=before, folders=[tmp_path], out=out)
+    assert not (tmp_path / "no").exists()
+
+
+def test_output_is_a_directory(cnn_file: Path, out_dir: Path, capfd: pytest.CaptureFixture[str]) -> None:
+    before = sha256(cnn_file)
+    rc, out, err = run_cli(["optimize", cnn_file, "-o", out_dir], capfd)
+    assert_clean_failure(rc, err, 7, input_path=cnn_file, input_hash=before, folders=[out_dir], out=out)
+    assert out_dir.is_dir() and list(out_dir.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    "spelling", ["same-string", "dot-slash", "absolute-vs-relative", "dot-dot", "symlink", "hardlink"]
+)
+def test_output_is_the_input(
+    spelling: str, cnn_file: Path, tmp_path: Path, out_dir: Path, monkeypatch: pytest.MonkeyPatch, capfd
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    before = sha256(cnn_file)
+    source, output = "model.onnx", "model.onnx"
+    if spelling == "dot-slash":
+        output = "./model.onnx"
+    elif spelling == "absolute-vs-relative":
+        source = str(cnn_file.resolve())
+    elif spelling == "dot-dot":
+        output = "out/../model.onnx"
+    elif spelling == "symlink":
+        (tmp_path / "link.onnx").symlink_to("model.onnx")
+        output = "link.onnx"
+    elif spelling == "hardlink":
+        os.link(cnn_file, tmp_path / "hard.onnx")
+        output = "hard.onnx"
+    rc, out, err = run_cli(["optimize", source, "-o", output], capfd)
+    assert_clean_failure(rc, err, 7, input_path=cnn_file, input_hash=before, folders=[tmp_path, out_dir], out=out)
+    if spelling == "symlink":
+        assert (tmp_path / "link.onnx").is_symlink()
+    if spelling == "hardlink":
+        assert sha256(tmp_path / "hard.onnx") == before
+
+
+def test_output_via_symlink_to_the_input_in_another_folder(
+    cnn_file: Path, out_dir: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    before = sha256(cnn_file)
+    link = out_dir / "result.onnx"
+    link.symlink_to(cnn_file)
+    rc, out, err = run_cli(["optimize", cnn_file, "-o", link], capfd)
+    assert_clean_failure(rc, err, 7, input_path=cnn_file, input_hash=before, folders=[out_dir], out=out)
+    assert link.is_symlink() and link.resolve() == cnn_file.resolve()
+
+
+def test_unwritable_report_exits_7(cnn_file: Path, out_dir: Path, capfd: pytest.CaptureFixture[str]) -> None:
+    before = sha256(cnn_file)
+    rc, _out, err = run_cli(
+        ["optimize", cnn_file, "-o", out_dir / "result.onnx", "--report", out_dir / "missing" / "r.json"], capfd
+    )
+    assert_clean_failure(rc, err, 7, input_path=cnn_file, input_hash=before, folders=[out_dir], out=None)
+    assert "report" in err
+
+
+def test_report_path_is_a_directory_exits_7(cnn_file: Path, out_dir: Path, capfd: pytest.CaptureFixture[str]) -> None:
+    before = sha256(cnn_file)
+    rc, _out, err = run_cli(["optimize", cnn_file, "-o", out_dir / "result.onnx", "--report", out_dir], capfd)
+    assert_clean_failure(rc, err, 7, input_path=cnn_file, input_hash=before, folders=[out_dir], out=None)
+
+
+# ------------------------------------------------------------------------------------------ bad settings
+
+
+@pytest.mark.parametrize("spec", ["x", "x:a,b", "input:1,3,a,32", ":1,3,32,32", "input=1,3,32,32"])
+def test_malformed_input_shape(
+    spec: str, cnn_dynamic_file: Path, out_dir: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    before = sha256(cnn_dynamic_file)
+    output = out_dir / "result.onnx"
+    rc, out, err = run_cli(["optimize", cnn_dynamic_file, "-o", output, "--input-shape", spec], capfd)
+    assert_clean_failure(
+        rc, err, 9, output=output, input_path=cnn_dynamic_file, input_hash=before, folders=[out_dir], out=out
+    )
+    assert "--input-shape" in err
+
+
+@pytest.mark.parametrize("specs", [["x:1,2"], ["inputs:1,3,32,32"], ["input:2,3,32,32", "other:1"]])
+def test_input_shape_names_unknown_input(
+    specs: list[str], cnn_dynamic_file: Path, out_dir: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    before = sha256(cnn_dynamic_file)
+    output = out_dir / "result.onnx"
+    argv: list[object] = ["optimize", cnn_dynamic_file, "-o", output]
+    for spec in specs:
+        argv += ["--input-shape", spec]
+    rc, out, err = run_cli(argv, capfd)
+    assert_clean_failure(
+        rc, err, 9, output=output, input_path=cnn_dynamic_file, input_hash=before, folders=[out_dir], out=out
+    )
+    assert specs[-1].split(":")[0] in err
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        [],
+        ["optimize"],
+        ["optimize", "model.onnx"],  # -o is required
+        ["optimize", "model.onnx", "-o", "out.onnx", "--target", "gpu"],
+        ["optimize", "model.onnx", "-o", "out.onnx", "--rtol", "tight"],
+        ["frobnicate"],
+    ],
+)
+def test_usage_errors_exit_2(argv: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd) -> None:
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as exit_info:
+        main(argv)
+    assert exit_info.value.code == 2
+    _out, err = capfd.readouterr()
+    assert "error:" in err and "Traceback" not in err
+    assert list(tmp_path.iterdir()) == []
+
+
+# ----------------------------------------------------------------------------------------------- success
+
+
+def test_optimize_success(cnn_file: Path, out_dir: Path, capfd: pytest.CaptureFixture[str]) -> None:
+    before = sha256(cnn_file)
+    output = out_dir / "result.onnx"
+    rc, out, err = run_cli(["optimize", cnn_file, "-o", output], capfd)
+    assert rc == 0, err
+    assert err.strip() == ""
+    assert "verification PASSED" in out and "fusions" in out
+    assert "com.microsoft::FusedConv" in out
+    assert output.is_file()
+    assert temp_leftovers(out_dir) == []
+    assert sha256(cnn_file) == before
+    optimized = onnx.load(str(output))
+    assert len(optimized.graph.node) < len(onnx.load(str(cnn_file)).graph.node)
+    (logits,) = run_in_ort(output)
+    assert logits.shape == (1, 10)
+
+
+def test_optimize_replaces_an_existing_output(cnn_file: Path, out_dir: Path, capfd) -> None:
+    output = out_dir / "result.onnx"
+    output.write_bytes(b"old contents")
+    rc, _out, err = run_cli(["optimize", cnn_file, "-o", output], capfd)
+    assert rc == 0, err
+    onnx.checker.check_model(onnx.load(str(output)))
+    assert temp_leftovers(out_dir) == []
+
+
+def test_optimize_portable_with_json_report(cnn_file: Path, out_dir: Path, capfd: pytest.CaptureFixture[str]) -> None:
+    before = sha256(cnn_file)
+    output, report_path = out_dir / "result.onnx", out_dir / "r.json"
+    rc, out, err = run_cli(["optimize", cnn_file, "-o", output, "--target", "portable", "--report", report_path], capfd)
+    assert rc == 0, err
+    assert "verification PASSED" in out
+    report = json.loads(report_path.read_text())
+    assert report.keys() >= REPORT_KEYS
+    assert report["phases"].keys() >= PHASES
+    assert all(isinstance(v, float) and v >= 0 for v in report["phases"].values())
+    assert report["verification"]["ok"] is True
+    assert report["written"] is True and report["target"] == "portable"
+    assert report["nodes_before"].get("BatchNormalization") == 4
+    assert "BatchNormalization" not in report["nodes_after"]
+    assert sum(report["nodes_after"].values()) < sum(report["nodes_before"].values())
+    assert not any("com.microsoft" in op for op in report["nodes_after"])
+    assert not any("com.microsoft" in label for label in report["fusions"])
+    model = onnx.load(str(output))
+    assert {node.domain for node in model.graph.node} <= {"", "ai.onnx"}
+    assert {opset.domain for opset in model.opset_import} <= {"", "ai.onnx"}
+    onnx.checker.check_model(model, full_check=True)
+    run_in_ort(output)
+    assert sha256(cnn_file) == before
+    assert temp_leftovers(out_dir) == []
+
+
+def test_input_shape_for_symbolic_batch(
+    cnn_dynamic_file: Path, out_dir: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    before = sha256(cnn_dynamic_file)
+    (value,) = onnx.load(str(cnn_dynamic_file)).graph.input
+    assert value.type.tensor_type.shape.dim[0].dim_param == "N"
+    shape = [4, *(d.dim_value for d in value.type.tensor_type.shape.dim[1:])]
+    output, report_path = out_dir / "result.onnx", out_dir / "r.json"
+    spec = f"{value.name}:{','.join(map(str, shape))}"
+    rc, out, err = run_cli(
+        ["optimize", cnn_dynamic_file, "-o", output, "--input-shape", spec, "--report", report_path], capfd
+    )
+    assert rc == 0, err
+    assert "verification PASSED" in out
+    assert json.loads(report_path.read_text())["verification"]["ok"] is True
+    batch = np.random.default_rng(1).standard_normal(shape).astype(np.float32)
+    (logits,) = run_in_ort(output, {value.name: batch})
+    (expected,) = run_in_ort(cnn_dynamic_file, {value.name: batch})
+    assert logits.shape == (4, 10)
+    np.testing.assert_allclose(logits, expected, rtol=1e-4, atol=1e-5)
+    assert sha256(cnn_dynamic_file) == before
+
+
+def test_symbolic_batch_without_input_shape_defaults_to_one(
+    cnn_dynamic_file: Path, out_dir: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    rc, out, err = run_cli(["optimize", cnn_dynamic_file, "-o", out_dir / "result.onnx"], capfd)
+    assert rc == 0, err
+    assert "verification PASSED" in out
+
+
+# ----------------------------------------------------------------------------------- verification failure
+
+
+def test_verification_failure_writes_nothing(cnn_file: Path, out_dir: Path, capfd: pytest.CaptureFixture[str]) -> None:
+    before = sha256(cnn_file)
+    output, report_path = out_dir / "result.onnx", out_dir / "r.json"
+    argv = ["optimize", cnn_file, "-o", output, "--rtol", "0", "--atol", "0", "--report", report_path]
+    rc, out, err = run_cli(argv, capfd)
+    assert_clean_failure(rc, err, 8, output=output, input_path=cnn_file, input_hash=before, folders=[out_dir], out=None)
+    assert "verification FAILED" in out and "MISMATCH" in out and "fusions" in out
+    assert "(not written)" in out
+    report = json.loads(report_path.read_text())
+    assert report["written"] is False and report["output"] is None
+    assert report["verification"]["ok"] is False
+    # an honest failure: BatchNormalization folding really changed float rounding
+    assert max(o["max_abs_diff"] for o in report["verification"]["outputs"]) > 0
+
+
+def test_verification_failure_with_force_writes_and_exits_8(
+    cnn_file: Path, out_dir: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    before = sha256(cnn_file)
+    output = out_dir / "result.onnx"
+    rc, out, err = run_cli(["optimize", cnn_file, "-o", output, "--rtol", "0", "--atol", "0", "--force"], capfd)
+    assert rc == 8
+    assert "Traceback" not in err
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("onnxsat: warning:"), lines
+    assert "verification FAILED" in out
+    assert output.is_file()
+    assert temp_leftovers(out_dir) == []
+    assert sha256(cnn_file) == before
+    (logits,) = run_in_ort(output)
+    assert logits.shape == (1, 10)
+
+
+# ------------------------------------------------------------------------------------------ atomic writes
+
+
+def test_failed_rename_leaves_no_output_and_no_temp(
+    cnn_file: Path, out_dir: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr("onnxsat.model_io.os.replace", refuse)
+    before = sha256(cnn_file)
+    output = out_dir / "result.onnx"
+    rc, _out, err = run_cli(["optimize", cnn_file, "-o", output], capfd)
+    assert rc != 0
+    assert "Traceback" not in err
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("onnxsat:"), lines
+    assert not output.exists()
+    assert list(out_dir.iterdir()) == []
+    assert sha256(cnn_file) == before
+
+
+def test_failed_rename_keeps_the_previous_output(
+    cnn_file: Path, out_dir: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr("onnxsat.model_io.os.replace", refuse)
+    output = out_dir / "result.onnx"
+    output.write_bytes(b"previous result")
+    rc, _out, _err = run_cli(["optimize", cnn_file, "-o", output], capfd)
+    assert rc != 0
+    assert output.read_bytes() == b"previous result"
+    assert temp_leftovers(out_dir) == []
+
+
+@pytest.mark.parametrize(
+    ("raised", "code", "prefix"),
+    [(RuntimeError("boom"), 1, "onnxsat: internal error: RuntimeError: boom"), (KeyboardInterrupt(), 130, "onnxsat:")],
+)
+def test_unexpected_exceptions_are_one_line(
+    raised: BaseException,
+    code: int,
+    prefix: str,
+    cnn_file: Path,
+    out_dir: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    def explode(*args: object, **kwargs: object) -> None:
+        raise raised
+
+    # the package re-exports a function named ``optimize``, so patch the module object itself
+    monkeypatch.setattr(importlib.import_module("onnxsat.optimize"), "optimize", explode)
+    rc, _out, err = run_cli(["optimize", cnn_file, "-o", out_dir / "result.onnx"], capfd)
+    assert rc == code
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith(prefix), lines
+    assert "Traceback" not in err
+    assert list(out_dir.iterdir()) == []
+
+
+# ------------------------------------------------------------------------------------------------- demo
+
+
+def test_demo(tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
+    folder = tmp_path / "demo"
+    rc, out, err = run_cli(["demo", "--output-dir", folder], capfd)
+    assert rc == 0, err
+    assert "speedup" in out
+    assert "verification PASSED" in out
+    assert (folder / "demo_cnn.onnx").is_file() and (folder / "demo_cnn.opt.onnx").is_file()
+    report = json.loads((folder / "report.json").read_text())
+    latency = report["latency"] if isinstance(report["latency"], list) else [report["latency"]]
+    assert latency and all(entry["speedup"] > 0 for entry in latency)
+    assert temp_leftovers(folder) == []
+
+
+# ------------------------------------------------------------------------------------------ subprocesses
+
+
+@pytest.mark.parametrize("via", ["module", "script"])
+def test_subprocess_success(via: str, cnn_file: Path, tmp_path: Path) -> None:
+    before = sha256(cnn_file)
+    (tmp_path / "out").mkdir()
+    result = run_subprocess(
+        ["optimize", "model.onnx", "-o", "out/result.onnx", "--target", "portable", "--report", "out/r.json"],
+        cwd=tmp_path,
+        via=via,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stderr.strip() == ""
+    assert "verification PASSED" in result.stdout and "fusions" in result.stdout
+    assert json.loads((tmp_path / "out" / "r.json").read_text()).keys() >= REPORT_KEYS
+    run_in_ort(tmp_path / "out" / "result.onnx")
+    assert sha256(cnn_file) == before
+    assert temp_leftovers(tmp_path, tmp_path / "out") == []
+
+
+@pytest.mark.parametrize(
+    ("via", "kind"), [("module", "missing"), ("script", "truncated-half"), ("module", "opset6-no-ort-kernel")]
+)
+def test_subprocess_errors(via: str, kind: str, tmp_path: Path) -> None:
+    build, code = BAD_INPUTS[kind]
+    source = build(tmp_path)
+    before = sha256(source) if source.is_file() else None
+    out_dir = tmp_path / "out"
+    out_dir.mkdir()
+    result = run_subprocess(["optimize", source, "-o", out_dir / "result.onnx"], cwd=tmp_path, via=via)
+    assert_clean_failure(
+        result.returncode,
+        result.stderr,
+        code,
+        output=out_dir / "result.onnx",
+        input_path=source,
+        input_hash=before,
+        folders=[out_dir, tmp_path],
+        out=result.stdout,
+    )
+
+
+def test_subprocess_output_equals_input(cnn_file: Path, tmp_path: Path) -> None:
+    before = sha256(cnn_file)
+    result = run_subprocess(["optimize", "model.onnx", "-o", "./model.onnx"], cwd=tmp_path, via="script")
+    assert_clean_failure(
+        result.returncode, result.stderr, 7, input_path=cnn_file, input_hash=before, folders=[tmp_path]
+    )
+
+
+def test_subprocess_usage_error_exits_2(tmp_path: Path) -> None:
+    result = run_subprocess(["optimize", "model.onnx"], cwd=tmp_path, via="script")
+    assert result.returncode == 2
+    assert "usage:" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_subprocess_debug_shows_traceback(tmp_path: Path) -> None:
+    out_dir = tmp_path / "out"
+    out_dir.mkdir()
+    result = run_subprocess(
+        ["--debug", "optimize", "missing.onnx", "-o", out_dir / "result.onnx"], cwd=tmp_path, via="module"
+    )
+    assert result.returncode != 0
+    assert "Traceback (most recent call last)" in result.stderr
+    assert "InputNotFoundError" in result.stderr
+    assert "onnxsat: error:" not in result.stderr
+    assert list(out_dir.iterdir()) == []
+
+
+# ------------------------------------------------------------------------------ regressions
+# Each reproduces a defect found while writing these tests (fixed since).
+
+
+def test_report_path_equal_to_input_must_not_overwrite_input(
+    cnn_file: Path, out_dir: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    before = sha256(cnn_file)
+    rc, _out, err = run_cli(["optimize", cnn_file, "-o", out_dir / "result.onnx", "--report", cnn_file], capfd)
+    assert sha256(cnn_file) == before, "the input model was overwritten by the JSON report"
+    assert rc == 7, err
+
+
+def test_report_path_equal_to_output_is_refused(
+    cnn_file: Path, out_dir: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    output = out_dir / "result.onnx"
+    rc, _out, _err = run_cli(["optimize", cnn_file, "-o", output, "--report", output], capfd)
+    assert rc == 7, f"exit {rc}; {output} now starts with {output.read_bytes()[:20]!r}"
+
+
+def test_unwritable_report_writes_no_model(cnn_file: Path, out_dir: Path, capfd: pytest.CaptureFixture[str]) -> None:
+    output = out_dir / "result.onnx"
+    rc, _out, _err = run_cli(["optimize", cnn_file, "-o", output, "--report", out_dir / "missing" / "r.json"], capfd)
+    assert rc == 7
+    assert not output.exists(), "exit 7 (error) but the output model was written anyway"
+
+
+def test_output_folder_is_a_file(cnn_file: Path, tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
+    before = sha256(cnn_file)
+    output = cnn_file / "result.onnx"  # "model.onnx/result.onnx": the folder is a regular file
+    rc, out, err = run_cli(["optimize", cnn_file, "-o", output], capfd)
+    assert_clean_failure(rc, err, 7, input_path=cnn_file, input_hash=before, folders=[tmp_path], out=out)
+
+
+def test_negative_input_shape_dim_is_a_settings_error(
+    cnn_dynamic_file: Path, out_dir: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    output = out_dir / "result.onnx"
+    rc, out, err = run_cli(["optimize", cnn_dynamic_file, "-o", output, "--input-shape", "input:-1,3,32,32"], capfd)
+    assert_clean_failure(rc, err, 9, output=output, folders=[out_dir], out=out)
+
+
+def test_output_file_mode_follows_umask(cnn_file: Path, out_dir: Path, capfd: pytest.CaptureFixture[str]) -> None:
+    output = out_dir / "result.onnx"
+    previous = os.umask(0o022)
+    try:
+        rc, _out, err = run_cli(["optimize", cnn_file, "-o", output], capfd)
+    finally:
+        os.umask(previous)
+    assert rc == 0, err
+    mode = stat.S_IMODE(output.stat().st_mode)
+    assert mode == 0o644, f"output mode is {oct(mode)}; a plain write under umask 022 gives 0o644"
+
+
+@pytest.mark.parametrize("spec", ["input:1,3", "input:", "input:2,4,64,64"])
+def test_input_shape_that_does_not_fit_the_declared_shape_is_a_settings_error(
+    spec: str, cnn_dynamic_file: Path, out_dir: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    output = out_dir / "result.onnx"
+    rc, out, err = run_cli(["optimize", cnn_dynamic_file, "-o", output, "--input-shape", spec], capfd)
+    assert_clean_failure(rc, err, 9, output=output, folders=[out_dir], out=out)
+    assert "does not fit the declared shape" in err
+
+
+def test_missing_input_is_reported_before_the_output_path(tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
+    missing = tmp_path / "missing.onnx"
+    rc, _out, err = run_cli(["optimize", missing, "-o", missing], capfd)
+    assert rc == 3, err
