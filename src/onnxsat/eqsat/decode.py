@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import onnx
 from egglog import bindings
+from google.protobuf.message import Message
 
 from onnxsat.eqsat.activations import activation_attributes
 from onnxsat.eqsat.encode import EncodedModel
@@ -55,6 +56,7 @@ class _Decoder:
         self.reserved = {v.name for v in graph.input} | set(self.initializers)
         self.reserved |= {t.values.name for t in graph.sparse_initializer}
         self.used_tensor_names: set[str] = set(self.reserved)
+        self.original_names = frozenset(encoded.tensor_names)
         self.used_node_names: set[str] = set()
         self.tensor_name: dict[bindings.Value, str] = {}
         self.args_names: dict[bindings.Value, list[str]] = {}
@@ -68,7 +70,8 @@ class _Decoder:
 
     # ---- naming -------------------------------------------------------------------------------
     def fresh_tensor_name(self, base: str) -> str:
-        return _claim_unique(base, self.used_tensor_names)
+        """A name no emitted tensor has and no original tensor may still claim."""
+        return _claim_unique(base, self.used_tensor_names, self.original_names)
 
     def fresh_node_name(self, base: str) -> str:
         return _claim_unique(base, self.used_node_names) if base else ""
@@ -213,6 +216,10 @@ class _Decoder:
         attributes, activation = self.attributes(attrs_class)
         unchanged = (op_type, domain) == (original.op_type, original.domain)
         node = onnx.NodeProto()
+        if unchanged:  # keep every field the node had (overload, device configurations, doc, metadata)
+            node.CopyFrom(original)
+            for repeated in ("input", "output", "attribute"):
+                node.ClearField(repeated)
         node.op_type, node.domain = str(op_type), str(domain)
         node.name = self.fresh_node_name(original.name)
         node.input.extend(self.args_names[inputs_class])
@@ -224,9 +231,6 @@ class _Decoder:
             )
         node.output.extend(outputs)
         node.attribute.extend(attributes)
-        if unchanged:
-            node.doc_string = original.doc_string
-            node.metadata_props.extend(original.metadata_props)
         self.node_outputs[eclass] = outputs
         position = self.encoded.node_position[str(node_id)]
         self.alias_captures(original, self.args_names[captures_class], position)
@@ -299,11 +303,11 @@ class _Decoder:
                 alias = onnx.helper.make_node("Identity", [self.tensor_name[root]], [name])
                 self.emitted.append(_Emitted(alias, (len(source.graph.node), len(self.emitted))))
         nodes = self.ordered_nodes()
-        model = _copy_model_header(source)
+        model = onnx.ModelProto()
+        _copy_fields(source, model, skip={"graph"})
         graph = model.graph
-        graph.name, graph.doc_string = source.graph.name, source.graph.doc_string
-        graph.input.extend(source.graph.input)
-        graph.output.extend(source.graph.output)
+        rebuilt = {"node", "initializer", "sparse_initializer", "value_info", "quantization_annotation"}
+        _copy_fields(source.graph, graph, skip=rebuilt)
         graph.node.extend(nodes)
         keep = self.used_initializers | {v.name for v in source.graph.input}
         graph.initializer.extend(t for t in source.graph.initializer if t.name in keep)
@@ -319,30 +323,28 @@ class _Decoder:
         return DecodedModel(model=model, fusions=self.fusions)
 
 
-def _claim_unique(base: str, used: set[str]) -> str:
+def _claim_unique(base: str, used: set[str], avoid: frozenset[str] = frozenset()) -> str:
     """``base``, or ``base_1``, ``base_2``... whichever is free first; recorded as used."""
     name, counter = base, 0
-    while name in used:
+    while name in used or name in avoid:
         counter += 1
         name = f"{base}_{counter}"
     used.add(name)
     return name
 
 
-def _copy_model_header(source: onnx.ModelProto) -> onnx.ModelProto:
-    """A model with every top-level field of ``source`` except the graph (which is rebuilt)."""
-    model = onnx.ModelProto()
+def _copy_fields(source: Message, target: Message, skip: set[str]) -> None:
+    """Copy every set field of ``source`` into ``target`` except those named in ``skip``."""
     for descriptor, value in source.ListFields():
-        if descriptor.name == "graph":
+        if descriptor.name in skip:
             continue
-        target = getattr(model, descriptor.name)
+        field_value = getattr(target, descriptor.name)
         if descriptor.is_repeated:
-            target.extend(value)
+            field_value.extend(value)
         elif descriptor.message_type is not None:
-            target.CopyFrom(value)
+            field_value.CopyFrom(value)
         else:
-            setattr(model, descriptor.name, value)
-    return model
+            setattr(target, descriptor.name, value)
 
 
 def decode(encoded: EncodedModel, snapshot: FrozenEGraph, choice: dict[bindings.Value, ENode]) -> DecodedModel:

@@ -2,8 +2,9 @@
 
 Bottom-up fixpoint over the frozen e-graph with a worklist: an e-node is priced once all its child
 classes are, and a class's choice changes only on a strictly lower cost, so the chosen graph is
-acyclic. Ties keep the e-node that came first, which is the original term, so a graph with nothing
-to gain is rebuilt as it was.
+acyclic. Children read only for their value at decode time (a folded weight's inputs) must be
+extractable but cost nothing: they never run. Ties keep the e-node that came first, which is the
+original term, so a graph with nothing to gain is rebuilt as it was.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from collections import defaultdict, deque
 from egglog import bindings
 
 from onnxsat.eqsat.cost import CostModel
-from onnxsat.eqsat.frozen import ENode, FrozenEGraph
+from onnxsat.eqsat.frozen import ENode, FrozenEGraph, value_only_children
 
 # Handles and inert plumbing that must never be chosen as a tensor's definition.
 UNEXTRACTABLE = frozenset({"TensorRef"})
@@ -29,10 +30,12 @@ def extract(snapshot: FrozenEGraph, cost_model: CostModel) -> dict[bindings.Valu
 
     def consider(eclass: bindings.Value, enode: ENode) -> None:
         total = own_cost[enode.seq]
+        free = value_only_children(enode)
         for child in enode.children:
             if child not in best_cost:
                 return
-            total += best_cost[child]
+            if child not in free:
+                total += best_cost[child]
         current = best_cost.get(eclass)
         if current is None or total < current or (total == current and enode.seq < choice[eclass].seq):
             best_cost[eclass] = total

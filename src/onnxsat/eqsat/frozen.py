@@ -72,3 +72,16 @@ def freeze(egraph: EGraph) -> FrozenEGraph:
             snapshot.classes[row.output].append(ENode(name, tuple(literals), tuple(children), seq))
             seq += 1
     return snapshot
+
+
+def value_only_children(enode: ENode) -> tuple[bindings.Value, ...]:
+    """Children read only for their value when decoding (folded into constants, never emitted as nodes).
+
+    A folded weight's inputs and a fused Clip's bounds are computed with numpy at decode time, so they
+    cost nothing at run time and extraction must not price them.
+    """
+    if enode.op == "TensorDerived":
+        return enode.children
+    if enode.op == "AttrsWithActivation":
+        return enode.children[2:]
+    return ()
