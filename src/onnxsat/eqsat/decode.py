@@ -59,7 +59,6 @@ class _Decoder:
         self.original_names = frozenset(encoded.tensor_names)
         self.used_node_names: set[str] = set()
         self.tensor_name: dict[bindings.Value, str] = {}
-        self.args_names: dict[bindings.Value, list[str]] = {}
         self.node_outputs: dict[bindings.Value, list[str]] = {}
         self.values: dict[bindings.Value, np.ndarray | None] = {}
         self.emitted: list[_Emitted] = []
@@ -164,6 +163,10 @@ class _Decoder:
             enode = self.chosen(enode.children[1])
         return classes
 
+    def names_of(self, args_class: bindings.Value) -> list[str]:
+        """Decoded tensor names of an argument list, walking its cons cells once."""
+        return [self.tensor_name[c] for c in self.args_classes(args_class)]
+
     def attributes(self, eclass: bindings.Value) -> tuple[list[onnx.AttributeProto], str | None]:
         """The attribute list an Attrs class stands for, and the fused activation if it has one."""
         enode = self.chosen(eclass)
@@ -182,12 +185,9 @@ class _Decoder:
     def emit_class(self, eclass: bindings.Value) -> None:
         enode = self.chosen(eclass)
         op = enode.op
-        if op == "ArgsNil":
-            self.args_names[eclass] = []
-        elif op == "ArgsCons":
-            head, tail = enode.children
-            self.args_names[eclass] = [self.tensor_name[head], *self.args_names[tail]]
-        elif op == "TensorInput":
+        if op in ("ArgsNil", "ArgsCons"):
+            return  # lists are read by the node that owns them (names_of), in one pass
+        if op == "TensorInput":
             self.tensor_name[eclass] = str(enode.literals[0])
         elif op == "TensorInitializer":
             self.tensor_name[eclass] = str(enode.literals[0])
@@ -222,7 +222,7 @@ class _Decoder:
                 node.ClearField(repeated)
         node.op_type, node.domain = str(op_type), str(domain)
         node.name = self.fresh_node_name(original.name)
-        node.input.extend(self.args_names[inputs_class])
+        node.input.extend(self.names_of(inputs_class))
         outputs = []
         for index in range(int(n_outputs)):
             out_class = self.snapshot.out_class.get((eclass, index))
@@ -233,7 +233,7 @@ class _Decoder:
         node.attribute.extend(attributes)
         self.node_outputs[eclass] = outputs
         position = self.encoded.node_position[str(node_id)]
-        self.alias_captures(original, self.args_names[captures_class], position)
+        self.alias_captures(original, self.names_of(captures_class), position)
         self.emitted.append(_Emitted(node, (position, len(self.emitted))))
         self.domains.add(node.domain)
         label = self.fusion_label(original, node, inputs_class, activation)
