@@ -76,6 +76,8 @@ def constant_node_value(node: onnx.NodeProto) -> np.ndarray:
         return np.array(attr.f, dtype=np.float32)
     if attr.name == "value_floats":
         return np.array(list(attr.floats), dtype=np.float32)
+    if attr.name == "sparse_value":
+        return sparse_tensor_value(attr.sparse_tensor)
     if attr.name == "value_int":
         return np.array(attr.i, dtype=np.int64)
     if attr.name == "value_ints":
