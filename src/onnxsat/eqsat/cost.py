@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Protocol
 
 from onnxsat.eqsat.frozen import ENode
+from onnxsat.errors import SettingsError
 
 
 class CostModel(Protocol):
@@ -34,8 +35,6 @@ COST_MODELS: dict[str, type[UniformCost]] = {UniformCost.name: UniformCost}
 
 
 def get_cost_model(name: str) -> CostModel:
-    from onnxsat.errors import SettingsError
-
     if name not in COST_MODELS:
         raise SettingsError(f"unknown cost model {name!r}; choose from {', '.join(sorted(COST_MODELS))}")
     return COST_MODELS[name]()
