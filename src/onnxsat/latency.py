@@ -15,17 +15,7 @@ import onnx
 import onnxruntime as ort
 
 from onnxsat.report import LatencyComparison
-from onnxsat.verify import random_inputs
-
-
-def _session(model: onnx.ModelProto, level: ort.GraphOptimizationLevel, threads: int) -> ort.InferenceSession:
-    options = ort.SessionOptions()
-    options.graph_optimization_level = level
-    options.intra_op_num_threads = threads
-    options.inter_op_num_threads = 1
-    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-    options.log_severity_level = 3
-    return ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+from onnxsat.verify import random_inputs, session
 
 
 def compare_latency(
@@ -39,7 +29,7 @@ def compare_latency(
 ) -> LatencyComparison:
     """Median latency of each model and the median per-pair speedup (original / optimized)."""
     feeds = random_inputs(original, input_shapes)
-    sessions = [_session(original, level, threads), _session(optimized, level, threads)]
+    sessions = [session(original, level, threads), session(optimized, level, threads)]
     for _ in range(warmup):
         for sess in sessions:
             sess.run(None, feeds)

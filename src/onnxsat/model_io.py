@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 import onnx
@@ -75,15 +76,8 @@ def check_output_path(input_path: str | os.PathLike[str], output_path: str | os.
 def save_model(model: onnx.ModelProto, output_path: str | os.PathLike[str]) -> None:
     """Write ``model`` atomically; models over 2 GiB keep their weights in ``<name>.data`` beside it."""
     target = Path(output_path)
-    try:
-        handle, temporary = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-    except OSError as error:
-        raise OutputPathError(f"cannot write to {target.parent}: {error.strerror}") from None
-    os.close(handle)
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(temporary, 0o666 & ~umask)  # mkstemp makes 0600; a model file is as readable as any other
-    try:
+
+    def write(temporary: str) -> None:
         if model.ByteSize() > _PROTOBUF_LIMIT:
             onnx.save_model(model, temporary, save_as_external_data=True, location=f"{target.name}.data")
         else:
@@ -91,6 +85,31 @@ def save_model(model: onnx.ModelProto, output_path: str | os.PathLike[str]) -> N
                 stream.write(model.SerializeToString())
                 stream.flush()
                 os.fsync(stream.fileno())
+
+    _write_atomically(target, write)
+
+
+def write_text_atomic(text: str, output_path: str | os.PathLike[str]) -> None:
+    """Write a text file (a report) with the same all-or-nothing guarantee as a model."""
+    _write_atomically(Path(output_path), lambda temporary: Path(temporary).write_text(text))
+
+
+def _write_atomically(target: Path, write: Callable[[str], None]) -> None:
+    """Have ``write`` fill a temporary file beside ``target``, then rename it over ``target``.
+
+    A failure leaves no temporary file and never a half-written ``target``; it is reported as one
+    OutputPathError line.
+    """
+    try:
+        handle, temporary = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    except OSError as error:
+        raise OutputPathError(f"cannot write to {target.parent}: {error.strerror}") from None
+    os.close(handle)
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(temporary, 0o666 & ~umask)  # mkstemp makes 0600; an output is as readable as any other file
+    try:
+        write(temporary)
         os.replace(temporary, target)
     except OSError as error:
         Path(temporary).unlink(missing_ok=True)
@@ -98,21 +117,6 @@ def save_model(model: onnx.ModelProto, output_path: str | os.PathLike[str]) -> N
     except BaseException:
         Path(temporary).unlink(missing_ok=True)
         raise
-
-
-def write_text_atomic(text: str, output_path: str | os.PathLike[str]) -> None:
-    """Write a text file (a report) with the same all-or-nothing guarantee as a model."""
-    target = Path(output_path)
-    try:
-        handle, temporary = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-        with os.fdopen(handle, "w") as stream:
-            stream.write(text)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(temporary, 0o666 & ~umask)
-        os.replace(temporary, target)
-    except OSError as error:
-        raise OutputPathError(f"cannot write {target}: {error.strerror or error}") from None
 
 
 def check_report_path(

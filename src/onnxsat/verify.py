@@ -62,10 +62,12 @@ def parse_input_shapes(specs: Sequence[str]) -> dict[str, list[int]]:
 
 
 def session(model: onnx.ModelProto, level: ort.GraphOptimizationLevel, threads: int = 1) -> ort.InferenceSession:
+    """A CPU session at ``level``; spinning is off so that idle sessions alive beside it steal no cores."""
     options = ort.SessionOptions()
     options.graph_optimization_level = level
     options.intra_op_num_threads = threads
     options.inter_op_num_threads = 1
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     options.log_severity_level = 3
     return ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
 

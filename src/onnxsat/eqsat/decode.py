@@ -54,7 +54,7 @@ class _Decoder:
         self.sparse_initializers = {t.values.name: t for t in graph.sparse_initializer}
         self.graph_outputs = [o.name for o in graph.output]
         self.reserved = {v.name for v in graph.input} | set(self.initializers)
-        self.reserved |= {t.values.name for t in graph.sparse_initializer}
+        self.reserved |= set(self.sparse_initializers)
         self.used_tensor_names: set[str] = set(self.reserved)
         self.original_names = frozenset(encoded.tensor_names)
         self.used_node_names: set[str] = set()

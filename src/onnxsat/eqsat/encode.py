@@ -2,9 +2,9 @@
 
 Each tensor a node produces, and each graph input, gets a handle ``Tensor.ref(k)``; a node is added
 as ``union(ref(out_k), Out(Node(..., inputs = [ref(in_1), ...]), i))``, with constant initializers
-written inline as ``Tensor.initializer(name)`` (the analysis rules mark them static). No command nests deeper than one
-node, so graphs of any depth encode without recursion (the reference design built one nested Python
-expression and hit the recursion limit a few hundred layers deep).
+written inline as ``Tensor.initializer(name)`` (the analysis rules mark them static). No command
+nests deeper than one node, so graphs of any depth encode without recursion (the reference design
+built one nested Python expression and hit the recursion limit a few hundred layers deep).
 
 Commands go straight to egglog's command layer (``egglog.bindings``): building the same terms through
 egglog-python's typed front end costs ~1 ms per node, which alone would break the 10 s budget for a
@@ -151,7 +151,7 @@ class _Encoder:
                 handle = _call("TensorRef", _int(self.result.tensor_id(output.name)))
                 self.commands.append(_union(handle, self.ref(output.name)))
             self.result.tensor_id(output.name)
-        self.result.egraph._egraph.run_program(*self.commands)
+        self.result.egraph._egraph.run_program(*self.commands)  # private handle: see the module docstring
         self.result.n_commands = len(self.commands)
         return self.result
 

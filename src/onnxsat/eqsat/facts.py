@@ -1,8 +1,8 @@
 """Facts about an ONNX graph that rules need and the e-graph cannot see by itself.
 
 Computed once in Python at encode time: how many readers each tensor has, which are float32, and
-semantic flags of attribute sets (for example "this
-BatchNormalization runs in inference mode"). Keeping them here keeps rules short and conditions testable.
+semantic flags of attribute sets (for example "this BatchNormalization runs in inference mode").
+Keeping them here keeps rules short and conditions testable.
 """
 
 from __future__ import annotations

@@ -42,7 +42,7 @@ class FrozenEGraph:
 
 def freeze(egraph: EGraph) -> FrozenEGraph:
     """Snapshot ``egraph``; ``Tensor.ref`` handles become the tensor-id <-> e-class maps."""
-    raw = egraph._egraph
+    raw = egraph._egraph  # egglog-python exposes the frozen tables only on its private bindings handle
     tables = raw.freeze().functions
     readers = {"String": raw.value_to_string, "i64": raw.value_to_i64, "f64": raw.value_to_f64}
     snapshot = FrozenEGraph()
