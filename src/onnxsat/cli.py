@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 from onnxsat.errors import OnnxSatError
 
@@ -54,7 +55,7 @@ def _run_optimize(args: argparse.Namespace) -> int:
     from onnxsat.eqsat.saturate import SaturationLimits
     from onnxsat.errors import VerificationFailedError
     from onnxsat.latency import compare_latency_levels
-    from onnxsat.model_io import check_report_path, load_model, write_text_atomic
+    from onnxsat.model_io import check_report_path, write_text_atomic
     from onnxsat.optimize import OptimizeOptions, optimize
     from onnxsat.verify import Tolerance, parse_input_shapes
 
@@ -76,7 +77,7 @@ def _run_optimize(args: argparse.Namespace) -> int:
             write_text_atomic(error.report.to_json() + "\n", args.report)  # type: ignore[attr-defined]
         raise
     if args.latency:
-        report.latency = compare_latency_levels(load_model(args.model), load_model(args.output), options.input_shapes)
+        report.latency = compare_latency_levels(Path(args.model), Path(args.output), options.input_shapes)
     if args.report:
         write_text_atomic(report.to_json() + "\n", args.report)
     print(report.to_table())

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from onnxsat.latency import compare_latency_levels
-from onnxsat.model_io import load_model, save_model
+from onnxsat.model_io import save_model
 from onnxsat.optimize import OptimizeOptions, optimize
 from onnxsat.zoo.synthetic import demo_cnn
 
@@ -17,7 +17,7 @@ def run_demo(output_dir: str) -> int:
     save_model(demo_cnn(), original_path)
     print(f"built {original_path}: a small CNN with Conv+BN+Relu, Conv+BN+Clip, depthwise Conv, MaxPool, Gemm+Relu\n")
     report = optimize(original_path, optimized_path, OptimizeOptions(target="ort"), report_path=folder / "report.json")
-    report.latency = compare_latency_levels(load_model(original_path), load_model(optimized_path))
+    report.latency = compare_latency_levels(original_path, optimized_path)
     (folder / "report.json").write_text(report.to_json() + "\n")
     print(report.to_table())
     print(f"\nwrote {optimized_path} and {folder / 'report.json'}")

@@ -49,3 +49,9 @@ class SettingsError(OnnxSatError):
     """An option has a value ONNXSat cannot use (a malformed --input-shape, an unknown target)."""
 
     exit_code = 9
+
+
+class UnsafeModelError(OnnxSatError):
+    """The model asks ONNXSat to read a file outside its folder (external data); nothing was read."""
+
+    exit_code = 10

@@ -10,25 +10,29 @@ from __future__ import annotations
 import statistics
 import time
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 
-import onnx
 import onnxruntime as ort
 
+from onnxsat.model_io import load_model
 from onnxsat.report import LatencyComparison
 from onnxsat.verify import random_inputs, session
 
 
 def compare_latency(
-    original: onnx.ModelProto,
-    optimized: onnx.ModelProto,
+    original: Path,
+    optimized: Path,
     input_shapes: Mapping[str, Sequence[int]] | None = None,
     level: ort.GraphOptimizationLevel = ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
     threads: int = 1,
     pairs: int = 60,
     warmup: int = 10,
 ) -> LatencyComparison:
-    """Median latency of each model and the median per-pair speedup (original / optimized)."""
-    feeds = random_inputs(original, input_shapes)
+    """Median latency of each model file and the median per-pair speedup (original / optimized).
+
+    Sessions load the files themselves, so external data is read from each model's own folder.
+    """
+    feeds = random_inputs(load_model(original), input_shapes)
     sessions = [session(original, level, threads), session(optimized, level, threads)]
     for _ in range(warmup):
         for sess in sessions:
@@ -58,7 +62,7 @@ def compare_latency(
 
 
 def compare_latency_levels(
-    original: onnx.ModelProto, optimized: onnx.ModelProto, input_shapes: Mapping[str, Sequence[int]] | None = None
+    original: Path, optimized: Path, input_shapes: Mapping[str, Sequence[int]] | None = None
 ) -> list[LatencyComparison]:
     """The bar to beat (ORT with all its optimizations) and what the rewrites alone buy (ORT with none)."""
     levels = (ort.GraphOptimizationLevel.ORT_ENABLE_ALL, ort.GraphOptimizationLevel.ORT_DISABLE_ALL)

@@ -2,18 +2,22 @@
 
 Writes are atomic: the model goes to a temporary file in the destination folder, then is renamed
 over the destination, so a crash never leaves half a model behind and the input is never touched.
+External data stays on disk: a model is loaded without its weights, every external reference is
+checked first (see ``external_data.py``), and weights are streamed into the output's data file.
 """
 
 from __future__ import annotations
 
 import os
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import onnx
 from google.protobuf.message import DecodeError
 
+from onnxsat import external_data
 from onnxsat.errors import InputNotFoundError, InvalidModelError, NotOnnxError, OutputPathError
 
 # Protobuf refuses to serialize a message over 2 GiB; bigger models keep weights in external data.
@@ -31,22 +35,39 @@ def check_input_path(path: str | os.PathLike[str]) -> Path:
 
 
 def load_model(path: str | os.PathLike[str]) -> onnx.ModelProto:
-    """Read ``path`` as an ONNX model (with its external data), or raise a user-facing error."""
+    """Read ``path`` as an ONNX model, or raise a user-facing error.
+
+    External data is not read: its references are checked (inside the model's folder, regular files,
+    offsets in range) and left in place; :func:`model_folder` gives the folder they are relative to.
+    """
     source = check_input_path(path)
     try:
-        model = onnx.load(str(source))
+        model = onnx.load(str(source), load_external_data=False)
     except (DecodeError, RuntimeWarning, ValueError) as error:
-        raise NotOnnxError(f"{source} is not a readable ONNX model (truncated or another format): {error}") from None
+        text = " ".join(str(error).split())[:200]
+        raise NotOnnxError(f"{source} is not a readable ONNX model (truncated or another format): {text}") from None
     except OSError as error:
-        raise InputNotFoundError(f"cannot read {source}: {error}") from None
+        raise InputNotFoundError(f"cannot read {source}: {error.strerror or error}") from None
     if model.ir_version == 0 or not model.HasField("graph"):
         raise NotOnnxError(f"{source} is not an ONNX model (no IR version or graph)")
+    external_data.check_references(model, model_folder(source))
     return model
 
 
+def model_folder(path: str | os.PathLike[str]) -> Path:
+    """The folder a model file's external-data locations are relative to."""
+    return Path(path).resolve().parent
+
+
 def check_model(model: onnx.ModelProto) -> None:
-    """Run ``onnx.checker`` (full check); raise InvalidModelError with its first line on failure."""
+    """Run ``onnx.checker``; raise InvalidModelError with its first line on failure.
+
+    External tensors are checked by ``external_data`` when the model is loaded; the checker sees
+    empty stand-ins for them, since it can only find data files relative to a path on disk.
+    """
     try:
+        if external_data.has_external_data(model):
+            model = external_data.structure_view(model)
         if model.ByteSize() > _PROTOBUF_LIMIT:
             return  # the checker cannot take it in memory; ONNX Runtime will load-check it instead
         onnx.checker.check_model(model, full_check=False)
@@ -73,18 +94,43 @@ def check_output_path(input_path: str | os.PathLike[str], output_path: str | os.
     return target
 
 
-def save_model(model: onnx.ModelProto, output_path: str | os.PathLike[str]) -> None:
-    """Write ``model`` atomically; models over 2 GiB keep their weights in ``<name>.data`` beside it."""
+def data_file_path(output_path: str | os.PathLike[str]) -> Path:
+    """Where a model written with external data keeps its weights: ``<name>.data`` beside it."""
     target = Path(output_path)
+    return target.with_name(f"{target.name}.data")
+
+
+def check_data_path(output_path: str | os.PathLike[str], model: onnx.ModelProto, base_dir: Path) -> None:
+    """Refuse an output whose data file would replace a file the input model still reads."""
+    data_path = data_file_path(output_path)
+    if data_path.is_dir():
+        raise OutputPathError(f"the output's data file would replace a directory: {data_path}")
+    if data_path.resolve() in external_data.external_paths(model, base_dir):
+        raise OutputPathError(
+            f"the output's data file {data_path} is the input model's own external data; choose another output name"
+        )
+
+
+def save_model(model: onnx.ModelProto, output_path: str | os.PathLike[str], base_dir: Path | None = None) -> None:
+    """Write ``model`` atomically.
+
+    A model with external data (read from ``base_dir``), or one over 2 GiB, is written with its
+    weights in ``<name>.data`` beside it, streamed rather than loaded.
+    """
+    target = Path(output_path)
+    if external_data.has_external_data(model) or model.ByteSize() > _PROTOBUF_LIMIT:
+        data_target = data_file_path(target)
+        with _temporary_beside(data_target) as data_temporary, _temporary_beside(target) as model_temporary:
+            external_data.write_model_with_data(model, base_dir, model_temporary, data_temporary, data_target.name)
+            os.replace(data_temporary, data_target)
+            os.replace(model_temporary, target)
+        return
 
     def write(temporary: str) -> None:
-        if model.ByteSize() > _PROTOBUF_LIMIT:
-            onnx.save_model(model, temporary, save_as_external_data=True, location=f"{target.name}.data")
-        else:
-            with open(temporary, "wb") as stream:
-                stream.write(model.SerializeToString())
-                stream.flush()
-                os.fsync(stream.fileno())
+        with open(temporary, "wb") as stream:
+            stream.write(model.SerializeToString())
+            stream.flush()
+            os.fsync(stream.fileno())
 
     _write_atomically(target, write)
 
@@ -95,9 +141,17 @@ def write_text_atomic(text: str, output_path: str | os.PathLike[str]) -> None:
 
 
 def _write_atomically(target: Path, write: Callable[[str], None]) -> None:
-    """Have ``write`` fill a temporary file beside ``target``, then rename it over ``target``.
+    """Have ``write`` fill a temporary file beside ``target``, then rename it over ``target``."""
+    with _temporary_beside(target) as temporary:
+        write(temporary)
+        os.replace(temporary, target)
 
-    A failure leaves no temporary file and never a half-written ``target``; it is reported as one
+
+@contextmanager
+def _temporary_beside(target: Path) -> Iterator[str]:
+    """A temporary file in ``target``'s folder (so a rename over ``target`` is atomic).
+
+    It is removed if the block fails (a renamed-away file is already gone); an OSError becomes one
     OutputPathError line.
     """
     try:
@@ -109,8 +163,7 @@ def _write_atomically(target: Path, write: Callable[[str], None]) -> None:
     os.umask(umask)
     os.chmod(temporary, 0o666 & ~umask)  # mkstemp makes 0600; an output is as readable as any other file
     try:
-        write(temporary)
-        os.replace(temporary, target)
+        yield temporary
     except OSError as error:
         Path(temporary).unlink(missing_ok=True)
         raise OutputPathError(f"cannot write {target}: {error.strerror or error}") from None

@@ -81,8 +81,13 @@ def optimize_model(
     options: OptimizeOptions | None = None,
     source: str = "<memory>",
     phases: _Phases | None = None,
+    base_dir: Path | None = None,
 ) -> tuple[onnx.ModelProto, OptimizeReport]:
-    """Optimize an in-memory model (left unchanged); return the result and its report (verified)."""
+    """Optimize an in-memory model (left unchanged); return the result and its report (verified).
+
+    ``base_dir`` is the folder of the model's external data, if it has any (see ``model_io.load_model``);
+    the result keeps referring to that data for every weight it did not fold.
+    """
     options = options or OptimizeOptions()
     phases = phases or _Phases()
     rulesets = rulesets_for(options.target)
@@ -92,9 +97,9 @@ def optimize_model(
         model_io.check_model(model)
     with phases("verify"):
         feeds = random_inputs(model, options.input_shapes)
-        reference = run_model(model, feeds, "input model")
+        reference = run_model(model, feeds, "input model", base_dir)
     with phases("encode"), _collector_paused():
-        encoded = encode(model, _shape_inferred(model))
+        encoded = encode(model, _shape_inferred(model), base_dir)
         enodes_before = egraph_size(encoded.egraph)
     with phases("saturate"):
         stats = saturate(encoded.egraph, rulesets, options.limits)
@@ -104,7 +109,14 @@ def optimize_model(
     with phases("decode"), _collector_paused():
         decoded = decode(encoded, snapshot, choice)
     with phases("verify"):
-        result = verify(model, decoded.model, options.input_shapes, options.tolerance, reference_outputs=reference)
+        result = verify(
+            model,
+            decoded.model,
+            options.input_shapes,
+            options.tolerance,
+            reference_outputs=reference,
+            base_dir=base_dir,
+        )
     report.nodes_before = dict(op_counts(model))
     report.nodes_after = dict(op_counts(decoded.model))
     report.fusions = dict(decoded.fusions)
@@ -143,11 +155,13 @@ def optimize(
         model_io.check_report_path(report_path, input_path, output_path)
     with phases("load"):
         model = model_io.load_model(input_path)
-    optimized, report = optimize_model(model, options, source=str(input_path), phases=phases)
+    base_dir = model_io.model_folder(input_path)
+    model_io.check_data_path(target, model, base_dir)
+    optimized, report = optimize_model(model, options, source=str(input_path), phases=phases, base_dir=base_dir)
     verified = report.verification is not None and report.verification.ok
     if verified or options.force:
         with phases("save"):
-            model_io.save_model(optimized, target)
+            model_io.save_model(optimized, target, base_dir)
         report.output = str(target)
         report.written = True
     report.phases = phases.seconds

@@ -8,15 +8,22 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 
 import numpy as np
 import onnx
 import onnxruntime as ort
 
-from onnxsat.errors import RuntimeUnsupportedError, SettingsError
+from onnxsat.errors import InvalidModelError, RuntimeUnsupportedError, SettingsError
+from onnxsat.model_io import check_model
 
 DEFAULT_DYNAMIC_DIM = 1
 """Symbolic or unknown dimensions take this size unless ``--input-shape`` says otherwise."""
+
+MAX_INPUT_ELEMENTS = 2**28
+"""Verification refuses to invent more input elements than this (1 GiB of float32) in total: a
+declared shape that large is a typo or a damaged file, and allocating it would end in an out-of-memory
+kill rather than a message. ``--input-shape`` gives smaller sizes for dynamic dims."""
 
 
 @dataclass(frozen=True)
@@ -61,15 +68,32 @@ def parse_input_shapes(specs: Sequence[str]) -> dict[str, list[int]]:
     return shapes
 
 
-def session(model: onnx.ModelProto, level: ort.GraphOptimizationLevel, threads: int = 1) -> ort.InferenceSession:
-    """A CPU session at ``level``; spinning is off so that idle sessions alive beside it steal no cores."""
+def session(
+    model: onnx.ModelProto | Path,
+    level: ort.GraphOptimizationLevel,
+    threads: int = 1,
+    base_dir: Path | None = None,
+    lean: bool = False,
+) -> ort.InferenceSession:
+    """A CPU session at ``level``; spinning is off so that idle sessions alive beside it steal no cores.
+
+    ``model`` is a model in memory or a file (whose external data ORT finds beside it). ``base_dir``
+    is where an in-memory model's external data lives (ORT reads it from there, not ONNXSat).
+    ``lean`` turns off weight pre-packing, which would otherwise keep a second copy of every MatMul
+    weight: verification runs once, so the copy buys nothing and would double a large model's memory.
+    """
     options = ort.SessionOptions()
     options.graph_optimization_level = level
     options.intra_op_num_threads = threads
     options.inter_op_num_threads = 1
     options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    if base_dir is not None:
+        options.add_session_config_entry("session.model_external_initializers_file_folder_path", str(base_dir))
+    if lean:
+        options.add_session_config_entry("session.disable_prepacking", "1")
     options.log_severity_level = 3
-    return ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    source = str(model) if isinstance(model, Path) else model.SerializeToString()
+    return ort.InferenceSession(source, options, providers=["CPUExecutionProvider"])
 
 
 def random_inputs(
@@ -83,6 +107,7 @@ def random_inputs(
     if unknown:
         raise SettingsError(f"--input-shape names inputs the model does not have: {', '.join(sorted(unknown))}")
     feeds = {}
+    elements = 0
     for value in model.graph.input:
         if value.name in initializers:
             continue
@@ -95,7 +120,17 @@ def random_inputs(
             _check_against_declared(value.name, shape, declared)
         else:
             shape = [d.dim_value if d.HasField("dim_value") else DEFAULT_DYNAMIC_DIM for d in declared or []]
-        dtype = onnx.helper.tensor_dtype_to_np_dtype(tensor_type.elem_type)
+        elements += int(np.prod(shape, dtype=object))
+        if elements > MAX_INPUT_ELEMENTS:
+            raise SettingsError(
+                f"input {value.name!r} has shape {shape}: verification would need more than "
+                f"{MAX_INPUT_ELEMENTS:,} input elements; give a smaller --input-shape"
+            )
+        try:
+            dtype = onnx.helper.tensor_dtype_to_np_dtype(tensor_type.elem_type)
+        except (KeyError, ValueError):
+            kind = tensor_type.elem_type
+            raise InvalidModelError(f"input {value.name!r} has an unknown element type {kind}") from None
         feeds[value.name] = _random_array(rng, dtype, shape)
     return feeds
 
@@ -127,14 +162,39 @@ def _random_array(rng: np.random.Generator, dtype: np.dtype, shape: list[int]) -
     return rng.standard_normal(shape).astype(dtype)
 
 
-def run_model(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray], what: str) -> list[np.ndarray]:
-    """Run with ORT optimizations off; a failure on the *original* model is the user's to know."""
+def run_model(
+    model: onnx.ModelProto, feeds: Mapping[str, np.ndarray], what: str, base_dir: Path | None = None
+) -> list[np.ndarray]:
+    """Run with ORT optimizations off; a failure on the *original* model is the user's to know.
+
+    The session is dropped before returning, so verifying a large model holds one copy of its
+    weights at a time.
+    """
     try:
-        sess = session(model, ort.GraphOptimizationLevel.ORT_DISABLE_ALL)
+        sess = session(model, ort.GraphOptimizationLevel.ORT_DISABLE_ALL, base_dir=base_dir, lean=True)
         return sess.run(None, dict(feeds))
     except Exception as error:  # ORT raises several unrelated exception types
         message = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-        raise RuntimeUnsupportedError(f"ONNX Runtime cannot run the {what}: {message}") from None
+        raise RuntimeUnsupportedError(
+            f"ONNX Runtime cannot run the {what}: {message}{_opset_hint(model, message)}"
+        ) from None
+
+
+def _opset_hint(model: onnx.ModelProto, message: str) -> str:
+    """Say which opset the model uses when ORT's complaint is a missing kernel for an op version.
+
+    ORT only names the op and the version of its schema (``Could not find an implementation for
+    AveragePool(1)``); the user needs to know it is the model's opset that ORT does not cover.
+    """
+    if "Could not find an implementation" not in message and "opset" not in message.lower():
+        return ""
+    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), None)
+    if opset is None:
+        return ""
+    return (
+        f" (the model uses opset {opset} of ai.onnx; ONNX Runtime {ort.__version__} has no kernel for this op at "
+        "that opset: convert the model to a newer opset with onnx.version_converter)"
+    )
 
 
 def compare_outputs(
@@ -174,17 +234,24 @@ def verify(
     tolerance: Tolerance | None = None,
     seed: int = 0,
     reference_outputs: list[np.ndarray] | None = None,
+    base_dir: Path | None = None,
 ) -> VerificationResult:
-    """Compare ``candidate`` with ``original`` on seeded inputs; never raises for a mismatch."""
+    """Compare ``candidate`` with ``original`` on seeded inputs; never raises for a mismatch.
+
+    ``base_dir`` is where both models' external data lives (the candidate refers to the original's).
+    """
     tolerance = tolerance or Tolerance()
     feeds = random_inputs(original, shapes, seed)
-    expected = reference_outputs if reference_outputs is not None else run_model(original, feeds, "input model")
+    if reference_outputs is not None:
+        expected = reference_outputs
+    else:
+        expected = run_model(original, feeds, "input model", base_dir)
     try:
-        onnx.checker.check_model(candidate)
-    except onnx.checker.ValidationError as error:
-        return VerificationResult(False, error=f"checker: {str(error).splitlines()[0]}", tolerance=tolerance)
+        check_model(candidate)
+    except InvalidModelError as error:
+        return VerificationResult(False, error=f"checker: {error}", tolerance=tolerance)
     try:
-        actual = run_model(candidate, feeds, "optimized model")
+        actual = run_model(candidate, feeds, "optimized model", base_dir)
     except RuntimeUnsupportedError as error:
         return VerificationResult(False, error=str(error), tolerance=tolerance)
     names = [o.name for o in original.graph.output]

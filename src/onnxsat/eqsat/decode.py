@@ -23,6 +23,7 @@ from onnxsat.eqsat.facts import subgraph_captures
 from onnxsat.eqsat.frozen import ENode, FrozenEGraph
 from onnxsat.eqsat.weights import KERNELS, constant_node_value, sparse_tensor_value
 from onnxsat.errors import InvalidModelError
+from onnxsat.external_data import tensor_value
 
 MICROSOFT_DOMAIN = "com.microsoft"
 _FOLDING_KERNELS = {"scale_conv_weight", "scale_convtranspose_weight"}
@@ -140,16 +141,16 @@ class _Decoder:
         if enode.op == "TensorAbsent":
             result = None
         elif enode.op == "TensorInitializer" and enode.literals[0] in self.initializers:
-            result = onnx.numpy_helper.to_array(self.initializers[enode.literals[0]])
+            result = tensor_value(self.initializers[enode.literals[0]], self.encoded.base_dir)
         elif enode.op == "TensorInitializer":
-            result = sparse_tensor_value(self.sparse_initializers[str(enode.literals[0])])
+            result = sparse_tensor_value(self.sparse_initializers[str(enode.literals[0])], self.encoded.base_dir)
         elif enode.op == "TensorDerived":
             base_attrs, _ = self.attributes(enode.children[1])
             args = [self.value(c) for c in self.args_classes(enode.children[0])]
             result = KERNELS[enode.literals[0]](args, {a.name: a for a in base_attrs})
         elif enode.op == "Out" and self.chosen(enode.children[0]).literals[0] == "Constant":
             node_id = self.chosen(enode.children[0]).literals[2]
-            result = constant_node_value(self.encoded.nodes[node_id])
+            result = constant_node_value(self.encoded.nodes[node_id], self.encoded.base_dir)
         else:
             raise DecodeError(f"a rule needs the value of a tensor made by {enode.op}, which is not static")
         self.values[eclass] = result

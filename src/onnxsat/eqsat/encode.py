@@ -14,6 +14,7 @@ egglog-python's typed front end costs ~1 ms per node, which alone would break th
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import onnx
 from egglog import EGraph, bindings, union
@@ -78,6 +79,8 @@ class EncodedModel:
     nodes: dict[str, onnx.NodeProto] = field(default_factory=dict)
     node_position: dict[str, int] = field(default_factory=dict)
     n_commands: int = 0
+    base_dir: Path | None = None
+    """The folder external-data locations are relative to (None: the model holds all its data)."""
 
     def tensor_id(self, name: str) -> int:
         if name not in self.tensor_ids:
@@ -183,6 +186,11 @@ class _Encoder:
                     self.commands.append(_fact(_call("IsFloat32", handle)))
 
 
-def encode(model: onnx.ModelProto, typed: onnx.ModelProto | None = None) -> EncodedModel:
-    """Encode ``model`` (not modified) into a fresh e-graph; ``typed`` is it after shape inference."""
-    return _Encoder(model, typed).encode()
+def encode(model: onnx.ModelProto, typed: onnx.ModelProto | None = None, base_dir: Path | None = None) -> EncodedModel:
+    """Encode ``model`` (not modified) into a fresh e-graph; ``typed`` is it after shape inference.
+
+    ``base_dir`` is where the model's external data lives; the decoder reads folded weights from there.
+    """
+    encoded = _Encoder(model, typed).encode()
+    encoded.base_dir = base_dir
+    return encoded

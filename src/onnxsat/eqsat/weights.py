@@ -8,9 +8,12 @@ weight's dtype, so a folded float32 weight is as close to exact as float32 allow
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 
 import numpy as np
 import onnx
+
+from onnxsat.external_data import tensor_value
 
 Kernel = Callable[[list[np.ndarray | None], dict[str, onnx.AttributeProto]], np.ndarray]
 
@@ -67,17 +70,17 @@ KERNELS: dict[str, Kernel] = {
 }
 
 
-def constant_node_value(node: onnx.NodeProto) -> np.ndarray:
+def constant_node_value(node: onnx.NodeProto, base_dir: Path | None = None) -> np.ndarray:
     """The tensor a ``Constant`` node produces, whichever of its value attributes it uses."""
     attr = node.attribute[0]
     if attr.name == "value":
-        return onnx.numpy_helper.to_array(attr.t)
+        return tensor_value(attr.t, base_dir)
     if attr.name == "value_float":
         return np.array(attr.f, dtype=np.float32)
     if attr.name == "value_floats":
         return np.array(list(attr.floats), dtype=np.float32)
     if attr.name == "sparse_value":
-        return sparse_tensor_value(attr.sparse_tensor)
+        return sparse_tensor_value(attr.sparse_tensor, base_dir)
     if attr.name == "value_int":
         return np.array(attr.i, dtype=np.int64)
     if attr.name == "value_ints":
@@ -85,10 +88,10 @@ def constant_node_value(node: onnx.NodeProto) -> np.ndarray:
     raise ValueError(f"Constant with attribute {attr.name!r} has no numeric value")
 
 
-def sparse_tensor_value(sparse: onnx.SparseTensorProto) -> np.ndarray:
+def sparse_tensor_value(sparse: onnx.SparseTensorProto, base_dir: Path | None = None) -> np.ndarray:
     """The dense array a sparse initializer stands for (COO: flat or per-dimension indices)."""
-    values = onnx.numpy_helper.to_array(sparse.values)
-    indices = onnx.numpy_helper.to_array(sparse.indices)
+    values = tensor_value(sparse.values, base_dir)
+    indices = tensor_value(sparse.indices, base_dir)
     dense = np.zeros(int(np.prod(sparse.dims)), dtype=values.dtype)
     flat = indices if indices.ndim == 1 else np.ravel_multi_index(tuple(indices.T), tuple(sparse.dims))
     dense[flat] = values

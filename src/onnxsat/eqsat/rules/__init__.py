@@ -15,10 +15,12 @@ from onnxsat.eqsat.rules.bn_folding import bn_folding
 from onnxsat.errors import SettingsError
 
 TARGETS: dict[str, tuple[Ruleset, ...]] = {
+    "none": (),
     "portable": (bn_folding,),
     "ort": (bn_folding, activation_fusion),
 }
-"""``portable`` emits standard ONNX only; ``ort`` may emit com.microsoft ops that ONNX Runtime runs."""
+"""``none`` runs no rewrite (a lossless round trip that drops dead nodes); ``portable`` emits standard
+ONNX only; ``ort`` may emit com.microsoft ops that ONNX Runtime runs."""
 
 
 def rulesets_for(target: str) -> tuple[Ruleset, ...]:

@@ -1,0 +1,263 @@
+"""Weights kept in files beside the model: checked before any read, read lazily, streamed on save.
+
+Why lazy: a model over 2 GB cannot be one protobuf with its weights, and loading every weight would
+cost the model's size again in memory. ONNXSat keeps external tensors as references while it rewrites
+the graph, reads only the few a rule folds, lets ONNX Runtime read the rest from disk, and copies them
+into the output's data file in chunks.
+
+Why checked: a location is a path chosen by whoever made the file. One that leaves the model's folder
+(``../../etc/passwd``, an absolute path, a symlink pointing out) would make ONNXSat read, and copy into
+its output, a file the user never meant to share; a FIFO or a device would hang it. Every reference is
+checked before anything (ONNXSat, onnx or ONNX Runtime) reads it.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import BinaryIO
+
+import numpy as np
+import onnx
+from onnx import AttributeProto, GraphProto, TensorProto
+
+from onnxsat.errors import InvalidModelError, UnsafeModelError
+
+_ALIGNMENT = 4096
+"""Tensors in a written data file start on page boundaries, so ONNX Runtime can memory-map them."""
+
+_INLINE_LIMIT = 1024
+"""Tensors smaller than this stay inside the protobuf when a model is written with a data file."""
+
+_DATA_FIELDS = ("raw_data", "float_data", "int32_data", "int64_data", "double_data", "uint64_data")
+
+_COPY_CHUNK = 64 * 2**20
+"""Bytes copied per read when streaming a tensor from the input's data file to the output's."""
+
+
+@dataclass(frozen=True)
+class ExternalRef:
+    """Where one tensor's bytes live: a file inside the model folder, an offset and a length."""
+
+    path: Path
+    offset: int
+    length: int
+
+
+def iter_tensors(model: onnx.ModelProto) -> Iterator[TensorProto]:
+    """Every TensorProto that can hold data: initializers, sparse parts, attributes, subgraphs, functions."""
+    yield from _graph_tensors(model.graph)
+    for function in model.functions:
+        for node in function.node:
+            for attribute in node.attribute:
+                yield from _attribute_tensors(attribute)
+
+
+def _graph_tensors(graph: GraphProto) -> Iterator[TensorProto]:
+    yield from graph.initializer
+    for sparse in graph.sparse_initializer:
+        yield sparse.values
+        yield sparse.indices
+    for node in graph.node:
+        for attribute in node.attribute:
+            yield from _attribute_tensors(attribute)
+
+
+def _attribute_tensors(attribute: AttributeProto) -> Iterator[TensorProto]:
+    if attribute.HasField("t"):
+        yield attribute.t
+    yield from attribute.tensors
+    sparse_parts = list(attribute.sparse_tensors)
+    if attribute.HasField("sparse_tensor"):
+        sparse_parts.append(attribute.sparse_tensor)
+    for sparse in sparse_parts:
+        yield sparse.values
+        yield sparse.indices
+    if attribute.HasField("g"):
+        yield from _graph_tensors(attribute.g)
+    for graph in attribute.graphs:
+        yield from _graph_tensors(graph)
+
+
+def is_external(tensor: TensorProto) -> bool:
+    return tensor.data_location == TensorProto.EXTERNAL
+
+
+def has_external_data(model: onnx.ModelProto) -> bool:
+    return any(is_external(t) for t in iter_tensors(model))
+
+
+def expected_nbytes(tensor: TensorProto) -> int | None:
+    """Bytes a tensor's raw data must have (None for strings, whose size the dims do not fix)."""
+    if tensor.data_type in (TensorProto.STRING, TensorProto.UNDEFINED):
+        return None
+    try:
+        itemsize = onnx.helper.tensor_dtype_to_np_dtype(tensor.data_type).itemsize
+    except (KeyError, ValueError, TypeError):
+        return None
+    count = int(np.prod(tensor.dims, dtype=np.int64)) if tensor.dims else 1
+    if tensor.data_type in (TensorProto.INT4, TensorProto.UINT4, TensorProto.FLOAT4E2M1):
+        return (count + 1) // 2
+    return count * itemsize
+
+
+def reference(tensor: TensorProto, base_dir: Path) -> ExternalRef:
+    """The checked location of ``tensor``'s bytes, or UnsafeModelError / InvalidModelError saying why not."""
+    entries = {entry.key: entry.value for entry in tensor.external_data}
+    location = entries.get("location", "")
+    name = tensor.name or "(unnamed)"
+    if not location:
+        raise InvalidModelError(f"tensor {name!r} says its data is external but gives no location")
+    if "\0" in location:
+        raise UnsafeModelError(f"tensor {name!r}: external data location contains a NUL byte; refused")
+    if os.path.isabs(location) or location.startswith(("/", "\\")) or (len(location) > 1 and location[1] == ":"):
+        raise UnsafeModelError(
+            f"tensor {name!r}: external data location {location!r} is an absolute path; "
+            "only files inside the model's folder are read"
+        )
+    folder = base_dir.resolve()
+    candidate = folder / location
+    resolved = candidate.resolve()
+    if not resolved.is_relative_to(folder):
+        raise UnsafeModelError(
+            f"tensor {name!r}: external data location {location!r} points outside the model's folder "
+            f"({resolved}); refused"
+        )
+    try:
+        info = os.stat(resolved)
+    except OSError as error:
+        raise InvalidModelError(
+            f"tensor {name!r}: external data file {location!r} cannot be read: {error.strerror}"
+        ) from None
+    if not stat.S_ISREG(info.st_mode):
+        raise UnsafeModelError(f"tensor {name!r}: external data location {location!r} is not a regular file; refused")
+    try:
+        offset = int(entries.get("offset", "0"))
+        length = int(entries["length"]) if "length" in entries else info.st_size - offset
+    except ValueError:
+        raise InvalidModelError(f"tensor {name!r}: external data offset/length are not integers") from None
+    if offset < 0 or length < 0 or offset + length > info.st_size:
+        raise InvalidModelError(
+            f"tensor {name!r}: external data [{offset}, {offset + length}) lies outside {location!r} "
+            f"({info.st_size} bytes)"
+        )
+    expected = expected_nbytes(tensor)
+    if expected is not None and expected != length:
+        raise InvalidModelError(
+            f"tensor {name!r}: external data holds {length} bytes but its dims and type need {expected}"
+        )
+    return ExternalRef(resolved, offset, length)
+
+
+def check_references(model: onnx.ModelProto, base_dir: Path) -> int:
+    """Check every external reference before anything reads it; return the bytes they hold in total."""
+    return sum(reference(tensor, base_dir).length for tensor in iter_tensors(model) if is_external(tensor))
+
+
+def external_paths(model: onnx.ModelProto, base_dir: Path) -> set[Path]:
+    """The resolved data files a (checked) model reads."""
+    return {reference(t, base_dir).path for t in iter_tensors(model) if is_external(t)}
+
+
+def read_bytes(ref: ExternalRef) -> bytes:
+    with open(ref.path, "rb") as stream:
+        stream.seek(ref.offset)
+        return stream.read(ref.length)
+
+
+def tensor_value(tensor: TensorProto, base_dir: Path | None) -> np.ndarray:
+    """The numpy value of a tensor, reading only its own bytes from its data file when it is external."""
+    if not is_external(tensor):
+        return onnx.numpy_helper.to_array(tensor)
+    if base_dir is None:
+        raise InvalidModelError(f"tensor {tensor.name!r} has external data but the model's folder is unknown")
+    loaded = TensorProto()
+    loaded.CopyFrom(tensor)
+    loaded.raw_data = read_bytes(reference(tensor, base_dir))
+    loaded.data_location = TensorProto.DEFAULT
+    del loaded.external_data[:]
+    return onnx.numpy_helper.to_array(loaded)
+
+
+def structure_view(model: onnx.ModelProto) -> onnx.ModelProto:
+    """A copy for ``onnx.checker`` with each external tensor replaced by an empty stand-in.
+
+    The checker can only find a data file relative to a model *path*; a model held in memory with
+    references into another folder would fail it. The references themselves are checked by
+    :func:`reference`, so the checker is left to check the graph's structure.
+    """
+    view = onnx.ModelProto()
+    view.CopyFrom(model)
+    for tensor in iter_tensors(view):
+        if is_external(tensor):
+            tensor.data_location = TensorProto.DEFAULT
+            del tensor.external_data[:]
+            del tensor.dims[:]
+            tensor.dims.append(0)
+    return view
+
+
+def write_model_with_data(
+    model: onnx.ModelProto, base_dir: Path | None, model_file: str, data_file: str, location: str
+) -> None:
+    """Write ``model`` to ``model_file`` with every large tensor's bytes in ``data_file`` (named ``location``).
+
+    External tensors are streamed from their checked source files in chunks; in-memory tensors
+    of 1 KiB or more are written from memory. Small tensors stay inside the protobuf. The input model
+    object is not changed.
+    """
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    with open(data_file, "wb") as data:
+        for tensor in iter_tensors(out):
+            if is_external(tensor):
+                if base_dir is None:
+                    raise InvalidModelError(f"tensor {tensor.name!r} has external data but its folder is unknown")
+                ref = reference(tensor, base_dir)
+                offset = _pad_to_alignment(data)
+                _copy_range(ref, data)
+                length = ref.length
+            elif tensor.ByteSize() >= _INLINE_LIMIT and expected_nbytes(tensor) is not None:
+                in_raw = tensor.HasField("raw_data")
+                payload = tensor.raw_data if in_raw else onnx.numpy_helper.to_array(tensor).tobytes()
+                offset = _pad_to_alignment(data)
+                data.write(payload)
+                length = len(payload)
+                for field in _DATA_FIELDS:
+                    tensor.ClearField(field)
+            else:
+                continue
+            tensor.data_location = TensorProto.EXTERNAL
+            del tensor.external_data[:]
+            for key, value in (("location", location), ("offset", str(offset)), ("length", str(length))):
+                entry = tensor.external_data.add()
+                entry.key, entry.value = key, value
+        data.flush()
+        os.fsync(data.fileno())
+    with open(model_file, "wb") as stream:
+        stream.write(out.SerializeToString())
+        stream.flush()
+        os.fsync(stream.fileno())
+
+
+def _pad_to_alignment(stream: BinaryIO) -> int:
+    position = stream.tell()
+    padding = -position % _ALIGNMENT
+    if padding:
+        stream.write(b"\0" * padding)
+    return position + padding
+
+
+def _copy_range(ref: ExternalRef, target: BinaryIO) -> None:
+    with open(ref.path, "rb") as source:
+        source.seek(ref.offset)
+        remaining = ref.length
+        while remaining:
+            chunk = source.read(min(_COPY_CHUNK, remaining))
+            if not chunk:
+                raise InvalidModelError(f"external data file {ref.path} ended early")
+            target.write(chunk)
+            remaining -= len(chunk)

@@ -1,0 +1,1 @@
+"""Reliability campaigns: differential graph fuzzing, byte-mutation fuzzing and the opset sweep."""
