@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test lint bench clean
+.PHONY: setup demo test test-large lint bench clean
 
 setup: $(STAMP)
 
@@ -19,6 +19,10 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q
+
+# Builds a 2.2 GB model on disk (about 5 GB free space and a minute needed); not part of `make test`.
+test-large: $(STAMP)
+	$(BIN)/python -m pytest -q -m large tests/large
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks

@@ -46,6 +46,12 @@ def _add_optimize(commands: argparse._SubParsersAction) -> None:
     parser.add_argument("--max-enodes", type=int, default=limits.max_enodes)
     parser.add_argument("--max-seconds", type=float, default=limits.max_seconds)
     parser.add_argument(
+        "--max-memory-mib",
+        type=float,
+        default=limits.max_memory_mib,
+        help="stop the e-graph search when the process's resident memory exceeds this",
+    )
+    parser.add_argument(
         "--latency", action="store_true", help="also time original vs optimized side by side under ONNX Runtime"
     )
     parser.set_defaults(handler=_run_optimize)
@@ -64,7 +70,7 @@ def _run_optimize(args: argparse.Namespace) -> int:
         cost_model=args.cost,
         input_shapes=parse_input_shapes(args.input_shape),
         tolerance=Tolerance(rtol=args.rtol, atol=args.atol),
-        limits=SaturationLimits(args.max_iterations, args.max_enodes, args.max_seconds),
+        limits=SaturationLimits(args.max_iterations, args.max_enodes, args.max_seconds, args.max_memory_mib),
         force=args.force,
     )
     if args.report:
@@ -106,12 +112,24 @@ def _add_bench(commands: argparse._SubParsersAction) -> None:
     scale.add_argument("--blocks", type=int, default=2000, help="Conv-BN-Relu blocks in the chain (3 nodes each)")
     scale.add_argument("--dense-layers", type=int, default=120, help="layers of the DenseNet-like DAG")
     scale.set_defaults(handler=_run_bench_scale)
+    large = which.add_parser(
+        "large", help="build a model over 2 GB with external data, optimize it, measure peak memory vs. its size"
+    )
+    large.add_argument("--size-gb", type=float, default=2.2, help="weights to generate, in GB (10^9 bytes)")
+    large.add_argument("--dir", default=None, help="where to build it (default: the system's temp folder)")
+    large.set_defaults(handler=_run_bench_large)
 
 
 def _run_bench_scale(args: argparse.Namespace) -> int:
     from onnxsat.bench.scale import run_scale_benchmark
 
     return run_scale_benchmark(args.blocks, args.dense_layers)
+
+
+def _run_bench_large(args: argparse.Namespace) -> int:
+    from onnxsat.bench.large import run_large_benchmark
+
+    return run_large_benchmark(args.size_gb, args.dir)
 
 
 def build_parser() -> argparse.ArgumentParser:

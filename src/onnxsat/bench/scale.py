@@ -159,7 +159,7 @@ def goal_line(chain: Measurement) -> str:
     )
 
 
-def _environment() -> str:
+def environment_line() -> str:
     versions = []
     for package in ("egglog", "onnx", "onnxruntime"):
         try:
@@ -176,7 +176,7 @@ def run_scale_benchmark(blocks: int, dense_layers: int) -> int:
     if blocks < 1 or dense_layers < 1:
         raise SettingsError(f"--blocks and --dense-layers must be at least 1 (got {blocks} and {dense_layers})")
     workloads = [Workload("chain", blocks), Workload("densenet", dense_layers)]
-    print(f"ONNXSat scale benchmark (target ort, one fresh process per workload; {_environment()})")
+    print(f"ONNXSat scale benchmark (target ort, one fresh process per workload; {environment_line()})")
     print("seconds per phase from the optimizer's report; total = optimize_model end to end (model build excluded)")
     print()
     print(HEADER, flush=True)

@@ -1,11 +1,14 @@
 """Run rule sets over an encoded e-graph until nothing changes or a limit is reached.
 
 Each iteration runs the analysis rules to saturation, then every rewrite family once. The limits
-(iterations, e-nodes, seconds) end the search cleanly, and the stats say which one stopped it.
+(iterations, e-nodes, seconds, resident memory) end the search cleanly between iterations, and the
+stats say which one stopped it. Stopping early is always sound: every form in the e-graph is
+equivalent to the input, so extraction simply has fewer alternatives to choose from.
 """
 
 from __future__ import annotations
 
+import os
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -20,6 +23,8 @@ class SaturationLimits:
     max_iterations: int = 30
     max_enodes: int = 5_000_000
     max_seconds: float = 120.0
+    max_memory_mib: float = 8192.0
+    """Resident memory of the whole process, checked after each iteration."""
 
 
 @dataclass
@@ -35,10 +40,21 @@ def egraph_size(egraph: EGraph) -> int:
     return sum(size for _, size in egraph.all_function_sizes())
 
 
+def resident_mib() -> float:
+    """The process's current resident memory (Linux ``/proc``; 0 where it cannot be read)."""
+    try:
+        with open("/proc/self/statm") as statm:
+            pages = int(statm.read().split()[1])
+    except (OSError, ValueError, IndexError):
+        return 0.0
+    return pages * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
 def saturate(egraph: EGraph, rulesets: tuple[Ruleset, ...], limits: SaturationLimits) -> SaturationStats:
     stats = SaturationStats()
     start = time.perf_counter()
     iteration = seq(analysis.saturate(), *rulesets)
+    memory, enodes = resident_mib(), egraph_size(egraph)
     while True:
         if stats.iterations >= limits.max_iterations:
             stats.stop_reason = f"iteration limit ({limits.max_iterations})"
@@ -55,5 +71,12 @@ def saturate(egraph: EGraph, rulesets: tuple[Ruleset, ...], limits: SaturationLi
             break
         if time.perf_counter() - start > limits.max_seconds:
             stats.stop_reason = f"time limit ({limits.max_seconds:g} s)"
+            break
+        grown, memory = resident_mib() - memory, resident_mib()
+        growth_rate, enodes = stats.enodes / max(enodes, 1), stats.enodes
+        if memory + max(grown, 0.0) * growth_rate > limits.max_memory_mib:
+            # Stop if the next iteration, growing at the last one's rate, would cross the limit:
+            # e-graphs grow geometrically, and checking only afterwards could overshoot by gigabytes.
+            stats.stop_reason = f"memory limit ({limits.max_memory_mib:g} MiB)"
             break
     return stats
