@@ -6,6 +6,7 @@ compared, not ORT's rewrite of it) on the same seeded random inputs, and every o
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -174,27 +175,34 @@ def run_model(
         sess = session(model, ort.GraphOptimizationLevel.ORT_DISABLE_ALL, base_dir=base_dir, lean=True)
         return sess.run(None, dict(feeds))
     except Exception as error:  # ORT raises several unrelated exception types
-        message = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-        raise RuntimeUnsupportedError(
-            f"ONNX Runtime cannot run the {what}: {message}{_opset_hint(model, message)}"
-        ) from None
+        message = " ".join(str(error).split()) or type(error).__name__
+        raise RuntimeUnsupportedError(f"ONNX Runtime cannot run the {what}: {_explain(model, message)}") from None
 
 
-def _opset_hint(model: onnx.ModelProto, message: str) -> str:
-    """Say which opset the model uses when ORT's complaint is a missing kernel for an op version.
+_NEWEST_SUPPORTED = re.compile(r"support for domain ai\.onnx is till opset (\d+)")
 
-    ORT only names the op and the version of its schema (``Could not find an implementation for
-    AveragePool(1)``); the user needs to know it is the model's opset that ORT does not cover.
+
+def _explain(model: onnx.ModelProto, message: str) -> str:
+    """ORT's message, with the model's opset named when the opset is what ORT cannot run.
+
+    ORT names only the op and its schema version for a missing kernel (``Could not find an
+    implementation for AveragePool(1)``), and buries its newest opset in a C++ signature when a
+    model is too new; the user needs the model's opset and which way to convert it.
     """
-    if "Could not find an implementation" not in message and "opset" not in message.lower():
-        return ""
     opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), None)
-    if opset is None:
-        return ""
-    return (
-        f" (the model uses opset {opset} of ai.onnx; ONNX Runtime {ort.__version__} has no kernel for this op at "
-        "that opset: convert the model to a newer opset with onnx.version_converter)"
-    )
+    newest = _NEWEST_SUPPORTED.search(message)
+    if newest and opset is not None:
+        return (
+            f"ONNX Runtime {ort.__version__} supports ai.onnx up to opset {newest.group(1)} and the model uses "
+            f"opset {opset}; convert it to opset {newest.group(1)} with onnx.version_converter"
+        )
+    message = message[:400]
+    if "Could not find an implementation" in message and opset is not None:
+        return (
+            f"{message} (the model uses opset {opset} of ai.onnx; ONNX Runtime {ort.__version__} has no kernel for "
+            "this op at that opset: convert the model to a newer opset with onnx.version_converter)"
+        )
+    return message
 
 
 def compare_outputs(
