@@ -132,6 +132,42 @@ def _run_bench_large(args: argparse.Namespace) -> int:
     return run_large_benchmark(args.size_gb, args.dir)
 
 
+def _add_fuzz(commands: argparse._SubParsersAction) -> None:
+    parser = commands.add_parser("fuzz", help="reliability campaigns: differential, byte-mutation, opset sweep")
+    which = parser.add_subparsers(dest="fuzz", required=True)
+    opsets = which.add_parser("opsets", help="convert test models to every opset, optimize, check opset and outputs")
+    opsets.add_argument("--opsets", default=None, metavar="FIRST-LAST", help="opset range (default: 7 to newest)")
+    opsets.add_argument("--table", action="store_true", help="also print the per-opset table (Markdown)")
+    opsets.set_defaults(handler=_run_fuzz_opsets)
+
+
+def _opset_range(text: str | None) -> list[int] | None:
+    from onnxsat.errors import SettingsError
+
+    if text is None:
+        return None
+    first, sep, last = text.partition("-")
+    try:
+        low, high = int(first), int(last if sep else first)
+    except ValueError:
+        raise SettingsError(f"--opsets expects FIRST-LAST, e.g. 7-21 (got {text!r})") from None
+    if not 1 <= low <= high:
+        raise SettingsError(f"--opsets expects 1 <= FIRST <= LAST (got {text!r})")
+    return list(range(low, high + 1))
+
+
+def _run_fuzz_opsets(args: argparse.Namespace) -> int:
+    from onnxsat.fuzz.opsets import run_opset_sweep
+
+    result = run_opset_sweep(opsets=_opset_range(args.opsets))
+    if args.table:
+        print(result.to_table())
+    for case in result.failures:
+        print(f"FAILED {case.model} opset {case.opset} target {case.target}: {case.detail}")
+    print(result.summary_line())
+    return 0 if result.ok else 1
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="onnxsat", description=__doc__.splitlines()[0])
     parser.add_argument("--debug", action="store_true", help="show tracebacks")
@@ -139,6 +175,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_optimize(commands)
     _add_demo(commands)
     _add_bench(commands)
+    _add_fuzz(commands)
     return parser
 
 
