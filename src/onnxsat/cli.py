@@ -135,10 +135,32 @@ def _run_bench_large(args: argparse.Namespace) -> int:
 def _add_fuzz(commands: argparse._SubParsersAction) -> None:
     parser = commands.add_parser("fuzz", help="reliability campaigns: differential, byte-mutation, opset sweep")
     which = parser.add_subparsers(dest="fuzz", required=True)
+    graphs = which.add_parser("graphs", help="random valid graphs through every target, compared under ORT")
+    graphs.add_argument("--count", type=int, default=1000, help="graphs to generate")
+    graphs.add_argument("--seed", type=int, default=0, help="first graph seed (graph i uses seed + i)")
+    graphs.add_argument("--failures-dir", default=None, help="where to keep each failure, shrunk, as .onnx")
+    graphs.set_defaults(handler=_run_fuzz_graphs)
     opsets = which.add_parser("opsets", help="convert test models to every opset, optimize, check opset and outputs")
     opsets.add_argument("--opsets", default=None, metavar="FIRST-LAST", help="opset range (default: 7 to newest)")
     opsets.add_argument("--table", action="store_true", help="also print the per-opset table (Markdown)")
     opsets.set_defaults(handler=_run_fuzz_opsets)
+
+
+def _run_fuzz_graphs(args: argparse.Namespace) -> int:
+    from onnxsat.errors import SettingsError
+    from onnxsat.fuzz.graph_campaign import run_graph_campaign
+
+    if args.count < 1:
+        raise SettingsError(f"--count must be at least 1 (got {args.count})")
+    failures = Path(args.failures_dir) if args.failures_dir else None
+    if failures is not None:
+        failures.mkdir(parents=True, exist_ok=True)
+    result = run_graph_campaign(args.count, args.seed, failures)
+    for failure in result.failures:
+        kept = f" (shrunk to {failure.shrunk_nodes} nodes: {failure.path})" if failure.path else ""
+        print(f"FAILED seed {failure.seed} target {failure.target} {failure.kind}: {failure.detail[:200]}{kept}")
+    print(result.summary_line())
+    return 0 if result.failed == 0 else 1
 
 
 def _opset_range(text: str | None) -> list[int] | None:

@@ -29,24 +29,45 @@ kill rather than a message. ``--input-shape`` gives smaller sizes for dynamic di
 
 @dataclass(frozen=True)
 class Tolerance:
-    """Verification tolerances, as given for float32 and wider outputs.
+    """Verification tolerances, as given for models that compute in float32 or wider.
 
-    Lower-precision outputs get at least the floor of their type: a float16 result holds ~3 decimal
-    digits, so any rewrite that reorders its arithmetic (a BatchNormalization folded into the Conv
-    weights) moves it by about one float16 step, far beyond float32's 1e-4. The folded model is no
-    less exact than the original against a float32 reference; the floor keeps the gate from refusing it.
+    A model that computes anywhere in a lower precision gets at least that type's floor, on every
+    output (a float16 Conv followed by a Cast to float32 has a float32 output with float16 accuracy).
+    A float16 value holds ~3 decimal digits, so any rewrite that reorders its arithmetic (a
+    BatchNormalization folded into the Conv weights) moves it by about one float16 step, far beyond
+    float32's 1e-4; the folded model is no less exact than the original against a float32 reference.
     """
 
     rtol: float = 1e-4
     atol: float = 1e-5
 
-    def for_dtype(self, dtype: np.dtype) -> tuple[float, float]:
-        floor_rtol, floor_atol = _LOW_PRECISION_FLOORS.get(np.dtype(dtype).name, (0.0, 0.0))
-        return max(self.rtol, floor_rtol), max(self.atol, floor_atol)
+    def for_model(self, model: onnx.ModelProto) -> Tolerance:
+        """These tolerances, widened to the floor of the lowest float precision ``model`` computes in."""
+        types = _element_types(model)
+        floors = [floor for kind, floor in _LOW_PRECISION_FLOORS.items() if kind in types]
+        if not floors:
+            return self
+        rtol, atol = max(f[0] for f in floors), max(f[1] for f in floors)
+        return Tolerance(max(self.rtol, rtol), max(self.atol, atol))
 
 
-_LOW_PRECISION_FLOORS = {"float16": (1e-2, 1e-3), "bfloat16": (5e-2, 1e-2)}
-"""(rtol, atol) floors per output dtype name: about eight and one steps of the type's precision."""
+_LOW_PRECISION_FLOORS = {onnx.TensorProto.FLOAT16: (1e-2, 1e-3), onnx.TensorProto.BFLOAT16: (5e-2, 1e-2)}
+"""(rtol, atol) floors per element type: about eight and one steps of the type's precision."""
+
+
+def _element_types(model: onnx.ModelProto) -> set[int]:
+    """Element types the main graph's values take: declared, inferred, initializers and Cast targets."""
+    graph = model.graph
+    try:
+        inferred = onnx.shape_inference.infer_shapes(model, strict_mode=False).graph.value_info
+    except Exception:  # inference is a help here; declared types and Cast targets still count
+        inferred = []
+    values = [*graph.input, *graph.output, *graph.value_info, *inferred]
+    types = {v.type.tensor_type.elem_type for v in values if v.type.HasField("tensor_type")}
+    types |= {t.data_type for t in graph.initializer}
+    for node in graph.node:
+        types |= {a.i for a in node.attribute if node.op_type == "Cast" and a.name == "to"}
+    return types
 
 
 @dataclass
@@ -251,8 +272,7 @@ def compare_outputs(
         with np.errstate(over="ignore"):  # a difference against an exact 0 is an infinite relative error
             rel = diff / np.maximum(np.abs(w[finite]), np.finfo(np.float64).tiny)
         max_rel = float(rel.max()) if rel.size else 0.0
-        rtol, atol = tolerance.for_dtype(want.dtype)
-        close = bool(np.allclose(g[finite], w[finite], rtol=rtol, atol=atol, equal_nan=True))
+        close = bool(np.allclose(g[finite], w[finite], rtol=tolerance.rtol, atol=tolerance.atol, equal_nan=True))
         ok = nan_match and close
         comparisons.append(OutputComparison(name, max_abs, max_rel, ok, "" if nan_match else "NaN positions differ"))
     return comparisons
@@ -271,7 +291,7 @@ def verify(
 
     ``base_dir`` is where both models' external data lives (the candidate refers to the original's).
     """
-    tolerance = tolerance or Tolerance()
+    tolerance = (tolerance or Tolerance()).for_model(original)
     feeds = random_inputs(original, shapes, seed)
     if reference_outputs is not None:
         expected = reference_outputs

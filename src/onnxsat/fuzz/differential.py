@@ -130,6 +130,7 @@ def check_target(
         foreign = sorted(_foreign_ops(optimized) - _foreign_ops(model))
         if foreign:
             return Outcome(FAILED, target, "non-standard op", ", ".join(foreign))
+    model_tolerance = tolerance.for_model(model)  # the same floor for low-precision models as the gate's
     for seed, expected in zip(SEEDS, reference, strict=True):
         try:
             actual = run_model(optimized, feeds(model, seed), "optimized model")
@@ -139,7 +140,7 @@ def check_target(
             different = _bitwise_differences(names, expected, actual)
             if different:
                 return Outcome(FAILED, target, "not bit-identical", f"seed {seed}: {different}")
-        detail = _mismatches(compare_outputs(names, expected, actual, tolerance))
+        detail = _mismatches(compare_outputs(names, expected, actual, model_tolerance))
         if detail:
             return Outcome(FAILED, target, "mismatch", f"seed {seed}: {detail}")
     if determinism:
