@@ -23,7 +23,7 @@ from onnxsat.eqsat.decode import DecodedModel, DecodeError
 from onnxsat.eqsat.rules import TARGETS, activation_fusion, bn_folding
 from onnxsat.fuzz.differential import FAILED, INVALID, PASSED, Outcome, check_model, feeds
 from onnxsat.fuzz.graph_campaign import run_graph_campaign
-from onnxsat.fuzz.graph_gen import generate_model, pattern_census
+from onnxsat.fuzz.graphs import generate_model, pattern_census
 from onnxsat.optimize import OptimizeOptions, optimize_model
 from onnxsat.verify import VerificationResult, run_model
 

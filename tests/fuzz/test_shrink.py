@@ -9,7 +9,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from onnxsat.eqsat import weights
 from onnxsat.fuzz.differential import FAILED, check_model
-from onnxsat.fuzz.graph_gen import generate_model
+from onnxsat.fuzz.graphs import generate_model
 from onnxsat.fuzz.shrink import cleanup, shrink
 from onnxsat.optimize import OptimizeOptions, optimize_model
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import onnx
 
 from onnxsat.fuzz.differential import FAILED, INVALID, Outcome, check_model
-from onnxsat.fuzz.graph_gen import generate_model, op_types, pattern_census
+from onnxsat.fuzz.graphs import generate_model, op_types, pattern_census
 from onnxsat.fuzz.shrink import shrink
 
 

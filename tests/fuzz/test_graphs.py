@@ -12,7 +12,7 @@ import onnx
 import pytest
 
 from onnxsat.fuzz.differential import original_problem
-from onnxsat.fuzz.graph_gen import generate_model, op_types, pattern_census
+from onnxsat.fuzz.graphs import generate_model, op_types, pattern_census
 
 SAMPLE = range(100)
 
