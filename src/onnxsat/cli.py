@@ -11,7 +11,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from onnxsat.errors import OnnxSatError
+from onnxsat.errors import OnnxSatError, OutOfMemoryError
 
 
 def _add_optimize(commands: argparse._SubParsersAction) -> None:
@@ -204,7 +204,13 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        return int(args.handler(args))
+        try:
+            return int(args.handler(args))
+        except MemoryError:
+            raise OutOfMemoryError(
+                "ran out of memory; the model or the inputs made to verify it are too large for this machine "
+                "(a smaller --input-shape helps when dynamic dims are the cause)"
+            ) from None
     except OnnxSatError as error:
         if args.debug:
             raise

@@ -51,6 +51,12 @@ class SettingsError(OnnxSatError):
     exit_code = 9
 
 
+class OutOfMemoryError(OnnxSatError):
+    """The machine ran out of memory (a model, or inputs for its verification, too large for it)."""
+
+    exit_code = 11
+
+
 class UnsafeModelError(OnnxSatError):
     """The model asks ONNXSat to read a file outside its folder (external data); nothing was read."""
 

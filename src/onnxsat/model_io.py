@@ -15,7 +15,8 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import onnx
-from google.protobuf.message import DecodeError
+from google.protobuf.descriptor import FieldDescriptor
+from google.protobuf.message import DecodeError, Message
 
 from onnxsat import external_data
 from onnxsat.errors import InputNotFoundError, InvalidModelError, NotOnnxError, OutputPathError
@@ -50,8 +51,31 @@ def load_model(path: str | os.PathLike[str]) -> onnx.ModelProto:
         raise InputNotFoundError(f"cannot read {source}: {error.strerror or error}") from None
     if model.ir_version == 0 or not model.HasField("graph"):
         raise NotOnnxError(f"{source} is not an ONNX model (no IR version or graph)")
+    bad_text = _first_non_utf8_field(model)
+    if bad_text:
+        raise NotOnnxError(f"{source} is damaged: its field {bad_text} holds text that is not valid UTF-8")
     external_data.check_references(model, model_folder(source))
     return model
+
+
+def _first_non_utf8_field(message: Message, path: str = "model") -> str | None:
+    """The path of the first text field that is not UTF-8, or None.
+
+    ONNX is proto2, whose parser accepts any bytes in a string field; Python then hands such a field
+    over as ``bytes`` instead of ``str``, and every later step (the checker, names, locations) would
+    trip over it in its own way. One check at the door gives one clear refusal instead.
+    """
+    stack = [(message, path)]
+    while stack:
+        current, where = stack.pop()
+        for field, value in current.ListFields():
+            values = [value] if isinstance(value, (str, bytes, Message)) else value  # else a repeated field
+            if field.type == FieldDescriptor.TYPE_STRING:
+                if any(isinstance(v, bytes) for v in values):
+                    return f"{where}.{field.name}"
+            elif field.type == FieldDescriptor.TYPE_MESSAGE:
+                stack.extend((v, f"{where}.{field.name}") for v in reversed(values))
+    return None
 
 
 def model_folder(path: str | os.PathLike[str]) -> Path:

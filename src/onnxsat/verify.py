@@ -21,10 +21,11 @@ from onnxsat.model_io import check_model
 DEFAULT_DYNAMIC_DIM = 1
 """Symbolic or unknown dimensions take this size unless ``--input-shape`` says otherwise."""
 
-MAX_INPUT_ELEMENTS = 2**28
-"""Verification refuses to invent more input elements than this (1 GiB of float32) in total: a
-declared shape that large is a typo or a damaged file, and allocating it would end in an out-of-memory
-kill rather than a message. ``--input-shape`` gives smaller sizes for dynamic dims."""
+MAX_INPUT_ELEMENTS = 2**26
+"""Verification refuses to invent more input elements than this (256 MiB of float32) in total: a
+declared shape that large is a typo or a damaged file, and verifying it (inputs, two runs' outputs,
+float64 comparisons) would end in an out-of-memory kill rather than a message. ``--input-shape``
+gives smaller sizes for dynamic dims."""
 
 
 @dataclass(frozen=True)
@@ -129,7 +130,7 @@ def session(
         options.add_session_config_entry("session.model_external_initializers_file_folder_path", str(base_dir))
     if lean:
         options.add_session_config_entry("session.disable_prepacking", "1")
-    options.log_severity_level = 3
+    options.log_severity_level = 4  # ORT's own error log would add coloured lines to our one-line errors
     source = str(model) if isinstance(model, Path) else model.SerializeToString()
     return ort.InferenceSession(source, options, providers=["CPUExecutionProvider"])
 
@@ -158,6 +159,8 @@ def random_inputs(
             _check_against_declared(value.name, shape, declared)
         else:
             shape = [d.dim_value if d.HasField("dim_value") else DEFAULT_DYNAMIC_DIM for d in declared or []]
+        if any(d < 0 for d in shape):
+            raise InvalidModelError(f"input {value.name!r} declares a negative dimension: {shape}")
         elements += int(np.prod(shape, dtype=object))
         if elements > MAX_INPUT_ELEMENTS:
             raise SettingsError(
@@ -194,7 +197,7 @@ def _random_array(rng: np.random.Generator, dtype: np.dtype, shape: list[int]) -
 
 def _random_values(rng: np.random.Generator, dtype: np.dtype, shape: list[int]) -> np.ndarray:
     if np.issubdtype(dtype, np.floating):
-        return rng.standard_normal(shape).astype(dtype)
+        return rng.standard_normal(shape, dtype=np.float32).astype(dtype)  # no float64 copy of a large input
     if dtype == np.bool_:
         return rng.random(shape) < 0.5
     if np.issubdtype(dtype, np.integer):
@@ -217,8 +220,39 @@ def run_model(
         sess = session(model, ort.GraphOptimizationLevel.ORT_DISABLE_ALL, base_dir=base_dir, lean=True)
         return sess.run(None, dict(feeds))
     except Exception as error:  # ORT raises several unrelated exception types
-        message = " ".join(str(error).split()) or type(error).__name__
+        message = _tidy_ort_message(" ".join(str(error).split())) or type(error).__name__
         raise RuntimeUnsupportedError(f"ONNX Runtime cannot run the {what}: {_explain(model, message)}") from None
+
+
+_STATUS_PREFIX = re.compile(r"^\[ONNXRuntimeError\] : \d+ : \w+ : ")
+_SOURCE_LOCATION = re.compile(r"\S+\.(?:cc|cpp|h):\d+ ")
+_SIGNATURE_START = re.compile(r"[\w<>,&*~ ]*::[\w:<>,&*~ ]*\(")
+"""A C++ return type and qualified function name up to its opening parenthesis."""
+
+
+def _tidy_ort_message(message: str) -> str:
+    """ORT's message without its status prefix and the C++ file:line and signature it may put first.
+
+    ``.../session_state_utils.cc:266 onnxruntime::common::Status ...SaveInitializedTensors(<15
+    parameters>) ort_value_name_idx_map.MaxIdx() > -1 was false.``: the reason is at the end, and a
+    one-line error cut at 400 characters would otherwise show only the signature.
+    """
+    while match := _SOURCE_LOCATION.search(message):
+        end, depth = match.end(), 0
+        signature = _SIGNATURE_START.match(message, end)
+        if signature is None:
+            end_of_signature = end  # no C++ signature follows: drop only the location
+        else:
+            opening = signature.end() - 1
+            for index in range(opening, len(message)):
+                depth += {"(": 1, ")": -1}.get(message[index], 0)
+                if depth == 0:
+                    break
+            end_of_signature = index + 1
+            if message.startswith(" const", end_of_signature):
+                end_of_signature += len(" const")
+        message = message[: match.start()] + message[end_of_signature:].lstrip()
+    return _STATUS_PREFIX.sub("", message)
 
 
 _NEWEST_SUPPORTED = re.compile(r"support for domain ai\.onnx is till opset (\d+)")
@@ -266,11 +300,12 @@ def compare_outputs(
         w, g = want.astype(np.float64), got.astype(np.float64)
         nan_match = bool(np.array_equal(np.isnan(w), np.isnan(g)))
         finite = ~(np.isnan(w) | np.isnan(g))
-        diff = np.abs(w - g)[finite]
-        diff[np.isnan(diff)] = 0.0  # inf - inf where both are the same infinity
-        max_abs = float(diff.max()) if diff.size else 0.0
-        with np.errstate(over="ignore"):  # a difference against an exact 0 is an infinite relative error
+        # inf - inf and a difference against an exact 0 are expected here, not worth a warning on stderr.
+        with np.errstate(invalid="ignore", over="ignore"):
+            diff = np.abs(w - g)[finite]
+            diff[np.isnan(diff)] = 0.0  # inf - inf where both are the same infinity
             rel = diff / np.maximum(np.abs(w[finite]), np.finfo(np.float64).tiny)
+        max_abs = float(diff.max()) if diff.size else 0.0
         max_rel = float(rel.max()) if rel.size else 0.0
         close = bool(np.allclose(g[finite], w[finite], rtol=tolerance.rtol, atol=tolerance.atol, equal_nan=True))
         ok = nan_match and close
