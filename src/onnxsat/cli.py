@@ -140,6 +140,12 @@ def _add_fuzz(commands: argparse._SubParsersAction) -> None:
     graphs.add_argument("--seed", type=int, default=0, help="first graph seed (graph i uses seed + i)")
     graphs.add_argument("--failures-dir", default=None, help="where to keep each failure, shrunk, as .onnx")
     graphs.set_defaults(handler=_run_fuzz_graphs)
+    mutations = which.add_parser("bytes", help="random byte mutations of model files through `onnxsat optimize`")
+    mutations.add_argument("--count", type=int, default=1000, help="mutated files to try")
+    mutations.add_argument("--seed", type=int, default=0, help="campaign seed (case i is seeded by (seed, i))")
+    mutations.add_argument("--timeout", type=float, default=30.0, help="seconds before a case counts as a hang")
+    mutations.add_argument("--failures-dir", default=None, help="where to keep each failing file")
+    mutations.set_defaults(handler=_run_fuzz_bytes)
     opsets = which.add_parser("opsets", help="convert test models to every opset, optimize, check opset and outputs")
     opsets.add_argument("--opsets", default=None, metavar="FIRST-LAST", help="opset range (default: 7 to newest)")
     opsets.add_argument("--table", action="store_true", help="also print the per-opset table (Markdown)")
@@ -159,6 +165,22 @@ def _run_fuzz_graphs(args: argparse.Namespace) -> int:
     for failure in result.failures:
         kept = f" (shrunk to {failure.shrunk_nodes} nodes: {failure.path})" if failure.path else ""
         print(f"FAILED seed {failure.seed} target {failure.target} {failure.kind}: {failure.detail[:200]}{kept}")
+    print(result.summary_line())
+    return 0 if result.failed == 0 else 1
+
+
+def _run_fuzz_bytes(args: argparse.Namespace) -> int:
+    from onnxsat.errors import SettingsError
+    from onnxsat.fuzz.mutation_campaign import run_mutation_campaign
+
+    if args.count < 1 or args.timeout <= 0:
+        raise SettingsError(f"--count must be at least 1 and --timeout positive (got {args.count}, {args.timeout})")
+    failures = Path(args.failures_dir) if args.failures_dir else None
+    if failures is not None:
+        failures.mkdir(parents=True, exist_ok=True)
+    result = run_mutation_campaign(args.count, args.seed, timeout=args.timeout, failures_dir=failures)
+    for signature, items in result.failure_classes().items():
+        print(f"FAILED x{len(items)}: {signature}")
     print(result.summary_line())
     return 0 if result.failed == 0 else 1
 

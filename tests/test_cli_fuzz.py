@@ -1,0 +1,57 @@
+"""The reliability commands: `onnxsat fuzz graphs|bytes|opsets` run real campaigns and print their counts."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from onnxsat.cli import main
+
+
+def run(argv: list[str], capfd: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    code = main(argv)
+    out, err = capfd.readouterr()
+    return code, out, err
+
+
+def test_fuzz_graphs_prints_the_counts(capfd: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    code, out, _ = run(["fuzz", "graphs", "--count", "4", "--seed", "7", "--failures-dir", str(tmp_path / "f")], capfd)
+    assert code == 0
+    counts = re.search(r"(\d+) generated, (\d+) ran, (\d+) passed, (\d+) rejected as invalid, (\d+) failed", out)
+    assert counts is not None, out
+    generated, ran, passed, invalid, failed = map(int, counts.groups())
+    assert generated == 4 and ran + invalid == 4 and passed == ran and failed == 0
+    assert not list((tmp_path / "f").iterdir()), "no failure was kept"
+
+
+def test_fuzz_bytes_prints_the_counts(capfd: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(["fuzz", "bytes", "--count", "6", "--seed", "3"], capfd)
+    assert code == 0
+    counts = re.search(r"(\d+) tried, (\d+) processed, (\d+) refused .* (\d+) failed", out)
+    assert counts is not None, out
+    tried, processed, refused, failed = map(int, counts.groups())
+    assert tried == 6 and processed + refused == 6 and failed == 0
+
+
+def test_fuzz_opsets_prints_the_table_and_counts(capfd: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(["fuzz", "opsets", "--opsets", "17", "--table"], capfd)
+    assert code == 0
+    assert "| 17 |" in out
+    assert re.search(r"opset sweep: \d+ models x opsets 17-17 .* 0 FAILED", out), out
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["fuzz", "graphs", "--count", "0"],
+        ["fuzz", "bytes", "--count", "5", "--timeout", "0"],
+        ["fuzz", "opsets", "--opsets", "9-7"],
+        ["fuzz", "opsets", "--opsets", "seven"],
+    ],
+)
+def test_fuzz_bad_settings_are_one_line_errors(argv: list[str], capfd: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run(argv, capfd)
+    assert code == 9
+    assert err.startswith("onnxsat: error: ") and err.count("\n") == 1
