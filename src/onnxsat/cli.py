@@ -158,9 +158,7 @@ def _run_fuzz_graphs(args: argparse.Namespace) -> int:
 
     if args.count < 1:
         raise SettingsError(f"--count must be at least 1 (got {args.count})")
-    failures = Path(args.failures_dir) if args.failures_dir else None
-    if failures is not None:
-        failures.mkdir(parents=True, exist_ok=True)
+    failures = _failures_folder(args.failures_dir)
     result = run_graph_campaign(args.count, args.seed, failures)
     for failure in result.failures:
         kept = f" (shrunk to {failure.shrunk_nodes} nodes: {failure.path})" if failure.path else ""
@@ -175,14 +173,26 @@ def _run_fuzz_bytes(args: argparse.Namespace) -> int:
 
     if args.count < 1 or args.timeout <= 0:
         raise SettingsError(f"--count must be at least 1 and --timeout positive (got {args.count}, {args.timeout})")
-    failures = Path(args.failures_dir) if args.failures_dir else None
-    if failures is not None:
-        failures.mkdir(parents=True, exist_ok=True)
+    failures = _failures_folder(args.failures_dir)
     result = run_mutation_campaign(args.count, args.seed, timeout=args.timeout, failures_dir=failures)
     for signature, items in result.failure_classes().items():
         print(f"FAILED x{len(items)}: {signature}")
     print(result.summary_line())
     return 0 if result.failed == 0 else 1
+
+
+def _failures_folder(text: str | None) -> Path | None:
+    """The folder a campaign keeps its failing cases in, created if needed."""
+    from onnxsat.errors import OutputPathError
+
+    if text is None:
+        return None
+    folder = Path(text)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise OutputPathError(f"cannot create --failures-dir {folder}: {error.strerror or error}") from None
+    return folder
 
 
 def _opset_range(text: str | None) -> list[int] | None:
