@@ -160,6 +160,8 @@ def _run_fuzz_graphs(args: argparse.Namespace) -> int:
         raise SettingsError(f"--count must be at least 1 (got {args.count})")
     failures = _failures_folder(args.failures_dir)
     result = run_graph_campaign(args.count, args.seed, failures)
+    census = ", ".join(f"{name} {count}" for name, count in sorted(result.patterns.items()))
+    print(f"graphs containing each pattern or near-miss: {census}")
     for failure in result.failures:
         kept = f" (shrunk to {failure.shrunk_nodes} nodes: {failure.path})" if failure.path else ""
         print(f"FAILED seed {failure.seed} target {failure.target} {failure.kind}: {failure.detail[:200]}{kept}")
