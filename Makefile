@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test test-large lint bench clean
+.PHONY: setup demo test test-large fuzz lint bench clean
 
 setup: $(STAMP)
 
@@ -23,6 +23,11 @@ test: $(STAMP)
 # Builds a 2.2 GB model on disk (about 5 GB free space and a minute needed); not part of `make test`.
 test-large: $(STAMP)
 	$(BIN)/python -m pytest -q -m large tests/large
+
+# Longer campaigns than the fixed samples `make test` runs; see RELIABILITY.md.
+fuzz: $(STAMP)
+	$(BIN)/onnxsat fuzz graphs --count 3000 --seed 100000
+	$(BIN)/onnxsat fuzz bytes --count 3000 --seed 2026
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks
