@@ -18,7 +18,7 @@ def _add_optimize(commands: argparse._SubParsersAction) -> None:
     from onnxsat.eqsat.cost import COST_MODELS
     from onnxsat.eqsat.rules import TARGETS
     from onnxsat.eqsat.saturate import SaturationLimits
-    from onnxsat.verify import Tolerance
+    from onnxsat.verify import DEFAULT_RUN_TIMEOUT, Tolerance
 
     limits, tolerance = SaturationLimits(), Tolerance()
     parser = commands.add_parser("optimize", help="fuse operators by equality saturation, verify, write, report")
@@ -42,6 +42,12 @@ def _add_optimize(commands: argparse._SubParsersAction) -> None:
     parser.add_argument("--rtol", type=float, default=tolerance.rtol, help="relative tolerance of the verification")
     parser.add_argument("--atol", type=float, default=tolerance.atol, help="absolute tolerance of the verification")
     parser.add_argument("--force", action="store_true", help="write the result even if verification fails")
+    parser.add_argument(
+        "--run-timeout",
+        type=float,
+        default=DEFAULT_RUN_TIMEOUT,
+        help="seconds each verification run under ONNX Runtime may take (default %(default)g)",
+    )
     parser.add_argument("--max-iterations", type=int, default=limits.max_iterations)
     parser.add_argument("--max-enodes", type=int, default=limits.max_enodes)
     parser.add_argument("--max-seconds", type=float, default=limits.max_seconds)
@@ -59,12 +65,14 @@ def _add_optimize(commands: argparse._SubParsersAction) -> None:
 
 def _run_optimize(args: argparse.Namespace) -> int:
     from onnxsat.eqsat.saturate import SaturationLimits
-    from onnxsat.errors import VerificationFailedError
+    from onnxsat.errors import SettingsError, VerificationFailedError
     from onnxsat.latency import compare_latency_levels
     from onnxsat.model_io import check_report_path, write_text_atomic
     from onnxsat.optimize import OptimizeOptions, optimize
     from onnxsat.verify import Tolerance, parse_input_shapes
 
+    if args.run_timeout <= 0:
+        raise SettingsError(f"--run-timeout must be positive (got {args.run_timeout:g})")
     options = OptimizeOptions(
         target=args.target,
         cost_model=args.cost,
@@ -72,6 +80,7 @@ def _run_optimize(args: argparse.Namespace) -> int:
         tolerance=Tolerance(rtol=args.rtol, atol=args.atol),
         limits=SaturationLimits(args.max_iterations, args.max_enodes, args.max_seconds, args.max_memory_mib),
         force=args.force,
+        run_timeout=args.run_timeout,
     )
     if args.report:
         check_report_path(args.report, args.model, args.output)

@@ -26,7 +26,7 @@ from onnxsat.eqsat.rules import rulesets_for
 from onnxsat.eqsat.saturate import SaturationLimits, egraph_size, saturate
 from onnxsat.errors import VerificationFailedError
 from onnxsat.report import OptimizeReport, op_counts
-from onnxsat.verify import Tolerance, random_inputs, run_model, verify
+from onnxsat.verify import DEFAULT_RUN_TIMEOUT, Tolerance, random_inputs, run_model, verify
 
 
 @dataclass
@@ -37,6 +37,8 @@ class OptimizeOptions:
     tolerance: Tolerance = field(default_factory=Tolerance)
     limits: SaturationLimits = field(default_factory=SaturationLimits)
     force: bool = False
+    run_timeout: float = DEFAULT_RUN_TIMEOUT
+    """Seconds each verification run under ONNX Runtime may take."""
 
 
 class _Phases:
@@ -97,7 +99,7 @@ def optimize_model(
         model_io.check_model(model)
     with phases("verify"):
         feeds = random_inputs(model, options.input_shapes)
-        reference = run_model(model, feeds, "input model", base_dir)
+        reference = run_model(model, feeds, "input model", base_dir, options.run_timeout)
     with phases("encode"), _collector_paused():
         encoded = encode(model, _shape_inferred(model), base_dir)
         enodes_before = egraph_size(encoded.egraph)
@@ -116,6 +118,7 @@ def optimize_model(
             options.tolerance,
             reference_outputs=reference,
             base_dir=base_dir,
+            timeout=options.run_timeout,
         )
     report.nodes_before = dict(op_counts(model))
     report.nodes_after = dict(op_counts(decoded.model))

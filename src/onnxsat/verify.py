@@ -7,6 +7,7 @@ compared, not ORT's rewrite of it) on the same seeded random inputs, and every o
 from __future__ import annotations
 
 import re
+import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -20,6 +21,10 @@ from onnxsat.model_io import check_model
 
 DEFAULT_DYNAMIC_DIM = 1
 """Symbolic or unknown dimensions take this size unless ``--input-shape`` says otherwise."""
+
+DEFAULT_RUN_TIMEOUT = 600.0
+"""Seconds one verification run may take before ONNX Runtime is told to stop (a Loop whose trip count
+a damaged or hostile file set to 2**62 would otherwise run for ever)."""
 
 MAX_INPUT_ELEMENTS = 2**26
 """Verification refuses to invent more input elements than this (256 MiB of float32) in total: a
@@ -209,19 +214,34 @@ def _random_values(rng: np.random.Generator, dtype: np.dtype, shape: list[int]) 
 
 
 def run_model(
-    model: onnx.ModelProto, feeds: Mapping[str, np.ndarray], what: str, base_dir: Path | None = None
+    model: onnx.ModelProto,
+    feeds: Mapping[str, np.ndarray],
+    what: str,
+    base_dir: Path | None = None,
+    timeout: float = DEFAULT_RUN_TIMEOUT,
 ) -> list[np.ndarray]:
     """Run with ORT optimizations off; a failure on the *original* model is the user's to know.
 
     The session is dropped before returning, so verifying a large model holds one copy of its
-    weights at a time.
+    weights at a time. After ``timeout`` seconds ORT's terminate flag stops the run (ORT checks it
+    between kernels and between loop iterations).
     """
+    run_options = ort.RunOptions()
+    timer = threading.Timer(timeout, lambda: setattr(run_options, "terminate", True))
+    timer.daemon = True
     try:
         sess = session(model, ort.GraphOptimizationLevel.ORT_DISABLE_ALL, base_dir=base_dir, lean=True)
-        return sess.run(None, dict(feeds))
+        timer.start()
+        return sess.run(None, dict(feeds), run_options)
     except Exception as error:  # ORT raises several unrelated exception types
+        if run_options.terminate:
+            raise RuntimeUnsupportedError(
+                f"ONNX Runtime did not finish running the {what} within {timeout:g} s (see --run-timeout)"
+            ) from None
         message = _tidy_ort_message(" ".join(str(error).split())) or type(error).__name__
         raise RuntimeUnsupportedError(f"ONNX Runtime cannot run the {what}: {_explain(model, message)}") from None
+    finally:
+        timer.cancel()
 
 
 _STATUS_PREFIX = re.compile(r"^\[ONNXRuntimeError\] : \d+ : \w+ : ")
@@ -321,6 +341,7 @@ def verify(
     seed: int = 0,
     reference_outputs: list[np.ndarray] | None = None,
     base_dir: Path | None = None,
+    timeout: float = DEFAULT_RUN_TIMEOUT,
 ) -> VerificationResult:
     """Compare ``candidate`` with ``original`` on seeded inputs; never raises for a mismatch.
 
@@ -331,13 +352,13 @@ def verify(
     if reference_outputs is not None:
         expected = reference_outputs
     else:
-        expected = run_model(original, feeds, "input model", base_dir)
+        expected = run_model(original, feeds, "input model", base_dir, timeout)
     try:
         check_model(candidate)
     except InvalidModelError as error:
         return VerificationResult(False, error=f"checker: {error}", tolerance=tolerance)
     try:
-        actual = run_model(candidate, feeds, "optimized model", base_dir)
+        actual = run_model(candidate, feeds, "optimized model", base_dir, timeout)
     except RuntimeUnsupportedError as error:
         return VerificationResult(False, error=str(error), tolerance=tolerance)
     names = [o.name for o in original.graph.output]
