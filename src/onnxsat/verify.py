@@ -6,6 +6,7 @@ compared, not ORT's rewrite of it) on the same seeded random inputs, and every o
 
 from __future__ import annotations
 
+import gc
 import re
 import threading
 from collections.abc import Mapping, Sequence
@@ -225,12 +226,20 @@ def run_model(
     The session is dropped before returning, so verifying a large model holds one copy of its
     weights at a time. After ``timeout`` seconds ORT's terminate flag stops the run (ORT checks it
     between kernels and between loop iterations).
+
+    The flag is set from a timer thread. egglog's e-graphs may only be freed on the thread that made
+    them, and Python's cycle collector runs on whichever thread's allocation makes it due. So the
+    youngest generation is collected here (cheap), which resets the count that makes it due; the
+    timer thread allocates far fewer objects than the threshold, the main thread is inside ONNX
+    Runtime meanwhile, and the timer is joined before this returns, so no collection, and no e-graph
+    drop, can happen on the timer thread.
     """
     run_options = ort.RunOptions()
     timer = threading.Timer(timeout, lambda: setattr(run_options, "terminate", True))
     timer.daemon = True
     try:
         sess = session(model, ort.GraphOptimizationLevel.ORT_DISABLE_ALL, base_dir=base_dir, lean=True)
+        gc.collect(0)
         timer.start()
         return sess.run(None, dict(feeds), run_options)
     except Exception as error:  # ORT raises several unrelated exception types
@@ -242,6 +251,8 @@ def run_model(
         raise RuntimeUnsupportedError(f"ONNX Runtime cannot run the {what}: {_explain(model, message)}") from None
     finally:
         timer.cancel()
+        if timer.ident is not None:
+            timer.join()
 
 
 _STATUS_PREFIX = re.compile(r"^\[ONNXRuntimeError\] : \d+ : \w+ : ")
