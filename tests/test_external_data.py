@@ -300,3 +300,36 @@ def test_symbolic_dimension_names_are_kept(tmp_path: Path, capfd: pytest.Capture
         assert after.type.tensor_type.shape == before.type.tensor_type.shape
     dims = [d.dim_param or d.dim_value for d in written.graph.input[0].type.tensor_type.shape.dim]
     assert dims == ["batch", "sequence", 8]
+
+
+def test_external_constant_attribute_inside_folder_is_streamed_to_the_output(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """An attribute tensor that lives in external data keeps living there, now in the output's file."""
+    folder = tmp_path / "m"
+    folder.mkdir()
+    values = np.arange(512, dtype=np.float32)
+    (folder / "const.bin").write_bytes(b"\0" * 64 + values.tobytes())
+    value = TensorProto(name="c", data_type=TensorProto.FLOAT, dims=[512])
+    value.data_location = TensorProto.EXTERNAL
+    for key, entry_value in (("location", "const.bin"), ("offset", "64"), ("length", str(values.nbytes))):
+        entry = value.external_data.add()
+        entry.key, entry.value = key, entry_value
+    graph = helper.make_graph(
+        [helper.make_node("Constant", [], ["c"], value=value), helper.make_node("Add", ["x", "c"], ["y"])],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [512])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [512])],
+    )
+    source, out = folder / "const.onnx", tmp_path / "out.onnx"
+    source.write_bytes(
+        helper.make_model(graph, ir_version=9, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
+    )
+    code, err = run(["optimize", source, "-o", out, "--target", "none"], capfd)
+    assert code == 0, err
+    written = onnx.load(str(out), load_external_data=False)
+    attribute = written.graph.node[0].attribute[0].t
+    assert external_data.is_external(attribute)
+    assert {e.key: e.value for e in attribute.external_data}["location"] == "out.onnx.data"
+    feeds = {"x": np.ones(512, dtype=np.float32)}
+    np.testing.assert_array_equal(run_ort(out, feeds)[0], values + 1)

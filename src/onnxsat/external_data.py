@@ -98,10 +98,27 @@ def expected_nbytes(tensor: TensorProto) -> int | None:
         itemsize = onnx.helper.tensor_dtype_to_np_dtype(tensor.data_type).itemsize
     except (KeyError, ValueError, TypeError):
         return None
-    count = int(np.prod(tensor.dims, dtype=np.int64)) if tensor.dims else 1
-    if tensor.data_type in (TensorProto.INT4, TensorProto.UINT4, TensorProto.FLOAT4E2M1):
-        return (count + 1) // 2
+    count = int(np.prod(tensor.dims, dtype=object)) if tensor.dims else 1
+    if tensor.data_type in _PACKED_BITS:
+        bits = _PACKED_BITS[tensor.data_type]
+        return None if bits is None else (count * bits + 7) // 8
     return count * itemsize
+
+
+_PACKED_BITS: dict[int, int | None] = {
+    getattr(TensorProto, name): bits
+    for name, bits in (
+        ("INT4", 4),
+        ("UINT4", 4),
+        ("FLOAT4E2M1", 4),
+        ("INT2", 2),
+        ("UINT2", 2),
+        ("FLOAT6E2M3", None),  # packing of 6-bit types not checked here; ONNX Runtime checks on load
+        ("FLOAT6E3M2", None),
+    )
+    if hasattr(TensorProto, name)
+}
+"""Element types stored below one byte per element (onnx versions that lack a type skip it)."""
 
 
 def reference(tensor: TensorProto, base_dir: Path) -> ExternalRef:
@@ -205,9 +222,10 @@ def write_model_with_data(
 ) -> None:
     """Write ``model`` to ``model_file`` with every large tensor's bytes in ``data_file`` (named ``location``).
 
-    External tensors are streamed from their checked source files in chunks; in-memory tensors
-    of 1 KiB or more are written from memory. Small tensors stay inside the protobuf. The input model
-    object is not changed.
+    Tensors that are external (wherever they sit: initializers, Constant attributes, subgraphs) are
+    streamed from their checked source files in chunks. Main-graph initializers held in memory move
+    out too when they are 1 KiB or more; other in-memory tensors stay inline, as onnx's own saver
+    leaves attribute tensors. The input model object is not changed.
     """
     out = onnx.ModelProto()
     out.CopyFrom(model)
@@ -219,28 +237,32 @@ def write_model_with_data(
                 ref = reference(tensor, base_dir)
                 offset = _pad_to_alignment(data)
                 _copy_range(ref, data)
-                length = ref.length
-            elif tensor.ByteSize() >= _INLINE_LIMIT and expected_nbytes(tensor) is not None:
-                in_raw = tensor.HasField("raw_data")
-                payload = tensor.raw_data if in_raw else onnx.numpy_helper.to_array(tensor).tobytes()
+                _point_to(tensor, location, offset, ref.length)
+        for tensor in out.graph.initializer:
+            if not is_external(tensor) and tensor.ByteSize() >= _INLINE_LIMIT and expected_nbytes(tensor) is not None:
+                payload = (
+                    tensor.raw_data if tensor.HasField("raw_data") else onnx.numpy_helper.to_array(tensor).tobytes()
+                )
                 offset = _pad_to_alignment(data)
                 data.write(payload)
-                length = len(payload)
                 for field in _DATA_FIELDS:
                     tensor.ClearField(field)
-            else:
-                continue
-            tensor.data_location = TensorProto.EXTERNAL
-            del tensor.external_data[:]
-            for key, value in (("location", location), ("offset", str(offset)), ("length", str(length))):
-                entry = tensor.external_data.add()
-                entry.key, entry.value = key, value
+                _point_to(tensor, location, offset, len(payload))
         data.flush()
         os.fsync(data.fileno())
     with open(model_file, "wb") as stream:
         stream.write(out.SerializeToString())
         stream.flush()
         os.fsync(stream.fileno())
+
+
+def _point_to(tensor: TensorProto, location: str, offset: int, length: int) -> None:
+    """Make ``tensor`` an external reference to ``length`` bytes at ``offset`` of ``location``."""
+    tensor.data_location = TensorProto.EXTERNAL
+    del tensor.external_data[:]
+    for key, value in (("location", location), ("offset", str(offset)), ("length", str(length))):
+        entry = tensor.external_data.add()
+        entry.key, entry.value = key, value
 
 
 def _pad_to_alignment(stream: BinaryIO) -> int:
