@@ -248,28 +248,31 @@ def test_missing_data_file_is_refused(external_cnn: Path, tmp_path: Path, capfd:
     assert_refused(external_cnn, tmp_path, capfd, 5, "cannot be read")
 
 
-def test_external_constant_attribute_outside_folder_is_refused(
-    tmp_path: Path, secret: Path, capfd: pytest.CaptureFixture[str]
-) -> None:
-    """References hide in Constant attributes too, not only in initializers."""
-    value = helper.make_tensor("c", TensorProto.FLOAT, [4], [1.0, 2.0, 3.0, 4.0])
+def write_constant_model(folder: Path, size: int, location: str, offset: int) -> Path:
+    """``y = x + c`` where the Constant ``c`` (``size`` float32) points at ``location`` in external data."""
+    value = TensorProto(name="c", data_type=TensorProto.FLOAT, dims=[size])
     value.data_location = TensorProto.EXTERNAL
-    value.ClearField("float_data")
-    for key, entry_value in (("location", "../secret.bin"), ("offset", "0"), ("length", "16")):
+    for key, entry_value in (("location", location), ("offset", str(offset)), ("length", str(size * 4))):
         entry = value.external_data.add()
         entry.key, entry.value = key, entry_value
     graph = helper.make_graph(
         [helper.make_node("Constant", [], ["c"], value=value), helper.make_node("Add", ["x", "c"], ["y"])],
         "g",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])],
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [size])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [size])],
     )
-    folder = tmp_path / "m"
-    folder.mkdir()
+    folder.mkdir(exist_ok=True)
     path = folder / "const.onnx"
-    path.write_bytes(
-        helper.make_model(graph, ir_version=9, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
-    )
+    model = helper.make_model(graph, ir_version=9, opset_imports=[helper.make_opsetid("", 17)])
+    path.write_bytes(model.SerializeToString())
+    return path
+
+
+def test_external_constant_attribute_outside_folder_is_refused(
+    tmp_path: Path, secret: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """References hide in Constant attributes too, not only in initializers."""
+    path = write_constant_model(tmp_path / "m", 4, "../secret.bin", 0)
     assert_refused(path, tmp_path, capfd, 10, "outside the model's folder")
     assert secret.stat().st_atime == 1_000_000
 
@@ -306,25 +309,10 @@ def test_external_constant_attribute_inside_folder_is_streamed_to_the_output(
     tmp_path: Path, capfd: pytest.CaptureFixture[str]
 ) -> None:
     """An attribute tensor that lives in external data keeps living there, now in the output's file."""
-    folder = tmp_path / "m"
-    folder.mkdir()
     values = np.arange(512, dtype=np.float32)
-    (folder / "const.bin").write_bytes(b"\0" * 64 + values.tobytes())
-    value = TensorProto(name="c", data_type=TensorProto.FLOAT, dims=[512])
-    value.data_location = TensorProto.EXTERNAL
-    for key, entry_value in (("location", "const.bin"), ("offset", "64"), ("length", str(values.nbytes))):
-        entry = value.external_data.add()
-        entry.key, entry.value = key, entry_value
-    graph = helper.make_graph(
-        [helper.make_node("Constant", [], ["c"], value=value), helper.make_node("Add", ["x", "c"], ["y"])],
-        "g",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [512])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [512])],
-    )
-    source, out = folder / "const.onnx", tmp_path / "out.onnx"
-    source.write_bytes(
-        helper.make_model(graph, ir_version=9, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
-    )
+    (tmp_path / "m").mkdir()
+    (tmp_path / "m" / "const.bin").write_bytes(b"\0" * 64 + values.tobytes())
+    source, out = write_constant_model(tmp_path / "m", 512, "const.bin", 64), tmp_path / "out.onnx"
     code, err = run(["optimize", source, "-o", out, "--target", "none"], capfd)
     assert code == 0, err
     written = onnx.load(str(out), load_external_data=False)
