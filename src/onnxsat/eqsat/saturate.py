@@ -24,7 +24,7 @@ class SaturationLimits:
     max_enodes: int = 5_000_000
     max_seconds: float = 120.0
     max_memory_mib: float = 8192.0
-    """Resident memory of the whole process, checked after each iteration."""
+    """Resident memory of the whole process, checked after each iteration against the next one's predicted growth."""
 
 
 @dataclass
@@ -72,7 +72,8 @@ def saturate(egraph: EGraph, rulesets: tuple[Ruleset, ...], limits: SaturationLi
         if time.perf_counter() - start > limits.max_seconds:
             stats.stop_reason = f"time limit ({limits.max_seconds:g} s)"
             break
-        grown, memory = resident_mib() - memory, resident_mib()
+        now = resident_mib()
+        grown, memory = now - memory, now
         growth_rate, enodes = stats.enodes / max(enodes, 1), stats.enodes
         if memory + max(grown, 0.0) * growth_rate > limits.max_memory_mib:
             # Stop if the next iteration, growing at the last one's rate, would cross the limit:
