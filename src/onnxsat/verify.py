@@ -18,6 +18,7 @@ import onnx
 import onnxruntime as ort
 
 from onnxsat.errors import InvalidModelError, RuntimeUnsupportedError, SettingsError
+from onnxsat.external_data import iter_tensors
 from onnxsat.model_io import check_model
 
 DEFAULT_DYNAMIC_DIM = 1
@@ -63,18 +64,28 @@ _LOW_PRECISION_FLOORS = {onnx.TensorProto.FLOAT16: (1e-2, 1e-3), onnx.TensorProt
 
 
 def _element_types(model: onnx.ModelProto) -> set[int]:
-    """Element types the main graph's values take: declared, inferred, initializers and Cast targets."""
+    """Every element type a value of ``model`` can take, read from where types enter a graph.
+
+    A type reaches an intermediate value only from a graph input, a tensor (initializer or attribute,
+    in any subgraph) or a node attribute that names a type (Cast's ``to``, ``dtype``), so no shape
+    inference is needed: ``optimize_model`` already runs it once, and verification runs per model.
+    """
     graph = model.graph
-    try:
-        inferred = onnx.shape_inference.infer_shapes(model, strict_mode=False).graph.value_info
-    except Exception:  # inference is a help here; declared types and Cast targets still count
-        inferred = []
-    values = [*graph.input, *graph.output, *graph.value_info, *inferred]
+    values = [*graph.input, *graph.output, *graph.value_info]
     types = {v.type.tensor_type.elem_type for v in values if v.type.HasField("tensor_type")}
-    types |= {t.data_type for t in graph.initializer}
-    for node in graph.node:
-        types |= {a.i for a in node.attribute if node.op_type == "Cast" and a.name == "to"}
+    types |= {t.data_type for t in iter_tensors(model)}
+    stack = [graph]
+    while stack:
+        for node in stack.pop().node:
+            for attribute in node.attribute:
+                if attribute.name in _TYPE_ATTRIBUTES and attribute.type == onnx.AttributeProto.INT:
+                    types.add(attribute.i)
+                stack.extend([attribute.g] if attribute.HasField("g") else attribute.graphs)
     return types
+
+
+_TYPE_ATTRIBUTES = frozenset({"to", "dtype"})
+"""Attributes naming the element type of a node's output: Cast's ``to``; ``dtype`` of Random*, EyeLike."""
 
 
 @dataclass
