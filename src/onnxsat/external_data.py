@@ -169,9 +169,11 @@ def reference(tensor: TensorProto, base_dir: Path) -> ExternalRef:
     return ExternalRef(resolved, offset, length)
 
 
-def check_references(model: onnx.ModelProto, base_dir: Path) -> int:
-    """Check every external reference before anything reads it; return the bytes they hold in total."""
-    return sum(reference(tensor, base_dir).length for tensor in iter_tensors(model) if is_external(tensor))
+def check_references(model: onnx.ModelProto, base_dir: Path) -> None:
+    """Check every external reference before anything reads it."""
+    for tensor in iter_tensors(model):
+        if is_external(tensor):
+            reference(tensor, base_dir)
 
 
 def external_paths(model: onnx.ModelProto, base_dir: Path) -> set[Path]:
@@ -235,19 +237,19 @@ def write_model_with_data(
                 if base_dir is None:
                     raise InvalidModelError(f"tensor {tensor.name!r} has external data but its folder is unknown")
                 ref = reference(tensor, base_dir)
-                offset = _pad_to_alignment(data)
+                offset = pad_to_alignment(data)
                 _copy_range(ref, data)
-                _point_to(tensor, location, offset, ref.length)
+                set_reference(tensor, location, offset, ref.length)
         for tensor in out.graph.initializer:
             if not is_external(tensor) and tensor.ByteSize() >= _INLINE_LIMIT and expected_nbytes(tensor) is not None:
                 payload = (
                     tensor.raw_data if tensor.HasField("raw_data") else onnx.numpy_helper.to_array(tensor).tobytes()
                 )
-                offset = _pad_to_alignment(data)
+                offset = pad_to_alignment(data)
                 data.write(payload)
                 for field in _DATA_FIELDS:
                     tensor.ClearField(field)
-                _point_to(tensor, location, offset, len(payload))
+                set_reference(tensor, location, offset, len(payload))
         data.flush()
         os.fsync(data.fileno())
     with open(model_file, "wb") as stream:
@@ -256,7 +258,7 @@ def write_model_with_data(
         os.fsync(stream.fileno())
 
 
-def _point_to(tensor: TensorProto, location: str, offset: int, length: int) -> None:
+def set_reference(tensor: TensorProto, location: str, offset: int, length: int) -> None:
     """Make ``tensor`` an external reference to ``length`` bytes at ``offset`` of ``location``."""
     tensor.data_location = TensorProto.EXTERNAL
     del tensor.external_data[:]
@@ -265,7 +267,8 @@ def _point_to(tensor: TensorProto, location: str, offset: int, length: int) -> N
         entry.key, entry.value = key, value
 
 
-def _pad_to_alignment(stream: BinaryIO) -> int:
+def pad_to_alignment(stream: BinaryIO) -> int:
+    """Pad ``stream`` with zeros to the next page boundary and return that offset."""
     position = stream.tell()
     padding = -position % _ALIGNMENT
     if padding:

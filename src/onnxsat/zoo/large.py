@@ -19,19 +19,10 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper
 
-ALIGNMENT = 4096
+from onnxsat.external_data import pad_to_alignment, set_reference
+
 _CHUNK_ELEMENTS = 8 * 2**20
 _BN_KEYS = ("scale", "bias", "mean", "var")
-
-
-def _external_tensor(name: str, dims: list[int], location: str, offset: int) -> TensorProto:
-    tensor = TensorProto(name=name, data_type=TensorProto.FLOAT, dims=dims)
-    tensor.data_location = TensorProto.EXTERNAL
-    length = int(np.prod(dims)) * 4
-    for key, value in (("location", location), ("offset", str(offset)), ("length", str(length))):
-        entry = tensor.external_data.add()
-        entry.key, entry.value = key, value
-    return tensor
 
 
 class _DataWriter:
@@ -43,16 +34,16 @@ class _DataWriter:
         self.initializers: list[TensorProto] = []
 
     def add(self, name: str, dims: list[int], bound: float, offset_by: float = 0.0) -> str:
-        position = self.stream.tell()
-        self.stream.write(b"\0" * (-position % ALIGNMENT))
-        offset = self.stream.tell()
+        offset = pad_to_alignment(self.stream)
         remaining = int(np.prod(dims))
         while remaining:
             count = min(_CHUNK_ELEMENTS, remaining)
             chunk = self.rng.random(count, dtype=np.float32) * np.float32(2 * bound) - np.float32(bound - offset_by)
             self.stream.write(chunk.astype("<f4").tobytes())
             remaining -= count
-        self.initializers.append(_external_tensor(name, dims, self.location, offset))
+        tensor = TensorProto(name=name, data_type=TensorProto.FLOAT, dims=dims)
+        set_reference(tensor, self.location, offset, self.stream.tell() - offset)
+        self.initializers.append(tensor)
         return name
 
 
