@@ -26,7 +26,7 @@ from onnxsat.eqsat.rules import rulesets_for
 from onnxsat.eqsat.saturate import SaturationLimits, egraph_size, saturate
 from onnxsat.errors import VerificationFailedError
 from onnxsat.report import OptimizeReport, op_counts
-from onnxsat.verify import DEFAULT_RUN_TIMEOUT, Tolerance, random_inputs, run_model, verify
+from onnxsat.verify import DEFAULT_RUN_TIMEOUT, Tolerance, reference_run, verify
 
 
 @dataclass
@@ -98,8 +98,7 @@ def optimize_model(
     with phases("check"):
         model_io.check_model(model)
     with phases("verify"):
-        feeds = random_inputs(model, options.input_shapes)
-        reference = run_model(model, feeds, "input model", base_dir, options.run_timeout)
+        reference = reference_run(model, options.input_shapes, base_dir=base_dir, timeout=options.run_timeout)
     with phases("encode"), _collector_paused():
         encoded = encode(model, _shape_inferred(model), base_dir)
         enodes_before = egraph_size(encoded.egraph)
@@ -116,7 +115,7 @@ def optimize_model(
             decoded.model,
             options.input_shapes,
             options.tolerance,
-            reference_outputs=reference,
+            reference=reference,
             base_dir=base_dir,
             timeout=options.run_timeout,
         )

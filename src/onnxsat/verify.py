@@ -355,26 +355,45 @@ def compare_outputs(
     return comparisons
 
 
+@dataclass
+class Reference:
+    """The original model's run: the seeded inputs and what it computed from them."""
+
+    feeds: dict[str, np.ndarray]
+    outputs: list[np.ndarray]
+
+
+def reference_run(
+    original: onnx.ModelProto,
+    shapes: Mapping[str, Sequence[int]] | None = None,
+    seed: int = 0,
+    base_dir: Path | None = None,
+    timeout: float = DEFAULT_RUN_TIMEOUT,
+) -> Reference:
+    """Run ``original`` on seeded inputs; raises RuntimeUnsupportedError when ORT cannot run it."""
+    feeds = random_inputs(original, shapes, seed)
+    return Reference(feeds, run_model(original, feeds, "input model", base_dir, timeout))
+
+
 def verify(
     original: onnx.ModelProto,
     candidate: onnx.ModelProto,
     shapes: Mapping[str, Sequence[int]] | None = None,
     tolerance: Tolerance | None = None,
     seed: int = 0,
-    reference_outputs: list[np.ndarray] | None = None,
+    reference: Reference | None = None,
     base_dir: Path | None = None,
     timeout: float = DEFAULT_RUN_TIMEOUT,
 ) -> VerificationResult:
     """Compare ``candidate`` with ``original`` on seeded inputs; never raises for a mismatch.
 
-    ``base_dir`` is where both models' external data lives (the candidate refers to the original's).
+    ``reference`` is the original's run if the caller already made it (``shapes`` and ``seed`` then
+    made its inputs). ``base_dir`` is where both models' external data lives (the candidate refers to
+    the original's).
     """
     tolerance = (tolerance or Tolerance()).for_model(original)
-    feeds = random_inputs(original, shapes, seed)
-    if reference_outputs is not None:
-        expected = reference_outputs
-    else:
-        expected = run_model(original, feeds, "input model", base_dir, timeout)
+    reference = reference or reference_run(original, shapes, seed, base_dir, timeout)
+    feeds, expected = reference.feeds, reference.outputs
     try:
         check_model(candidate)
     except InvalidModelError as error:
