@@ -15,7 +15,7 @@ from onnxsat.errors import OnnxSatError, OutOfMemoryError
 
 
 def _add_optimize(commands: argparse._SubParsersAction) -> None:
-    from onnxsat.eqsat.cost import COST_MODELS
+    from onnxsat.eqsat.costs import COST_MODELS, DEFAULT_COST_MODEL
     from onnxsat.eqsat.rules import TARGETS
     from onnxsat.eqsat.saturate import SaturationLimits
     from onnxsat.verify import DEFAULT_RUN_TIMEOUT, Tolerance
@@ -30,7 +30,13 @@ def _add_optimize(commands: argparse._SubParsersAction) -> None:
         default="ort",
         help="ort: may emit com.microsoft fused ops; portable: standard ONNX only",
     )
-    parser.add_argument("--cost", choices=sorted(COST_MODELS), default="uniform", help="cost model for extraction")
+    parser.add_argument(
+        "--cost",
+        choices=sorted(COST_MODELS),
+        default=DEFAULT_COST_MODEL,
+        help="cost model for extraction: uniform (fewest nodes), analytic (flops and bytes), "
+        "measured (ONNX Runtime micro-benchmarks, cached per machine)",
+    )
     parser.add_argument("--report", metavar="PATH", help="also write the report as JSON")
     parser.add_argument(
         "--input-shape",
@@ -127,6 +133,43 @@ def _add_bench(commands: argparse._SubParsersAction) -> None:
     large.add_argument("--size-gb", type=float, default=2.2, help="weights to generate, in GB (10^9 bytes)")
     large.add_argument("--dir", default=None, help="where to build it (default: the system's temp folder)")
     large.set_defaults(handler=_run_bench_large)
+    _add_bench_compare(which)
+
+
+def _add_bench_compare(which: argparse._SubParsersAction) -> None:
+    from onnxsat.bench.compare import DEFAULT_PAIRS, DEFAULT_WARMUP
+    from onnxsat.eqsat.rules import TARGETS
+
+    compare = which.add_parser(
+        "compare",
+        help="time ONNXSat's result against the original under ORT and against other ONNX optimizers, side by side",
+    )
+    compare.add_argument("models", nargs="+", metavar="MODEL", help=".onnx files (never modified)")
+    compare.add_argument(
+        "--input-shape",
+        action="append",
+        default=[],
+        metavar="NAME=D1,D2,...",
+        help="shape for an input with dynamic dims (repeatable; default: dynamic dims are 1)",
+    )
+    compare.add_argument("--threads", type=int, default=1, help="ORT intra-op threads of every session (default 1)")
+    compare.add_argument(
+        "--pairs",
+        type=int,
+        default=DEFAULT_PAIRS,
+        help="timed rounds per model; each runs every variant once (default %(default)d)",
+    )
+    compare.add_argument(
+        "--warmup", type=int, default=DEFAULT_WARMUP, help="untimed rounds first (default %(default)d)"
+    )
+    compare.add_argument("--target", choices=sorted(TARGETS), default="ort", help="ONNXSat's target")
+    compare.add_argument(
+        "--cost", default=None, metavar="NAME", help="ONNXSat's cost model (default: OptimizeOptions' default)"
+    )
+    compare.add_argument("--csv", metavar="PATH", help="also write every row as CSV")
+    compare.add_argument("--markdown", metavar="PATH", help="also write the tables as Markdown")
+    compare.add_argument("--keep", metavar="DIR", help="save each variant's model here for inspection")
+    compare.set_defaults(handler=_run_bench_compare)
 
 
 def _run_bench_scale(args: argparse.Namespace) -> int:
@@ -139,6 +182,23 @@ def _run_bench_large(args: argparse.Namespace) -> int:
     from onnxsat.bench.large import run_large_benchmark
 
     return run_large_benchmark(args.size_gb, args.dir)
+
+
+def _run_bench_compare(args: argparse.Namespace) -> int:
+    from onnxsat.bench.compare import run_compare
+
+    return run_compare(
+        args.models,
+        args.input_shape,
+        threads=args.threads,
+        pairs=args.pairs,
+        warmup=args.warmup,
+        target=args.target,
+        cost_model=args.cost,
+        csv_path=args.csv,
+        markdown_path=args.markdown,
+        keep=args.keep,
+    )
 
 
 def _add_fuzz(commands: argparse._SubParsersAction) -> None:

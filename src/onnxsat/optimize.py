@@ -16,7 +16,7 @@ from pathlib import Path
 import onnx
 
 from onnxsat import model_io
-from onnxsat.eqsat.cost import get_cost_model
+from onnxsat.eqsat.costs import DEFAULT_COST_MODEL, get_cost_model
 from onnxsat.eqsat.decode import decode
 from onnxsat.eqsat.encode import encode
 from onnxsat.eqsat.extract import extract
@@ -32,7 +32,7 @@ from onnxsat.verify import DEFAULT_RUN_TIMEOUT, Tolerance, reference_run, verify
 @dataclass
 class OptimizeOptions:
     target: str = "ort"
-    cost_model: str = "uniform"
+    cost_model: str = DEFAULT_COST_MODEL
     input_shapes: Mapping[str, Sequence[int]] = field(default_factory=dict)
     tolerance: Tolerance = field(default_factory=Tolerance)
     limits: SaturationLimits = field(default_factory=SaturationLimits)
@@ -73,7 +73,8 @@ def _collector_paused() -> Iterator[None]:
 def _shape_inferred(model: onnx.ModelProto) -> onnx.ModelProto | None:
     """The model with inferred value types, or None when inference cannot run (custom ops, size)."""
     try:
-        return onnx.shape_inference.infer_shapes(model, strict_mode=False)
+        # data_prop: shapes computed by Shape -> Gather -> Concat -> Expand chains become known too
+        return onnx.shape_inference.infer_shapes(model, strict_mode=False, data_prop=True)
     except Exception:  # inference is an aid to rule conditions, never a requirement
         return None
 
@@ -106,9 +107,9 @@ def optimize_model(
         stats = saturate(encoded.egraph, rulesets, options.limits)
     with phases("extract"), _collector_paused():
         snapshot = freeze(encoded.egraph)
-        choice = extract(snapshot, cost_model)
+        extraction = extract(snapshot, cost_model, encoded, ort_lookahead=options.target == "ort")
     with phases("decode"), _collector_paused():
-        decoded = decode(encoded, snapshot, choice)
+        decoded = decode(encoded, snapshot, extraction.choice)
     with phases("verify"):
         result = verify(
             model,
@@ -131,6 +132,10 @@ def optimize_model(
         "iterations": stats.iterations,
         "stop_reason": stats.stop_reason,
         "encode_commands": encoded.n_commands,
+        "extracted_cost": extraction.cost,
+        "tree_cost": extraction.tree_cost,
+        "dag_switches": extraction.dag_switches,
+        "ort_fusions_avoided": extraction.ort_kept_apart,
     }
     report.verification = result
     report.phases = phases.seconds

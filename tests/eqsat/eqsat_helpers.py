@@ -16,7 +16,7 @@ import onnx
 import onnxruntime as ort
 from onnx import helper
 
-from onnxsat.eqsat.cost import UniformCost
+from onnxsat.eqsat.costs import UniformCost
 from onnxsat.eqsat.decode import DecodedModel, decode
 from onnxsat.eqsat.encode import encode
 from onnxsat.eqsat.extract import extract
@@ -49,7 +49,7 @@ def roundtrip(model: onnx.ModelProto, target: str | None = None, infer: bool = T
     encoded = encode(model, typed)
     stats = saturate(encoded.egraph, rulesets_for(target), SaturationLimits()) if target is not None else None
     snapshot = freeze(encoded.egraph)
-    choice = extract(snapshot, UniformCost())
+    choice = extract(snapshot, UniformCost(), encoded).choice
     decoded = decode(encoded, snapshot, choice)
     assert model.SerializeToString() == original, "the pipeline must not modify its input model"
     return RoundTrip(decoded, stats)

@@ -17,6 +17,7 @@ from egglog import Ruleset, String, eq, i64, rule, ruleset, union
 from onnxsat.cli import main
 from onnxsat.eqsat.encode import encode
 from onnxsat.eqsat.language import Args, Attrs, Node, Tensor, out
+from onnxsat.eqsat.rules import RuleSchedule
 from onnxsat.eqsat.saturate import SaturationLimits, egraph_size, resident_mib, saturate
 from onnxsat.optimize import OptimizeOptions, optimize_model
 from onnxsat.zoo.synthetic import conv_bn_relu_chain
@@ -40,7 +41,7 @@ def explosive_egraph():
 
 def test_enode_limit_stops_explosive_growth() -> None:
     egraph = explosive_egraph()
-    stats = saturate(egraph, (explosive,), SaturationLimits(max_iterations=1000, max_enodes=20_000))
+    stats = saturate(egraph, RuleSchedule(grow=(explosive,)), SaturationLimits(max_iterations=1000, max_enodes=20_000))
     assert stats.stop_reason == "e-node limit (20000)"
     # One iteration at most triples the graph, so the overshoot is bounded by one step.
     assert 20_000 < egraph_size(egraph) <= 3 * 20_000 + 1_000
@@ -49,7 +50,11 @@ def test_enode_limit_stops_explosive_growth() -> None:
 def test_time_limit_stops_explosive_growth() -> None:
     egraph = explosive_egraph()
     start = time.perf_counter()
-    stats = saturate(egraph, (explosive,), SaturationLimits(max_iterations=1000, max_enodes=10**9, max_seconds=0.5))
+    stats = saturate(
+        egraph,
+        RuleSchedule(grow=(explosive,)),
+        SaturationLimits(max_iterations=1000, max_enodes=10**9, max_seconds=0.5),
+    )
     assert stats.stop_reason == "time limit (0.5 s)"
     assert time.perf_counter() - start < 10.0
 
@@ -59,7 +64,7 @@ def test_memory_limit_stops_explosive_growth() -> None:
     budget = resident_mib() + 64
     stats = saturate(
         egraph,
-        (explosive,),
+        RuleSchedule(grow=(explosive,)),
         SaturationLimits(max_iterations=1000, max_enodes=10**9, max_seconds=600, max_memory_mib=budget),
     )
     assert stats.stop_reason == f"memory limit ({budget:g} MiB)"

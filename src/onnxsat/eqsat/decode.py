@@ -18,8 +18,10 @@ from egglog import bindings
 from google.protobuf.message import Message
 
 from onnxsat.eqsat.activations import activation_attributes
+from onnxsat.eqsat.attributes import ATTRIBUTE_KERNELS
 from onnxsat.eqsat.encode import EncodedModel
 from onnxsat.eqsat.facts import subgraph_captures
+from onnxsat.eqsat.folding import evaluate_node
 from onnxsat.eqsat.frozen import ENode, FrozenEGraph
 from onnxsat.eqsat.weights import KERNELS, constant_node_value, sparse_tensor_value
 from onnxsat.errors import InvalidModelError
@@ -66,6 +68,8 @@ class _Decoder:
         self.used_initializers: set[str] = set()
         self.new_initializers: list[onnx.TensorProto] = []
         self.fusions: Counter[str] = Counter()
+        self.constants_made: Counter[str] = Counter()
+        self.folded_outputs: dict[bindings.Value, list[np.ndarray]] = {}
         self.domains: set[str] = set()
 
     # ---- naming -------------------------------------------------------------------------------
@@ -151,6 +155,15 @@ class _Decoder:
             # as the original computes it; verification judges the result, numpy need not warn on stderr.
             with np.errstate(all="ignore"):
                 result = KERNELS[enode.literals[0]](args, {a.name: a for a in base_attrs})
+        elif enode.op == "TensorFolded":
+            result = self.folded_value(enode)
+        elif enode.op == "TensorShapeOf":
+            dims = self.dims(enode.children[0])
+            shape_attrs, _ = self.attributes(enode.children[1])
+            by_name = {a.name: int(a.i) for a in shape_attrs}
+            result = np.array(dims, dtype=np.int64)[by_name.get("start", 0) : by_name.get("end", len(dims))]
+        elif enode.op == "TensorInts":
+            result = np.array(self.dims(enode.children[0]), dtype=np.int64)
         elif enode.op == "Out" and self.chosen(enode.children[0]).literals[0] == "Constant":
             node_id = self.chosen(enode.children[0]).literals[2]
             result = constant_node_value(self.encoded.nodes[node_id], self.encoded.base_dir)
@@ -158,6 +171,29 @@ class _Decoder:
             raise DecodeError(f"a rule needs the value of a tensor made by {enode.op}, which is not static")
         self.values[eclass] = result
         return result
+
+    def folded_value(self, enode: ENode) -> np.ndarray:
+        """Run the node a ``TensorFolded`` stands for on its static inputs (once per node)."""
+        node_class, index = enode.children[0], int(enode.literals[0])
+        if node_class not in self.folded_outputs:
+            node = self.chosen(node_class)
+            op_type, domain, _, n_outputs = node.literals
+            attributes, _ = self.attributes(node.children[0])
+            inputs = [self.value(c) for c in self.args_classes(node.children[1])]
+            opsets = self.encoded.model.opset_import
+            with np.errstate(all="ignore"):
+                self.folded_outputs[node_class] = evaluate_node(
+                    str(op_type), str(domain), attributes, inputs, int(n_outputs), opsets
+                )
+        return self.folded_outputs[node_class][index]
+
+    def dims(self, eclass: bindings.Value) -> list[int]:
+        dims = []
+        enode = self.chosen(eclass)
+        while enode.op == "DimsCons":
+            dims.append(int(enode.literals[0]))
+            enode = self.chosen(enode.children[0])
+        return dims
 
     def args_classes(self, eclass: bindings.Value) -> list[bindings.Value]:
         classes = []
@@ -176,6 +212,13 @@ class _Decoder:
         enode = self.chosen(eclass)
         if enode.op == "AttrsTable":
             return list(self.encoded.attributes[int(enode.literals[0])]), None
+        if enode.op == "AttrsNone":
+            return [], None
+        if enode.op == "AttrsComputed":
+            first, _ = self.attributes(enode.children[0])
+            second, _ = self.attributes(enode.children[1])
+            values = [self.value(c) for c in self.args_classes(enode.children[2])]
+            return ATTRIBUTE_KERNELS[str(enode.literals[0])](first, second, values), None
         if enode.op == "AttrsWithActivation":
             base, act_attrs_class, act_args = enode.children
             attrs, _ = self.attributes(base)
@@ -200,6 +243,11 @@ class _Decoder:
             self.tensor_name[eclass] = ""
         elif op == "TensorDerived":
             self.tensor_name[eclass] = self.emit_derived(eclass, enode)
+        elif op in ("TensorFolded", "TensorShapeOf", "TensorInts"):
+            name = self.original_name(eclass, "onnxsat_constant")
+            self.new_initializers.append(onnx.numpy_helper.from_array(np.asarray(self.value(eclass)), name))
+            self.tensor_name[eclass] = name
+            self.constants_made[op] += 1
         elif op == "Out":
             self.tensor_name[eclass] = self.node_outputs[enode.children[0]][int(enode.literals[0])]
         elif op == "Node":
@@ -316,6 +364,10 @@ class _Decoder:
         keep = self.used_initializers | {v.name for v in source.graph.input}
         graph.initializer.extend(t for t in source.graph.initializer if t.name in keep)
         graph.initializer.extend(self.new_initializers)
+        if model.ir_version < 4:  # before IR 4 every initializer must also be listed as a graph input
+            graph.input.extend(
+                onnx.helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)) for t in self.new_initializers
+            )
         graph.sparse_initializer.extend(t for t in source.graph.sparse_initializer if t.values.name in keep)
         produced = {o for n in nodes for o in n.output}
         graph.value_info.extend(v for v in source.graph.value_info if v.name in produced)

@@ -19,18 +19,27 @@ from pathlib import Path
 import onnx
 from egglog import EGraph, bindings, union
 
-from onnxsat.eqsat.facts import GraphFacts, attribute_flags, collect_facts, subgraph_captures
+from onnxsat.eqsat.facts import GraphFacts, attribute_flags, collect_facts, int_attributes, subgraph_captures
 from onnxsat.eqsat.language import (
     Args,
     Attrs,
+    Dims,
     Node,
     Tensor,
     args_of,
     attr_flag,
+    attr_int,
+    foldable,
+    has_shape,
+    has_type,
     is_float32,
+    opset_at_least,
     out,
+    parallel_pair,
     sole_use,
+    static_dims,
     static_value,
+    value_flag,
 )
 
 _SPAN = bindings.PanicSpan()
@@ -94,33 +103,70 @@ def _declare_language(egraph: EGraph) -> None:
 
     egglog-python declares a function to the Rust e-graph the first time a typed expression uses it,
     so one inert term that mentions them all is registered first. It lives under ``Tensor.ref(-1)``,
-    which no graph output reaches, so extraction never sees it.
+    which no graph output reaches, so extraction never sees it; the relations are declared on ``Tensor.ref(-2)``.
     """
     absent = Tensor.absent()
-    inert_inputs = args_of(Tensor.input(""), Tensor.initializer(""), absent)
+    no_dims = Dims.cons(-1, Dims.nil())
+    inert_node = Node(
+        "", "", Attrs.none(), args_of(Tensor.input(""), Tensor.initializer(""), absent), Args.nil(), "", 0
+    )
+    inert_attrs = Attrs.computed("", Attrs.table(-1), Attrs.none(), Args.nil())
+    inert_inputs = args_of(Tensor.folded(inert_node, 0), Tensor.shape_of(no_dims, inert_attrs), Tensor.ints(no_dims))
     inert = out(Node("", "", Attrs.table(-1), inert_inputs, Args.nil(), "", 0), 0)
     handle = Tensor.ref(-1)
+    egraph.register(union(handle).with_(inert))
+    handle = Tensor.ref(-2)  # the facts sit on an empty handle, so no rule can match the inert term
     egraph.register(
-        union(handle).with_(inert),
         static_value(absent),
         sole_use(handle),
         is_float32(handle),
         attr_flag(Attrs.table(-1), ""),
+        attr_int(Attrs.table(-1), "", -1),
+        has_shape(handle, no_dims),
+        has_type(handle, -1),
+        static_dims(Dims.nil()),
+        value_flag(handle, ""),
+        foldable(handle),
+        opset_at_least(-1),
+        parallel_pair(handle, handle),
+        union(Tensor.ref(-3)).with_(Tensor.pure_key("", Attrs.none(), Args.nil(), 0, 0)),
     )
 
 
 class _Encoder:
-    def __init__(self, model: onnx.ModelProto, typed: onnx.ModelProto | None) -> None:
+    def __init__(self, model: onnx.ModelProto, typed: onnx.ModelProto | None, base_dir: Path | None) -> None:
         egraph = EGraph()
         _declare_language(egraph)
-        self.result = EncodedModel(model=model, egraph=egraph, facts=collect_facts(model, typed))
+        facts = collect_facts(model, typed, base_dir)
+        self.result = EncodedModel(model=model, egraph=egraph, facts=facts, base_dir=base_dir)
         self.commands: list[bindings.ActionCommand] = []
         self.attr_keys: dict[tuple[str, str, tuple[bytes, ...]], int] = {}
         graph = model.graph
         inputs = {v.name for v in graph.input}
         names = [t.name for t in graph.initializer] + [t.values.name for t in graph.sparse_initializer]
-        # Initializers that are not graph inputs cannot be overridden at run time: true constants.
-        self.constants = {name for name in names if name not in inputs}
+        # Initializers that are not graph inputs cannot be overridden at run time: true constants. Before
+        # IR 4 every initializer had to be listed as an input too, and runtimes treat them as constants.
+        overridable = inputs if model.ir_version >= 4 else set()
+        self.constants = {name for name in names if name not in overridable}
+        for name in sorted(self.constants):
+            self.tensor_facts(name, self.ref(name))
+        for version in range(1, domain_opset(model, "") + 1):
+            self.commands.append(_fact(_call("OpsetAtLeast", _int(version))))
+
+    def tensor_facts(self, name: str, term: bindings.Call) -> None:
+        """Shape, element type, value flags and foldability of the tensor ``name`` (written as ``term``)."""
+        facts = self.result.facts
+        if name in facts.shapes:
+            dims = _call("DimsNil")
+            for dim in reversed(facts.shapes[name]):
+                dims = _call("DimsCons", _int(dim), dims)
+            self.commands.append(_fact(_call("HasShape", term, dims)))
+        if name in facts.types:
+            self.commands.append(_fact(_call("HasType", term, _int(facts.types[name]))))
+        for flag in facts.value_flags.get(name, ()):
+            self.commands.append(_fact(_call("ValueFlag", term, _string(flag))))
+        if name in facts.foldable:
+            self.commands.append(_fact(_call("Foldable", term)))
 
     def ref(self, name: str) -> bindings.Call:
         """The term for a tensor read by a node: constants inline, everything else by handle."""
@@ -139,16 +185,23 @@ class _Encoder:
         if key not in self.attr_keys:
             index = self.attr_keys[key] = len(self.result.attributes)
             self.result.attributes.append(list(node.attribute))
+            table = _call("AttrsTable", _int(index))
             for flag in attribute_flags(node.domain, node.op_type, list(node.attribute), opset):
-                self.commands.append(_fact(_call("AttrFlag", _call("AttrsTable", _int(index)), _string(flag))))
+                self.commands.append(_fact(_call("AttrFlag", table, _string(flag))))
+            for name, value in int_attributes(node.domain, node.op_type, list(node.attribute), opset).items():
+                self.commands.append(_fact(_call("AttrInt", table, _string(name), _int(value))))
         return _call("AttrsTable", _int(self.attr_keys[key]))
 
     def encode(self) -> EncodedModel:
         graph = self.result.model.graph
         for value in graph.input:
             self.commands.append(_union(self.ref(value.name), _call("TensorInput", _string(value.name))))
+            if value.name not in self.constants:
+                self.tensor_facts(value.name, self.ref(value.name))
         for position, node in enumerate(graph.node):
             self.add_node(position, node)
+        for first, second in self.result.facts.parallel_pairs:
+            self.commands.append(_fact(_call("ParallelPair", self.ref(first), self.ref(second))))
         for output in graph.output:
             if output.name in self.constants:  # an initializer returned as is needs a handle too
                 handle = _call("TensorRef", _int(self.result.tensor_id(output.name)))
@@ -184,6 +237,7 @@ class _Encoder:
                     self.commands.append(_fact(_call("SoleUse", handle)))
                 if name in facts.float32:
                     self.commands.append(_fact(_call("IsFloat32", handle)))
+                self.tensor_facts(name, handle)
 
 
 def encode(model: onnx.ModelProto, typed: onnx.ModelProto | None = None, base_dir: Path | None = None) -> EncodedModel:
@@ -191,6 +245,4 @@ def encode(model: onnx.ModelProto, typed: onnx.ModelProto | None = None, base_di
 
     ``base_dir`` is where the model's external data lives; the decoder reads folded weights from there.
     """
-    encoded = _Encoder(model, typed).encode()
-    encoded.base_dir = base_dir
-    return encoded
+    return _Encoder(model, typed, base_dir).encode()

@@ -1,17 +1,25 @@
 """Facts about an ONNX graph that rules need and the e-graph cannot see by itself.
 
-Computed once in Python at encode time: how many readers each tensor has, which are float32, and
-semantic flags of attribute sets (for example "this BatchNormalization runs in inference mode").
-Keeping them here keeps rules short and conditions testable.
+Computed once in Python at encode time: how many readers each tensor has, shapes and element types
+from shape inference, integer attribute values, semantic flags of attribute sets (for example "this
+BatchNormalization runs in inference mode"), properties of small constants ("all zeros"), and which
+node outputs are safe to compute at optimization time. Keeping them here keeps rules short and
+conditions testable.
 """
 
 from __future__ import annotations
 
+import contextlib
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from pathlib import Path
 
+import numpy as np
 import onnx
+
+from onnxsat.eqsat.weights import constant_node_value
+from onnxsat.external_data import tensor_value
 
 FlagPredicate = Callable[[list[onnx.AttributeProto], int], bool]
 
@@ -32,16 +40,108 @@ def _bn_inference(attrs: list[onnx.AttributeProto], opset: int) -> bool:
     return _int_attr(attrs, "training_mode", 0) == 0
 
 
+def _ints_attr(attrs: list[onnx.AttributeProto], name: str) -> list[int] | None:
+    for attr in attrs:
+        if attr.name == name:
+            return [int(v) for v in attr.ints]
+    return None
+
+
+def _no_padding(attrs: list[onnx.AttributeProto], opset: int) -> bool:
+    """The convolution pads nothing: a following op may be moved in front of it (BN into the next Conv)."""
+    for attr in attrs:
+        if attr.name == "auto_pad" and attr.s not in (b"NOTSET", b"VALID"):
+            return False
+    return all(p == 0 for p in _ints_attr(attrs, "pads") or [])
+
+
+def _unit_strides_dilations(attrs: list[onnx.AttributeProto], opset: int) -> bool:
+    return all(v == 1 for v in (_ints_attr(attrs, "strides") or []) + (_ints_attr(attrs, "dilations") or []))
+
+
+def _explicit_padding(attrs: list[onnx.AttributeProto], opset: int) -> bool:
+    """Padding given by ``pads`` (or none at all), not computed by ``auto_pad``: extra pads can be added."""
+    return all(attr.s in (b"NOTSET",) for attr in attrs if attr.name == "auto_pad")
+
+
+def _identity_perm(attrs: list[onnx.AttributeProto], opset: int) -> bool:
+    perm = _ints_attr(attrs, "perm")
+    return perm is not None and perm == list(range(len(perm)))
+
+
+def _explicit_perm(attrs: list[onnx.AttributeProto], opset: int) -> bool:
+    return _ints_attr(attrs, "perm") is not None
+
+
+def _swap_2d(attrs: list[onnx.AttributeProto], opset: int) -> bool:
+    """perm = [1, 0]; without ``perm`` a Transpose reverses the axes, which is the same for rank 2."""
+    perm = _ints_attr(attrs, "perm")
+    return perm is None or perm == [1, 0]
+
+
+def _counts_pads(attrs: list[onnx.AttributeProto], opset: int) -> bool:
+    """AveragePool divides by the full window, padding included: zero pads may move into it."""
+    return any(attr.name == "count_include_pad" and attr.i == 1 for attr in attrs)
+
+
+def _constant_pad(attrs: list[onnx.AttributeProto], opset: int) -> bool:
+    return all(attr.s == b"constant" for attr in attrs if attr.name == "mode") and opset >= 11
+
+
+def _plain_gemm(attrs: list[onnx.AttributeProto], opset: int) -> bool:
+    """alpha = beta = 1: the bias and the product are added as they are."""
+    return all(attr.f == 1.0 for attr in attrs if attr.name in ("alpha", "beta"))
+
+
 # (domain, op_type) -> {flag name: predicate(attributes, opset of the domain)}
 FLAG_PREDICATES: dict[tuple[str, str], dict[str, FlagPredicate]] = {
     ("", "BatchNormalization"): {"inference": _bn_inference},
+    ("", "Conv"): {
+        "no_padding": _no_padding,
+        "unit_strides": _unit_strides_dilations,
+        "explicit_padding": _explicit_padding,
+    },
+    ("", "MaxPool"): {"explicit_padding": _explicit_padding},
+    ("", "Transpose"): {"identity_perm": _identity_perm, "swap_2d": _swap_2d, "explicit_perm": _explicit_perm},
+    ("", "AveragePool"): {"explicit_padding": _explicit_padding, "counts_pads": _counts_pads},
+    ("", "Pad"): {"constant_mode": _constant_pad},
+    ("", "Gemm"): {"plain": _plain_gemm},
+}
+
+# Integer attributes asserted even when omitted, with their defaults, so rules can match on them.
+INT_ATTRIBUTE_DEFAULTS: dict[tuple[str, str], dict[str, int]] = {
+    ("", "Gemm"): {"transA": 0, "transB": 0},
+    ("", "Conv"): {"group": 1},
+    ("", "Concat"): {},
+    ("", "Cast"): {},
+    ("", "LogSoftmax"): {},
+    ("", "Flatten"): {"axis": 1},
+    ("", "Split"): {"axis": 0},
 }
 
 
+def int_attributes(domain: str, op_type: str, attrs: list[onnx.AttributeProto], opset: int) -> dict[str, int]:
+    """Every integer attribute of the set, plus the defaults rules rely on for omitted ones."""
+    values = dict(INT_ATTRIBUTE_DEFAULTS.get((domain, op_type), {}))
+    if (domain, op_type) in (("", "Softmax"), ("", "LogSoftmax")):
+        values["axis"] = -1 if opset >= 13 else 1
+    for attr in attrs:
+        if attr.type == onnx.AttributeProto.INT:
+            values[attr.name] = int(attr.i)
+    return values
+
+
 def attribute_flags(domain: str, op_type: str, attrs: list[onnx.AttributeProto], opset: int) -> list[str]:
-    """Names of the flags that hold for these attributes of ``domain::op_type``."""
+    """Names of the flags that hold for these attributes of ``domain::op_type``.
+
+    ``pure``: a standard op without subgraphs that always computes the same output from the same inputs,
+    so two such nodes with the same inputs may share one result (common subexpressions).
+    """
     predicates = FLAG_PREDICATES.get((domain, op_type), {})
-    return sorted(name for name, holds in predicates.items() if holds(attrs, opset))
+    flags = [name for name, holds in predicates.items() if holds(attrs, opset)]
+    if domain in ("", "ai.onnx") and op_type not in NONDETERMINISTIC_OPS and all(a.type not in (5, 10) for a in attrs):
+        flags.append("pure")
+    return sorted(flags)
 
 
 def subgraph_captures(node: onnx.NodeProto) -> list[str]:
@@ -73,6 +173,20 @@ def _free_names(graph: onnx.GraphProto) -> list[str]:
     return list(free)
 
 
+FOLD_MAX_ELEMENTS = 1 << 24
+"""The largest tensor constant folding may create (64 MiB of float32)."""
+FOLD_MAX_GROWTH = 1 << 20
+"""How many more elements a folded output may hold than its node's inputs together, so that folding an
+Expand or a ConstantOfShape cannot blow up the file (the value then stays computed at run time)."""
+FLAG_MAX_ELEMENTS = 4096
+"""Constants up to this size get value flags (``zeros``, ``ones``...): small enough to look at."""
+
+NONDETERMINISTIC_OPS = frozenset(
+    {"RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLike", "Bernoulli", "Multinomial"}
+)
+"""Ops whose output may differ from run to run: never computed ahead of time."""
+
+
 @dataclass
 class GraphFacts:
     """What the encoder asserts about the main graph's tensors."""
@@ -80,12 +194,22 @@ class GraphFacts:
     uses: Counter[str] = field(default_factory=Counter)
     graph_outputs: set[str] = field(default_factory=set)
     float32: set[str] = field(default_factory=set)
+    shapes: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    """Tensor name -> dims (-1 where shape inference left a dim open); only tensors of known rank."""
+    types: dict[str, int] = field(default_factory=dict)
+    value_flags: dict[str, list[str]] = field(default_factory=dict)
+    foldable: set[str] = field(default_factory=set)
+    parallel_pairs: list[tuple[str, str]] = field(default_factory=list)
 
     def sole_use(self, name: str) -> bool:
         return self.uses[name] == 1 and name not in self.graph_outputs
 
+    def numel(self, name: str) -> int | None:
+        dims = self.shapes.get(name)
+        return None if dims is None or any(d < 0 for d in dims) else int(np.prod(dims, dtype=np.int64))
 
-def collect_facts(model: onnx.ModelProto, typed: onnx.ModelProto | None) -> GraphFacts:
+
+def collect_facts(model: onnx.ModelProto, typed: onnx.ModelProto | None, base_dir: Path | None = None) -> GraphFacts:
     """Facts for ``model``'s main graph; ``typed`` is the same model after shape inference, if it ran."""
     graph = model.graph
     facts = GraphFacts(graph_outputs={o.name for o in graph.output})
@@ -94,9 +218,156 @@ def collect_facts(model: onnx.ModelProto, typed: onnx.ModelProto | None) -> Grap
             if name:
                 facts.uses[name] += 1
     for info in _typed_values(typed or model):
-        if info.type.HasField("tensor_type") and info.type.tensor_type.elem_type == onnx.TensorProto.FLOAT:
+        if not info.type.HasField("tensor_type"):
+            continue
+        tensor_type = info.type.tensor_type
+        if tensor_type.elem_type:
+            facts.types[info.name] = int(tensor_type.elem_type)
+        if tensor_type.elem_type == onnx.TensorProto.FLOAT:
             facts.float32.add(info.name)
+        if tensor_type.HasField("shape"):
+            facts.shapes[info.name] = tuple(
+                int(d.dim_value) if d.HasField("dim_value") else -1 for d in tensor_type.shape.dim
+            )
+    overridable = {v.name for v in graph.input} if model.ir_version >= 4 else set()  # as encode.py decides
+    for tensor in graph.initializer:
+        if tensor.name not in overridable:
+            facts.shapes[tensor.name] = tuple(int(d) for d in tensor.dims)
+            facts.types[tensor.name] = int(tensor.data_type)
+            if int(np.prod(tensor.dims, dtype=np.int64)) <= FLAG_MAX_ELEMENTS:
+                facts.value_flags[tensor.name] = _value_flags(lambda t=tensor: tensor_value(t, base_dir))
+    _expand_shapes(model, facts, base_dir)
+    for node in graph.node:
+        if node.op_type == "Constant" and node.domain in ("", "ai.onnx") and node.output:
+            facts.value_flags[node.output[0]] = _value_flags(lambda n=node: constant_node_value(n, base_dir))
+        if _foldable(node, facts):
+            facts.foldable.update(o for o in node.output if o)
+    facts.parallel_pairs = parallel_pairs(model, facts)
     return facts
+
+
+MAX_PARALLEL_GROUP = 8
+"""Readers of one tensor considered for merging; wider fans (rare) are left alone rather than paired n^2 ways."""
+
+
+def parallel_pairs(model: onnx.ModelProto, facts: GraphFacts) -> list[tuple[str, str]]:
+    """Outputs of MatMuls (or Convs) that read the same first input with an initializer weight, as
+    ordered pairs in graph order: the only places the parallel-merge rules can apply."""
+    weights = {t.name: tuple(t.dims) for t in model.graph.initializer}
+    groups: dict[tuple[object, ...], list[str]] = {}
+    for node in model.graph.node:
+        if node.domain not in ("", "ai.onnx") or node.op_type not in ("MatMul", "Conv") or len(node.input) < 2:
+            continue
+        shape = weights.get(node.input[1])
+        if shape is None or not node.output or not node.output[0] or len(shape) < 2:
+            continue
+        if node.op_type == "MatMul":  # [K, N] weights of one K
+            key: tuple[object, ...] = ("MatMul", node.input[0], shape[0]) if len(shape) == 2 else ()
+        else:  # ungrouped, equal attributes, equal filter shapes apart from the filter count, both biased or not
+            attrs = tuple(sorted(a.SerializeToString() for a in node.attribute))
+            grouped = any(a.name == "group" and a.i != 1 for a in node.attribute)
+            key = () if grouped else ("Conv", node.input[0], shape[1:], attrs, len(node.input))
+        if key:
+            groups.setdefault(key, []).append(node.output[0])
+    pairs = []
+    for outputs in groups.values():
+        if 1 < len(outputs) <= MAX_PARALLEL_GROUP:
+            pairs += [(a, b) for i, a in enumerate(outputs) for b in outputs[i + 1 :]]
+    return pairs
+
+
+SHAPE_VALUE_OPS = frozenset(
+    {"Shape", "Expand", "Concat", "Gather", "Slice", "Unsqueeze", "Squeeze", "Cast", "Identity"}
+)
+"""Ops through which small integer shape values are followed to learn the output shape of an Expand."""
+
+
+def _expand_shapes(model: onnx.ModelProto, facts: GraphFacts, base_dir: Path | None) -> None:
+    """Output shapes of Expands whose target shape is computed from constants (ONNX's shape inference
+    leaves them open: an exporter's ``Expand(CastLike(0, x), Expand(Shape(W)[0:1], [1]))`` zero bias).
+
+    Small integer values are followed from initializers, Constants and the shapes of static tensors
+    through shape-manipulating ops, each computed by ONNX Runtime like a constant fold.
+    """
+    values: dict[str, np.ndarray] = {}
+    inputs = {v.name for v in model.graph.input} if model.ir_version >= 4 else set()
+    for tensor in model.graph.initializer:
+        small = len(tensor.dims) <= 1 and int(np.prod(tensor.dims)) <= 16
+        if tensor.name not in inputs and small and tensor.data_type == onnx.TensorProto.INT64:
+            values[tensor.name] = tensor_value(tensor, base_dir)
+    for node in model.graph.node:
+        if node.domain not in ("", "ai.onnx") or not node.output:
+            continue
+        if node.op_type == "Constant":
+            try:
+                value = np.asarray(constant_node_value(node, base_dir))
+            except Exception:  # a Constant without a numeric value: nothing to follow
+                continue
+            if value.dtype == np.int64 and value.size <= 16:
+                values[node.output[0]] = value
+            continue
+        if node.op_type == "Expand" and len(node.input) == 2 and node.input[1] in values:
+            source = facts.shapes.get(node.input[0])
+            known = facts.shapes.get(node.output[0])
+            if source is not None and all(d >= 0 for d in source) and (known is None or min(known, default=0) < 0):
+                target = tuple(int(d) for d in values[node.input[1]])
+                with contextlib.suppress(ValueError):  # not broadcastable: ORT will say so at run time
+                    facts.shapes[node.output[0]] = tuple(int(d) for d in np.broadcast_shapes(source, target))
+        if node.op_type not in SHAPE_VALUE_OPS:
+            continue
+        if node.op_type == "Shape":
+            dims = facts.shapes.get(node.input[0])
+            if dims is None or any(d < 0 for d in dims):
+                continue
+            operands: list[np.ndarray | None] = [np.zeros(dims, dtype=np.int8)]
+        elif all(name in values for name in node.input if name):
+            operands = [values[name] if name else None for name in node.input]
+        else:
+            continue
+        from onnxsat.eqsat.folding import evaluate_node  # here: folding imports onnxruntime, facts need not
+
+        try:
+            (value,) = evaluate_node(node.op_type, "", list(node.attribute), operands, 1, model.opset_import)
+        except Exception:  # ORT refuses the node: its shape simply stays unknown
+            continue
+        if value.dtype == np.int64 and value.ndim <= 1 and value.size <= 16:
+            values[node.output[0]] = value
+
+
+def _value_flags(read: Callable[[], np.ndarray]) -> list[str]:
+    """Properties of a small constant that rules test: zeros, ones, one element, spatial Pad pads."""
+    try:
+        value = np.asarray(read())
+    except Exception:  # a constant that cannot be read gets no flags: rules simply do not apply
+        return []
+    if value.size > FLAG_MAX_ELEMENTS or value.dtype.kind not in "biuf":
+        return []
+    flags = []
+    if value.size and np.all(value == 0):
+        flags.append("zeros")
+    if value.size and np.all(value == 1):
+        flags.append("ones")
+    if value.size == 1:
+        flags.append("single")
+    if value.dtype.kind in "iu" and value.ndim == 1 and value.size >= 6 and value.size % 2 == 0:
+        rank = value.size // 2
+        if np.all(value >= 0) and value[0] == value[1] == value[rank] == value[rank + 1] == 0:
+            flags.append("spatial_pads")
+    return flags
+
+
+def _foldable(node: onnx.NodeProto, facts: GraphFacts) -> bool:
+    """The node may be computed at optimization time once its inputs are known to be static."""
+    if node.domain not in ("", "ai.onnx") or node.op_type in NONDETERMINISTIC_OPS or node.op_type == "Constant":
+        return False
+    if not any(node.input) or subgraph_captures(node) or any(a.type in (5, 10) for a in node.attribute):
+        return False  # 5, 10: GRAPH, GRAPHS (If/Loop/Scan bodies are left alone)
+    sizes = [facts.numel(o) for o in node.output if o]
+    if not sizes or any(size is None for size in sizes):
+        return False
+    inputs = sum(facts.numel(i) or 0 for i in node.input if i)
+    produced = sum(size for size in sizes if size is not None)
+    return produced <= FOLD_MAX_ELEMENTS and produced <= inputs + FOLD_MAX_GROWTH
 
 
 def _typed_values(model: onnx.ModelProto) -> Iterable[onnx.ValueInfoProto]:

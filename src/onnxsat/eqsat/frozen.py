@@ -15,7 +15,7 @@ from egglog import EGraph, bindings
 
 # Sorts of the term language (language.py); everything else in the tables is a relation, a literal
 # or egglog-python bookkeeping.
-LANGUAGE_SORTS = frozenset({"Tensor", "OnnxNode", "Args", "Attrs"})
+LANGUAGE_SORTS = frozenset({"Tensor", "OnnxNode", "Args", "Attrs", "Dims"})
 
 
 @dataclass(frozen=True)
@@ -34,6 +34,11 @@ class FrozenEGraph:
     tensor_class: dict[int, bindings.Value] = field(default_factory=dict)
     out_class: dict[tuple[bindings.Value, int], bindings.Value] = field(default_factory=dict)
     class_tensor_ids: dict[bindings.Value, list[int]] = field(default_factory=lambda: defaultdict(list))
+    shape_class: dict[bindings.Value, bindings.Value] = field(default_factory=dict)
+    """Tensor class -> the Dims class shape inference (or the rule that made it) gave it."""
+    elem_type: dict[bindings.Value, int] = field(default_factory=dict)
+    static: set[bindings.Value] = field(default_factory=set)
+    """Tensor classes known at optimization time (constants: produced for free at run time)."""
 
     @property
     def n_enodes(self) -> int:
@@ -49,6 +54,9 @@ def freeze(egraph: EGraph) -> FrozenEGraph:
     seq = 0
     for name in sorted(tables):
         table = tables[name]
+        if name in FACT_TABLES:
+            _read_facts(snapshot, name, table, raw)
+            continue
         if table.output_sort not in LANGUAGE_SORTS or table.is_let_binding:
             continue
         for row in table.rows:
@@ -74,14 +82,35 @@ def freeze(egraph: EGraph) -> FrozenEGraph:
     return snapshot
 
 
+FACT_TABLES = frozenset({"HasShape", "HasType", "StaticValue"})
+"""Relations the extractor reads to price nodes: shapes, element types, constness."""
+
+
+def _read_facts(snapshot: FrozenEGraph, name: str, table: bindings.FrozenFunction, raw: bindings.EGraph) -> None:
+    for row in table.rows:
+        tensor = row.inputs[0]
+        if name == "HasShape":
+            snapshot.shape_class.setdefault(tensor, row.inputs[1])
+        elif name == "HasType":
+            snapshot.elem_type.setdefault(tensor, int(raw.value_to_i64(row.inputs[1])))
+        else:
+            snapshot.static.add(tensor)
+
+
 def value_only_children(enode: ENode) -> tuple[bindings.Value, ...]:
     """Children read only for their value when decoding (folded into constants, never emitted as nodes).
 
     A folded weight's inputs and a fused Clip's bounds are computed with numpy at decode time, so they
     cost nothing at run time and extraction must not price them.
     """
-    if enode.op == "TensorDerived":
+    if enode.op in VALUE_ONLY_OPS:
         return enode.children
     if enode.op == "AttrsWithActivation":
         return enode.children[2:]
+    if enode.op == "AttrsComputed":
+        return enode.children[2:]
     return ()
+
+
+VALUE_ONLY_OPS = frozenset({"TensorDerived", "TensorFolded", "TensorShapeOf", "TensorInts"})
+"""Constants made at decode time: every child is read for its value only."""

@@ -11,7 +11,19 @@ command layer directly (see ``encode.py``) and the extractor reads the frozen ta
 
 from __future__ import annotations
 
-from egglog import Expr, String, StringLike, function, i64Like, method, relation
+from egglog import Expr, String, StringLike, function, i64, i64Like, method, relation
+
+
+class Dims(Expr, egg_sort="Dims"):
+    """A tensor's shape as a cons list of dimensions; -1 stands for a dimension shape inference left open."""
+
+    @method(egg_fn="DimsNil")
+    @classmethod
+    def nil(cls) -> Dims: ...
+
+    @method(egg_fn="DimsCons")
+    @classmethod
+    def cons(cls, dim: i64Like, tail: Dims) -> Dims: ...
 
 
 class Attrs(Expr, egg_sort="Attrs"):
@@ -20,6 +32,17 @@ class Attrs(Expr, egg_sort="Attrs"):
     @method(egg_fn="AttrsTable")
     @classmethod
     def table(cls, key: i64Like) -> Attrs: ...
+
+    @method(egg_fn="AttrsNone")
+    @classmethod
+    def none(cls) -> Attrs:
+        """No attributes: every attribute of the node takes its default."""
+
+    @method(egg_fn="AttrsComputed")
+    @classmethod
+    def computed(cls, kernel: StringLike, first: Attrs, second: Attrs, values: Args) -> Attrs:
+        """Attributes computed at decode time by ``attributes.ATTRIBUTE_KERNELS[kernel]`` from two attribute
+        sets and the values of some static tensors (a composed permutation, a Conv's merged padding)."""
 
     @method(egg_fn="AttrsWithActivation")
     def with_activation(self, act_op: StringLike, act_attrs: Attrs, act_args: Args) -> Attrs:
@@ -64,6 +87,27 @@ class Tensor(Expr, egg_sort="Tensor"):
     def derived(cls, kernel: StringLike, args: Args, attrs: Attrs) -> Tensor:
         """A constant computed at decode time by the numpy kernel named ``kernel`` (see ``weights.py``)."""
 
+    @method(egg_fn="TensorFolded")
+    @classmethod
+    def folded(cls, node: Node, index: i64Like) -> Tensor:
+        """Output ``index`` of ``node``, whose inputs are all static: computed once at decode time, never run."""
+
+    @method(egg_fn="TensorShapeOf")
+    @classmethod
+    def shape_of(cls, dims: Dims, attrs: Attrs) -> Tensor:
+        """What ``Shape`` (with attributes ``attrs``: start, end) returns for a tensor of static shape ``dims``."""
+
+    @method(egg_fn="TensorPureKey")
+    @classmethod
+    def pure_key(cls, op_type: StringLike, attrs: Attrs, inputs: Args, n_outputs: i64Like, index: i64Like) -> Tensor:
+        """Output ``index`` of a pure node named by what it computes, not by its id: two nodes with equal
+        keys land in one e-class by hash-consing (common subexpressions). Never extracted."""
+
+    @method(egg_fn="TensorInts")
+    @classmethod
+    def ints(cls, dims: Dims) -> Tensor:
+        """A constant 1-D int64 tensor holding ``dims`` (a Reshape target, Split sizes)."""
+
 
 class Node(Expr, egg_sort="OnnxNode"):
     """One ONNX node. ``node_id`` names the original node it stands for (or replaces)."""
@@ -97,6 +141,32 @@ is_float32 = relation("IsFloat32", Tensor, egg_fn="IsFloat32")
 """Shape inference says the tensor is float32 (the only type ORT's fused CPU kernels take)."""
 attr_flag = relation("AttrFlag", Attrs, String, egg_fn="AttrFlag")
 """A semantic property of a node's attributes, computed in Python (e.g. BatchNormalization in inference mode)."""
+attr_int = relation("AttrInt", Attrs, String, i64, egg_fn="AttrInt")
+"""An integer attribute's value (``to`` of a Cast, ``axis`` of a Concat), or its default when it is omitted."""
+has_shape = relation("HasShape", Tensor, Dims, egg_fn="HasShape")
+"""Shape inference's shape for the tensor (asserted by the encoder; rules assert it for tensors they create)."""
+has_type = relation("HasType", Tensor, i64, egg_fn="HasType")
+"""The tensor's element type (an ``onnx.TensorProto`` data type number)."""
+static_dims = relation("StaticDims", Dims, egg_fn="StaticDims")
+"""Every dimension of the shape is known and at least 1 (derived by the analysis rules)."""
+value_flag = relation("ValueFlag", Tensor, String, egg_fn="ValueFlag")
+"""A property of a small constant's value, computed in Python: ``zeros``, ``ones``, ``spatial_pads``..."""
+foldable = relation("Foldable", Tensor, egg_fn="Foldable")
+"""The tensor may be computed at optimization time if its inputs are static: a deterministic standard op
+with a known, bounded output size (see ``facts.FOLD_MAX_ELEMENTS``)."""
+parallel_pair = relation("ParallelPair", Tensor, Tensor, egg_fn="ParallelPair")
+"""Outputs of two MatMuls (or two ungrouped Convs) that read the same input with initializer weights,
+found in Python at encode time (``facts.parallel_pairs``) so the merge rules join from a short list."""
+opset_at_least = relation("OpsetAtLeast", i64, egg_fn="OpsetAtLeast")
+"""The model imports the default domain at this version or later (asserted for each version up to its own)."""
+
+
+def dims_of(*dims: int) -> Dims:
+    """Build a ``Dims`` list from Python integers (rules and tests; the encoder uses commands)."""
+    result = Dims.nil()
+    for dim in reversed(dims):
+        result = Dims.cons(dim, result)
+    return result
 
 
 def args_of(*tensors: Tensor) -> Args:

@@ -1,6 +1,8 @@
 """Run rule sets over an encoded e-graph until nothing changes or a limit is reached.
 
-Each iteration runs the analysis rules to saturation, then every rewrite family once. The limits
+Each iteration runs the cheap simplifying families (with the analysis rules) once, then each
+growing family once under back-off: a family that matches more than its budget is banned for a while,
+so one explosive family cannot starve the others or flood the e-graph. The limits
 (iterations, e-nodes, seconds, resident memory) end the search cleanly between iterations, and the
 stats say which one stopped it. Stopping early is always sound: every form in the e-graph is
 equivalent to the input, so extraction simply has fewer alternatives to choose from.
@@ -13,9 +15,14 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 
-from egglog import EGraph, Ruleset, seq
+from egglog import EGraph, seq
 
-from onnxsat.eqsat.rules import analysis
+from onnxsat.eqsat.rules import RuleSchedule, analysis
+from onnxsat.eqsat.rules.patterns import report_name
+
+GROW_MATCH_LIMIT = 1000
+"""Matches a growing rule family may make in one iteration before the back-off scheduler bans it."""
+GROW_BAN_LENGTH = 5
 
 
 @dataclass(frozen=True)
@@ -33,6 +40,8 @@ class SaturationStats:
     stop_reason: str = "saturated"
     enodes: int = 0
     rule_matches: Counter[str] = field(default_factory=Counter)
+    banned: int = 0
+    """How many times the back-off scheduler banned a growing rule family for exceeding its budget."""
 
 
 def egraph_size(egraph: EGraph) -> int:
@@ -50,21 +59,54 @@ def resident_mib() -> float:
     return pages * os.sysconf("SC_PAGE_SIZE") / 2**20
 
 
-def saturate(egraph: EGraph, rulesets: tuple[Ruleset, ...], limits: SaturationLimits) -> SaturationStats:
+@dataclass
+class _BackOff:
+    """Back-off for one growing rule set (egg's scheduler, per family and across iterations): a family
+    whose matches in one iteration exceed its budget is banned for a number of iterations, and each ban
+    doubles both its next budget and its next ban, so explosive rules get their turn ever more rarely."""
+
+    bans: int = 0
+    banned_until: int = -1
+
+    def allowed(self, iteration: int) -> bool:
+        return iteration > self.banned_until
+
+    def record(self, iteration: int, matches: int) -> None:
+        if matches > GROW_MATCH_LIMIT << self.bans:
+            self.banned_until = iteration + (GROW_BAN_LENGTH << self.bans)
+            self.bans += 1
+
+
+def saturate(egraph: EGraph, schedule: RuleSchedule, limits: SaturationLimits) -> SaturationStats:
     stats = SaturationStats()
+    if schedule.empty:
+        return stats
     start = time.perf_counter()
-    iteration = seq(analysis.saturate(), *rulesets)
+    # One pass of the simplifying families per iteration, not a nested saturation: an e-graph can hold
+    # a class that contains itself (x * 1 = x), and a fold matching through it makes a new constant on
+    # every pass. The iteration, e-node and time limits bound that; a nested saturate would not end.
+    simplify = seq(analysis.saturate(), *schedule.simplify)
+    back_offs = [_BackOff() for _ in schedule.grow]
     memory, enodes = resident_mib(), egraph_size(egraph)
     while True:
         if stats.iterations >= limits.max_iterations:
             stats.stop_reason = f"iteration limit ({limits.max_iterations})"
             break
-        report = egraph.run(iteration)
+        reports = [egraph.run(simplify)]
+        skipped = False  # a banned family may still have work: the search is not saturated yet
+        for ruleset, back_off in zip(schedule.grow, back_offs, strict=True):
+            skipped |= not back_off.allowed(stats.iterations)
+            if back_off.allowed(stats.iterations):
+                grown_report = egraph.run(seq(ruleset, analysis.saturate()))
+                back_off.record(stats.iterations, sum(grown_report.num_matches_per_rule.values()))
+                reports.append(grown_report)
         stats.iterations += 1
-        for rule_decl, count in report.num_matches_per_rule.items():
-            stats.rule_matches[getattr(rule_decl, "name", None) or str(rule_decl)] += count
+        for report in reports:
+            for rule_decl, count in report.num_matches_per_rule.items():
+                stats.rule_matches[report_name(getattr(rule_decl, "name", None) or str(rule_decl))] += count
         stats.enodes = egraph_size(egraph)
-        if not report.updated:
+        stats.banned = sum(b.bans for b in back_offs)
+        if not any(report.updated for report in reports) and not skipped:
             break
         if stats.enodes > limits.max_enodes:
             stats.stop_reason = f"e-node limit ({limits.max_enodes})"

@@ -62,11 +62,93 @@ def scale_convtranspose_weight(args: list[np.ndarray | None], attrs: dict[str, o
     return (grouped * factors).reshape(weight.shape).astype(weight.dtype)
 
 
+def bn_shift(args: list[np.ndarray | None], attrs: dict[str, onnx.AttributeProto]) -> np.ndarray:
+    """beta - mean * scale: what BatchNormalization adds after scaling (float64, never stored)."""
+    beta, mean, scale = args
+    return beta.astype(np.float64) - mean.astype(np.float64) * scale
+
+
+def channel_vector(args: list[np.ndarray | None], attrs: dict[str, onnx.AttributeProto]) -> np.ndarray:
+    """A per-channel constant ([M,1,1], [1,M,1,1], [1] ...) as a flat float64 vector of the weight's M rows."""
+    value, weight = args
+    return np.broadcast_to(value.astype(np.float64).reshape(-1), (weight.shape[0],)).copy()
+
+
+def scale_vector(args: list[np.ndarray | None], attrs: dict[str, onnx.AttributeProto]) -> np.ndarray:
+    """A bias times a per-channel scale, in the bias's dtype."""
+    bias, scale = args
+    return (bias.astype(np.float64) * scale.astype(np.float64)).astype(bias.dtype)
+
+
+def add_channel_bias(args: list[np.ndarray | None], attrs: dict[str, onnx.AttributeProto]) -> np.ndarray:
+    """A convolution's bias (zeros when it has none) plus a per-channel constant, in the weight's dtype."""
+    bias, shift, weight = args
+    base = np.zeros(weight.shape[0]) if bias is None else bias.astype(np.float64)
+    return (base + shift.astype(np.float64).reshape(-1)).astype(weight.dtype)
+
+
+def scale_conv_input_channels(args: list[np.ndarray | None], attrs: dict[str, onnx.AttributeProto]) -> np.ndarray:
+    """Conv weight (M, C, k...) times a per-input-channel scale (C,): a BatchNormalization moved past it."""
+    weight, scale = args
+    shape = (1, -1) + (1,) * (weight.ndim - 2)
+    return (weight.astype(np.float64) * scale.reshape(shape)).astype(weight.dtype)
+
+
+def conv_input_shift_bias(args: list[np.ndarray | None], attrs: dict[str, onnx.AttributeProto]) -> np.ndarray:
+    """Bias that adds a per-input-channel shift (C,) seen through an unpadded Conv: b + sum W * shift."""
+    bias, weight, shift = args
+    base = np.zeros(weight.shape[0]) if bias is None else bias.astype(np.float64)
+    shape = (1, -1) + (1,) * (weight.ndim - 2)
+    through = (weight.astype(np.float64) * shift.reshape(shape)).sum(axis=tuple(range(1, weight.ndim)))
+    return (base + through).astype(weight.dtype)
+
+
+def scale_columns(args: list[np.ndarray | None], attrs: dict[str, onnx.AttributeProto]) -> np.ndarray:
+    """A [K, N] weight times a constant broadcast over its columns (a scalar, [N] or [1, N])."""
+    weight, scale = args
+    return (weight.astype(np.float64) * scale.astype(np.float64).reshape(-1)).astype(weight.dtype)
+
+
+def add_values(args: list[np.ndarray | None], attrs: dict[str, onnx.AttributeProto]) -> np.ndarray:
+    """c1 + c2 with broadcasting, in c1's dtype (an absent c1 counts as zero)."""
+    first, second = args
+    if first is None:
+        return np.asarray(second).copy()
+    return (first.astype(np.float64) + second.astype(np.float64)).astype(first.dtype)
+
+
+def multiply_values(args: list[np.ndarray | None], attrs: dict[str, onnx.AttributeProto]) -> np.ndarray:
+    """c1 * c2 with broadcasting, in c1's dtype."""
+    first, second = args
+    return (first.astype(np.float64) * second.astype(np.float64)).astype(first.dtype)
+
+
+def concat_last(args: list[np.ndarray | None], attrs: dict[str, onnx.AttributeProto]) -> np.ndarray:
+    """Weights (or biases) of parallel MatMuls side by side: one product computes them all."""
+    return np.concatenate([np.asarray(a) for a in args], axis=-1)
+
+
+def concat_first(args: list[np.ndarray | None], attrs: dict[str, onnx.AttributeProto]) -> np.ndarray:
+    """Filters (or biases) of parallel convolutions stacked: one convolution computes them all."""
+    return np.concatenate([np.asarray(a) for a in args], axis=0)
+
+
 KERNELS: dict[str, Kernel] = {
     "bn_scale": bn_scale,
     "bn_fold_bias": bn_fold_bias,
+    "bn_shift": bn_shift,
     "scale_conv_weight": scale_conv_weight,
     "scale_convtranspose_weight": scale_convtranspose_weight,
+    "channel_vector": channel_vector,
+    "scale_vector": scale_vector,
+    "add_channel_bias": add_channel_bias,
+    "scale_conv_input_channels": scale_conv_input_channels,
+    "conv_input_shift_bias": conv_input_shift_bias,
+    "scale_columns": scale_columns,
+    "add_values": add_values,
+    "multiply_values": multiply_values,
+    "concat_last": concat_last,
+    "concat_first": concat_first,
 }
 
 

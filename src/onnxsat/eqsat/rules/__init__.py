@@ -1,32 +1,82 @@
 """Rewrite rules, one module per family, and which families each ``--target`` runs.
 
-- ``analysis``: facts derived inside the e-graph (which argument lists are all constant).
-- ``bn_folding``: BatchNormalization folded into the Conv/ConvTranspose before it (standard ONNX).
+- ``analysis``: facts derived inside the e-graph (static argument lists and shapes, made constants).
+- ``constant_folding``: initializer-only subgraphs and shapes of static tensors computed ahead of time.
+- ``noop_removal``: ops that return their input (Identity, Dropout, same-type Cast, same-shape Reshape...).
+- ``consecutive``: Transpose+Transpose, reshape chains, LogSoftmax twice, nested Concats.
+- ``cse``: pure nodes with the same inputs and attributes computed once.
+- ``bn_folding``: BatchNormalization folded into the Conv before it, or the unpadded Conv after it.
+- ``weight_folding``: Mul/Add by constants folded into Conv, Gemm and MatMul weights (Conv+Add bias).
+- ``pad_folding``: zero Pad folded into Conv and AveragePool padding.
+- ``linear``: MatMul+Add -> Gemm, Transpose folded into Gemm.
+- ``reassociation``: elementwise chains with constants reassociated so the constants fold.
+- ``parallel_merge``: MatMuls or Convs sharing an input merged into one, then Split (grows the e-graph).
 - ``activation_fusion``: Conv+Relu/Clip and Gemm+Relu into ONNX Runtime's com.microsoft fused ops.
+- ``ort_guards``: forms ONNX Runtime's load-time fusions leave alone (a residual Add written as Sum), for
+  when the cost model says ORT's fused kernel is the slower one.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 from egglog import Ruleset
 
 from onnxsat.eqsat.rules.activation_fusion import activation_fusion
 from onnxsat.eqsat.rules.analysis import analysis
 from onnxsat.eqsat.rules.bn_folding import bn_folding
+from onnxsat.eqsat.rules.consecutive import consecutive
+from onnxsat.eqsat.rules.constant_folding import constant_folding
+from onnxsat.eqsat.rules.cse import cse
+from onnxsat.eqsat.rules.linear import linear
+from onnxsat.eqsat.rules.noop_removal import noop_removal
+from onnxsat.eqsat.rules.ort_guards import ort_guards
+from onnxsat.eqsat.rules.pad_folding import pad_folding
+from onnxsat.eqsat.rules.parallel_merge import parallel_merge
+from onnxsat.eqsat.rules.reassociation import reassociation
+from onnxsat.eqsat.rules.weight_folding import weight_folding
 from onnxsat.errors import SettingsError
 
-TARGETS: dict[str, tuple[Ruleset, ...]] = {
-    "none": (),
-    "portable": (bn_folding,),
-    "ort": (bn_folding, activation_fusion),
+
+@dataclass(frozen=True)
+class RuleSchedule:
+    """What a target runs: cheap rules that only simplify, run to saturation in every iteration, and
+    rules that grow the e-graph, run once per iteration under the search limits with back-off."""
+
+    simplify: tuple[Ruleset, ...] = ()
+    grow: tuple[Ruleset, ...] = ()
+
+    @property
+    def empty(self) -> bool:
+        return not self.simplify and not self.grow
+
+
+STANDARD_SIMPLIFY: tuple[Ruleset, ...] = (
+    constant_folding,
+    noop_removal,
+    consecutive,
+    cse,
+    bn_folding,
+    weight_folding,
+    pad_folding,
+    linear,
+    reassociation,
+)
+"""Families that emit standard ONNX only and never enlarge the graph they extract to."""
+
+TARGETS: dict[str, RuleSchedule] = {
+    "none": RuleSchedule(),
+    "portable": RuleSchedule(simplify=STANDARD_SIMPLIFY, grow=(parallel_merge,)),
+    "ort": RuleSchedule(simplify=(*STANDARD_SIMPLIFY, activation_fusion, ort_guards), grow=(parallel_merge,)),
 }
 """``none`` runs no rewrite (a lossless round trip that drops dead nodes); ``portable`` emits standard
 ONNX only; ``ort`` may emit com.microsoft ops that ONNX Runtime runs."""
 
 
-def rulesets_for(target: str) -> tuple[Ruleset, ...]:
+def rulesets_for(target: str) -> RuleSchedule:
     if target not in TARGETS:
         raise SettingsError(f"unknown target {target!r}; choose from {', '.join(TARGETS)}")
     return TARGETS[target]
 
 
-__all__ = ["TARGETS", "analysis", "rulesets_for"]
+__all__ = ["TARGETS", "RuleSchedule", "analysis", "rulesets_for"]

@@ -1,0 +1,757 @@
+"""``onnxsat bench compare``: ONNXSat next to ONNX Runtime alone and the other ONNX optimizers, timed side by side.
+
+The question it answers is the one a user asks before adopting ONNXSat: on *my* model, is the result
+faster under ONNX Runtime than the original (which ORT already optimizes on its own), and than what
+onnxsim, onnxoptimizer, onnxscript's optimizer or ORT's transformers optimizer give? And is the
+difference larger than what this machine's noise alone produces?
+
+Design choices, and why:
+
+- One process, every session created before any is timed, one fixed intra-op thread (printed) and
+  spinning off (``verify.session``): an idle session beside a running one then steals no cores, and
+  every variant sees the same machine state. Separate processes would each see their own frequency,
+  cache and memory-placement luck.
+- Rounds, not blocks: each timed round runs every variant once, in an order that rotates and
+  reverses every cycle (ABBA-like), so no variant is always first or always after the same one. The
+  speedup is the median over rounds of baseline_time / variant_time *in that round*, which cancels
+  drift (thermal, other tenants) that a ratio of two medians would keep.
+- The noise is measured, not assumed: a second, independent session of the baseline ("original, ORT
+  all (again)") is timed like any variant. Its median ratio would be exactly 1.0 on a quiet machine;
+  the 90% bootstrap interval of that median, made symmetric around 1.0, is the noise band. A variant
+  is "faster" or "slower" only when the 90% bootstrap interval of its own median ratio lies wholly
+  outside the band, since both medians are estimates from the same rounds. The per-round 5-95% spread
+  of the noise probe is printed too (and every variant's is in the CSV).
+- Correctness beside speed: each variant's outputs (under its own ORT level) are compared with the
+  original under ORT off on the same seeded inputs (``verify.random_inputs`` / ``compare_outputs``),
+  so a peer that is fast because it is wrong shows as a MISMATCH.
+- Peers come from ``bench/peers.py`` and are optional: a missing or failing peer is a "skipped" row
+  with its reason, never a crash. Optimization wall times are recorded for ONNXSat (including its
+  verification gate) and every peer.
+- Figures are printed, never asserted. The exit code is 1 only when ONNXSat itself failed on a model
+  or its result (under ORT off) does not match the original: that is a bug of ours, not a timing.
+- Models with external data are loaded whole (after ``model_io.load_model`` checked every reference),
+  because the peers need the weights in memory; a model must fit in one protobuf (2 GiB).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import gc
+import io
+import logging
+import math
+import statistics
+import time
+import warnings
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+
+from onnxsat import model_io
+from onnxsat.bench import peers as peer_registry
+from onnxsat.bench.scale import environment_line
+from onnxsat.errors import OnnxSatError, OutputPathError, RuntimeUnsupportedError, SettingsError
+from onnxsat.external_data import has_external_data
+from onnxsat.verify import Reference, Tolerance, compare_outputs, parse_input_shapes, reference_run, session
+
+DEFAULT_PAIRS = 30
+"""Timed rounds per model: with ~10 variants, enough for a steady median in about a minute on ResNet-50."""
+DEFAULT_WARMUP = 5
+"""Untimed rounds first: ORT allocates its arenas and pre-packs weights on the first runs."""
+
+ORIGINAL_OFF = "original, ORT off"
+BASELINE = "original, ORT all"
+NOISE = "original, ORT all (again)"
+ONNXSAT_OFF = "onnxsat, ORT off"
+ONNXSAT_ALL = "onnxsat, ORT all"
+
+NOISE_CONFIDENCE = 0.90
+"""Coverage of the bootstrap interval of the noise session's median ratio."""
+BOOTSTRAP_SAMPLES = 2000
+
+_LEVELS = {"off": ort.GraphOptimizationLevel.ORT_DISABLE_ALL, "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL}
+
+
+@dataclass
+class CompareSettings:
+    threads: int = 1
+    pairs: int = DEFAULT_PAIRS
+    warmup: int = DEFAULT_WARMUP
+    target: str = "ort"
+    cost_model: str | None = None
+    """None keeps ``OptimizeOptions``' default cost model."""
+    input_shapes: dict[str, list[int]] = field(default_factory=dict)
+    keep_dir: Path | None = None
+
+    def check(self) -> None:
+        if self.threads < 1 or self.pairs < 1 or self.warmup < 0:
+            raise SettingsError(
+                f"--threads and --pairs must be at least 1 and --warmup at least 0 "
+                f"(got {self.threads}, {self.pairs}, {self.warmup})"
+            )
+
+
+@dataclass
+class Variant:
+    """One row: a model (original, ONNXSat's or a peer's) run under one ORT optimization level."""
+
+    name: str
+    source: str
+    """``original``, ``onnxsat`` or a peer's name: which model file this row runs."""
+    level: str
+    """``off`` (ORT_DISABLE_ALL) or ``all`` (ORT_ENABLE_ALL)."""
+    status: str = "ok"
+    """``ok`` or ``skipped`` (with ``reason``)."""
+    reason: str = ""
+    nodes: int | None = None
+    optimize_seconds: float | None = None
+    max_abs_diff: float | None = None
+    outputs_match: bool | None = None
+    diff_note: str = ""
+    times: list[float] = field(default_factory=list)
+    """Seconds of each timed round."""
+    ratios: list[float] = field(default_factory=list)
+    """Per round: the baseline's time / this variant's time (above 1 = faster than the baseline)."""
+
+    @property
+    def timed(self) -> bool:
+        return self.status == "ok" and bool(self.times)
+
+    @property
+    def median_ms(self) -> float:
+        return statistics.median(self.times) * 1e3
+
+    @property
+    def p95_ms(self) -> float:
+        return float(np.percentile(self.times, 95)) * 1e3
+
+    @property
+    def speedup(self) -> float:
+        return statistics.median(self.ratios)
+
+    @property
+    def ratio_spread(self) -> tuple[float, float]:
+        """5th and 95th percentile of the per-round ratios: how much single rounds scatter."""
+        low, high = np.percentile(self.ratios, [5, 95])
+        return float(low), float(high)
+
+    @property
+    def interval(self) -> tuple[float, float]:
+        """Bootstrap interval (``NOISE_CONFIDENCE``) of the median ratio: how sure the speedup is."""
+        return median_interval(self.ratios)
+
+
+@dataclass
+class NoiseBand:
+    """What a second session of the very same model measures: the speedup an unchanged model gets."""
+
+    median: float
+    interval: tuple[float, float]
+    """Bootstrap interval (``NOISE_CONFIDENCE``) of the median per-round ratio."""
+    rounds: tuple[float, float]
+    """5th and 95th percentile of the per-round ratios."""
+
+    @property
+    def half_width(self) -> float:
+        """Log-scale distance from 1.0 that the noise session reached: the band is [e^-w, e^w]."""
+        return max(abs(math.log(self.interval[0])), abs(math.log(self.interval[1])), abs(math.log(self.median)))
+
+    @property
+    def bounds(self) -> tuple[float, float]:
+        return math.exp(-self.half_width), math.exp(self.half_width)
+
+    def contains(self, speedup: float) -> bool:
+        return abs(math.log(speedup)) <= self.half_width
+
+
+@dataclass
+class ModelComparison:
+    path: str
+    label: str
+    inputs: str
+    """The inputs the runs were fed, e.g. ``data_0 [1,3,224,224] float32``."""
+    tolerance: Tolerance
+    variants: list[Variant] = field(default_factory=list)
+    noise: NoiseBand | None = None
+    constant_outputs: bool = False
+    """Every output of the original is one value repeated: differences then say little about correctness."""
+
+    def variant(self, name: str) -> Variant | None:
+        return next((v for v in self.variants if v.name == name), None)
+
+    @property
+    def onnxsat_ok(self) -> bool:
+        """ONNXSat produced a model and, under ORT off, it matches the original."""
+        off = self.variant(ONNXSAT_OFF)
+        return off is not None and off.status == "ok" and off.outputs_match is not False
+
+    def verdict(self, variant: Variant) -> str:
+        """``within noise`` when the variant's interval reaches into the noise band, else faster or slower.
+
+        Both the noise probe's median and the variant's are estimates from the same few rounds, so a
+        variant is called faster only if even the low end of its interval is above the band.
+        """
+        if variant.name == BASELINE:
+            return "baseline"
+        if variant.name == NOISE:
+            return "noise probe"
+        if not variant.timed or self.noise is None:
+            return ""
+        low, high = variant.interval
+        band_low, band_high = self.noise.bounds
+        if low > band_high:
+            return "faster"
+        if high < band_low:
+            return "slower"
+        return "within noise"
+
+
+# --------------------------------------------------------------------------------------------- inputs
+
+
+def parse_shape_specs(specs: Sequence[str]) -> dict[str, list[int]]:
+    """``["x=1,3,224,224"]`` -> ``{"x": [1, 3, 224, 224]}``; ``x:1,3,224,224`` (as in ``optimize``) too."""
+    shapes: dict[str, list[int]] = {}
+    for spec in specs:
+        name, sep, dims = spec.rpartition("=")
+        try:
+            shapes.update(parse_input_shapes([f"{name}:{dims}" if sep else spec]))
+        except SettingsError:
+            raise SettingsError(f"--input-shape expects NAME=D1,D2,... with sizes >= 0 (got {spec!r})") from None
+    return shapes
+
+
+def load_whole(path: str | Path) -> onnx.ModelProto:
+    """The model with every weight in memory, after ONNXSat's own checks (path, format, data references)."""
+    model = model_io.load_model(path)
+    if has_external_data(model):
+        onnx.load_external_data_for_model(model, str(model_io.model_folder(path)))
+    model_io.check_model(model)
+    return model
+
+
+def _describe_inputs(feeds: Mapping[str, np.ndarray]) -> str:
+    return ", ".join(f"{name} [{','.join(map(str, a.shape))}] {a.dtype}" for name, a in feeds.items()) or "none"
+
+
+def _one_line(error: BaseException) -> str:
+    text = " ".join(str(error).split())
+    return f"{type(error).__name__}: {text}"[:240] if text else type(error).__name__
+
+
+# ------------------------------------------------------------------------------------------ producers
+
+
+@contextlib.contextmanager
+def _quiet() -> Iterator[None]:
+    """Keep a peer's log lines, warnings and prints out of the table (errors still raise)."""
+    previous = logging.root.manager.disable
+    logging.disable(logging.WARNING)
+    sink = io.StringIO()
+    try:
+        with warnings.catch_warnings(), contextlib.redirect_stdout(sink), contextlib.redirect_stderr(sink):
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        logging.disable(previous)
+
+
+def _copy(model: onnx.ModelProto) -> onnx.ModelProto:
+    copy = onnx.ModelProto()
+    copy.CopyFrom(model)
+    return copy
+
+
+def run_onnxsat(model: onnx.ModelProto, settings: CompareSettings) -> tuple[onnx.ModelProto, float]:
+    """ONNXSat's result for ``model`` and the wall time of ``optimize_model`` (its verification included)."""
+    from onnxsat.optimize import OptimizeOptions, optimize_model
+
+    options = OptimizeOptions(target=settings.target, input_shapes=settings.input_shapes)
+    if settings.cost_model is not None:
+        options.cost_model = settings.cost_model
+    start = time.perf_counter()
+    optimized, _report = optimize_model(model, options)
+    return optimized, time.perf_counter() - start
+
+
+def run_peer(function: peer_registry.PeerFunction, model: onnx.ModelProto) -> tuple[onnx.ModelProto, float]:
+    """A peer's result and its wall time (its import is done first and not counted).
+
+    Raises PeerSkipped with the reason when it is not installed, does not apply, or fails.
+    """
+    try:
+        with _quiet():
+            peer_registry.import_requirement(function)
+    except ImportError as error:
+        raise peer_registry.PeerSkipped(f"not installed ({_one_line(error)}; pip install 'onnxsat[bench]')") from None
+    try:
+        with _quiet():
+            start = time.perf_counter()
+            result = function(_copy(model))
+            seconds = time.perf_counter() - start
+    except peer_registry.PeerSkipped:
+        raise
+    except Exception as error:  # a peer may raise anything; its row says what
+        raise peer_registry.PeerSkipped(f"failed: {_one_line(error)}") from None
+    if not isinstance(result, onnx.ModelProto):
+        raise peer_registry.PeerSkipped(f"failed: returned {type(result).__name__}, not a ModelProto")
+    return result, seconds
+
+
+def peer_versions(registry: Mapping[str, peer_registry.PeerFunction]) -> str:
+    """``onnxsim 0.8.1, ...`` for the settings line; a peer that cannot be imported says so."""
+    parts = []
+    for name, function in registry.items():
+        try:
+            with _quiet():
+                version = peer_registry.import_requirement(function)
+        except ImportError:
+            parts.append(f"{name} (not installed)")
+            continue
+        except Exception as error:  # a package that breaks on import is reported, not fatal
+            parts.append(f"{name} (import failed: {type(error).__name__})")
+            continue
+        package = version.split(" ")[0] if version else ""
+        parts.append(version if package == name else f"{name} ({version or 'built in'})")
+    return ", ".join(parts) or "none"
+
+
+# -------------------------------------------------------------------------------------------- timing
+
+
+def round_order(index: int, count: int) -> list[int]:
+    """Which variant runs when in round ``index``: rotated by one each round, reversed every other cycle.
+
+    Over ``2 * count`` rounds every variant runs in every position, and before and after every other.
+    """
+    shift = index % count
+    order = list(range(shift, count)) + list(range(shift))
+    if (index // count) % 2 == 1:
+        order.reverse()
+    return order
+
+
+def time_rounds(runners: Sequence[Callable[[], object]], rounds: int, warmup: int) -> list[list[float]]:
+    """Seconds per round for each runner; every round runs each once, in ``round_order``."""
+    for index in range(warmup):
+        for which in round_order(index, len(runners)):
+            runners[which]()
+    times: list[list[float]] = [[] for _ in runners]
+    gc.collect()
+    was_enabled = gc.isenabled()
+    gc.disable()  # a collection inside one variant's run would be charged to it
+    try:
+        for index in range(rounds):
+            for which in round_order(index, len(runners)):
+                start = time.perf_counter()
+                runners[which]()
+                times[which].append(time.perf_counter() - start)
+    finally:
+        if was_enabled:
+            gc.enable()
+    return times
+
+
+def median_interval(ratios: Sequence[float], seed: int = 0) -> tuple[float, float]:
+    """Bootstrap interval (``NOISE_CONFIDENCE``, seeded) of the median of ``ratios``."""
+    values = np.asarray(ratios, dtype=np.float64)
+    rng = np.random.default_rng(seed)
+    medians = np.median(values[rng.integers(0, len(values), size=(BOOTSTRAP_SAMPLES, len(values)))], axis=1)
+    tail = (1 - NOISE_CONFIDENCE) / 2 * 100
+    low, high = np.percentile(medians, [tail, 100 - tail])
+    return float(low), float(high)
+
+
+def noise_band(ratios: Sequence[float], seed: int = 0) -> NoiseBand:
+    """The noise session's median ratio, a bootstrap interval of that median, and its per-round spread."""
+    p5, p95 = np.percentile(ratios, [5, 95])
+    return NoiseBand(float(np.median(ratios)), median_interval(ratios, seed), (float(p5), float(p95)))
+
+
+# ------------------------------------------------------------------------------------------ the bench
+
+
+def _feeds_for(sess: ort.InferenceSession, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The seeded feeds this session takes (a peer may drop an input nothing reads)."""
+    names = {i.name for i in sess.get_inputs()}
+    return {name: value for name, value in feeds.items() if name in names}
+
+
+def _check_outputs(
+    variant: Variant, outputs: list[np.ndarray], original: onnx.ModelProto, reference: Reference, tolerance: Tolerance
+) -> None:
+    names = [o.name for o in original.graph.output]
+    if len(outputs) != len(reference.outputs):
+        variant.max_abs_diff, variant.outputs_match = math.inf, False
+        variant.diff_note = f"{len(outputs)} outputs, the original has {len(reference.outputs)}"
+        return
+    comparisons = compare_outputs(names, reference.outputs, outputs, tolerance)
+    variant.max_abs_diff = max((c.max_abs_diff for c in comparisons), default=0.0)
+    variant.outputs_match = all(c.ok for c in comparisons)
+    variant.diff_note = "; ".join(f"{c.name}: {c.note}" for c in comparisons if c.note)
+
+
+def _constant(output: np.ndarray) -> bool:
+    values = np.asarray(output)
+    return values.size > 1 and values.dtype.kind in "fiub" and bool(np.all(values == values.flat[0]))
+
+
+def _keep(models: Mapping[str, onnx.ModelProto], folder: Path, label: str) -> None:
+    for source, model in models.items():
+        model_io.save_model(model, folder / f"{label}.{source}.onnx")
+
+
+def compare_model(
+    path: str | Path,
+    settings: CompareSettings,
+    registry: Mapping[str, peer_registry.PeerFunction] | None = None,
+    label: str | None = None,
+) -> ModelComparison:
+    """Build every variant of one model, time them side by side, compare their outputs."""
+    registry = peer_registry.PEERS if registry is None else registry
+    original = load_whole(path)
+    reference = reference_run(original, settings.input_shapes)  # raises if ORT cannot run the input
+    tolerance = Tolerance().for_model(original)
+    result = ModelComparison(str(path), label or Path(path).name, _describe_inputs(reference.feeds), tolerance)
+    result.constant_outputs = all(_constant(output) for output in reference.outputs)
+
+    models: dict[str, onnx.ModelProto] = {"original": original}
+    seconds: dict[str, float] = {}
+    skipped: dict[str, str] = {}
+    try:
+        models["onnxsat"], seconds["onnxsat"] = run_onnxsat(original, settings)
+    except SettingsError:
+        raise  # an unknown --cost or --target: the user's to fix, for every model
+    except Exception as error:  # reported in its rows (and by the exit code), the peers still run
+        skipped["onnxsat"] = f"failed: {error}" if isinstance(error, OnnxSatError) else f"failed: {_one_line(error)}"
+    for name, function in registry.items():
+        try:
+            models[name], seconds[name] = run_peer(function, original)
+        except peer_registry.PeerSkipped as why:
+            skipped[name] = str(why)
+
+    plan = [
+        Variant(ORIGINAL_OFF, "original", "off"),
+        Variant(BASELINE, "original", "all"),
+        Variant(NOISE, "original", "all"),
+        Variant(ONNXSAT_OFF, "onnxsat", "off"),
+        Variant(ONNXSAT_ALL, "onnxsat", "all"),
+        *(Variant(f"{name}, ORT all", name, "all") for name in registry),
+    ]
+    runners: list[Callable[[], object]] = []
+    timed: list[Variant] = []
+    for variant in plan:
+        result.variants.append(variant)
+        if variant.source in skipped:
+            variant.status, variant.reason = "skipped", skipped[variant.source]
+            continue
+        model = models[variant.source]
+        variant.nodes = len(model.graph.node)
+        variant.optimize_seconds = seconds.get(variant.source)
+        try:
+            sess = session(model, _LEVELS[variant.level], settings.threads)
+            feeds = _feeds_for(sess, reference.feeds)
+            outputs = sess.run(None, feeds)
+        except Exception as error:  # ORT raises several unrelated types
+            if variant.source == "original":
+                raise RuntimeUnsupportedError(f"ONNX Runtime cannot run the input model: {_one_line(error)}") from None
+            variant.status, variant.reason = "skipped", f"ONNX Runtime cannot run its result: {_one_line(error)}"
+            continue
+        _check_outputs(variant, outputs, original, reference, tolerance)
+        runners.append(lambda sess=sess, feeds=feeds: sess.run(None, feeds))
+        timed.append(variant)
+
+    if settings.keep_dir is not None:
+        _keep(models, settings.keep_dir, result.label)
+
+    times = time_rounds(runners, settings.pairs, settings.warmup)
+    baseline_times = times[[v.name for v in timed].index(BASELINE)]
+    for variant, own in zip(timed, times, strict=True):
+        variant.times = own
+        variant.ratios = [b / t for b, t in zip(baseline_times, own, strict=True)]
+    noise = result.variant(NOISE)
+    if noise is not None and noise.timed:
+        result.noise = noise_band(noise.ratios)
+    return result
+
+
+def geometric_mean(values: Sequence[float]) -> float:
+    return math.exp(sum(math.log(v) for v in values) / len(values))
+
+
+# -------------------------------------------------------------------------------------------- output
+
+_COLUMNS = ("variant", "nodes", "opt s", "median ms", "p95 ms", "speedup", "90% CI", "vs noise", "max |diff|")
+
+
+def _cells(comparison: ModelComparison, variant: Variant) -> list[str]:
+    if variant.status != "ok":
+        return [variant.name, f"skipped: {variant.reason}"]
+    opt = "-" if variant.optimize_seconds is None else f"{variant.optimize_seconds:.2f}"
+    diff = "-" if variant.max_abs_diff is None else f"{variant.max_abs_diff:.1e}"
+    if variant.outputs_match is False:
+        diff += " MISMATCH" + (f" ({variant.diff_note})" if variant.diff_note else "")
+    if not variant.timed:
+        return [variant.name, str(variant.nodes), opt, "-", "-", "-", "-", "", diff]
+    low, high = variant.interval
+    return [
+        variant.name,
+        str(variant.nodes),
+        opt,
+        f"{variant.median_ms:.3f}",
+        f"{variant.p95_ms:.3f}",
+        f"{variant.speedup:.3f}x",
+        f"{low:.3f}-{high:.3f}",
+        comparison.verdict(variant),
+        diff,
+    ]
+
+
+def _aligned(rows: Sequence[Sequence[str]]) -> list[str]:
+    """Plain aligned text: the first column left, the others right; a short row's last cell runs on."""
+    full = [r for r in rows if len(r) == len(_COLUMNS)]
+    widths = [max(len(r[i]) for r in full) for i in range(len(_COLUMNS))]
+    lines = []
+    for row in rows:
+        if len(row) != len(_COLUMNS):
+            lines.append(f"{row[0]:<{widths[0]}}  {' '.join(row[1:])}")
+            continue
+        cells = [f"{row[0]:<{widths[0]}}"] + [f"{c:>{w}}" for c, w in zip(row[1:], widths[1:], strict=True)]
+        lines.append("  ".join(cells).rstrip())
+    return lines
+
+
+def noise_line(comparison: ModelComparison) -> str:
+    band = comparison.noise
+    if band is None:
+        return "noise: not measured"
+    low, high = band.bounds
+    return (
+        f"noise: a second session of the original under ORT all measures {band.median:.3f}x "
+        f"({NOISE_CONFIDENCE:.0%} bootstrap interval of its median {band.interval[0]:.3f}-{band.interval[1]:.3f}, "
+        f"per-round 5-95% {band.rounds[0]:.2f}-{band.rounds[1]:.2f}); "
+        f'a speedup whose own {NOISE_CONFIDENCE:.0%} CI reaches into {low:.3f}x-{high:.3f}x is "within noise"'
+    )
+
+
+def _notes(comparison: ModelComparison) -> list[str]:
+    """The lines under a model's table: the noise band, what the differences mean, a warning if needed."""
+    tolerance = comparison.tolerance
+    notes = [
+        noise_line(comparison),
+        "max |diff|: against the original under ORT off on the same seeded inputs; MISMATCH beyond "
+        f"rtol {tolerance.rtol:g}, atol {tolerance.atol:g}",
+    ]
+    if comparison.constant_outputs:
+        notes.append(
+            "warning: every output of the original is one value repeated on these inputs, so output differences "
+            "show little (weights of one constant value?)"
+        )
+    return notes
+
+
+def model_table(comparison: ModelComparison) -> str:
+    rows = [list(_COLUMNS), *(_cells(comparison, v) for v in comparison.variants)]
+    header = f"model {comparison.label}: inputs {comparison.inputs}"
+    return "\n".join([header, *_aligned(rows), *_notes(comparison)])
+
+
+def speedup_summary(comparisons: Sequence[ModelComparison]) -> list[tuple[str, float, int]]:
+    """(variant, geometric mean of its speedup, models) for each variant timed on every model."""
+    names = [v.name for v in comparisons[0].variants] if comparisons else []
+    summary = []
+    for name in names:
+        values = [v.speedup for c in comparisons if (v := c.variant(name)) is not None and v.timed]
+        if values:
+            summary.append((name, geometric_mean(values), len(values)))
+    return summary
+
+
+def summary_lines(comparisons: Sequence[ModelComparison]) -> list[str]:
+    summary = dict((name, (mean, count)) for name, mean, count in speedup_summary(comparisons))
+    total = len(comparisons)
+    if ONNXSAT_ALL in summary:
+        mean, count = summary[ONNXSAT_ALL]
+        head = f'geometric mean over {count} of {total} models of the "{ONNXSAT_ALL}" speedup: {mean:.3f}x'
+    else:
+        head = f'geometric mean of the "{ONNXSAT_ALL}" speedup: not available (ONNXSat failed on every model)'
+    others = ", ".join(
+        f"{name} {mean:.3f}x" + (f" ({count} models)" if count != total else "")
+        for name, (mean, count) in summary.items()
+        if name not in (ONNXSAT_ALL, BASELINE)
+    )
+    return [head, f"  other variants (geometric mean): {others}"] if others else [head]
+
+
+def settings_line(settings: CompareSettings) -> str:
+    from onnxsat.optimize import OptimizeOptions
+
+    cost = settings.cost_model or f"{OptimizeOptions().cost_model} (the default)"
+    return (
+        f"settings: intra-op threads {settings.threads} (inter-op 1, spinning off), {settings.pairs} timed rounds "
+        f"after {settings.warmup} warm-up rounds, onnxsat target {settings.target}, cost model {cost}"
+    )
+
+
+def to_csv(comparisons: Sequence[ModelComparison], settings: CompareSettings) -> str:
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(
+        [
+            "model",
+            "variant",
+            "status",
+            "reason",
+            "nodes",
+            "optimize_s",
+            "median_ms",
+            "p95_ms",
+            "speedup",
+            "speedup_ci_low",
+            "speedup_ci_high",
+            "ratio_p5",
+            "ratio_p95",
+            "vs_noise",
+            "noise_low",
+            "noise_high",
+            "max_abs_diff",
+            "outputs_match",
+            "threads",
+            "rounds",
+            "warmup",
+        ]
+    )
+    for comparison in comparisons:
+        bounds = comparison.noise.bounds if comparison.noise else (None, None)
+        for v in comparison.variants:
+            spread = v.ratio_spread if v.timed else (None, None)
+            interval = v.interval if v.timed else (None, None)
+            writer.writerow(
+                [
+                    comparison.label,
+                    v.name,
+                    v.status,
+                    v.reason,
+                    v.nodes,
+                    _num(v.optimize_seconds),
+                    _num(v.median_ms if v.timed else None),
+                    _num(v.p95_ms if v.timed else None),
+                    _num(v.speedup if v.timed else None),
+                    _num(interval[0]),
+                    _num(interval[1]),
+                    _num(spread[0]),
+                    _num(spread[1]),
+                    comparison.verdict(v),
+                    _num(bounds[0]),
+                    _num(bounds[1]),
+                    _num(v.max_abs_diff),
+                    "" if v.outputs_match is None else v.outputs_match,
+                    settings.threads,
+                    settings.pairs,
+                    settings.warmup,
+                ]
+            )
+    return out.getvalue()
+
+
+def _num(value: float | None) -> str:
+    return "" if value is None else f"{value:.6g}"
+
+
+def to_markdown(comparisons: Sequence[ModelComparison], settings: CompareSettings, environment: str) -> str:
+    lines = ["# onnxsat bench compare", "", environment, "", settings_line(settings), ""]
+    for comparison in comparisons:
+        lines += [f"## {comparison.label}", "", f"inputs: {comparison.inputs}", ""]
+        lines.append("| " + " | ".join(c.replace("|", "\\|") for c in _COLUMNS) + " |")
+        lines.append("| --- | " + " | ".join("---:" for _ in _COLUMNS[1:]) + " |")
+        for v in comparison.variants:
+            cells = _cells(comparison, v)
+            cells += [""] * (len(_COLUMNS) - len(cells))
+            lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
+        lines += ["", *(f"- {note}" for note in _notes(comparison)), ""]
+    lines += [*(f"- {line.strip()}" for line in summary_lines(comparisons)), ""]
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------------------------- entry
+
+
+def _check_outputs_paths(models: Sequence[str], *outputs: str | None) -> None:
+    for output in outputs:
+        if output is None:
+            continue
+        for model in models:
+            model_io.check_output_path(model, output)
+
+
+def _keep_folder(text: str | None) -> Path | None:
+    if text is None:
+        return None
+    folder = Path(text)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise OutputPathError(f"cannot create --keep folder {folder}: {error.strerror or error}") from None
+    if not folder.is_dir():
+        raise OutputPathError(f"--keep is not a folder: {folder}")
+    return folder
+
+
+def _labels(paths: Sequence[str]) -> list[str]:
+    """File stems, numbered when two models share one (they name the --keep files and the table)."""
+    stems = [Path(p).stem for p in paths]
+    return [f"{i + 1}-{s}" if stems.count(s) > 1 else s for i, s in enumerate(stems)]
+
+
+def run_compare(
+    models: Sequence[str],
+    input_shapes: Sequence[str] = (),
+    threads: int = 1,
+    pairs: int = DEFAULT_PAIRS,
+    warmup: int = DEFAULT_WARMUP,
+    target: str = "ort",
+    cost_model: str | None = None,
+    csv_path: str | None = None,
+    markdown_path: str | None = None,
+    keep: str | None = None,
+    registry: Mapping[str, peer_registry.PeerFunction] | None = None,
+) -> int:
+    """``onnxsat bench compare``: print a table per model and the summary; exit code (see module doc)."""
+    registry = peer_registry.PEERS if registry is None else registry
+    settings = CompareSettings(threads, pairs, warmup, target, cost_model, parse_shape_specs(input_shapes))
+    settings.check()
+    for model in models:
+        model_io.check_input_path(model)
+    _check_outputs_paths(models, csv_path, markdown_path)
+    settings.keep_dir = _keep_folder(keep)
+
+    environment = f"environment: {environment_line()}"
+    print(f"ONNXSat bench compare ({environment_line()})")
+    print(settings_line(settings))
+    print(f"peers: {peer_versions(registry)}")
+    print(
+        f'speedup: median over rounds of ("{BASELINE}" time / variant time); every round runs each session once, '
+        "in rotating order"
+    )
+    comparisons = []
+    for path, label in zip(models, _labels(models), strict=True):
+        print(flush=True)
+        comparison = compare_model(path, settings, registry, label)
+        comparisons.append(comparison)
+        print(model_table(comparison), flush=True)
+    print()
+    for line in summary_lines(comparisons):
+        print(line)
+    if csv_path is not None:
+        model_io.write_text_atomic(to_csv(comparisons, settings), csv_path)
+    if markdown_path is not None:
+        model_io.write_text_atomic(to_markdown(comparisons, settings, environment), markdown_path)
+    failed = [c.label for c in comparisons if not c.onnxsat_ok]
+    if failed:
+        print(f"ONNXSat failed or does not match the original on: {', '.join(failed)}")
+    return 1 if failed else 0

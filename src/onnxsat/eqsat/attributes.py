@@ -1,0 +1,93 @@
+"""Attribute sets that rules build, computed when the extracted graph is decoded.
+
+A rule writes ``Attrs.computed(kernel, first, second, values)``; the kernel named here receives the
+two attribute lists it refers to and the values of some static tensors, and returns the new node's
+attributes. Rules only state *which* attributes a rewritten node takes; the arithmetic lives here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+import onnx
+from onnx import helper
+
+AttrList = list[onnx.AttributeProto]
+AttributeKernel = Callable[[AttrList, AttrList, list[np.ndarray | None]], AttrList]
+
+
+def _ints(attrs: AttrList, name: str) -> list[int] | None:
+    for attr in attrs:
+        if attr.name == name:
+            return [int(v) for v in attr.ints]
+    return None
+
+
+def _int(attrs: AttrList, name: str, default: int) -> int:
+    for attr in attrs:
+        if attr.name == name:
+            return int(attr.i)
+    return default
+
+
+def _replace(attrs: AttrList, *new: onnx.AttributeProto) -> AttrList:
+    names = {a.name for a in new}
+    return [a for a in attrs if a.name not in names] + list(new)
+
+
+def compose_perm(outer: AttrList, inner: AttrList, values: list[np.ndarray | None]) -> AttrList:
+    """Transpose(perm=outer) after Transpose(perm=inner) is one Transpose with perm[j] = inner[outer[j]]."""
+    perm_outer, perm_inner = _ints(outer, "perm"), _ints(inner, "perm")
+    assert perm_outer is not None and perm_inner is not None, "rules require explicit permutations"
+    return [helper.make_attribute("perm", [perm_inner[j] for j in perm_outer])]
+
+
+def gemm_flip_a(gemm: AttrList, _: AttrList, values: list[np.ndarray | None]) -> AttrList:
+    """A transposed first operand absorbed into Gemm: toggle ``transA``."""
+    return _replace(gemm, helper.make_attribute("transA", 1 - _int(gemm, "transA", 0)))
+
+
+def gemm_flip_b(gemm: AttrList, _: AttrList, values: list[np.ndarray | None]) -> AttrList:
+    """A transposed second operand absorbed into Gemm: toggle ``transB``."""
+    return _replace(gemm, helper.make_attribute("transB", 1 - _int(gemm, "transB", 0)))
+
+
+def add_spatial_pads(conv: AttrList, _: AttrList, values: list[np.ndarray | None]) -> AttrList:
+    """A Pad's spatial pads (zero for batch and channel, checked by the rule) added to the Conv/Pool's own."""
+    (pads,) = values
+    assert pads is not None
+    pads = np.asarray(pads, dtype=np.int64).reshape(-1)
+    rank = pads.size // 2
+    spatial = list(pads[2:rank]) + list(pads[rank + 2 :])
+    own = _ints(conv, "pads") or [0] * len(spatial)
+    merged = [int(a) + int(b) for a, b in zip(own, spatial, strict=True)]
+    return _replace(conv, helper.make_attribute("pads", merged))
+
+
+def last_axis(_: AttrList, __: AttrList, values: list[np.ndarray | None]) -> AttrList:
+    """``axis = -1`` (the Split that separates the outputs of merged MatMuls or Gemms)."""
+    return [helper.make_attribute("axis", -1)]
+
+
+def channel_axis(_: AttrList, __: AttrList, values: list[np.ndarray | None]) -> AttrList:
+    """``axis = 1`` (the Split that separates the outputs of merged convolutions)."""
+    return [helper.make_attribute("axis", 1)]
+
+
+def cast_to(_: AttrList, __: AttrList, values: list[np.ndarray | None]) -> AttrList:
+    """``to`` = the element type held in the single static value (a CastLike's target, known from shapes)."""
+    (target,) = values
+    assert target is not None
+    return [helper.make_attribute("to", int(np.asarray(target).reshape(-1)[0]))]
+
+
+ATTRIBUTE_KERNELS: dict[str, AttributeKernel] = {
+    "cast_to": cast_to,
+    "compose_perm": compose_perm,
+    "gemm_flip_a": gemm_flip_a,
+    "gemm_flip_b": gemm_flip_b,
+    "add_spatial_pads": add_spatial_pads,
+    "last_axis": last_axis,
+    "channel_axis": channel_axis,
+}

@@ -1,0 +1,114 @@
+"""Consecutive ops of one kind collapsed into one (Olive's peephole checklist).
+
+    Transpose(Transpose(x, p), q)                    ==>  Transpose(x, composed)
+    R1(R2(x)), R1, R2 in Reshape/Squeeze/Unsqueeze/Flatten, static result shape  ==>  Reshape(x, shape)
+    LogSoftmax(LogSoftmax(x)) along the same axis    ==>  LogSoftmax(x)
+    Concat(Concat(a, b), c...) along the same axis   ==>  Concat(a, b, c...)   (inner list first or second)
+
+Reshape chains cover consecutive Squeezes and Unsqueezes and any mix with Reshape and Flatten: data
+order never changes in these ops, so only the final shape matters.
+"""
+
+from __future__ import annotations
+
+from egglog import Ruleset, String, eq, i64, rule, ruleset, union
+
+from onnxsat.eqsat.language import (
+    Args,
+    Attrs,
+    Dims,
+    Tensor,
+    args_of,
+    attr_flag,
+    attr_int,
+    has_shape,
+    opset_at_least,
+    static_dims,
+)
+from onnxsat.eqsat.rules.patterns import result, unique
+
+consecutive: Ruleset = ruleset(name="consecutive")
+
+SHAPE_OPS = ("Reshape", "Squeeze", "Unsqueeze", "Flatten")
+
+
+@consecutive.register
+def _transposes(y: Tensor, z: Tensor, x: Tensor, outer: Attrs, inner: Attrs, id1: String, id2: String) -> object:
+    yield rule(
+        eq(y).to(result("Transpose", outer, args_of(z), id1)),
+        eq(z).to(result("Transpose", inner, args_of(x), id2)),
+        attr_flag(outer, "explicit_perm"),
+        attr_flag(inner, "explicit_perm"),
+        name=unique("Transpose+Transpose -> Transpose"),
+    ).then(
+        union(y).with_(result("Transpose", Attrs.computed("compose_perm", outer, inner, Args.nil()), args_of(x), id1))
+    )
+
+
+@consecutive.register
+def _shape_chains(
+    y: Tensor, z: Tensor, x: Tensor, a1: Attrs, a2: Attrs, r1: Args, r2: Args, id1: String, id2: String, d: Dims
+) -> object:
+    reshape = result("Reshape", Attrs.none(), args_of(x, Tensor.ints(d)), id1)
+    for outer in SHAPE_OPS:
+        for inner in SHAPE_OPS:
+            yield rule(
+                eq(y).to(result(outer, a1, Args.cons(z, r1), id1)),
+                eq(z).to(result(inner, a2, Args.cons(x, r2), id2)),
+                has_shape(y, d),
+                static_dims(d),
+                opset_at_least(5),
+                name=unique(f"{inner}+{outer} -> Reshape"),
+            ).then(union(y).with_(reshape))
+
+
+@consecutive.register
+def _log_softmax(y: Tensor, z: Tensor, x: Tensor, a1: Attrs, a2: Attrs, id1: String, id2: String, k: i64) -> object:
+    yield rule(
+        eq(y).to(result("LogSoftmax", a1, args_of(z), id1)),
+        eq(z).to(result("LogSoftmax", a2, args_of(x), id2)),
+        attr_int(a1, "axis", k),
+        attr_int(a2, "axis", k),
+        name=unique("LogSoftmax+LogSoftmax -> LogSoftmax"),
+    ).then(union(y).with_(z))
+
+
+@consecutive.register
+def _concats(
+    y: Tensor,
+    z: Tensor,
+    h: Tensor,
+    a: Tensor,
+    b: Tensor,
+    c: Tensor,
+    rest: Args,
+    a1: Attrs,
+    a2: Attrs,
+    id1: String,
+    id2: String,
+    k: i64,
+) -> object:
+    for inner_tensors in ((a, b), (a, b, c)):
+        inner = eq(z).to(result("Concat", a2, args_of(*inner_tensors), id2))
+        same_axis = (attr_int(a1, "axis", k), attr_int(a2, "axis", k))
+        spliced = _followed_by(inner_tensors, rest)
+        yield rule(
+            eq(y).to(result("Concat", a1, Args.cons(z, rest), id1)),
+            inner,
+            *same_axis,
+            name=unique("Concat+Concat -> Concat"),
+        ).then(union(y).with_(result("Concat", a1, spliced, id1)))
+        yield rule(
+            eq(y).to(result("Concat", a1, Args.cons(h, Args.cons(z, rest)), id1)),
+            inner,
+            *same_axis,
+            name=unique("Concat+Concat -> Concat"),
+        ).then(union(y).with_(result("Concat", a1, Args.cons(h, spliced), id1)))
+
+
+def _followed_by(tensors: tuple[Tensor, ...], rest: Args) -> Args:
+    """The list ``tensors..., rest...``."""
+    spliced = rest
+    for tensor in reversed(tensors):
+        spliced = Args.cons(tensor, spliced)
+    return spliced

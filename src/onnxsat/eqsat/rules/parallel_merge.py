@@ -1,0 +1,181 @@
+"""Parallel products of one input merged into one wider product followed by a Split (TASO/TENSAT).
+
+    MatMul(x, W1), MatMul(x, W2)        ==>  Split(MatMul(x, [W1 W2]), [N1, N2], axis=-1)
+    Conv(x, W1, b1), Conv(x, W2, b2)    ==>  Split(Conv(x, [W1; W2], [b1; b2]), [M1, M2], axis=1)
+
+A multi-pattern rule: two roots that share ``x``, taken from the pairs the encoder found
+(``facts.parallel_pairs``, in graph order, so each pair is merged one way). Q/K/V projections,
+Inception and SqueezeNet branches have this shape. The merged weights are constants made at decode
+time, never a Concat left in the graph to run on every inference (ORT_FINDINGS.md, item 7). Whether
+the merge pays is the cost model's call: one wider product reads ``x`` once and uses the cores
+better, but the Split copies the result. Convolutions must share every attribute (kernel, strides,
+pads, dilations) and be ungrouped; the Split takes its sizes as an input, so the model's opset must
+be 13 or later.
+"""
+
+from __future__ import annotations
+
+from egglog import Ruleset, String, eq, i64, ne, rule, ruleset, union
+
+from onnxsat.eqsat.language import (
+    Args,
+    Attrs,
+    Dims,
+    Node,
+    Tensor,
+    args_of,
+    dims_of,
+    has_shape,
+    opset_at_least,
+    out,
+    parallel_pair,
+    static_value,
+)
+from onnxsat.eqsat.rules.patterns import plain, result, unique
+
+parallel_merge: Ruleset = ruleset(name="parallel_merge")
+
+
+def _split(merged: Tensor, axis_kernel: str, sizes: list[i64], node_id: String) -> Node:
+    dims = Dims.nil()
+    for size in reversed(sizes):
+        dims = Dims.cons(size, dims)
+    attrs = Attrs.computed(axis_kernel, Attrs.none(), Attrs.none(), Args.nil())
+    return Node("Split", "", attrs, args_of(merged, Tensor.ints(dims)), Args.nil(), node_id, len(sizes))
+
+
+@parallel_merge.register
+def _merge_matmuls(
+    y1: Tensor,
+    y2: Tensor,
+    y3: Tensor,
+    x: Tensor,
+    w1: Tensor,
+    w2: Tensor,
+    w3: Tensor,
+    s1: String,
+    s2: String,
+    s3: String,
+    a1: Attrs,
+    a2: Attrs,
+    a3: Attrs,
+    id1: String,
+    id2: String,
+    id3: String,
+    k: i64,
+    n1: i64,
+    n2: i64,
+    n3: i64,
+    m: i64,
+    batch: i64,
+) -> object:
+    """Two products of initializer weights; merged weights are never merged again.
+
+    Written for any count, but run for pairs only: the three-way rule (Q, K and V at once) made egglog's
+    join take 12 s on a 4-layer BERT, against 0.7 s for the whole rule library without it.
+    """
+    roots = ((y1, w1, s1, a1, id1, n1), (y2, w2, s2, a2, id2, n2), (y3, w3, s3, a3, id3, n3))
+    for count in (2,):
+        chosen = roots[:count]
+        sizes = [r[5] for r in chosen]
+        total = sizes[0] + sizes[1] if count == 2 else sizes[0] + sizes[1] + sizes[2]
+        weight = Tensor.derived("concat_last", args_of(*(r[1] for r in chosen)), a1)
+        merged = out(plain("MatMul", a1, args_of(x, weight), id1), 0)
+        split = _split(merged, "last_axis", sizes, id2)
+        conditions = [parallel_pair(y1, y2), opset_at_least(13)]
+        for y, w, name, attrs, node_id, n in chosen:
+            conditions += [
+                eq(y).to(result("MatMul", attrs, args_of(x, w), node_id)),
+                eq(w).to(Tensor.initializer(name)),
+                has_shape(w, dims_of(k, n)),
+            ]
+        conditions += [ne(id1).to(id2)] + ([ne(id1).to(id3), ne(id2).to(id3)] if count == 3 else [])
+        for x_shape, merged_shape in (
+            (dims_of(m, k), dims_of(m, total)),
+            (dims_of(batch, m, k), dims_of(batch, m, total)),
+        ):
+            yield rule(*conditions, has_shape(x, x_shape), name=unique(f"{count} x MatMul -> MatMul+Split")).then(
+                *(union(r[0]).with_(out(split, i)) for i, r in enumerate(chosen)),
+                has_shape(weight, dims_of(k, total)),
+                has_shape(merged, merged_shape),
+            )
+
+
+@parallel_merge.register
+def _merge_convs(
+    y1: Tensor,
+    y2: Tensor,
+    x: Tensor,
+    w1: Tensor,
+    w2: Tensor,
+    b1: Tensor,
+    b2: Tensor,
+    attrs: Attrs,
+    id1: String,
+    id2: String,
+    m1: i64,
+    m2: i64,
+    w_tail: Dims,
+    t2: Dims,
+    s1: String,
+    s2: String,
+) -> object:
+    """Pairs of convolutions whose filters are initializers (so merged ones are never merged again).
+
+    That the two are ungrouped and have equal attributes and filter shapes apart from their counts is
+    checked in Python when the pair is found (``facts.parallel_pairs``): as conditions here, the join
+    on the shared filter shape went quadratic in egglog (all 3x3 filters of a network share it).
+    """
+    weight = Tensor.derived("concat_first", args_of(w1, w2), attrs)
+    bias = Tensor.derived("concat_first", args_of(b1, b2), attrs)
+    for with_bias in (False, True):
+        inputs1 = args_of(x, w1, b1) if with_bias else args_of(x, w1)
+        inputs2 = args_of(x, w2, b2) if with_bias else args_of(x, w2)
+        merged = result("Conv", attrs, args_of(x, weight, bias) if with_bias else args_of(x, weight), id1)
+        split = _split(merged, "channel_axis", [m1, m2], id2)
+        yield rule(
+            parallel_pair(y1, y2),
+            eq(y1).to(result("Conv", attrs, inputs1, id1)),
+            eq(y2).to(result("Conv", attrs, inputs2, id2)),
+            ne(id1).to(id2),
+            eq(w1).to(Tensor.initializer(s1)),
+            eq(w2).to(Tensor.initializer(s2)),
+            *((static_value(b1), static_value(b2)) if with_bias else ()),
+            has_shape(w1, Dims.cons(m1, w_tail)),
+            has_shape(w2, Dims.cons(m2, t2)),
+            opset_at_least(13),
+            name=unique("Conv || Conv -> Conv+Split"),
+        ).then(
+            union(y1).with_(out(split, 0)),
+            union(y2).with_(out(split, 1)),
+            has_shape(weight, Dims.cons(m1 + m2, w_tail)),
+        )
+
+
+@parallel_merge.register
+def _merged_conv_shape(  # a rule of its own: as a condition of the merge, egglog's join planner took seconds
+    t: Tensor,
+    x: Tensor,
+    wd: Tensor,
+    w1: Tensor,
+    w2: Tensor,
+    y1: Tensor,
+    rest: Args,
+    r1: Args,
+    attrs: Attrs,
+    id1: String,
+    n: i64,
+    m1: i64,
+    h: i64,
+    w: i64,
+    mm: i64,
+    tail: Dims,
+) -> object:
+    yield rule(
+        eq(wd).to(Tensor.derived("concat_first", args_of(w1, w2), attrs)),
+        eq(t).to(result("Conv", attrs, Args.cons(x, Args.cons(wd, rest)), id1)),
+        eq(y1).to(result("Conv", attrs, Args.cons(x, Args.cons(w1, r1)), id1)),
+        has_shape(y1, dims_of(n, m1, h, w)),
+        has_shape(wd, Dims.cons(mm, tail)),
+        name=unique("shape of merged Conv"),
+    ).then(has_shape(t, dims_of(n, mm, h, w)))

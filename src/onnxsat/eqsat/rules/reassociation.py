@@ -1,0 +1,37 @@
+"""Elementwise chains with constants reassociated so the constants meet and fold (TASO-style).
+
+    (x + c1) + c2  ==>  x + (c1 + c2)          (x * c1) * c2  ==>  x * (c1 * c2)
+
+in every operand order. The combined constant is computed at decode time, so two run-time passes over
+``x`` become one. Broadcasting is associative, so the result's shape is unchanged; both constants
+must be static, and the inner result must have no other reader (otherwise it is computed anyway).
+"""
+
+from __future__ import annotations
+
+from egglog import Ruleset, String, eq, rule, ruleset, union
+
+from onnxsat.eqsat.language import Attrs, Tensor, args_of, sole_use, static_value
+from onnxsat.eqsat.rules.patterns import result, unique
+
+reassociation: Ruleset = ruleset(name="reassociation")
+
+COMBINE = {"Add": "add_values", "Mul": "multiply_values"}
+
+
+@reassociation.register
+def _combine_constants(
+    y: Tensor, z: Tensor, x: Tensor, c1: Tensor, c2: Tensor, a1: Attrs, a2: Attrs, id1: String, id2: String
+) -> object:
+    for op, kernel in COMBINE.items():
+        combined = Tensor.derived(kernel, args_of(c1, c2), a1)
+        for inner in (args_of(x, c1), args_of(c1, x)):
+            for outer in (args_of(z, c2), args_of(c2, z)):
+                yield rule(
+                    eq(y).to(result(op, a1, outer, id1)),
+                    eq(z).to(result(op, a2, inner, id2)),
+                    sole_use(z),
+                    static_value(c1),
+                    static_value(c2),
+                    name=unique(f"({op} c1) {op} c2 -> {op} (c1 {op} c2)"),
+                ).then(union(y).with_(result(op, a1, args_of(x, combined), id1)))

@@ -1,0 +1,228 @@
+"""Constant scales and shifts folded into the weights of the Conv, Gemm or MatMul next to them.
+
+    Conv(x, W, b) * s    ==>  Conv(x, W * s, b * s)      s per output channel ([M,1,1], [1,M,1,1], or one value)
+    Conv(x, W, b) + t    ==>  Conv(x, W, b + t)          t per output channel (the seed's Conv+Add bias fusion)
+    Gemm(a, B, c) * s    ==>  Gemm(a, B * s, c * s)      s per column (one value, [N] or [1,N]); transB = 0
+    Gemm(a, B, c) + t    ==>  Gemm(a, B, c + t)          when the sum keeps Gemm's [M,N] shape
+    MatMul(x, W) * s     ==>  MatMul(x, W * s)           s per column, when the product keeps its shape
+    MatMul(x * s, W), Conv(x * s, W, b)  with s one value  ==>  the scale moved into W
+
+Each applies when the tensor folded away has no other reader, the weights and constants are static,
+and shapes say the constant broadcasts the way the fold assumes. Exporters leave these behind for
+normalizations and scalings written as separate ops; ONNX Runtime folds only some of them.
+"""
+
+from __future__ import annotations
+
+from egglog import Ruleset, String, eq, i64, rule, ruleset, union
+
+from onnxsat.eqsat.language import (
+    Attrs,
+    Dims,
+    Tensor,
+    args_of,
+    attr_flag,
+    attr_int,
+    dims_of,
+    has_shape,
+    sole_use,
+    static_value,
+    value_flag,
+)
+from onnxsat.eqsat.rules.patterns import result, unique
+
+weight_folding: Ruleset = ruleset(name="weight_folding")
+
+SPATIAL_RANKS = (1, 2, 3)
+
+
+def _dims(*dims: int | i64) -> Dims:
+    result_dims = Dims.nil()
+    for dim in reversed(dims):
+        result_dims = Dims.cons(dim, result_dims)
+    return result_dims
+
+
+@weight_folding.register
+def _conv_output_constants(
+    y: Tensor,
+    x: Tensor,
+    w: Tensor,
+    b: Tensor,
+    s: Tensor,
+    attrs: Attrs,
+    op_attrs: Attrs,
+    node_id: String,
+    op_id: String,
+    m: i64,
+    ci: i64,
+    k1: i64,
+    k2: i64,
+    k3: i64,
+    d: Dims,
+) -> object:
+    for has_bias in (False, True):
+        conv_inputs = args_of(x, w, b) if has_bias else args_of(x, w)
+        conv = result("Conv", attrs, conv_inputs, node_id)
+        bias = b if has_bias else Tensor.absent()
+        vector = Tensor.derived("channel_vector", args_of(s, w), attrs)
+        scaled_w = Tensor.derived("scale_conv_weight", args_of(w, vector), attrs)
+        scaled_b = Tensor.derived("scale_vector", args_of(b, vector), attrs)
+        scaled = result("Conv", attrs, args_of(x, scaled_w, scaled_b) if has_bias else args_of(x, scaled_w), node_id)
+        shifted_b = Tensor.derived("add_channel_bias", args_of(bias, s, w), attrs)
+        shifted = result("Conv", attrs, args_of(x, w, shifted_b), node_id)
+        suffix = "(bias)" if has_bias else ""
+        for op, rewritten in (("Mul", scaled), ("Add", shifted)):
+            for operands in (args_of(conv, s), args_of(s, conv)):
+                common = (
+                    eq(y).to(result(op, op_attrs, operands, op_id)),
+                    sole_use(conv),
+                    static_value(w),
+                    static_value(bias),
+                    static_value(s),
+                )
+                for rank in SPATIAL_RANKS:
+                    # s must line up with the channel axis: its rank is tied to the weight's spatial rank.
+                    weight_shape = has_shape(w, _dims(m, ci, *(k1, k2, k3)[:rank]))
+                    ones = (1,) * rank
+                    for shape in (_dims(m, *ones), _dims(1, m, *ones)):
+                        yield rule(
+                            *common,
+                            weight_shape,
+                            has_shape(s, shape),
+                            name=unique(f"Conv{suffix}+{op}(per channel) -> Conv"),
+                        ).then(union(y).with_(rewritten))
+                yield rule(
+                    *common,
+                    value_flag(s, "single"),
+                    has_shape(y, d),
+                    has_shape(conv, d),
+                    name=unique(f"Conv{suffix}+{op}(scalar) -> Conv"),
+                ).then(union(y).with_(rewritten))
+
+
+@weight_folding.register
+def _gemm_output_constants(
+    y: Tensor,
+    a: Tensor,
+    w: Tensor,
+    c: Tensor,
+    s: Tensor,
+    attrs: Attrs,
+    op_attrs: Attrs,
+    node_id: String,
+    op_id: String,
+    k: i64,
+    n: i64,
+    d: Dims,
+) -> object:
+    for has_bias in (False, True):
+        gemm = result("Gemm", attrs, args_of(a, w, c) if has_bias else args_of(a, w), node_id)
+        bias = c if has_bias else Tensor.absent()
+        scaled_w = Tensor.derived("scale_columns", args_of(w, s), attrs)
+        scaled_inputs = args_of(a, scaled_w, Tensor.derived("multiply_values", args_of(c, s), attrs))
+        scaled = result("Gemm", attrs, scaled_inputs if has_bias else args_of(a, scaled_w), node_id)
+        shifted_c = Tensor.derived("add_values", args_of(bias, s), attrs)
+        shifted = result("Gemm", attrs, args_of(a, w, shifted_c), node_id)
+        suffix = "(bias)" if has_bias else ""
+        for operands in (args_of(gemm, s), args_of(s, gemm)):
+            common = (
+                sole_use(gemm),
+                attr_flag(attrs, "plain"),
+                static_value(w),
+                static_value(bias),
+                static_value(s),
+            )
+            for shape_condition in (value_flag(s, "single"), has_shape(s, dims_of(n)), has_shape(s, _dims(1, n))):
+                yield rule(
+                    eq(y).to(result("Mul", op_attrs, operands, op_id)),
+                    *common,
+                    attr_int(attrs, "transB", 0),
+                    has_shape(w, _dims(k, n)),
+                    shape_condition,
+                    has_shape(y, d),
+                    has_shape(gemm, d),
+                    name=unique(f"Gemm{suffix}+Mul(per column) -> Gemm"),
+                ).then(union(y).with_(scaled))
+            yield rule(
+                eq(y).to(result("Add", op_attrs, operands, op_id)),
+                *common,
+                has_shape(y, d),
+                has_shape(gemm, d),
+                name=unique(f"Gemm{suffix}+Add -> Gemm"),
+            ).then(union(y).with_(shifted))
+
+
+@weight_folding.register
+def _matmul_constants(
+    y: Tensor,
+    x: Tensor,
+    w: Tensor,
+    s: Tensor,
+    attrs: Attrs,
+    op_attrs: Attrs,
+    node_id: String,
+    op_id: String,
+    k: i64,
+    n: i64,
+    d: Dims,
+    scaled_x: Tensor,
+) -> object:
+    product = result("MatMul", attrs, args_of(x, w), node_id)
+    scaled = result("MatMul", attrs, args_of(x, Tensor.derived("scale_columns", args_of(w, s), attrs)), node_id)
+    for operands in (args_of(product, s), args_of(s, product)):
+        for shape_condition in (value_flag(s, "single"), has_shape(s, dims_of(n)), has_shape(s, _dims(1, n))):
+            yield rule(
+                eq(y).to(result("Mul", op_attrs, operands, op_id)),
+                sole_use(product),
+                static_value(w),
+                static_value(s),
+                has_shape(w, _dims(k, n)),
+                shape_condition,
+                has_shape(y, d),
+                has_shape(product, d),
+                name=unique("MatMul+Mul(per column) -> MatMul"),
+            ).then(union(y).with_(scaled))
+    # A scalar applied to the input instead: x * s feeds the product or convolution only.
+    for inner_operands in (args_of(x, s), args_of(s, x)):
+        yield rule(
+            eq(scaled_x).to(result("Mul", op_attrs, inner_operands, op_id)),
+            eq(y).to(result("MatMul", attrs, args_of(scaled_x, w), node_id)),
+            sole_use(scaled_x),
+            static_value(w),
+            static_value(s),
+            value_flag(s, "single"),
+            has_shape(x, d),
+            has_shape(scaled_x, d),
+            name=unique("Mul(scalar)+MatMul -> MatMul"),
+        ).then(union(y).with_(scaled))
+
+
+@weight_folding.register
+def _conv_input_scalar(
+    y: Tensor,
+    x: Tensor,
+    w: Tensor,
+    s: Tensor,
+    attrs: Attrs,
+    op_attrs: Attrs,
+    node_id: String,
+    op_id: String,
+    scaled_x: Tensor,
+    b: Tensor,
+    d: Dims,
+) -> object:
+    scaled_w = Tensor.derived("multiply_values", args_of(w, s), attrs)
+    for inner_operands in (args_of(x, s), args_of(s, x)):
+        for conv_tail, new_tail in (((), ()), ((b,), (b,))):
+            yield rule(
+                eq(scaled_x).to(result("Mul", op_attrs, inner_operands, op_id)),
+                eq(y).to(result("Conv", attrs, args_of(scaled_x, w, *conv_tail), node_id)),
+                sole_use(scaled_x),
+                static_value(w),
+                static_value(s),
+                value_flag(s, "single"),
+                has_shape(x, d),
+                has_shape(scaled_x, d),
+                name=unique("Mul(scalar)+Conv -> Conv"),
+            ).then(union(y).with_(result("Conv", attrs, args_of(x, scaled_w, *new_tail), node_id)))
