@@ -547,16 +547,30 @@ def test_sparse_initializer_stays_sparse() -> None:
 # ---- no merging, no invented nodes ---------------------------------------------------------------
 
 
-@pytest.mark.parametrize("target", [None, "ort"])
-def test_identical_nodes_are_not_merged(target: str | None) -> None:
+def _twin_relus() -> onnx.ModelProto:
     nodes = [
         helper.make_node("Relu", ["x"], ["y1"], name="relu1"),
         helper.make_node("Relu", ["x"], ["y2"], name="relu2"),
         helper.make_node("Add", ["y1", "y2"], ["y"], name="add"),
     ]
-    model = make_model(nodes, [vi("x", [3])], [vi("y", [3]), vi("y1", [3])])
-    result = roundtrip(model, target=target).model
+    return make_model(nodes, [vi("x", [3])], [vi("y", [3]), vi("y1", [3])])
+
+
+def test_identical_nodes_are_not_merged_without_rules() -> None:
+    model = _twin_relus()
+    result = roundtrip(model, target=None).model
     assert_same_nodes(model, result)
+    assert_runs_identically(model, result)
+
+
+@pytest.mark.parametrize("target", ["portable", "ort"])
+def test_identical_nodes_are_computed_once_with_rules(target: str) -> None:
+    """Common-subexpression elimination (rules/cse.py): the twin Relu goes, its reader reads the first."""
+    model = _twin_relus()
+    result = roundtrip(model, target=target).model
+    assert op_types(result) == {"Relu": 1, "Add": 1}
+    (add,) = [n for n in result.graph.node if n.op_type == "Add"]
+    assert list(add.input) == ["y1", "y1"]
     assert_runs_identically(model, result)
 
 

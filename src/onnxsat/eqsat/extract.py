@@ -11,8 +11,8 @@ Two passes over the frozen e-graph:
 2. **DAG improvement**: a tree value pays a shared subgraph once per use. Starting from the bottom-up
    choice, each class with alternatives tries them against the *DAG* cost of the whole extracted graph
    (the sum over distinct classes reachable from the outputs), kept incrementally with reference counts,
-   and switches when the total drops. A switch is allowed only to an e-node whose children all have a
-   smaller tree value than the class itself, which keeps the choice acyclic without a graph search.
+   and switches when the total drops. A switch to an e-node whose children all have a smaller tree
+   value than the class cannot close a cycle; for any other, a search of the chosen graph checks.
 
 Children read only for their value at decode time (a folded weight's inputs) must be extractable but
 cost nothing: they never run.
@@ -132,8 +132,12 @@ class _Extractor:
                 for enode in self.snapshot.classes[eclass]:
                     if enode is self.choice[eclass] or enode.op in UNEXTRACTABLE:
                         continue
-                    if not all(c in self.value and self.value[c] < self.value[eclass] for c in enode.children):
-                        continue  # might close a cycle through this class: see the module docstring
+                    if not all(c in self.value for c in enode.children):
+                        continue
+                    if not all(self.value[c] < self.value[eclass] for c in enode.children) and self.reaches(
+                        enode.children, eclass
+                    ):
+                        continue  # the switch would close a cycle through this class
                     delta = self.try_switch(eclass, enode, refs)
                     if delta < -1e-9:
                         total += delta
@@ -142,6 +146,23 @@ class _Extractor:
             if not improved:
                 break
         return total, switches
+
+    def reaches(self, starts: tuple[bindings.Value, ...], target: bindings.Value) -> bool:
+        """Whether the current choice leads from any of ``starts`` to ``target`` (a cycle check).
+
+        Needed only when the cheap test fails, i.e. an alternative's children have larger tree values
+        than the class, which happens when tree values count a shared input twice."""
+        seen: set[bindings.Value] = set()
+        stack = list(starts)
+        while stack:
+            current = stack.pop()
+            if current == target:
+                return True
+            if current in seen or current not in self.choice:
+                continue
+            seen.add(current)
+            stack.extend(self.choice[current].children)
+        return False
 
     def acquire(self, eclass: bindings.Value, refs: dict[bindings.Value, int], log: list) -> float:
         """Add one reference to ``eclass``; returns the cost of every class this brings into the graph."""

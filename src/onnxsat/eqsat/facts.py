@@ -79,11 +79,6 @@ def _swap_2d(attrs: list[onnx.AttributeProto], opset: int) -> bool:
     return perm is None or perm == [1, 0]
 
 
-def _counts_pads(attrs: list[onnx.AttributeProto], opset: int) -> bool:
-    """AveragePool divides by the full window, padding included: zero pads may move into it."""
-    return any(attr.name == "count_include_pad" and attr.i == 1 for attr in attrs)
-
-
 def _constant_pad(attrs: list[onnx.AttributeProto], opset: int) -> bool:
     return all(attr.s == b"constant" for attr in attrs if attr.name == "mode") and opset >= 11
 
@@ -101,9 +96,7 @@ FLAG_PREDICATES: dict[tuple[str, str], dict[str, FlagPredicate]] = {
         "unit_strides": _unit_strides_dilations,
         "explicit_padding": _explicit_padding,
     },
-    ("", "MaxPool"): {"explicit_padding": _explicit_padding},
     ("", "Transpose"): {"identity_perm": _identity_perm, "swap_2d": _swap_2d, "explicit_perm": _explicit_perm},
-    ("", "AveragePool"): {"explicit_padding": _explicit_padding, "counts_pads": _counts_pads},
     ("", "Pad"): {"constant_mode": _constant_pad},
     ("", "Gemm"): {"plain": _plain_gemm},
 }
@@ -182,9 +175,10 @@ FLAG_MAX_ELEMENTS = 4096
 """Constants up to this size get value flags (``zeros``, ``ones``...): small enough to look at."""
 
 NONDETERMINISTIC_OPS = frozenset(
-    {"RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLike", "Bernoulli", "Multinomial"}
+    {"RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLike", "Bernoulli", "Multinomial", "Dropout"}
 )
-"""Ops whose output may differ from run to run: never computed ahead of time."""
+"""Ops whose output may differ from run to run: never computed ahead of time, never merged. Dropout is
+random in training mode; in inference it is removed as a no-op by its own rule instead."""
 
 
 @dataclass

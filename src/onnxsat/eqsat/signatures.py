@@ -31,7 +31,8 @@ class SignatureReader:
         """The attribute list a class stands for; rule-computed sets are priced like the set they derive from."""
         enode = self.first(eclass)
         if enode.op == "AttrsTable":
-            return list(self.encoded.attributes[int(enode.literals[0])])
+            key = int(enode.literals[0])  # -1: the encoder's inert declaration term, never extracted
+            return list(self.encoded.attributes[key]) if key >= 0 else []
         if enode.op == "AttrsWithActivation":
             return [*self.attributes(enode.children[0]), helper.make_attribute("activation", str(enode.literals[0]))]
         if enode.op == "AttrsComputed":
@@ -56,12 +57,28 @@ class SignatureReader:
                 self.infos[eclass] = None
             else:
                 shape_class = self.snapshot.shape_class.get(eclass)
+                shape = None if shape_class is None else self.dims(shape_class)
+                elem_type = self.snapshot.elem_type.get(eclass)
+                if shape is None:
+                    self.infos[eclass] = TensorInfo(shape=None, elem_type=elem_type)  # breaks any cycle
+                    shape, elem_type = self.derived_shape(enodes) or (None, elem_type)
                 self.infos[eclass] = TensorInfo(
-                    shape=None if shape_class is None else self.dims(shape_class),
-                    elem_type=self.snapshot.elem_type.get(eclass),
-                    constant=eclass in self.snapshot.static,
+                    shape=shape, elem_type=elem_type, constant=eclass in self.snapshot.static
                 )
         return self.infos[eclass]
+
+    def derived_shape(self, enodes: list[ENode]) -> tuple[tuple[int | None, ...], int | None] | None:
+        """A folded weight without a shape fact takes the shape of its first argument that has one: the
+        weight kernels (``weights.py``) scale or shift a weight in place; the ones that reshape (merges)
+        assert their result's shape in the rule."""
+        for enode in enodes:
+            if enode.op != "TensorDerived":
+                continue
+            for argument in self.arguments(enode.children[0]):
+                info = self.tensor(argument)
+                if info is not None and info.shape is not None:
+                    return info.shape, info.elem_type
+        return None
 
     def arguments(self, eclass: bindings.Value) -> list[bindings.Value]:
         classes = []

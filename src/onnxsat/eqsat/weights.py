@@ -133,7 +133,40 @@ def concat_first(args: list[np.ndarray | None], attrs: dict[str, onnx.AttributeP
     return np.concatenate([np.asarray(a) for a in args], axis=0)
 
 
+def _lrn_window(attrs: dict[str, onnx.AttributeProto], channels: int) -> np.ndarray:
+    """LRN's channel windows as a [C, C] 0/1 matrix: row c sums channels c - floor((size-1)/2) ..
+    c + ceil((size-1)/2), clipped to the tensor (the ONNX definition)."""
+    size = _int_attr(attrs, "size", 1)
+    band = np.zeros((channels, channels))
+    for c in range(channels):
+        low, high = max(0, c - (size - 1) // 2), min(channels - 1, c + (size - 1 + 1) // 2)
+        band[c, low : high + 1] = 1.0
+    return band
+
+
+def lrn_window_weight(args: list[np.ndarray | None], attrs: dict[str, onnx.AttributeProto]) -> np.ndarray:
+    """1x1 Conv weight [C, C, 1, 1] = alpha / size on LRN's channel window: the scaled sum of squares."""
+    (channels,) = args
+    count = int(np.asarray(channels).reshape(-1)[0])
+    scale = _float_attr(attrs, "alpha", 1e-4) / _int_attr(attrs, "size", 1)
+    return (_lrn_window(attrs, count) * scale).astype(np.float32).reshape(count, count, 1, 1)
+
+
+def lrn_bias(args: list[np.ndarray | None], attrs: dict[str, onnx.AttributeProto]) -> np.ndarray:
+    """The Conv bias that adds LRN's ``bias`` to every channel."""
+    (channels,) = args
+    return np.full(int(np.asarray(channels).reshape(-1)[0]), _float_attr(attrs, "bias", 1.0), dtype=np.float32)
+
+
+def lrn_exponent(args: list[np.ndarray | None], attrs: dict[str, onnx.AttributeProto]) -> np.ndarray:
+    """-beta: x / d**beta is x * d**(-beta)."""
+    return np.array(-_float_attr(attrs, "beta", 0.75), dtype=np.float32)
+
+
 KERNELS: dict[str, Kernel] = {
+    "lrn_window_weight": lrn_window_weight,
+    "lrn_bias": lrn_bias,
+    "lrn_exponent": lrn_exponent,
     "bn_scale": bn_scale,
     "bn_fold_bias": bn_fold_bias,
     "bn_shift": bn_shift,

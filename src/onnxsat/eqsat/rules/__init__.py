@@ -10,6 +10,7 @@
 - ``pad_folding``: zero Pad folded into Conv and AveragePool padding.
 - ``linear``: MatMul+Add -> Gemm, Transpose folded into Gemm.
 - ``reassociation``: elementwise chains with constants reassociated so the constants fold.
+- ``lrn_decomposition``: LRN as Mul + banded 1x1 Conv + Pow + Mul (ORT's LRN kernel is slow).
 - ``parallel_merge``: MatMuls or Convs sharing an input merged into one, then Split (grows the e-graph).
 - ``activation_fusion``: Conv+Relu/Clip and Gemm+Relu into ONNX Runtime's com.microsoft fused ops.
 - ``ort_guards``: forms ONNX Runtime's load-time fusions leave alone (a residual Add written as Sum), for
@@ -29,6 +30,7 @@ from onnxsat.eqsat.rules.consecutive import consecutive
 from onnxsat.eqsat.rules.constant_folding import constant_folding
 from onnxsat.eqsat.rules.cse import cse
 from onnxsat.eqsat.rules.linear import linear
+from onnxsat.eqsat.rules.lrn_decomposition import lrn_decomposition
 from onnxsat.eqsat.rules.noop_removal import noop_removal
 from onnxsat.eqsat.rules.ort_guards import ort_guards
 from onnxsat.eqsat.rules.pad_folding import pad_folding
@@ -61,6 +63,7 @@ STANDARD_SIMPLIFY: tuple[Ruleset, ...] = (
     pad_folding,
     linear,
     reassociation,
+    lrn_decomposition,
 )
 """Families that emit standard ONNX only and never enlarge the graph they extract to."""
 

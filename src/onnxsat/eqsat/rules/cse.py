@@ -6,7 +6,7 @@ second name without the id, ``Tensor.pure_key(op, attrs, inputs, n, i)``; equal 
 duplicates fall into one e-class by congruence, in time linear in the graph (a rule joining two nodes
 on their inputs was quadratic in egglog's join). Only
 ``pure`` nodes qualify (standard, deterministic, no subgraphs: see ``facts.attribute_flags``).
-Duplicate initializers become one term at encode time (``encode.py``), so their readers merge here too.
+Initializers with equal values but different names are not merged (their terms differ by name).
 """
 
 from __future__ import annotations

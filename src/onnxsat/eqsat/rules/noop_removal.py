@@ -7,7 +7,6 @@
     Concat(x), Sum(x), Max(x), Min(x), Mean(x)     ==> x
     Transpose(x, perm = identity)                  ==> x
     Pad(x, pads = 0)                               ==> x
-    x + 0, x - 0, x * 1, x / 1  when the result has x's static shape ==> x
 
 A shape-preserving Slice keeps every element only with unit steps, so Slice needs its steps omitted
 or all ones. ONNX Runtime removes some of these itself; removing them here also simplifies what the
@@ -39,8 +38,10 @@ SHAPE_PRESERVING_IS_IDENTITY = ("Reshape", "Expand", "Flatten", "Squeeze", "Spli
 """Ops whose output equals their first input whenever the two shapes are the same static shape (their
 other inputs only describe a shape or sizes). Not Sum: Sum(x, y) of one shape is no more x than x + y."""
 
-IDENTITY_CONSTANTS = {"Add": "zeros", "Sub": "zeros", "Mul": "ones", "Div": "ones"}
-"""Elementwise ops and the constant that makes ``x op c`` equal ``x`` (when broadcasting adds nothing)."""
+# Not here: x + 0 and x * 1. Written as union(x + 0, x), they put x + 0 into x's own class, and the
+# folding rules (Conv+Add, reassociation) then match through that loop with a new constant on every
+# iteration: the e-graph grew to millions of e-nodes. Constant operands that do nothing are rare in
+# exported models; weight folding absorbs the ones that follow a Conv, Gemm or MatMul.
 
 
 @noop_removal.register
@@ -117,12 +118,3 @@ def _same_shape(
         static_dims(d),
         name=unique("Slice to own shape -> input"),
     ).then(union(y).with_(x))
-    for op, flag in IDENTITY_CONSTANTS.items():
-        yield rule(
-            eq(y).to(result(op, attrs, args_of(x, c), node_id)),
-            value_flag(c, flag),
-            has_shape(y, d),
-            has_shape(x, d),
-            static_dims(d),
-            name=unique(f"x {op} {flag} -> x"),
-        ).then(union(y).with_(x))

@@ -1,12 +1,12 @@
-"""A zero Pad in front of a convolution or an average pool becomes part of that op's own padding.
+"""A zero Pad in front of a convolution becomes part of the convolution's own padding.
 
     Conv(Pad(x, pads, 0), W, ...)                         ==>  Conv(x, W, ..., pads = own + spatial pads)
-    AveragePool(Pad(x, pads, 0)), count_include_pad = 1   ==>  AveragePool(x, pads = own + spatial pads)
 
 Only constant-mode pads with zero value, non-negative, and none on the batch or channel axes
-(``spatial_pads``); the op's own padding must be explicit (not ``auto_pad``). An AveragePool that
-excludes padding from its divisor would average differently, and a MaxPool would pad with -inf, so
-neither qualifies. Saves one full copy of the activation.
+(``spatial_pads``); the Conv's own padding must be explicit (not ``auto_pad``). Pools are left alone:
+a MaxPool pads with -inf, an AveragePool may exclude padding from its divisor, and even one that counts
+it computes other output sizes in ceil mode and refuses pads wider than its kernel in ONNX Runtime
+(both found by the rule tests). Saves one full copy of the activation.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ def _pad_into_window_ops(
         (eq(p).to(result("Pad", pad_attrs, args_of(x, pads, Tensor.absent()), pad_id)),),
         (eq(p).to(result("Pad", pad_attrs, args_of(x, pads, value), pad_id)), value_flag(value, "zeros")),
     )
-    for op, flags in (("Conv", ("explicit_padding",)), ("AveragePool", ("explicit_padding", "counts_pads"))):
+    for op, flags in (("Conv", ("explicit_padding",)),):
         for pad_form in zero_pad_forms:
             yield rule(
                 eq(y).to(result(op, attrs, Args.cons(p, rest), node_id)),

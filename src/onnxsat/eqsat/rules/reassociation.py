@@ -5,13 +5,14 @@
 in every operand order. The combined constant is computed at decode time, so two run-time passes over
 ``x`` become one. Broadcasting is associative, so the result's shape is unchanged; both constants
 must be static, and the inner result must have no other reader (otherwise it is computed anyway).
+Float32 only: the constants are combined in float64, exact for float32 but not for int64 beyond 2^53.
 """
 
 from __future__ import annotations
 
 from egglog import Ruleset, String, eq, rule, ruleset, union
 
-from onnxsat.eqsat.language import Attrs, Tensor, args_of, sole_use, static_value
+from onnxsat.eqsat.language import Attrs, Tensor, args_of, is_float32, sole_use, static_value
 from onnxsat.eqsat.rules.patterns import result, unique
 
 reassociation: Ruleset = ruleset(name="reassociation")
@@ -33,5 +34,6 @@ def _combine_constants(
                     sole_use(z),
                     static_value(c1),
                     static_value(c2),
+                    is_float32(y),
                     name=unique(f"({op} c1) {op} c2 -> {op} (c1 {op} c2)"),
                 ).then(union(y).with_(result(op, a1, args_of(x, combined), id1)))
