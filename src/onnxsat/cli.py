@@ -227,7 +227,9 @@ def _run_fuzz_graphs(args: argparse.Namespace) -> int:
 
     if args.count < 1:
         raise SettingsError(f"--count must be at least 1 (got {args.count})")
-    failures = _failures_folder(args.failures_dir)
+    from onnxsat.model_io import output_folder
+
+    failures = output_folder(args.failures_dir, "--failures-dir")
     result = run_graph_campaign(args.count, args.seed, failures)
     census = ", ".join(f"{name} {count}" for name, count in sorted(result.patterns.items()))
     print(f"graphs containing each pattern or near-miss: {census}")
@@ -244,26 +246,14 @@ def _run_fuzz_bytes(args: argparse.Namespace) -> int:
 
     if args.count < 1 or args.timeout <= 0:
         raise SettingsError(f"--count must be at least 1 and --timeout positive (got {args.count}, {args.timeout})")
-    failures = _failures_folder(args.failures_dir)
+    from onnxsat.model_io import output_folder
+
+    failures = output_folder(args.failures_dir, "--failures-dir")
     result = run_mutation_campaign(args.count, args.seed, timeout=args.timeout, failures_dir=failures)
     for signature, items in result.failure_classes().items():
         print(f"FAILED x{len(items)}: {signature}")
     print(result.summary_line())
     return 0 if result.failed == 0 else 1
-
-
-def _failures_folder(text: str | None) -> Path | None:
-    """The folder a campaign keeps its failing cases in, created if needed."""
-    from onnxsat.errors import OutputPathError
-
-    if text is None:
-        return None
-    folder = Path(text)
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-    except OSError as error:
-        raise OutputPathError(f"cannot create --failures-dir {folder}: {error.strerror or error}") from None
-    return folder
 
 
 def _opset_range(text: str | None) -> list[int] | None:

@@ -204,3 +204,17 @@ def check_report_path(
     if target.resolve() == Path(output_path).resolve():
         raise OutputPathError(f"report path is the output model's path: {target}; choose another path")
     return target
+
+
+def output_folder(text: str | None, option: str) -> Path | None:
+    """The folder an option names (``--keep``, ``--failures-dir``), created if needed; None if not given."""
+    if text is None:
+        return None
+    folder = Path(text)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise OutputPathError(f"cannot create {option} folder {folder}: {error.strerror or error}") from None
+    if not folder.is_dir():
+        raise OutputPathError(f"{option} is not a folder: {folder}")
+    return folder

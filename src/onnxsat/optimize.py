@@ -22,7 +22,7 @@ from onnxsat.eqsat.encode import encode
 from onnxsat.eqsat.extract import extract
 from onnxsat.eqsat.facts import count_dead_nodes
 from onnxsat.eqsat.frozen import freeze
-from onnxsat.eqsat.rules import rulesets_for
+from onnxsat.eqsat.rules import applicable, rulesets_for
 from onnxsat.eqsat.saturate import SaturationLimits, egraph_size, saturate
 from onnxsat.errors import VerificationFailedError
 from onnxsat.report import OptimizeReport, op_counts
@@ -103,6 +103,7 @@ def optimize_model(
     with phases("encode"), _collector_paused():
         encoded = encode(model, _shape_inferred(model), base_dir)
         enodes_before = egraph_size(encoded.egraph)
+    rulesets = applicable(rulesets, {node.op_type for node in model.graph.node}, bool(encoded.facts.parallel_pairs))
     with phases("saturate"):
         stats = saturate(encoded.egraph, rulesets, options.limits)
     with phases("extract"), _collector_paused():

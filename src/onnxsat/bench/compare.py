@@ -55,7 +55,7 @@ import onnxruntime as ort
 from onnxsat import model_io
 from onnxsat.bench import peers as peer_registry
 from onnxsat.bench.scale import environment_line
-from onnxsat.errors import OnnxSatError, OutputPathError, RuntimeUnsupportedError, SettingsError
+from onnxsat.errors import OnnxSatError, RuntimeUnsupportedError, SettingsError
 from onnxsat.external_data import has_external_data
 from onnxsat.verify import Reference, Tolerance, compare_outputs, parse_input_shapes, reference_run, session
 
@@ -689,19 +689,6 @@ def _check_outputs_paths(models: Sequence[str], *outputs: str | None) -> None:
             model_io.check_output_path(model, output)
 
 
-def _keep_folder(text: str | None) -> Path | None:
-    if text is None:
-        return None
-    folder = Path(text)
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-    except OSError as error:
-        raise OutputPathError(f"cannot create --keep folder {folder}: {error.strerror or error}") from None
-    if not folder.is_dir():
-        raise OutputPathError(f"--keep is not a folder: {folder}")
-    return folder
-
-
 def _labels(paths: Sequence[str]) -> list[str]:
     """File stems, numbered when two models share one (they name the --keep files and the table)."""
     stems = [Path(p).stem for p in paths]
@@ -728,7 +715,7 @@ def run_compare(
     for model in models:
         model_io.check_input_path(model)
     _check_outputs_paths(models, csv_path, markdown_path)
-    settings.keep_dir = _keep_folder(keep)
+    settings.keep_dir = model_io.output_folder(keep, "--keep")
 
     environment = f"environment: {environment_line()}"
     print(f"ONNXSat bench compare ({environment_line()})")

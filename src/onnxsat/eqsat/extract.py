@@ -12,7 +12,8 @@ Two passes over the frozen e-graph:
    choice, each class with alternatives tries them against the *DAG* cost of the whole extracted graph
    (the sum over distinct classes reachable from the outputs), kept incrementally with reference counts,
    and switches when the total drops. A switch to an e-node whose children all have a smaller tree
-   value than the class cannot close a cycle; for any other, a search of the chosen graph checks.
+   value than the class cannot close a cycle; for any other that would pay, a search of the chosen
+   graph checks (only then: the search is linear in the graph).
 
 Children read only for their value at decode time (a folded weight's inputs) must be extractable but
 cost nothing: they never run.
@@ -134,10 +135,6 @@ class _Extractor:
                         continue
                     if not all(c in self.value for c in enode.children):
                         continue
-                    if not all(self.value[c] < self.value[eclass] for c in enode.children) and self.reaches(
-                        enode.children, eclass
-                    ):
-                        continue  # the switch would close a cycle through this class
                     delta = self.try_switch(eclass, enode, refs)
                     if delta < -1e-9:
                         total += delta
@@ -202,7 +199,8 @@ class _Extractor:
             delta += self.acquire(child, refs, log)
         for child in self.runtime_children(old):
             delta -= self.release(child, refs, log)
-        if delta < -1e-9:
+        acyclic = all(self.value[c] < self.value[eclass] for c in enode.children)
+        if delta < -1e-9 and (acyclic or not self.reaches(enode.children, eclass)):
             self.choice[eclass] = enode
             return delta
         for current, change in reversed(log):

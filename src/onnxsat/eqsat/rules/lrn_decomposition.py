@@ -32,7 +32,7 @@ def _decompose_lrn(y: Tensor, x: Tensor, attrs: Attrs, node_id: String, n: i64, 
         eq(y).to(result("LRN", attrs, args_of(x), node_id)),
         has_shape(x, dims_of(n, c, h, w)),
         c >= 1,
-        is_float32(y),
+        is_float32(x),  # on x, not y: a condition on y alone let egglog's planner pair every tensor with every other
         name=unique("LRN -> Mul+Conv+Pow+Mul"),
     ).then(
         union(y).with_(result("Mul", Attrs.none(), args_of(x, scale), node_id)),

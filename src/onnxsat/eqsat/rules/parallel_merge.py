@@ -15,7 +15,7 @@ be 13 or later.
 
 from __future__ import annotations
 
-from egglog import Ruleset, String, eq, i64, ne, rule, ruleset, union
+from egglog import Ruleset, String, eq, i64, ne, relation, rule, ruleset, union, var
 
 from onnxsat.eqsat.language import (
     Args,
@@ -149,33 +149,25 @@ def _merge_convs(
             union(y1).with_(out(split, 0)),
             union(y2).with_(out(split, 1)),
             has_shape(weight, Dims.cons(m1 + m2, w_tail)),
+            merged_conv(merged, y1),
         )
 
 
+_attrs, _x, _rest, _id = var("attrs", Attrs), var("x", Tensor), var("rest", Args), var("node_id", String)
+merged_conv = relation("MergedConv", Tensor, Tensor)
+"""(merged output, first original output): written by the Conv merge for the shape rule below."""
+
+
 @parallel_merge.register
-def _merged_conv_shape(  # a rule of its own: as a condition of the merge, egglog's join planner took seconds
-    t: Tensor,
-    x: Tensor,
-    wd: Tensor,
-    w1: Tensor,
-    w2: Tensor,
-    y1: Tensor,
-    rest: Args,
-    r1: Args,
-    attrs: Attrs,
-    id1: String,
-    n: i64,
-    m1: i64,
-    h: i64,
-    w: i64,
-    mm: i64,
-    tail: Dims,
+def _merged_conv_shape(
+    t: Tensor, y1: Tensor, wd: Tensor, n: i64, m1: i64, h: i64, w: i64, mm: i64, tail: Dims
 ) -> object:
+    """The merged Conv's output shape: the first output's, with the merged filter count. A rule of its own,
+    starting from the merges made: as a condition of the merge, egglog's join planner took seconds."""
     yield rule(
-        eq(wd).to(Tensor.derived("concat_first", args_of(w1, w2), attrs)),
-        eq(t).to(result("Conv", attrs, Args.cons(x, Args.cons(wd, rest)), id1)),
-        eq(y1).to(result("Conv", attrs, Args.cons(x, Args.cons(w1, r1)), id1)),
+        merged_conv(t, y1),
         has_shape(y1, dims_of(n, m1, h, w)),
+        eq(t).to(out(Node("Conv", "", _attrs, Args.cons(_x, Args.cons(wd, _rest)), Args.nil(), _id, 1), 0)),
         has_shape(wd, Dims.cons(mm, tail)),
         name=unique("shape of merged Conv"),
     ).then(has_shape(t, dims_of(n, mm, h, w)))
