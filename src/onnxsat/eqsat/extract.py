@@ -60,6 +60,8 @@ class _Extractor:
         self.own: dict[int, float] = {}
         self.value: dict[bindings.Value, Value] = {}
         self.choice: dict[bindings.Value, ENode] = {}
+        self.descending = True
+        """Every chosen e-node's children have smaller tree values than its class (true after pass 1)."""
         self.roots = [
             snapshot.tensor_class[encoded.tensor_ids[o.name]]
             for o in encoded.model.graph.output
@@ -199,9 +201,12 @@ class _Extractor:
             delta += self.acquire(child, refs, log)
         for child in self.runtime_children(old):
             delta -= self.release(child, refs, log)
-        acyclic = all(self.value[c] < self.value[eclass] for c in enode.children)
-        if delta < -1e-9 and (acyclic or not self.reaches(enode.children, eclass)):
+        # Chosen edges descend in tree value until a switch breaks that; from then on only a search proves
+        # that a switch closes no cycle.
+        descends = self.descending and all(self.value[c] < self.value[eclass] for c in enode.children)
+        if delta < -1e-9 and (descends or not self.reaches(enode.children, eclass)):
             self.choice[eclass] = enode
+            self.descending = descends and self.descending
             return delta
         for current, change in reversed(log):
             refs[current] -= change
