@@ -132,6 +132,7 @@ def optimize_model(
         "eclasses": len(snapshot.classes),
         "iterations": stats.iterations,
         "stop_reason": stats.stop_reason,
+        "grow_bans": stats.banned,
         "encode_commands": encoded.n_commands,
         "extracted_cost": extraction.cost,
         "tree_cost": extraction.tree_cost,

@@ -22,7 +22,7 @@ from onnxsat.eqsat.attributes import ATTRIBUTE_KERNELS
 from onnxsat.eqsat.encode import EncodedModel
 from onnxsat.eqsat.facts import subgraph_captures
 from onnxsat.eqsat.folding import evaluate_node
-from onnxsat.eqsat.frozen import ENode, FrozenEGraph
+from onnxsat.eqsat.frozen import ENode, FrozenEGraph, cons_cells
 from onnxsat.eqsat.weights import KERNELS, constant_node_value, sparse_tensor_value
 from onnxsat.errors import InvalidModelError
 from onnxsat.external_data import tensor_value
@@ -188,20 +188,10 @@ class _Decoder:
         return self.folded_outputs[node_class][index]
 
     def dims(self, eclass: bindings.Value) -> list[int]:
-        dims = []
-        enode = self.chosen(eclass)
-        while enode.op == "DimsCons":
-            dims.append(int(enode.literals[0]))
-            enode = self.chosen(enode.children[0])
-        return dims
+        return [int(cell.literals[0]) for cell in cons_cells(eclass, self.chosen, "DimsCons")]
 
     def args_classes(self, eclass: bindings.Value) -> list[bindings.Value]:
-        classes = []
-        enode = self.chosen(eclass)
-        while enode.op == "ArgsCons":
-            classes.append(enode.children[0])
-            enode = self.chosen(enode.children[1])
-        return classes
+        return [cell.children[0] for cell in cons_cells(eclass, self.chosen, "ArgsCons")]
 
     def names_of(self, args_class: bindings.Value) -> list[str]:
         """Decoded tensor names of an argument list, walking its cons cells once."""

@@ -235,7 +235,7 @@ class _Encoder:
                 self.commands.append(_union(handle, _call("Out", term, _int(index))))
                 if facts.sole_use(name):
                     self.commands.append(_fact(_call("SoleUse", handle)))
-                if name in facts.float32:
+                if facts.is_float32(name):
                     self.commands.append(_fact(_call("IsFloat32", handle)))
                 self.tensor_facts(name, handle)
 

@@ -124,6 +124,11 @@ def int_attributes(domain: str, op_type: str, attrs: list[onnx.AttributeProto], 
     return values
 
 
+def _has_subgraph(attrs: Iterable[onnx.AttributeProto]) -> bool:
+    """An If/Loop/Scan-style attribute holding a graph: such nodes stay opaque to folding and merging."""
+    return any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for a in attrs)
+
+
 def attribute_flags(domain: str, op_type: str, attrs: list[onnx.AttributeProto], opset: int) -> list[str]:
     """Names of the flags that hold for these attributes of ``domain::op_type``.
 
@@ -132,7 +137,7 @@ def attribute_flags(domain: str, op_type: str, attrs: list[onnx.AttributeProto],
     """
     predicates = FLAG_PREDICATES.get((domain, op_type), {})
     flags = [name for name, holds in predicates.items() if holds(attrs, opset)]
-    if domain in ("", "ai.onnx") and op_type not in NONDETERMINISTIC_OPS and all(a.type not in (5, 10) for a in attrs):
+    if domain in ("", "ai.onnx") and op_type not in NONDETERMINISTIC_OPS and not _has_subgraph(attrs):
         flags.append("pure")
     return sorted(flags)
 
@@ -187,13 +192,15 @@ class GraphFacts:
 
     uses: Counter[str] = field(default_factory=Counter)
     graph_outputs: set[str] = field(default_factory=set)
-    float32: set[str] = field(default_factory=set)
     shapes: dict[str, tuple[int, ...]] = field(default_factory=dict)
     """Tensor name -> dims (-1 where shape inference left a dim open); only tensors of known rank."""
     types: dict[str, int] = field(default_factory=dict)
     value_flags: dict[str, list[str]] = field(default_factory=dict)
     foldable: set[str] = field(default_factory=set)
     parallel_pairs: list[tuple[str, str]] = field(default_factory=list)
+
+    def is_float32(self, name: str) -> bool:
+        return self.types.get(name) == onnx.TensorProto.FLOAT
 
     def sole_use(self, name: str) -> bool:
         return self.uses[name] == 1 and name not in self.graph_outputs
@@ -217,8 +224,6 @@ def collect_facts(model: onnx.ModelProto, typed: onnx.ModelProto | None, base_di
         tensor_type = info.type.tensor_type
         if tensor_type.elem_type:
             facts.types[info.name] = int(tensor_type.elem_type)
-        if tensor_type.elem_type == onnx.TensorProto.FLOAT:
-            facts.float32.add(info.name)
         if tensor_type.HasField("shape"):
             facts.shapes[info.name] = tuple(
                 int(d.dim_value) if d.HasField("dim_value") else -1 for d in tensor_type.shape.dim
@@ -354,8 +359,8 @@ def _foldable(node: onnx.NodeProto, facts: GraphFacts) -> bool:
     """The node may be computed at optimization time once its inputs are known to be static."""
     if node.domain not in ("", "ai.onnx") or node.op_type in NONDETERMINISTIC_OPS or node.op_type == "Constant":
         return False
-    if not any(node.input) or subgraph_captures(node) or any(a.type in (5, 10) for a in node.attribute):
-        return False  # 5, 10: GRAPH, GRAPHS (If/Loop/Scan bodies are left alone)
+    if not any(node.input) or subgraph_captures(node) or _has_subgraph(node.attribute):
+        return False  # If/Loop/Scan bodies are left alone
     sizes = [facts.numel(o) for o in node.output if o]
     if not sizes or any(size is None for size in sizes):
         return False

@@ -9,6 +9,7 @@ snapshot, the project's extractor and decoder work per e-class, so shared tensor
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from egglog import EGraph, bindings
@@ -114,3 +115,14 @@ def value_only_children(enode: ENode) -> tuple[bindings.Value, ...]:
 
 VALUE_ONLY_OPS = frozenset({"TensorDerived", "TensorFolded", "TensorShapeOf", "TensorInts"})
 """Constants made at decode time: every child is read for its value only."""
+
+
+def cons_cells(eclass: bindings.Value, pick: Callable[[bindings.Value], ENode], cons: str) -> list[ENode]:
+    """The cells of a cons list (``ArgsCons``, ``DimsCons``) from ``eclass``, each read with ``pick``
+    (the extracted choice when decoding, any e-node when pricing); the tail is a cell's last child."""
+    cells = []
+    enode = pick(eclass)
+    while enode.op == cons:
+        cells.append(enode)
+        enode = pick(enode.children[-1])
+    return cells

@@ -13,7 +13,7 @@ from onnx import helper
 
 from onnxsat.eqsat.costs import NodeSignature, TensorInfo
 from onnxsat.eqsat.encode import EncodedModel, domain_opset
-from onnxsat.eqsat.frozen import ENode, FrozenEGraph
+from onnxsat.eqsat.frozen import ENode, FrozenEGraph, cons_cells
 
 
 class SignatureReader:
@@ -40,13 +40,8 @@ class SignatureReader:
         return []
 
     def dims(self, eclass: bindings.Value) -> tuple[int | None, ...]:
-        dims: list[int | None] = []
-        enode = self.first(eclass)
-        while enode.op == "DimsCons":
-            value = int(enode.literals[0])
-            dims.append(value if value >= 0 else None)
-            enode = self.first(enode.children[0])
-        return tuple(dims)
+        dims = (int(cell.literals[0]) for cell in cons_cells(eclass, self.first, "DimsCons"))
+        return tuple(d if d >= 0 else None for d in dims)
 
     def tensor(self, eclass: bindings.Value | None) -> TensorInfo | None:
         if eclass is None:
@@ -81,12 +76,7 @@ class SignatureReader:
         return None
 
     def arguments(self, eclass: bindings.Value) -> list[bindings.Value]:
-        classes = []
-        enode = self.first(eclass)
-        while enode.op == "ArgsCons":
-            classes.append(enode.children[0])
-            enode = self.first(enode.children[1])
-        return classes
+        return [cell.children[0] for cell in cons_cells(eclass, self.first, "ArgsCons")]
 
     def signature(self, node_class: bindings.Value, enode: ENode) -> NodeSignature:
         op_type, domain, _, n_outputs = enode.literals
