@@ -49,15 +49,7 @@ def duplicated_split(g: Graph) -> tuple[str, str]:
     [
         (duplicated_relu, {"Relu": 1}),
         (duplicated_matmul, {"MatMul": 1}),
-        pytest.param(
-            equal_initializers,
-            {"MatMul": 1},
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="not implemented: initializers are terms by name, so equal values under two names "
-                "never merge (cse.py says so)",
-            ),
-        ),
+        (equal_initializers, {"MatMul": 1}),
         (duplicated_constants, {"Constant": 1, "Add": 1}),
         (duplicated_split, {"Split": 1, "Concat": 1}),
     ],
@@ -87,6 +79,15 @@ def different_inputs(g: Graph) -> tuple[str, str]:
     return g.node("Relu", ["x"], "a"), g.node("Relu", [g.input("x2", [3, 4])], "b")
 
 
+def nearly_equal_initializers(g: Graph) -> tuple[str, str]:
+    """Same type and dims, one element apart: two weights, two MatMuls."""
+    w = g.weight("w1", 4, 4)
+    other = np.array(numpy_helper.to_array(g.inits[-1]))
+    other[3, 2] += 1.0
+    g.const("w2", other)
+    return g.node("MatMul", ["x", w], "a"), g.node("MatMul", ["x", "w2"], "b")
+
+
 def training_dropouts(g: Graph) -> tuple[str, str]:
     ratio, training = g.const("ratio", np.array(0.5, np.float32)), g.const("training", np.array(True))
     return g.node("Dropout", ["x", ratio, training], "a"), g.node("Dropout", ["x", ratio, training], "b")
@@ -98,6 +99,7 @@ def training_dropouts(g: Graph) -> tuple[str, str]:
         (two_random_uniform_like, False),
         (different_attributes, True),
         (different_inputs, True),
+        (nearly_equal_initializers, True),
         (training_dropouts, False),
     ],
     ids=lambda v: v.__name__ if callable(v) else None,

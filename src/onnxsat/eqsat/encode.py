@@ -30,12 +30,14 @@ from onnxsat.eqsat.language import (
     attr_flag,
     attr_int,
     foldable,
+    foldable_batchnorm,
     has_shape,
     has_type,
     is_float32,
     opset_at_least,
     out,
     parallel_pair,
+    same_shape,
     sole_use,
     static_dims,
     static_value,
@@ -127,6 +129,8 @@ def _declare_language(egraph: EGraph) -> None:
         static_dims(Dims.nil()),
         value_flag(handle, ""),
         foldable(handle),
+        same_shape(handle, handle, -1),
+        foldable_batchnorm(handle, handle, Attrs.table(-1), Args.nil()),
         opset_at_least(-1),
         parallel_pair(handle, handle),
         union(Tensor.ref(-3)).with_(Tensor.pure_key("", Attrs.none(), Args.nil(), 0, 0)),
@@ -171,7 +175,7 @@ class _Encoder:
     def ref(self, name: str) -> bindings.Call:
         """The term for a tensor read by a node: constants inline, everything else by handle."""
         if name in self.constants:
-            return _call("TensorInitializer", _string(name))
+            return _call("TensorInitializer", _string(self.result.facts.equal_initializers.get(name, name)))
         return _call("TensorRef", _int(self.result.tensor_id(name)))
 
     def args(self, names: list[str]) -> bindings.Call:
@@ -202,6 +206,8 @@ class _Encoder:
             self.add_node(position, node)
         for first, second in self.result.facts.parallel_pairs:
             self.commands.append(_fact(_call("ParallelPair", self.ref(first), self.ref(second))))
+        for output, operand, rank in self.result.facts.same_shape:
+            self.commands.append(_fact(_call("SameShape", self.ref(output), self.ref(operand), _int(rank))))
         for output in graph.output:
             if output.name in self.constants:  # an initializer returned as is needs a handle too
                 handle = _call("TensorRef", _int(self.result.tensor_id(output.name)))

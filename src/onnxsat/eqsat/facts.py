@@ -10,6 +10,7 @@ conditions testable.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -198,6 +199,11 @@ class GraphFacts:
     value_flags: dict[str, list[str]] = field(default_factory=dict)
     foldable: set[str] = field(default_factory=set)
     parallel_pairs: list[tuple[str, str]] = field(default_factory=list)
+    same_shape: list[tuple[str, str, int]] = field(default_factory=list)
+    """(output, operand, rank) of binary elementwise nodes whose output keeps an operand's known shape."""
+    equal_initializers: dict[str, str] = field(default_factory=dict)
+    """Constant initializer name -> the first (by name) constant initializer with the same type, dims
+    and bytes: duplicates the encoder writes as one term, so nodes that read them merge by hash-consing."""
 
     def is_float32(self, name: str) -> bool:
         return self.types.get(name) == onnx.TensorProto.FLOAT
@@ -242,7 +248,54 @@ def collect_facts(model: onnx.ModelProto, typed: onnx.ModelProto | None, base_di
         if _foldable(node, facts):
             facts.foldable.update(o for o in node.output if o)
     facts.parallel_pairs = parallel_pairs(model, facts)
+    facts.same_shape = same_shape_operands(graph, facts)
+    constants = [t for t in graph.initializer if t.name not in overridable and t.name not in facts.graph_outputs]
+    facts.equal_initializers = equal_initializers(constants, base_dir)
     return facts
+
+
+ELEMENTWISE_BINARY = frozenset({"Add", "Sub", "Mul", "Div"})
+
+
+def same_shape_operands(graph: onnx.GraphProto, facts: GraphFacts) -> list[tuple[str, str, int]]:
+    """(output, operand, rank) for each operand of a binary elementwise node with the output's known shape."""
+    pairs = []
+    for node in graph.node:
+        if node.op_type not in ELEMENTWISE_BINARY or node.domain not in ("", "ai.onnx") or len(node.input) != 2:
+            continue
+        shape = facts.shapes.get(node.output[0])
+        if shape is None or any(d < 0 for d in shape):
+            continue
+        operands = dict.fromkeys(node.input)
+        pairs.extend((node.output[0], name, len(shape)) for name in operands if facts.shapes.get(name) == shape)
+    return pairs
+
+
+EQUAL_CHECK_MAX_BYTES = 1 << 28
+"""Initializers larger than this (256 MiB) are not compared for equality: reading them costs more than
+the rare duplicate of that size could save."""
+
+
+def equal_initializers(constants: list[onnx.TensorProto], base_dir: Path | None) -> dict[str, str]:
+    """Map each constant initializer whose type, dims and bytes equal an earlier one (by name) to that one.
+
+    Only initializers sharing type and dims are read, so a model without candidates reads no weights.
+    """
+    groups: dict[tuple[int, tuple[int, ...]], list[onnx.TensorProto]] = {}
+    for tensor in constants:
+        groups.setdefault((int(tensor.data_type), tuple(tensor.dims)), []).append(tensor)
+    aliases: dict[str, str] = {}
+    for (data_type, dims), members in groups.items():
+        dtype = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(data_type))
+        too_big = np.prod(dims, dtype=np.int64) * dtype.itemsize > EQUAL_CHECK_MAX_BYTES
+        if len(members) < 2 or dtype.kind == "O" or too_big:
+            continue
+        first_of: dict[bytes, str] = {}
+        for tensor in sorted(members, key=lambda t: t.name):
+            value = tensor_value(tensor, base_dir)
+            digest = hashlib.sha256(np.ascontiguousarray(value).tobytes()).digest()
+            aliases[tensor.name] = first_of.setdefault(digest, tensor.name)
+    return {name: first for name, first in aliases.items() if name != first}
 
 
 MAX_PARALLEL_GROUP = 8

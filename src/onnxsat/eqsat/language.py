@@ -157,6 +157,15 @@ with a known, bounded output size (see ``facts.FOLD_MAX_ELEMENTS``)."""
 parallel_pair = relation("ParallelPair", Tensor, Tensor, egg_fn="ParallelPair")
 """Outputs of two MatMuls (or two ungrouped Convs) that read the same input with initializer weights,
 found in Python at encode time (``facts.parallel_pairs``) so the merge rules join from a short list."""
+same_shape = relation("SameShape", Tensor, Tensor, i64, egg_fn="SameShape")
+"""Shape inference gives the output of a binary elementwise node (first) the same fully known shape, of
+this rank, as one of its operands (second). Computed in Python: a rule that joined two ``HasShape`` facts
+on a shared ``Dims`` makes egglog's join planner pair up every two tensors of equal shape."""
+foldable_batchnorm = relation("FoldableBatchNorm", Tensor, Tensor, Attrs, Args, egg_fn="FoldableBatchNorm")
+"""The first tensor is the output of an inference-mode BatchNormalization of the second, with these
+attributes and these static parameters (scale, bias, mean, var). A stage of its own (``bn_folding``):
+egglog's join planner, given the BatchNormalization, the convolution and the static checks in one rule
+body, chose plans that took minutes per iteration on DenseNet; joined from this short relation it does not."""
 opset_at_least = relation("OpsetAtLeast", i64, egg_fn="OpsetAtLeast")
 """The model imports the default domain at this version or later (asserted for each version up to its own)."""
 

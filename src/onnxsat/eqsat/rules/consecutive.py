@@ -3,7 +3,8 @@
     Transpose(Transpose(x, p), q)                    ==>  Transpose(x, composed)
     R1(R2(x)), R1, R2 in Reshape/Squeeze/Unsqueeze/Flatten, static result shape  ==>  Reshape(x, shape)
     LogSoftmax(LogSoftmax(x)) along the same axis    ==>  LogSoftmax(x)
-    Concat(Concat(a, b), c...) along the same axis   ==>  Concat(a, b, c...)   (inner list first or second)
+    Concat(Concat(a, b), c...) along the same axis   ==>  Concat(a, b, c...)   (inner list first or second,
+                                                          read by the outer Concat only)
 
 Reshape chains cover consecutive Squeezes and Unsqueezes and any mix with Reshape and Flatten: data
 order never changes in these ops, so only the final shape matters.
@@ -23,6 +24,7 @@ from onnxsat.eqsat.language import (
     attr_int,
     has_shape,
     opset_at_least,
+    sole_use,
     static_dims,
 )
 from onnxsat.eqsat.rules.patterns import result, unique
@@ -90,7 +92,9 @@ def _concats(
 ) -> object:
     for inner_tensors in ((a, b), (a, b, c)):
         inner = eq(z).to(result("Concat", a2, args_of(*inner_tensors), id2))
-        same_axis = (attr_int(a1, "axis", k), attr_int(a2, "axis", k))
+        # An inner Concat read elsewhere is computed anyway: splicing it saves nothing and only grows
+        # the e-graph (DenseNet chains every block's Concats).
+        same_axis = (attr_int(a1, "axis", k), attr_int(a2, "axis", k), sole_use(z))
         spliced = _followed_by(inner_tensors, rest)
         yield rule(
             eq(y).to(result("Concat", a1, Args.cons(z, rest), id1)),

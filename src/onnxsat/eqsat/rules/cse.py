@@ -6,7 +6,8 @@ second name without the id, ``Tensor.pure_key(op, attrs, inputs, n, i)``; equal 
 duplicates fall into one e-class by congruence, in time linear in the graph (a rule joining two nodes
 on their inputs was quadratic in egglog's join). Only
 ``pure`` nodes qualify (standard, deterministic, no subgraphs: see ``facts.attribute_flags``).
-Initializers with equal values but different names are not merged (their terms differ by name).
+Constant initializers with equal type, dims and bytes under different names are written by the encoder
+as one term (``facts.equal_initializers``), so the nodes that read them merge here too.
 """
 
 from __future__ import annotations

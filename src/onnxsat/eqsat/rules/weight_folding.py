@@ -8,8 +8,11 @@
     MatMul(x * s, W), Conv(x * s, W, b)  with s one value  ==>  the scale moved into W
 
 Each applies when the tensor folded away has no other reader, the weights and constants are static,
-and shapes say the constant broadcasts the way the fold assumes. Exporters leave these behind for
-normalizations and scalings written as separate ops; ONNX Runtime folds only some of them.
+and shapes say the constant broadcasts the way the fold assumes: the constant's rank lines it up with
+the channel (or column) axis, and the result keeps the shape of the Conv, Gemm or MatMul (a
+``SameShape`` fact from shape inference), so its size along that axis is 1 or the channel count.
+Exporters leave these behind for normalizations and scalings written as separate ops; ONNX Runtime
+folds only some of them.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from onnxsat.eqsat.language import (
     attr_int,
     dims_of,
     has_shape,
+    same_shape,
     sole_use,
     static_value,
     value_flag,
@@ -54,12 +58,7 @@ def _conv_output_constants(
     op_attrs: Attrs,
     node_id: String,
     op_id: String,
-    m: i64,
-    ci: i64,
-    k1: i64,
-    k2: i64,
-    k3: i64,
-    d: Dims,
+    k: i64,
 ) -> object:
     for has_bias in (False, True):
         conv_inputs = args_of(x, w, b) if has_bias else args_of(x, w)
@@ -82,23 +81,23 @@ def _conv_output_constants(
                     static_value(s),
                 )
                 for rank in SPATIAL_RANKS:
-                    # s must line up with the channel axis: its rank is tied to the weight's spatial rank.
-                    weight_shape = has_shape(w, _dims(m, ci, *(k1, k2, k3)[:rank]))
+                    # The result keeps the convolution's shape, so s broadcasts without growing it: its
+                    # size-k axis, lined up with the channel axis by its rank, has k = 1 or k = channels.
+                    keeps_shape = same_shape(y, conv, rank + 2)
                     ones = (1,) * rank
-                    for shape in (_dims(m, *ones), _dims(1, m, *ones)):
+                    for shape in (_dims(k, *ones), _dims(1, k, *ones)):
                         yield rule(
                             *common,
-                            weight_shape,
+                            keeps_shape,
                             has_shape(s, shape),
                             name=unique(f"Conv{suffix}+{op}(per channel) -> Conv"),
                         ).then(union(y).with_(rewritten))
-                yield rule(
-                    *common,
-                    value_flag(s, "single"),
-                    has_shape(y, d),
-                    has_shape(conv, d),
-                    name=unique(f"Conv{suffix}+{op}(scalar) -> Conv"),
-                ).then(union(y).with_(rewritten))
+                    yield rule(
+                        *common,
+                        keeps_shape,
+                        value_flag(s, "single"),
+                        name=unique(f"Conv{suffix}+{op}(scalar) -> Conv"),
+                    ).then(union(y).with_(rewritten))
 
 
 @weight_folding.register
@@ -112,9 +111,7 @@ def _gemm_output_constants(
     op_attrs: Attrs,
     node_id: String,
     op_id: String,
-    k: i64,
     n: i64,
-    d: Dims,
 ) -> object:
     for has_bias in (False, True):
         gemm = result("Gemm", attrs, args_of(a, w, c) if has_bias else args_of(a, w), node_id)
@@ -138,17 +135,14 @@ def _gemm_output_constants(
                     eq(y).to(result("Mul", op_attrs, operands, op_id)),
                     *common,
                     attr_int(attrs, "transB", 0),
-                    has_shape(w, _dims(k, n)),
                     shape_condition,
-                    has_shape(y, d),
-                    has_shape(gemm, d),
+                    same_shape(y, gemm, 2),  # so s has 1 or N columns
                     name=unique(f"Gemm{suffix}+Mul(per column) -> Gemm"),
                 ).then(union(y).with_(scaled))
             yield rule(
                 eq(y).to(result("Add", op_attrs, operands, op_id)),
                 *common,
-                has_shape(y, d),
-                has_shape(gemm, d),
+                same_shape(y, gemm, 2),
                 name=unique(f"Gemm{suffix}+Add -> Gemm"),
             ).then(union(y).with_(shifted))
 
@@ -165,22 +159,22 @@ def _matmul_constants(
     op_id: String,
     k: i64,
     n: i64,
-    d: Dims,
+    j: i64,
+    rank: i64,
     scaled_x: Tensor,
 ) -> object:
     product = result("MatMul", attrs, args_of(x, w), node_id)
     scaled = result("MatMul", attrs, args_of(x, Tensor.derived("scale_columns", args_of(w, s), attrs)), node_id)
     for operands in (args_of(product, s), args_of(s, product)):
-        for shape_condition in (value_flag(s, "single"), has_shape(s, dims_of(n)), has_shape(s, _dims(1, n))):
+        for shape_condition in (value_flag(s, "single"), has_shape(s, dims_of(j)), has_shape(s, _dims(1, j))):
             yield rule(
                 eq(y).to(result("Mul", op_attrs, operands, op_id)),
                 sole_use(product),
                 static_value(w),
                 static_value(s),
-                has_shape(w, _dims(k, n)),
+                has_shape(w, _dims(k, n)),  # a matrix: the product's last axis is its columns
                 shape_condition,
-                has_shape(y, d),
-                has_shape(product, d),
+                same_shape(y, product, rank),  # so s has 1 or n columns
                 name=unique("MatMul+Mul(per column) -> MatMul"),
             ).then(union(y).with_(scaled))
     # A scalar applied to the input instead: x * s feeds the product or convolution only.
@@ -192,8 +186,7 @@ def _matmul_constants(
             static_value(w),
             static_value(s),
             value_flag(s, "single"),
-            has_shape(x, d),
-            has_shape(scaled_x, d),
+            same_shape(scaled_x, x, rank),
             name=unique("Mul(scalar)+MatMul -> MatMul"),
         ).then(union(y).with_(scaled))
 
@@ -210,7 +203,7 @@ def _conv_input_scalar(
     op_id: String,
     scaled_x: Tensor,
     b: Tensor,
-    d: Dims,
+    rank: i64,
 ) -> object:
     scaled_w = Tensor.derived("multiply_values", args_of(w, s), attrs)
     for inner_operands in (args_of(x, s), args_of(s, x)):
@@ -222,7 +215,6 @@ def _conv_input_scalar(
                 static_value(w),
                 static_value(s),
                 value_flag(s, "single"),
-                has_shape(x, d),
-                has_shape(scaled_x, d),
+                same_shape(scaled_x, x, rank),
                 name=unique("Mul(scalar)+Conv -> Conv"),
             ).then(union(y).with_(result("Conv", attrs, args_of(x, scaled_w, *new_tail), node_id)))
