@@ -156,11 +156,6 @@ def test_nested_concat_along_different_axes_is_kept() -> None:
     assert_unchanged(g.model(["y"]), CONCATS)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG (missed rewrite): the composed perm is an Attrs.computed, evaluated only at decode time, so "
-    "'Transpose(identity) -> input' never sees that it is the identity: an identity Transpose is left in",
-)
 def test_transpose_pair_composing_to_the_identity_disappears() -> None:
     g = Graph()
     t = g.node("Transpose", [g.node("Relu", [g.input("x", [2, 3, 4, 5])], "r")], "t", perm=[0, 2, 3, 1])

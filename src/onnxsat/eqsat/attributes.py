@@ -7,7 +7,7 @@ attributes. Rules only state *which* attributes a rewritten node takes; the arit
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import numpy as np
 import onnx
@@ -41,6 +41,24 @@ def compose_perm(outer: AttrList, inner: AttrList, values: list[np.ndarray | Non
     perm_outer, perm_inner = _ints(outer, "perm"), _ints(inner, "perm")
     assert perm_outer is not None and perm_inner is not None, "rules require explicit permutations"
     return [helper.make_attribute("perm", [perm_inner[j] for j in perm_outer])]
+
+
+def inverse_permutations(
+    tables: dict[tuple[str, str, tuple[bytes, ...]], int], attributes: list[AttrList]
+) -> Iterator[tuple[int, int]]:
+    """Pairs ``(outer, inner)`` of default-domain Transpose attribute tables with explicit perms where
+    ``compose_perm(outer, inner)`` is the identity: a Transpose pair that returns its input unchanged."""
+    perms = {
+        index: perm
+        for (domain, op_type, _), index in tables.items()
+        if domain in ("", "ai.onnx") and op_type == "Transpose" and (perm := _ints(attributes[index], "perm"))
+    }
+    for outer, perm_outer in perms.items():
+        for inner, perm_inner in perms.items():
+            if len(perm_outer) == len(perm_inner) and [perm_inner[j] for j in perm_outer] == list(
+                range(len(perm_outer))
+            ):
+                yield outer, inner
 
 
 def gemm_flip_a(gemm: AttrList, _: AttrList, values: list[np.ndarray | None]) -> AttrList:

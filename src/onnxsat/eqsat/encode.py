@@ -19,6 +19,7 @@ from pathlib import Path
 import onnx
 from egglog import EGraph, bindings, union
 
+from onnxsat.eqsat.attributes import inverse_permutations
 from onnxsat.eqsat.facts import GraphFacts, attribute_flags, collect_facts, int_attributes, subgraph_captures
 from onnxsat.eqsat.language import (
     Args,
@@ -33,6 +34,7 @@ from onnxsat.eqsat.language import (
     foldable_batchnorm,
     has_shape,
     has_type,
+    inverse_perms,
     is_float32,
     opset_at_least,
     out,
@@ -131,6 +133,7 @@ def _declare_language(egraph: EGraph) -> None:
         foldable(handle),
         same_shape(handle, handle, -1),
         foldable_batchnorm(handle, handle, Attrs.table(-1), Args.nil()),
+        inverse_perms(Attrs.table(-1), Attrs.table(-1)),
         opset_at_least(-1),
         parallel_pair(handle, handle),
         union(Tensor.ref(-3)).with_(Tensor.pure_key("", Attrs.none(), Args.nil(), 0, 0)),
@@ -208,6 +211,10 @@ class _Encoder:
             self.commands.append(_fact(_call("ParallelPair", self.ref(first), self.ref(second))))
         for output, operand, rank in self.result.facts.same_shape:
             self.commands.append(_fact(_call("SameShape", self.ref(output), self.ref(operand), _int(rank))))
+        for outer, inner in inverse_permutations(self.attr_keys, self.result.attributes):
+            self.commands.append(
+                _fact(_call("InversePerms", _call("AttrsTable", _int(outer)), _call("AttrsTable", _int(inner))))
+            )
         for output in graph.output:
             if output.name in self.constants:  # an initializer returned as is needs a handle too
                 handle = _call("TensorRef", _int(self.result.tensor_id(output.name)))

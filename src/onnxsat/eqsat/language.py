@@ -166,6 +166,10 @@ foldable_batchnorm = relation("FoldableBatchNorm", Tensor, Tensor, Attrs, Args, 
 attributes and these static parameters (scale, bias, mean, var). A stage of its own (``bn_folding``):
 egglog's join planner, given the BatchNormalization, the convolution and the static checks in one rule
 body, chose plans that took minutes per iteration on DenseNet; joined from this short relation it does not."""
+inverse_perms = relation("InversePerms", Attrs, Attrs, egg_fn="InversePerms")
+"""Two Transpose attribute tables of the model whose permutations undo each other (the first applied
+after the second is the identity). Computed in Python at encode time: the composed perm of a
+Transpose pair is an ``Attrs.computed`` known only at decode, so no rule could see the identity."""
 opset_at_least = relation("OpsetAtLeast", i64, egg_fn="OpsetAtLeast")
 """The model imports the default domain at this version or later (asserted for each version up to its own)."""
 

@@ -1,11 +1,18 @@
-"""BatchNormalization folded into the Conv or ConvTranspose that feeds it, or into the Conv it feeds.
+"""BatchNormalization folded into the Conv or ConvTranspose that feeds it, or into the Conv it feeds,
+and per-channel scales and shifts after it folded into its parameters.
 
     y = BN(Conv(x, W, b))  ==>  y = Conv(x, W * s, (b - mean) * s + beta),  s = gamma / sqrt(var + eps)
     y = Conv(BN(x), W, b)  ==>  y = Conv(x, W * s[in], b + sum W * t[in]),    t = beta - mean * s
+    y = BN(x) * c          ==>  y = BN(x; gamma * c, beta * c)      c a scalar or one value per channel
+    y = BN(x) + c          ==>  y = BN(x; gamma, beta + c)
 
 The second form (BatchNormalization before the convolution, as in pre-activation and DenseNet
 blocks, which ONNX Runtime leaves alone) needs a Conv that pads nothing, since the padded border
 would see BN's shift in the original but zeros after the fold, and an ungrouped Conv.
+
+The last two are what Caffe2 conversions write after every BatchNormalization (its learned affine as
+separate Mul and Add): in pre-activation blocks (DenseNet), where no convolution can absorb them, they
+were two extra passes over the feature map that ONNX Runtime leaves in.
 
 with ``s`` applied per output channel (axis 0 of a Conv weight; for ConvTranspose, column ``j`` of
 each group's rows). Applies when the convolution's output has no other reader and is not a graph
@@ -15,7 +22,7 @@ Works without a conv bias and with grouped and depthwise convolutions. Standard 
 
 from __future__ import annotations
 
-from egglog import Ruleset, String, eq, rule, ruleset, union
+from egglog import Ruleset, String, eq, i64, rule, ruleset, union
 
 from onnxsat.eqsat.language import (
     Args,
@@ -26,11 +33,15 @@ from onnxsat.eqsat.language import (
     attr_flag,
     attr_int,
     foldable_batchnorm,
+    has_shape,
     out,
+    same_shape,
     sole_use,
     static_args,
+    static_value,
+    value_flag,
 )
-from onnxsat.eqsat.rules.patterns import result
+from onnxsat.eqsat.rules.patterns import channel_dims, result, unique
 
 bn_folding: Ruleset = ruleset(name="bn_folding")
 
@@ -121,3 +132,62 @@ def _fold_batchnorm_into_next_conv(
             _static_weights(w, b, has_bias),
             name=f"BatchNormalization+Conv{'(bias)' if has_bias else ''} -> Conv",
         ).then(union(y).with_(result("Conv", conv_attrs, args_of(x, new_weight, new_bias), conv_id)))
+
+
+BATCHNORM_RANKS = (3, 4, 5)
+"""Input ranks (N, C, spatial...) for which a per-channel constant is lined up by its shape alone."""
+
+
+@bn_folding.register
+def _fold_constants_into_batchnorm(
+    y: Tensor,
+    x: Tensor,
+    c: Tensor,
+    normalized: Tensor,
+    gamma: Tensor,
+    beta: Tensor,
+    mean: Tensor,
+    var: Tensor,
+    bn_attrs: Attrs,
+    bn_params: Args,
+    op_attrs: Attrs,
+    op_id: String,
+    k: i64,
+) -> object:
+    vector = Tensor.derived("channel_vector", args_of(c, gamma), bn_attrs)
+    scaled = args_of(
+        Tensor.derived("scale_vector", args_of(gamma, vector), bn_attrs),
+        Tensor.derived("scale_vector", args_of(beta, vector), bn_attrs),
+        mean,
+        var,
+    )
+    shifted = args_of(gamma, Tensor.derived("add_channel_bias", args_of(beta, c, gamma), bn_attrs), mean, var)
+    for op, params in (("Mul", scaled), ("Add", shifted)):
+        rewritten = result("BatchNormalization", bn_attrs, Args.cons(x, params), op_id)
+        name = f"BatchNormalization+{op} -> BatchNormalization"
+        for operands in (args_of(normalized, c), args_of(c, normalized)):
+            common = (
+                eq(y).to(result(op, op_attrs, operands, op_id)),
+                foldable_batchnorm(normalized, x, bn_attrs, bn_params),
+                sole_use(normalized),
+                static_value(c),
+                eq(bn_params).to(args_of(gamma, beta, mean, var)),
+            )
+            for rank in BATCHNORM_RANKS:
+                # The result keeps BatchNormalization's shape, so c broadcasts without growing it: its
+                # size-k axis, lined up with the channel axis by c's rank, has k = 1 or k = channels.
+                keeps_shape = same_shape(y, normalized, rank)
+                ones = (1,) * (rank - 2)
+                for shape in (channel_dims(k, *ones), channel_dims(1, k, *ones)):
+                    yield rule(
+                        *common,
+                        keeps_shape,
+                        has_shape(c, shape),
+                        name=unique(name),
+                    ).then(union(y).with_(rewritten))
+                yield rule(
+                    *common,
+                    keeps_shape,
+                    value_flag(c, "single"),
+                    name=unique(name),
+                ).then(union(y).with_(rewritten))

@@ -1,6 +1,6 @@
 """Consecutive ops of one kind collapsed into one (Olive's peephole checklist).
 
-    Transpose(Transpose(x, p), q)                    ==>  Transpose(x, composed)
+    Transpose(Transpose(x, p), q)                    ==>  Transpose(x, composed), or x when q undoes p
     R1(R2(x)), R1, R2 in Reshape/Squeeze/Unsqueeze/Flatten, static result shape  ==>  Reshape(x, shape)
     LogSoftmax(LogSoftmax(x)) along the same axis    ==>  LogSoftmax(x)
     Concat(Concat(a, b), c...) along the same axis   ==>  Concat(a, b, c...)   (inner list first or second,
@@ -23,6 +23,7 @@ from onnxsat.eqsat.language import (
     attr_flag,
     attr_int,
     has_shape,
+    inverse_perms,
     opset_at_least,
     sole_use,
     static_dims,
@@ -45,6 +46,12 @@ def _transposes(y: Tensor, z: Tensor, x: Tensor, outer: Attrs, inner: Attrs, id1
     ).then(
         union(y).with_(result("Transpose", Attrs.computed("compose_perm", outer, inner, Args.nil()), args_of(x), id1))
     )
+    yield rule(
+        eq(y).to(result("Transpose", outer, args_of(z), id1)),
+        eq(z).to(result("Transpose", inner, args_of(x), id2)),
+        inverse_perms(outer, inner),
+        name=unique("Transpose+Transpose(inverse) -> input"),
+    ).then(union(y).with_(x))
 
 
 @consecutive.register

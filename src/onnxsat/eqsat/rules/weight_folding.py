@@ -21,7 +21,6 @@ from egglog import Ruleset, String, eq, i64, rule, ruleset, union
 
 from onnxsat.eqsat.language import (
     Attrs,
-    Dims,
     Tensor,
     args_of,
     attr_flag,
@@ -33,18 +32,11 @@ from onnxsat.eqsat.language import (
     static_value,
     value_flag,
 )
-from onnxsat.eqsat.rules.patterns import result, unique
+from onnxsat.eqsat.rules.patterns import channel_dims, result, unique
 
 weight_folding: Ruleset = ruleset(name="weight_folding")
 
 SPATIAL_RANKS = (1, 2, 3)
-
-
-def _dims(*dims: int | i64) -> Dims:
-    result_dims = Dims.nil()
-    for dim in reversed(dims):
-        result_dims = Dims.cons(dim, result_dims)
-    return result_dims
 
 
 @weight_folding.register
@@ -85,7 +77,7 @@ def _conv_output_constants(
                     # size-k axis, lined up with the channel axis by its rank, has k = 1 or k = channels.
                     keeps_shape = same_shape(y, conv, rank + 2)
                     ones = (1,) * rank
-                    for shape in (_dims(k, *ones), _dims(1, k, *ones)):
+                    for shape in (channel_dims(k, *ones), channel_dims(1, k, *ones)):
                         yield rule(
                             *common,
                             keeps_shape,
@@ -130,7 +122,11 @@ def _gemm_output_constants(
                 static_value(bias),
                 static_value(s),
             )
-            for shape_condition in (value_flag(s, "single"), has_shape(s, dims_of(n)), has_shape(s, _dims(1, n))):
+            for shape_condition in (
+                value_flag(s, "single"),
+                has_shape(s, dims_of(n)),
+                has_shape(s, channel_dims(1, n)),
+            ):
                 yield rule(
                     eq(y).to(result("Mul", op_attrs, operands, op_id)),
                     *common,
@@ -166,13 +162,13 @@ def _matmul_constants(
     product = result("MatMul", attrs, args_of(x, w), node_id)
     scaled = result("MatMul", attrs, args_of(x, Tensor.derived("scale_columns", args_of(w, s), attrs)), node_id)
     for operands in (args_of(product, s), args_of(s, product)):
-        for shape_condition in (value_flag(s, "single"), has_shape(s, dims_of(j)), has_shape(s, _dims(1, j))):
+        for shape_condition in (value_flag(s, "single"), has_shape(s, dims_of(j)), has_shape(s, channel_dims(1, j))):
             yield rule(
                 eq(y).to(result("Mul", op_attrs, operands, op_id)),
                 sole_use(product),
                 static_value(w),
                 static_value(s),
-                has_shape(w, _dims(k, n)),  # a matrix: the product's last axis is its columns
+                has_shape(w, channel_dims(k, n)),  # a matrix: the product's last axis is its columns
                 shape_condition,
                 same_shape(y, product, rank),  # so s has 1 or n columns
                 name=unique("MatMul+Mul(per column) -> MatMul"),
