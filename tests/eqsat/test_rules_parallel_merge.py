@@ -108,12 +108,6 @@ def test_matmuls_with_a_runtime_weight_are_not_merged() -> None:
     assert_unchanged(g.model(["y1", "y2"]), MATMULS)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG (extraction): the merged form pays only when both outputs switch to it together, but the DAG "
-    "improvement pass switches one e-class at a time and the first switch alone costs more (it adds the merged "
-    "product and keeps the other original), so a merge saving 10 - 0.001 per pair is never extracted",
-)
 @pytest.mark.parametrize("op", ["MatMul", "Conv"])
 def test_a_merge_that_saves_cost_is_extracted(op: str) -> None:
     builder = parallel_matmuls([3, 4]) if op == "MatMul" else parallel_convs(bias=False)

@@ -11,7 +11,10 @@ Two passes over the frozen e-graph:
 2. **DAG improvement**: a tree value pays a shared subgraph once per use. Starting from the bottom-up
    choice, each class with alternatives tries them against the *DAG* cost of the whole extracted graph
    (the sum over distinct classes reachable from the outputs), kept incrementally with reference counts,
-   and switches when the total drops. A switch to an e-node whose children all have a smaller tree
+   and switches when the total drops. An alternative that is one output of a multi-output node (a
+   merged product's Split) is also tried together with that node's other outputs offered to other
+   classes: a merge pays only when every product it replaces switches at once.
+   A switch to an e-node whose children all have a smaller tree
    value than the class cannot close a cycle; for any other that would pay, a search of the chosen
    graph checks (only then: the search is linear in the graph).
 
@@ -127,6 +130,7 @@ class _Extractor:
             c for c, enodes in self.snapshot.classes.items() if sum(e.op not in UNEXTRACTABLE for e in enodes) > 1
         ]
         candidates.sort(key=lambda c: self.value.get(c, (0.0, 0)))
+        siblings = self.sibling_outputs(candidates)
         for _ in range(DAG_PASSES):
             improved = False
             for eclass in candidates:
@@ -137,7 +141,9 @@ class _Extractor:
                         continue
                     if not all(c in self.value for c in enode.children):
                         continue
-                    delta = self.try_switch(eclass, enode, refs)
+                    delta = self.try_switch([(eclass, enode)], refs)
+                    if delta >= -1e-9 and enode.op == "Out":
+                        delta = self.try_switch(self.with_siblings(eclass, enode, siblings, refs), refs)
                     if delta < -1e-9:
                         total += delta
                         switches += 1
@@ -191,23 +197,60 @@ class _Extractor:
                 stack.extend(self.runtime_children(enode))
         return removed
 
-    def try_switch(self, eclass: bindings.Value, enode: ENode, refs: dict[bindings.Value, int]) -> float:
-        """Switch ``eclass`` to ``enode`` if that lowers the DAG cost; returns the change (0 if undone)."""
-        old = self.choice[eclass]
+    def sibling_outputs(
+        self, candidates: list[bindings.Value]
+    ) -> dict[bindings.Value, list[tuple[bindings.Value, ENode]]]:
+        """Node class -> the alternatives ``Out(node, i)`` of classes with a choice: the outputs of one
+        multi-output node (a merged product's Split) that are offered to several classes."""
+        siblings: dict[bindings.Value, list[tuple[bindings.Value, ENode]]] = defaultdict(list)
+        for eclass in candidates:
+            for enode in self.snapshot.classes[eclass]:
+                if enode.op == "Out":
+                    siblings[enode.children[0]].append((eclass, enode))
+        return siblings
+
+    def with_siblings(
+        self,
+        eclass: bindings.Value,
+        enode: ENode,
+        siblings: dict[bindings.Value, list[tuple[bindings.Value, ENode]]],
+        refs: dict[bindings.Value, int],
+    ) -> list[tuple[bindings.Value, ENode]]:
+        """``enode`` with every other output of its node offered to a class in the graph: a merge (one
+        product, then Split) pays only when all the products it replaces switch to it together."""
+        group = [(eclass, enode)]
+        for other_class, other in siblings.get(enode.children[0], []):
+            offered = refs.get(other_class, 0) > 0 and self.choice.get(other_class) is not other
+            extractable = all(c in self.value for c in other.children)
+            if offered and extractable and all(c != other_class for c, _ in group):
+                group.append((other_class, other))
+        return group
+
+    def try_switch(self, switches: list[tuple[bindings.Value, ENode]], refs: dict[bindings.Value, int]) -> float:
+        """Switch each class to its e-node if together that lowers the DAG cost; returns the change (0 if undone)."""
         log: list[tuple[bindings.Value, int]] = []
-        delta = self.own_cost(eclass, enode) - self.own_cost(eclass, old)
-        # Acquire the new children before releasing the old ones, so shared classes never drop to zero.
-        for child in self.runtime_children(enode):
-            delta += self.acquire(child, refs, log)
-        for child in self.runtime_children(old):
-            delta -= self.release(child, refs, log)
+        previous: list[tuple[bindings.Value, ENode]] = []
+        delta = 0.0
+        for eclass, enode in switches:
+            old = self.choice[eclass]
+            delta += self.own_cost(eclass, enode) - self.own_cost(eclass, old)
+            # Acquire the new children before releasing the old ones, so shared classes never drop to zero.
+            for child in self.runtime_children(enode):
+                delta += self.acquire(child, refs, log)
+            for child in self.runtime_children(old):
+                delta -= self.release(child, refs, log)
+            previous.append((eclass, old))
+            self.choice[eclass] = enode
         # Chosen edges descend in tree value until a switch breaks that; from then on only a search proves
         # that a switch closes no cycle.
-        descends = self.descending and all(self.value[c] < self.value[eclass] for c in enode.children)
-        if delta < -1e-9 and (descends or not self.reaches(enode.children, eclass)):
-            self.choice[eclass] = enode
-            self.descending = descends and self.descending
+        descends = self.descending and all(
+            self.value[c] < self.value[eclass] for eclass, enode in switches for c in enode.children
+        )
+        if delta < -1e-9 and (descends or not any(self.reaches(enode.children, eclass) for eclass, enode in switches)):
+            self.descending = descends
             return delta
+        for eclass, old in reversed(previous):
+            self.choice[eclass] = old
         for current, change in reversed(log):
             refs[current] -= change
         return 0.0
