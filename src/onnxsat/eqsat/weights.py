@@ -13,6 +13,12 @@ from pathlib import Path
 import numpy as np
 import onnx
 
+from onnxsat.eqsat.slicing import (
+    composed_slice_axes,
+    composed_slice_ends,
+    composed_slice_starts,
+    composed_slice_steps,
+)
 from onnxsat.external_data import tensor_value
 
 Kernel = Callable[[list[np.ndarray | None], dict[str, onnx.AttributeProto]], np.ndarray]
@@ -182,6 +188,10 @@ KERNELS: dict[str, Kernel] = {
     "multiply_values": multiply_values,
     "concat_last": concat_last,
     "concat_first": concat_first,
+    "composed_slice_starts": composed_slice_starts,
+    "composed_slice_ends": composed_slice_ends,
+    "composed_slice_axes": composed_slice_axes,
+    "composed_slice_steps": composed_slice_steps,
 }
 
 
