@@ -13,10 +13,9 @@ Two passes over the frozen e-graph:
    (the sum over distinct classes reachable from the outputs), kept incrementally with reference counts,
    and switches when the total drops. An alternative that is one output of a multi-output node (a
    merged product's Split) is also tried together with that node's other outputs offered to other
-   classes: a merge pays only when every product it replaces switches at once.
-   A switch to an e-node whose children all have a smaller tree
-   value than the class cannot close a cycle; for any other that would pay, a search of the chosen
-   graph checks (only then: the search is linear in the graph).
+   classes: a merge pays only when every product it replaces switches at once. A switch to an e-node
+   whose children all have a smaller tree value than the class cannot close a cycle; for any other
+   that would pay, a search of the chosen graph checks (only then: the search is linear in the graph).
 
 Children read only for their value at decode time (a folded weight's inputs) must be extractable but
 cost nothing: they never run.
