@@ -29,9 +29,8 @@ def two_slices(inner: Params, outer: Params, shape: tuple[int, ...] = (4, 6, 8),
     """x -> Slice(inner) -> Slice(outer) -> Relu -> y; params are [starts, ends] + optional axes, steps."""
     g = Graph()
     g.input("x", list(shape))
-    z = g.node("Slice", ["x", *(g.const(f"i{k}", np.array(v, np.int64)) for k, v in enumerate(inner))], "z")
-    sliced = g.node("Slice", [z, *(g.const(f"o{k}", np.array(v, np.int64)) for k, v in enumerate(outer))], "s")
-    g.node("Relu", [sliced], "y")
+    z = constant_slice(g, "x", "z", *inner)
+    g.node("Relu", [constant_slice(g, z, "s", *outer)], "y")
     outputs = ["y"]
     if read_twice:
         g.node("Neg", [z], "also")
@@ -63,21 +62,18 @@ def test_slice_read_elsewhere_is_kept() -> None:
     assert_unchanged(model, SLICES)
 
 
+def constant_slice(g: Graph, data: str, out: str, *params: list[int]) -> str:
+    """A Slice of ``data`` whose parameters (starts, ends, axes...) are int64 initializers."""
+    names = [g.const(f"{out}_p{k}", np.array(v, np.int64)) for k, v in enumerate(params)]
+    return g.node("Slice", [data, *names], out)
+
+
 def test_slice_with_runtime_parameters_is_kept() -> None:
     g = Graph()
     g.input("x", [4, 6])
     g.input("start", [1], TensorProto.INT64)
     z = g.node("Slice", ["x", "start", g.const("end", np.array([3], np.int64))], "z")
-    g.node(
-        "Slice",
-        [
-            z,
-            g.const("s2", np.array([1], np.int64)),
-            g.const("e2", np.array([5], np.int64)),
-            g.const("a2", np.array([1], np.int64)),
-        ],
-        "y",
-    )
+    constant_slice(g, z, "y", [1], [5], [1])
     assert_unchanged(g.model(["y"]), SLICES, compare=False)
 
 
@@ -85,26 +81,7 @@ def test_slice_of_a_dynamic_shape_is_kept() -> None:
     """Without the input's shape the composed ends cannot be clamped ahead of time."""
     g = Graph()
     g.input("x", ["n", 6])
-    z = g.node(
-        "Slice",
-        [
-            "x",
-            g.const("s1", np.array([1], np.int64)),
-            g.const("e1", np.array([5], np.int64)),
-            g.const("a1", np.array([1], np.int64)),
-        ],
-        "z",
-    )
-    g.node(
-        "Slice",
-        [
-            z,
-            g.const("s2", np.array([1], np.int64)),
-            g.const("e2", np.array([3], np.int64)),
-            g.const("a2", np.array([1], np.int64)),
-        ],
-        "y",
-    )
+    constant_slice(g, constant_slice(g, "x", "z", [1], [5], [1]), "y", [1], [3], [1])
     assert_unchanged(g.model(["y"]), SLICES, compare=False)
 
 
