@@ -5,9 +5,10 @@
 - ``noop_removal``: ops that return their input (Identity, Dropout, same-type Cast, same-shape Reshape...).
 - ``consecutive``: Transpose+Transpose, reshape chains, LogSoftmax twice, nested Concats.
 - ``cse``: pure nodes with the same inputs and attributes computed once.
-- ``bn_folding``: BatchNormalization folded into the Conv before it, or the unpadded Conv after it.
+- ``bn_folding``: BatchNormalization folded into the Conv before it, or the unpadded Conv after it, and
+  per-channel Mul/Add after it folded into its parameters.
 - ``weight_folding``: Mul/Add by constants folded into Conv, Gemm and MatMul weights (Conv+Add bias).
-- ``pad_folding``: zero Pad folded into Conv and AveragePool padding.
+- ``pad_folding``: zero Pad folded into Conv padding (pools are left alone, see the module).
 - ``linear``: MatMul+Add -> Gemm, Transpose folded into Gemm.
 - ``reassociation``: elementwise chains with constants reassociated so the constants fold.
 - ``lrn_decomposition``: LRN as Mul + banded 1x1 Conv + Pow + Mul (ORT's LRN kernel is slow).
