@@ -3,7 +3,7 @@
 - ``analysis``: facts derived inside the e-graph (static argument lists and shapes, made constants).
 - ``constant_folding``: initializer-only subgraphs and shapes of static tensors computed ahead of time.
 - ``noop_removal``: ops that return their input (Identity, Dropout, same-type Cast, same-shape Reshape...).
-- ``consecutive``: Transpose+Transpose, reshape chains, LogSoftmax twice, nested Concats.
+- ``consecutive``: Transpose+Transpose, reshape chains, Slice+Slice, LogSoftmax twice, nested Concats.
 - ``cse``: pure nodes with the same inputs and attributes computed once.
 - ``bn_folding``: BatchNormalization folded into the Conv before it, or the unpadded Conv after it, and
   per-channel Mul/Add after it folded into its parameters.
