@@ -3,7 +3,8 @@
 - ``analysis``: facts derived inside the e-graph (static argument lists and shapes, made constants).
 - ``constant_folding``: initializer-only subgraphs and shapes of static tensors computed ahead of time.
 - ``noop_removal``: ops that return their input (Identity, Dropout, same-type Cast, same-shape Reshape...).
-- ``consecutive``: Transpose+Transpose, reshape chains, Slice+Slice, LogSoftmax twice, nested Concats.
+- ``consecutive``: Transpose+Transpose, reshape chains, LogSoftmax twice, nested Concats.
+- ``slice_composition``: Slice+Slice with constant parameters as one Slice.
 - ``cse``: pure nodes with the same inputs and attributes computed once.
 - ``bn_folding``: BatchNormalization folded into the Conv before it, or the unpadded Conv after it, and
   per-channel Mul/Add after it folded into its parameters.
@@ -37,6 +38,7 @@ from onnxsat.eqsat.rules.ort_guards import ort_guards
 from onnxsat.eqsat.rules.pad_folding import pad_folding
 from onnxsat.eqsat.rules.parallel_merge import parallel_merge
 from onnxsat.eqsat.rules.reassociation import reassociation
+from onnxsat.eqsat.rules.slice_composition import slice_composition
 from onnxsat.eqsat.rules.weight_folding import weight_folding
 from onnxsat.errors import SettingsError
 
@@ -58,6 +60,7 @@ STANDARD_SIMPLIFY: tuple[Ruleset, ...] = (
     constant_folding,
     noop_removal,
     consecutive,
+    slice_composition,
     cse,
     bn_folding,
     weight_folding,
@@ -83,14 +86,24 @@ def rulesets_for(target: str) -> RuleSchedule:
     return TARGETS[target]
 
 
+REQUIRED_OP: tuple[tuple[Ruleset, str], ...] = (
+    (lrn_decomposition, "LRN"),
+    (bn_folding, "BatchNormalization"),
+    (slice_composition, "Slice"),
+)
+"""Families that start from one op type: skipped for models without that op."""
+
+
 def applicable(schedule: RuleSchedule, op_types: set[str], has_parallel_pairs: bool) -> RuleSchedule:
     """``schedule`` without the families that cannot apply to a model with these op types.
 
-    egglog's join planner makes some families cost seconds on graphs of a few hundred nodes even with
-    nothing to match (the 1,500-block Conv chain: 45 s with them, 4.8 s without). The growing family
-    applies only to the pairs the encoder found; the LRN decomposition only to models with an LRN.
+    egglog compiles and plans every rule of a family for each new e-graph, and some plans cost seconds
+    on graphs of a few hundred nodes even with nothing to match (the 1,500-block Conv chain: 45 s with
+    them, 4.8 s without); on the small graphs of the test suite the compiling alone is a quarter second.
+    No rule creates the node a family starts from (a BatchNormalization, an LRN, a Slice), so a model
+    without one never needs it. The growing family applies only to the pairs the encoder found.
     """
-    simplify = tuple(r for r in schedule.simplify if r is not lrn_decomposition or "LRN" in op_types)
+    simplify = tuple(r for r in schedule.simplify if all(r is not f or op in op_types for f, op in REQUIRED_OP))
     return RuleSchedule(simplify=simplify, grow=schedule.grow if has_parallel_pairs else ())
 
 
