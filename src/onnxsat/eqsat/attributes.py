@@ -55,10 +55,10 @@ def inverse_permutations(
     }
     for outer, perm_outer in perms.items():
         for inner, perm_inner in perms.items():
-            if len(perm_outer) == len(perm_inner) and [perm_inner[j] for j in perm_outer] == list(
-                range(len(perm_outer))
-            ):
-                yield outer, inner
+            if len(perm_outer) == len(perm_inner):
+                composed = _ints(compose_perm(attributes[outer], attributes[inner], []), "perm")
+                if composed == list(range(len(perm_outer))):
+                    yield outer, inner
 
 
 def gemm_flip_a(gemm: AttrList, _: AttrList, values: list[np.ndarray | None]) -> AttrList:

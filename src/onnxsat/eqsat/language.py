@@ -174,8 +174,8 @@ opset_at_least = relation("OpsetAtLeast", i64, egg_fn="OpsetAtLeast")
 """The model imports the default domain at this version or later (asserted for each version up to its own)."""
 
 
-def dims_of(*dims: int) -> Dims:
-    """Build a ``Dims`` list from Python integers (rules and tests; the encoder uses commands)."""
+def dims_of(*dims: i64Like) -> Dims:
+    """Build a ``Dims`` list from integers or rule variables (rules and tests; the encoder uses commands)."""
     result = Dims.nil()
     for dim in reversed(dims):
         result = Dims.cons(dim, result)

@@ -32,6 +32,7 @@ from onnxsat.eqsat.language import (
     args_of,
     attr_flag,
     attr_int,
+    dims_of,
     foldable_batchnorm,
     has_shape,
     out,
@@ -41,7 +42,7 @@ from onnxsat.eqsat.language import (
     static_value,
     value_flag,
 )
-from onnxsat.eqsat.rules.patterns import channel_dims, result, unique
+from onnxsat.eqsat.rules.patterns import result, unique
 
 bn_folding: Ruleset = ruleset(name="bn_folding")
 
@@ -178,7 +179,7 @@ def _fold_constants_into_batchnorm(
                 # size-k axis, lined up with the channel axis by c's rank, has k = 1 or k = channels.
                 keeps_shape = same_shape(y, normalized, rank)
                 ones = (1,) * (rank - 2)
-                for shape in (channel_dims(k, *ones), channel_dims(1, k, *ones)):
+                for shape in (dims_of(k, *ones), dims_of(1, k, *ones)):
                     yield rule(
                         *common,
                         keeps_shape,

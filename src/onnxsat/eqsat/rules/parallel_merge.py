@@ -37,11 +37,8 @@ parallel_merge: Ruleset = ruleset(name="parallel_merge")
 
 
 def _split(merged: Tensor, axis_kernel: str, sizes: list[i64], node_id: String) -> Node:
-    dims = Dims.nil()
-    for size in reversed(sizes):
-        dims = Dims.cons(size, dims)
     attrs = Attrs.computed(axis_kernel, Attrs.none(), Attrs.none(), Args.nil())
-    return Node("Split", "", attrs, args_of(merged, Tensor.ints(dims)), Args.nil(), node_id, len(sizes))
+    return Node("Split", "", attrs, args_of(merged, Tensor.ints(dims_of(*sizes))), Args.nil(), node_id, len(sizes))
 
 
 @parallel_merge.register

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from collections import Counter
 
-from egglog import StringLike, i64
+from egglog import StringLike
 
-from onnxsat.eqsat.language import Args, Attrs, Dims, Node, Tensor, out
+from onnxsat.eqsat.language import Args, Attrs, Node, Tensor, out
 
 
 def plain(op_type: StringLike, attrs: Attrs, inputs: Args, node_id: StringLike) -> Node:
@@ -21,14 +21,6 @@ def plain(op_type: StringLike, attrs: Attrs, inputs: Args, node_id: StringLike) 
 def result(op_type: StringLike, attrs: Attrs, inputs: Args, node_id: StringLike) -> Tensor:
     """The output of :func:`plain`."""
     return out(plain(op_type, attrs, inputs, node_id), 0)
-
-
-def channel_dims(*dims: int | i64) -> Dims:
-    """A ``Dims`` list of variables and numbers: the shapes a per-channel constant may have."""
-    result_dims = Dims.nil()
-    for dim in reversed(dims):
-        result_dims = Dims.cons(dim, result_dims)
-    return result_dims
 
 
 _NAMES: Counter[str] = Counter()

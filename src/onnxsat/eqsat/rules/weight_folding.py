@@ -32,7 +32,7 @@ from onnxsat.eqsat.language import (
     static_value,
     value_flag,
 )
-from onnxsat.eqsat.rules.patterns import channel_dims, result, unique
+from onnxsat.eqsat.rules.patterns import result, unique
 
 weight_folding: Ruleset = ruleset(name="weight_folding")
 
@@ -77,7 +77,7 @@ def _conv_output_constants(
                     # size-k axis, lined up with the channel axis by its rank, has k = 1 or k = channels.
                     keeps_shape = same_shape(y, conv, rank + 2)
                     ones = (1,) * rank
-                    for shape in (channel_dims(k, *ones), channel_dims(1, k, *ones)):
+                    for shape in (dims_of(k, *ones), dims_of(1, k, *ones)):
                         yield rule(
                             *common,
                             keeps_shape,
@@ -125,7 +125,7 @@ def _gemm_output_constants(
             for shape_condition in (
                 value_flag(s, "single"),
                 has_shape(s, dims_of(n)),
-                has_shape(s, channel_dims(1, n)),
+                has_shape(s, dims_of(1, n)),
             ):
                 yield rule(
                     eq(y).to(result("Mul", op_attrs, operands, op_id)),
@@ -162,13 +162,13 @@ def _matmul_constants(
     product = result("MatMul", attrs, args_of(x, w), node_id)
     scaled = result("MatMul", attrs, args_of(x, Tensor.derived("scale_columns", args_of(w, s), attrs)), node_id)
     for operands in (args_of(product, s), args_of(s, product)):
-        for shape_condition in (value_flag(s, "single"), has_shape(s, dims_of(j)), has_shape(s, channel_dims(1, j))):
+        for shape_condition in (value_flag(s, "single"), has_shape(s, dims_of(j)), has_shape(s, dims_of(1, j))):
             yield rule(
                 eq(y).to(result("Mul", op_attrs, operands, op_id)),
                 sole_use(product),
                 static_value(w),
                 static_value(s),
-                has_shape(w, channel_dims(k, n)),  # a matrix: the product's last axis is its columns
+                has_shape(w, dims_of(k, n)),  # a matrix: the product's last axis is its columns
                 shape_condition,
                 same_shape(y, product, rank),  # so s has 1 or n columns
                 name=unique("MatMul+Mul(per column) -> MatMul"),
