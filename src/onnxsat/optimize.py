@@ -103,7 +103,7 @@ def optimize_model(
     with phases("encode"), _collector_paused():
         encoded = encode(model, _shape_inferred(model), base_dir)
         enodes_before = egraph_size(encoded.egraph)
-    rulesets = applicable(rulesets, {node.op_type for node in model.graph.node}, bool(encoded.facts.parallel_pairs))
+    rulesets = applicable(rulesets, model.graph, bool(encoded.facts.parallel_pairs))
     with phases("saturate"):
         stats = saturate(encoded.egraph, rulesets, options.limits)
     with phases("extract"), _collector_paused():

@@ -1,4 +1,4 @@
-"""A zero Pad folded into the padding of the Conv or AveragePool after it (rules/pad_folding.py)."""
+"""A Pad folded into the padding of the Conv or pool after it (rules/pad_folding.py, eqsat/window_pads.py)."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from rule_builders import Graph, assert_fired, assert_unchanged, ints_attr, only
 
 PAD_CONV = "Pad+Conv -> Conv"
 PAD_POOL = "Pad+AveragePool -> AveragePool"
+PAD_MAX = "Pad+MaxPool -> MaxPool"
 
 
 def padded(
@@ -21,16 +22,22 @@ def padded(
     value: str | None = None,
     dims: int = 2,
     pad_attrs: dict | None = None,
+    relu: bool = False,
     **attrs: object,
 ) -> Graph:
-    """x -> Pad(pads[, value]) -> consumer (kernel 3) -> y; ``value`` "zero", "absent" or "nonzero"."""
+    """x [-> Relu] -> Pad(pads[, value]) -> consumer (kernel 3) -> y; ``value`` "zero", "absent",
+    "nonzero" or "-inf"."""
     g = Graph(seed=dims)
     x = g.input("x", [2, 3] + [5] * dims)
+    if relu:
+        x = g.node("Relu", [x], "r")
     pad_inputs = [x, g.ints("pads", pad_values)]
     if value == "zero":
         pad_inputs.append(g.const("value", np.array(0.0, np.float32)))
     elif value == "nonzero":
         pad_inputs.append(g.const("value", np.array(0.5, np.float32)))
+    elif value == "-inf":
+        pad_inputs.append(g.const("value", np.array(-np.inf, np.float32)))
     elif value == "absent":
         pad_inputs.append("")
     p = g.node("Pad", pad_inputs, "p", **(pad_attrs or {}))
@@ -42,25 +49,59 @@ def padded(
     return g
 
 
+FIRES = {"Conv": PAD_CONV, "AveragePool": PAD_POOL, "MaxPool": PAD_MAX}
+
+
 @pytest.mark.parametrize(
     ("consumer", "pads", "value", "dims", "attrs", "expected_pads"),
     [
         ("Conv", [0, 0, 1, 2, 0, 0, 1, 0], None, 2, {}, [1, 2, 1, 0]),
         ("Conv", [0, 0, 1, 1, 0, 0, 1, 1], "zero", 2, {"pads": [1, 0, 0, 2]}, [2, 1, 1, 3]),
         ("Conv", [0, 0, 2, 0, 0, 3], "absent", 1, {"strides": [2]}, [2, 3]),
+        (
+            "AveragePool",
+            [0, 0, 1, 0, 0, 0, 1, 1],
+            None,
+            2,
+            {"count_include_pad": 1, "pads": [1, 0, 0, 1]},
+            [2, 0, 1, 2],
+        ),
+        ("AveragePool", [0, 0, 1, 1, 0, 0, 1, 1], "zero", 2, {"count_include_pad": 0}, [1, 1, 1, 1]),
+        ("AveragePool", [0, 0, 2, 0, 0, 2], None, 1, {"strides": [2]}, [2, 2]),
+        ("MaxPool", [0, 0, 1, 1, 0, 0, 1, 1], "-inf", 2, {"pads": [1, 0, 0, 0]}, [2, 1, 1, 1]),
     ],
-    ids=["conv", "conv_own_pads_zero_value", "conv1d_absent_value"],
+    ids=[
+        "conv",
+        "conv_own_pads_zero_value",
+        "conv1d_absent_value",
+        "avgpool_counting_own_pads",
+        "avgpool_excluding_no_own_pads",
+        "avgpool1d_default_excludes",
+        "maxpool_minus_inf",
+    ],
 )
-def test_zero_pad_folds_into_the_window_op(
+def test_pad_folds_into_the_window_op(
     consumer: str, pads: list[int], value: str | None, dims: int, attrs: dict, expected_pads: list[int]
 ) -> None:
     model = padded(consumer, pads, value=value, dims=dims, **attrs).model(["y"])
     trip = optimized(model)
-    assert_fired(trip, PAD_CONV if consumer == "Conv" else PAD_POOL)
+    assert_fired(trip, FIRES[consumer])
     assert op_types(trip.model) == Counter({consumer: 1})
     node = only_node(trip.model, consumer)
     assert node.input[0] == "x"
     assert ints_attr(node, "pads") == expected_pads
+    if consumer == "AveragePool":
+        assert any(a.name == "count_include_pad" and a.i == 1 for a in node.attribute)
+    check_and_compare(model, trip.model)
+
+
+def test_zero_pad_after_relu_folds_into_max_pool() -> None:
+    """Every window holds a real value >= 0 (pads narrower than the kernel), so zeros never win."""
+    model = padded("MaxPool", [0, 0, 2, 1, 0, 0, 0, 2], relu=True, strides=[2, 2]).model(["y"])
+    trip = optimized(model)
+    assert_fired(trip, PAD_MAX)
+    assert op_types(trip.model) == Counter({"Relu": 1, "MaxPool": 1})
+    assert ints_attr(only_node(trip.model, "MaxPool"), "pads") == [2, 1, 0, 2]
     check_and_compare(model, trip.model)
 
 
@@ -72,22 +113,41 @@ def test_zero_pad_folds_into_the_window_op(
         ("Conv", [0, 0, 1, 1, 0, 0, 1, 1], None, {"mode": "reflect"}, {}),
         ("Conv", [0, 0, 1, 1, 0, 0, 1, 1], None, {}, {"auto_pad": "SAME_UPPER"}),
         ("MaxPool", [0, 0, 1, 1, 0, 0, 1, 1], None, {}, {}),
-        ("AveragePool", [0, 0, 1, 1, 0, 0, 1, 1], None, {}, {"count_include_pad": 0}),
+        ("AveragePool", [0, 0, 1, 1, 0, 0, 1, 1], None, {}, {"count_include_pad": 0, "pads": [1, 1, 1, 1]}),
+        ("AveragePool", [0, 0, 1, 1, 0, 0, 1, 1], "nonzero", {}, {"count_include_pad": 1}),
+        ("AveragePool", [0, 0, 1, 1, 0, 0, 1, 1], None, {}, {"auto_pad": "SAME_UPPER"}),
+        ("AveragePool", [0, 1, 1, 1, 0, 0, 1, 1], None, {}, {"count_include_pad": 1}),
+        ("AveragePool", [0, 0, 2, 1, 0, 0, 1, 1], None, {}, {"count_include_pad": 1, "pads": [1, 0, 0, 0]}),
+        ("MaxPool", [0, 0, 1, 1, 0, 0, 1, 1], "-inf", {}, {"dilations": [2, 2]}),
+        ("MaxPool", [0, 0, 1, 1, 0, 0, 1, 1], "-inf", {}, {"ceil_mode": 1, "strides": [2, 2]}),
     ],
     ids=[
         "channel_pads",
         "nonzero_value",
         "reflect_mode",
         "conv_auto_pad",
-        "maxpool",
-        "avgpool_excludes_pads",
+        "maxpool_zero_pad_may_win",
+        "avgpool_excludes_own_pads",
+        "avgpool_nonzero_value",
+        "avgpool_auto_pad",
+        "avgpool_channel_pads",
+        "avgpool_pads_reach_kernel",
+        "maxpool_dilated",
+        "maxpool_ceil_mode",
     ],
 )
 def test_pad_that_cannot_move_into_the_op_is_kept(
     consumer: str, pads: list[int], value: str | None, pad_attrs: dict, attrs: dict
 ) -> None:
     model = padded(consumer, pads, value=value, pad_attrs=pad_attrs, **attrs).model(["y"])
-    assert_unchanged(model, PAD_CONV, PAD_POOL)
+    assert_unchanged(model, PAD_CONV, PAD_POOL, PAD_MAX)
+
+
+def test_max_pool_returning_indices_keeps_its_pad() -> None:
+    """The indices would count positions in the unpadded input."""
+    g = padded("MaxPool", [0, 0, 1, 1, 0, 0, 1, 1], value="-inf")
+    g.nodes[-1].output.append("indices")
+    assert_unchanged(g.model(["y"]), PAD_MAX)
 
 
 def test_pad_with_a_second_reader_is_kept() -> None:

@@ -1,4 +1,4 @@
-"""Parallel MatMuls / Convs sharing an input merged into one product + Split (rules/parallel_merge.py).
+"""Parallel MatMuls / Gemms / Convs sharing an input merged into one product + Split (rules/parallel_merge.py).
 
 The merge only offers an alternative; whether it is extracted is the cost model's call. ``SPLIT_PAYS``
 prices the product at 10 and the Split at -1, so each output alone is cheaper through the merged form
@@ -16,6 +16,7 @@ from rule_builders import Graph, OpWeightedCost, assert_fired, assert_unchanged,
 
 MATMULS = "2 x MatMul -> MatMul+Split"
 CONVS = "Conv || Conv -> Conv+Split"
+GEMMS = "Gemm || Gemm -> Gemm+Split"
 
 
 def split_pays(op: str, split: float = -1.0) -> OpWeightedCost:
@@ -51,6 +52,44 @@ def test_parallel_matmuls_merge_into_one_matmul_and_split(x_shape: list[int]) ->
     assert_fired(trip, MATMULS)
     assert op_types(trip.model) == Counter({"Relu": 1, "MatMul": 1, "Split": 1})
     check_and_compare(model, trip.model)
+
+
+def parallel_gemms(*, trans_b: int, bias: list[int] | None, **second: object) -> Graph:
+    """Two Gemms of one [3, 4] input with 5 and 6 outputs; ``bias`` [] for [N] biases, [1] for [1, N]."""
+    g = Graph(seed=17 + trans_b)
+    x = g.node("Relu", [g.input("x", [3, 4])], "r")
+    for name, n in (("1", 5), ("2", 6)):
+        inputs = [x, g.weight(f"w{name}", *((n, 4) if trans_b else (4, n)))]
+        if bias is not None:
+            inputs.append(g.weight(f"c{name}", *bias, n))
+        attrs = {"transB": trans_b, "alpha": 0.5} | (second if name == "2" else {})
+        g.node("Gemm", inputs, f"y{name}", **attrs)
+    return g
+
+
+@pytest.mark.parametrize(
+    ("trans_b", "bias"), [(0, None), (1, []), (0, [1])], ids=["no_bias", "transposed_vector_bias", "row_bias"]
+)
+def test_parallel_gemms_merge_into_one_gemm_and_split(trans_b: int, bias: list[int] | None) -> None:
+    model = parallel_gemms(trans_b=trans_b, bias=bias).model(["y1", "y2"])
+    trip = optimized(model, cost=split_pays("Gemm"))
+    assert_fired(trip, GEMMS)
+    assert op_types(trip.model) == Counter({"Relu": 1, "Gemm": 1, "Split": 1})
+    check_and_compare(model, trip.model)
+
+
+@pytest.mark.parametrize("second", [{"alpha": 2.0}, {"beta": 0.25}], ids=["other_alpha", "other_beta"])
+def test_gemms_with_different_attributes_are_not_merged(second: dict) -> None:
+    assert_unchanged(parallel_gemms(trans_b=0, bias=[], **second).model(["y1", "y2"]), GEMMS)
+
+
+def test_gemms_with_a_broadcast_bias_are_not_merged() -> None:
+    """A bias of one element (or of shape [M, N]) is not laid out along N: concatenating would be wrong."""
+    g = Graph(seed=18)
+    x = g.input("x", [3, 4])
+    g.node("Gemm", [x, g.weight("w1", 4, 5), g.weight("c1", 1)], "y1")
+    g.node("Gemm", [x, g.weight("w2", 4, 6), g.weight("c2", 1)], "y2")
+    assert_unchanged(g.model(["y1", "y2"]), GEMMS)
 
 
 @pytest.mark.parametrize("bias", [False, True], ids=["no_bias", "bias"])

@@ -83,6 +83,11 @@ def add_spatial_pads(conv: AttrList, _: AttrList, values: list[np.ndarray | None
     return _replace(conv, helper.make_attribute("pads", merged))
 
 
+def add_counted_pads(pool: AttrList, _: AttrList, values: list[np.ndarray | None]) -> AttrList:
+    """A zero Pad taken into an AveragePool: its zeros were counted in the divisor, so the padding now is."""
+    return _replace(add_spatial_pads(pool, _, values), helper.make_attribute("count_include_pad", 1))
+
+
 def last_axis(_: AttrList, __: AttrList, values: list[np.ndarray | None]) -> AttrList:
     """``axis = -1`` (the Split that separates the outputs of merged MatMuls or Gemms)."""
     return [helper.make_attribute("axis", -1)]
@@ -106,6 +111,7 @@ ATTRIBUTE_KERNELS: dict[str, AttributeKernel] = {
     "gemm_flip_a": gemm_flip_a,
     "gemm_flip_b": gemm_flip_b,
     "add_spatial_pads": add_spatial_pads,
+    "add_counted_pads": add_counted_pads,
     "last_axis": last_axis,
     "channel_axis": channel_axis,
 }

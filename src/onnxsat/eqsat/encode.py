@@ -36,8 +36,10 @@ from onnxsat.eqsat.language import (
     has_type,
     inverse_perms,
     is_float32,
+    op_kind,
     opset_at_least,
     out,
+    pad_into_pool,
     parallel_pair,
     same_shape,
     sole_use,
@@ -45,6 +47,7 @@ from onnxsat.eqsat.language import (
     static_value,
     value_flag,
 )
+from onnxsat.eqsat.rules.layout_sinking import OP_KINDS
 
 _SPAN = bindings.PanicSpan()
 _NIL = bindings.Call(_SPAN, "ArgsNil", [])
@@ -136,6 +139,8 @@ def _declare_language(egraph: EGraph) -> None:
         inverse_perms(Attrs.table(-1), Attrs.table(-1)),
         opset_at_least(-1),
         parallel_pair(handle, handle),
+        pad_into_pool(handle),
+        op_kind("", ""),
         union(Tensor.ref(-3)).with_(Tensor.pure_key("", Attrs.none(), Args.nil(), 0, 0)),
     )
 
@@ -157,6 +162,8 @@ class _Encoder:
         self.constants = {name for name in names if name not in overridable}
         for name in sorted(self.constants):
             self.tensor_facts(name, self.ref(name))
+        for kind, ops in OP_KINDS.items():
+            self.commands.extend(_fact(_call("OpKind", _string(op), _string(kind))) for op in ops)
         for version in range(1, domain_opset(model, "") + 1):
             self.commands.append(_fact(_call("OpsetAtLeast", _int(version))))
 
@@ -209,6 +216,8 @@ class _Encoder:
             self.add_node(position, node)
         for first, second in self.result.facts.parallel_pairs:
             self.commands.append(_fact(_call("ParallelPair", self.ref(first), self.ref(second))))
+        for output in self.result.facts.absorbable_pads:
+            self.commands.append(_fact(_call("PadIntoPool", self.ref(output))))
         for output, operand, rank in self.result.facts.same_shape:
             self.commands.append(_fact(_call("SameShape", self.ref(output), self.ref(operand), _int(rank))))
         for outer, inner in inverse_permutations(self.attr_keys, self.result.attributes):

@@ -20,6 +20,7 @@ import numpy as np
 import onnx
 
 from onnxsat.eqsat.weights import constant_node_value
+from onnxsat.eqsat.window_pads import absorbable_pads
 from onnxsat.external_data import tensor_value
 
 FlagPredicate = Callable[[list[onnx.AttributeProto], int], bool]
@@ -201,6 +202,8 @@ class GraphFacts:
     parallel_pairs: list[tuple[str, str]] = field(default_factory=list)
     same_shape: list[tuple[str, str, int]] = field(default_factory=list)
     """(output, operand, rank) of binary elementwise nodes whose output keeps an operand's known shape."""
+    absorbable_pads: list[str] = field(default_factory=list)
+    """Outputs of Pads that the pool reading them can take into its own padding (``window_pads``)."""
     equal_initializers: dict[str, str] = field(default_factory=dict)
     """Constant initializer name -> the first (by name) constant initializer with the same type, dims
     and bytes: duplicates the encoder writes as one term, so nodes that read them merge by hash-consing."""
@@ -250,8 +253,33 @@ def collect_facts(model: onnx.ModelProto, typed: onnx.ModelProto | None, base_di
     facts.parallel_pairs = parallel_pairs(model, facts)
     facts.same_shape = same_shape_operands(graph, facts)
     constants = [t for t in graph.initializer if t.name not in overridable and t.name not in facts.graph_outputs]
+    facts.absorbable_pads = list(
+        absorbable_pads(graph, _small_constant_reader(graph, constants, base_dir), facts.sole_use, _opset(model))
+    )
     facts.equal_initializers = equal_initializers(constants, base_dir)
     return facts
+
+
+def _opset(model: onnx.ModelProto) -> int:
+    return max((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), default=1)
+
+
+def _small_constant_reader(
+    graph: onnx.GraphProto, constants: list[onnx.TensorProto], base_dir: Path | None
+) -> Callable[[str], np.ndarray | None]:
+    """Reads a constant of at most ``FLAG_MAX_ELEMENTS`` elements (initializer or Constant node) by name."""
+    tensors = {t.name: t for t in constants if int(np.prod(t.dims, dtype=np.int64)) <= FLAG_MAX_ELEMENTS}
+    nodes = {n.output[0]: n for n in graph.node if n.op_type == "Constant" and n.domain in ("", "ai.onnx")}
+
+    def read(name: str) -> np.ndarray | None:
+        if name in tensors:
+            return tensor_value(tensors[name], base_dir)
+        if name in nodes:
+            value = constant_node_value(nodes[name], base_dir)
+            return value if value.size <= FLAG_MAX_ELEMENTS else None
+        return None
+
+    return read
 
 
 ELEMENTWISE_BINARY = frozenset({"Add", "Sub", "Mul", "Div"})
@@ -303,18 +331,20 @@ MAX_PARALLEL_GROUP = 8
 
 
 def parallel_pairs(model: onnx.ModelProto, facts: GraphFacts) -> list[tuple[str, str]]:
-    """Outputs of MatMuls (or Convs) that read the same first input with an initializer weight, as
+    """Outputs of MatMuls, Gemms or Convs that read the same first input with an initializer weight, as
     ordered pairs in graph order: the only places the parallel-merge rules can apply."""
     weights = {t.name: tuple(t.dims) for t in model.graph.initializer}
     groups: dict[tuple[object, ...], list[str]] = {}
     for node in model.graph.node:
-        if node.domain not in ("", "ai.onnx") or node.op_type not in ("MatMul", "Conv") or len(node.input) < 2:
+        if node.domain not in ("", "ai.onnx") or node.op_type not in ("MatMul", "Gemm", "Conv") or len(node.input) < 2:
             continue
         shape = weights.get(node.input[1])
         if shape is None or not node.output or not node.output[0] or len(shape) < 2:
             continue
         if node.op_type == "MatMul":  # [K, N] weights of one K
             key: tuple[object, ...] = ("MatMul", node.input[0], shape[0]) if len(shape) == 2 else ()
+        elif node.op_type == "Gemm":
+            key = _gemm_key(node, shape, weights)
         else:  # ungrouped, equal attributes, equal filter shapes apart from the filter count, both biased or not
             attrs = tuple(sorted(a.SerializeToString() for a in node.attribute))
             grouped = any(a.name == "group" and a.i != 1 for a in node.attribute)
@@ -326,6 +356,19 @@ def parallel_pairs(model: onnx.ModelProto, facts: GraphFacts) -> list[tuple[str,
         if 1 < len(outputs) <= MAX_PARALLEL_GROUP:
             pairs += [(a, b) for i, a in enumerate(outputs) for b in outputs[i + 1 :]]
     return pairs
+
+
+def _gemm_key(node: onnx.NodeProto, shape: tuple[int, ...], weights: dict[str, tuple[int, ...]]) -> tuple[object, ...]:
+    """Gemms merge when they share A, every attribute and K, and their biases are initializers of one form
+    along N ([N] or [1, N]) or both absent: concatenated along N, the weights and biases stay valid."""
+    trans_b = _int_attr(list(node.attribute), "transB", 0)
+    k, n = (shape[1], shape[0]) if trans_b else (shape[0], shape[1])
+    bias = node.input[2] if len(node.input) > 2 else ""
+    bias_shape = weights.get(bias) if bias else ()
+    if bias_shape not in ((), (n,), (1, n)) or (bias and bias_shape == ()):
+        return ()
+    attrs = tuple(sorted(a.SerializeToString() for a in node.attribute))
+    return ("Gemm", node.input[0], k, attrs, len(bias_shape) if bias else None)
 
 
 SHAPE_VALUE_OPS = frozenset(

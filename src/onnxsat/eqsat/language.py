@@ -170,6 +170,11 @@ inverse_perms = relation("InversePerms", Attrs, Attrs, egg_fn="InversePerms")
 """Two Transpose attribute tables of the model whose permutations undo each other (the first applied
 after the second is the identity). Computed in Python at encode time: the composed perm of a
 Transpose pair is an ``Attrs.computed`` known only at decode, so no rule could see the identity."""
+pad_into_pool = relation("PadIntoPool", Tensor, egg_fn="PadIntoPool")
+"""The output of a constant-mode Pad whose only reader, a pool, can take the padding into its own: every
+condition (pad value, kernel width, ceil mode, the pool's divisor) is checked in Python (``window_pads``)."""
+op_kind = relation("OpKind", String, String, egg_fn="OpKind")
+"""(op type, kind): the op belongs to a class a rule family treats alike (``layout_sinking.OP_KINDS``)."""
 opset_at_least = relation("OpsetAtLeast", i64, egg_fn="OpsetAtLeast")
 """The model imports the default domain at this version or later (asserted for each version up to its own)."""
 

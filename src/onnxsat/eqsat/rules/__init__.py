@@ -4,16 +4,18 @@
 - ``constant_folding``: initializer-only subgraphs and shapes of static tensors computed ahead of time.
 - ``noop_removal``: ops that return their input (Identity, Dropout, same-type Cast, same-shape Reshape...).
 - ``consecutive``: Transpose+Transpose, reshape chains, LogSoftmax twice, nested Concats.
+- ``layout_sinking``: Transpose/Reshape/Squeeze/Unsqueeze/Flatten moved below elementwise ops, so pairs
+  of them meet and cancel.
 - ``slice_composition``: Slice+Slice with constant parameters as one Slice.
 - ``cse``: pure nodes with the same inputs and attributes computed once.
 - ``bn_folding``: BatchNormalization folded into the Conv before it, or the unpadded Conv after it, and
   per-channel Mul/Add after it folded into its parameters.
 - ``weight_folding``: Mul/Add by constants folded into Conv, Gemm and MatMul weights (Conv+Add bias).
-- ``pad_folding``: zero Pad folded into Conv padding (pools are left alone, see the module).
+- ``pad_folding``: Pad folded into the padding of the Conv, AveragePool or MaxPool after it.
 - ``linear``: MatMul+Add -> Gemm, Transpose folded into Gemm.
 - ``reassociation``: elementwise chains with constants reassociated so the constants fold.
 - ``lrn_decomposition``: LRN as Mul + banded 1x1 Conv + Pow + Mul (ORT's LRN kernel is slow).
-- ``parallel_merge``: MatMuls or Convs sharing an input merged into one, then Split (grows the e-graph).
+- ``parallel_merge``: MatMuls, Gemms or Convs sharing an input merged into one, then Split (grows the e-graph).
 - ``activation_fusion``: Conv+Relu/Clip and Gemm+Relu into ONNX Runtime's com.microsoft fused ops.
 - ``ort_guards``: forms ONNX Runtime's load-time fusions leave alone (a residual Add written as Sum), for
   when the cost model says ORT's fused kernel is the slower one.
@@ -23,6 +25,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import onnx
 from egglog import Ruleset
 
 from onnxsat.eqsat.rules.activation_fusion import activation_fusion
@@ -31,6 +34,7 @@ from onnxsat.eqsat.rules.bn_folding import bn_folding
 from onnxsat.eqsat.rules.consecutive import consecutive
 from onnxsat.eqsat.rules.constant_folding import constant_folding
 from onnxsat.eqsat.rules.cse import cse
+from onnxsat.eqsat.rules.layout_sinking import has_layout_chain, layout_sinking
 from onnxsat.eqsat.rules.linear import linear
 from onnxsat.eqsat.rules.lrn_decomposition import lrn_decomposition
 from onnxsat.eqsat.rules.noop_removal import noop_removal
@@ -60,6 +64,7 @@ STANDARD_SIMPLIFY: tuple[Ruleset, ...] = (
     constant_folding,
     noop_removal,
     consecutive,
+    layout_sinking,
     slice_composition,
     cse,
     bn_folding,
@@ -94,16 +99,20 @@ REQUIRED_OP: tuple[tuple[Ruleset, str], ...] = (
 """Families that start from one op type: skipped for models without that op."""
 
 
-def applicable(schedule: RuleSchedule, op_types: set[str], has_parallel_pairs: bool) -> RuleSchedule:
+def applicable(schedule: RuleSchedule, graph: onnx.GraphProto, has_parallel_pairs: bool) -> RuleSchedule:
     """``schedule`` without the families that cannot apply to a model with these op types.
 
     egglog compiles and plans every rule of a family for each new e-graph, and some plans cost seconds
     on graphs of a few hundred nodes even with nothing to match (the 1,500-block Conv chain: 45 s with
     them, 4.8 s without); on the small graphs of the test suite the compiling alone is a quarter second.
     No rule creates the node a family starts from (a BatchNormalization, an LRN, a Slice), so a model
-    without one never needs it. The growing family applies only to the pairs the encoder found.
+    without one never needs it. The growing family applies only to the pairs the encoder found, layout
+    sinking only where a layout op reaches another through elementwise ops.
     """
+    op_types = {node.op_type for node in graph.node}
     simplify = tuple(r for r in schedule.simplify if all(r is not f or op in op_types for f, op in REQUIRED_OP))
+    if not has_layout_chain(graph):
+        simplify = tuple(r for r in simplify if r is not layout_sinking)
     return RuleSchedule(simplify=simplify, grow=schedule.grow if has_parallel_pairs else ())
 
 

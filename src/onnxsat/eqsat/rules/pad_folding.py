@@ -1,19 +1,22 @@
-"""A zero Pad in front of a convolution becomes part of the convolution's own padding.
+"""A Pad in front of a convolution or pool becomes part of the op's own padding.
 
     Conv(Pad(x, pads, 0), W, ...)                         ==>  Conv(x, W, ..., pads = own + spatial pads)
+    AveragePool(Pad(x, pads, 0))                          ==>  AveragePool(x, pads = ..., count_include_pad=1)
+    MaxPool(Pad(x, pads, -inf))                           ==>  MaxPool(x, pads = ...)
 
-Only constant-mode pads with zero value, non-negative, and none on the batch or channel axes
-(``spatial_pads``); the Conv's own padding must be explicit (not ``auto_pad``). Pools are left alone:
-a MaxPool pads with -inf, an AveragePool may exclude padding from its divisor, and even one that counts
-it computes other output sizes in ceil mode and refuses pads wider than its kernel in ONNX Runtime
-(both found by the rule tests). Saves one full copy of the activation.
+For Conv: only constant-mode pads with zero value, non-negative, and none on the batch or channel axes
+(``spatial_pads``); the Conv's own padding must be explicit (not ``auto_pad``). Pools pad differently
+(a MaxPool as if with -inf, an AveragePool may exclude padding from its divisor, ONNX Runtime refuses
+pads as wide as the kernel, ceil mode sizes outputs differently): whether a Pad fits the pool after it
+is decided in Python (``window_pads``) and asserted as ``PadIntoPool``. Saves one full copy of the
+activation.
 """
 
 from __future__ import annotations
 
 from egglog import Ruleset, String, eq, rule, ruleset, union
 
-from onnxsat.eqsat.language import Args, Attrs, Tensor, args_of, attr_flag, sole_use, value_flag
+from onnxsat.eqsat.language import Args, Attrs, Tensor, args_of, attr_flag, pad_into_pool, sole_use, value_flag
 from onnxsat.eqsat.rules.patterns import result, unique
 
 pad_folding: Ruleset = ruleset(name="pad_folding")
@@ -49,3 +52,25 @@ def _pad_into_window_ops(
                 sole_use(p),
                 name=unique(f"Pad+{op} -> {op}"),
             ).then(union(y).with_(result(op, merged, Args.cons(x, rest), node_id)))
+
+
+@pad_folding.register
+def _pad_into_pools(
+    y: Tensor,
+    p: Tensor,
+    x: Tensor,
+    pads: Tensor,
+    tail: Args,
+    attrs: Attrs,
+    pad_attrs: Attrs,
+    node_id: String,
+    pad_id: String,
+) -> object:
+    for op, kernel in (("AveragePool", "add_counted_pads"), ("MaxPool", "add_spatial_pads")):
+        merged = Attrs.computed(kernel, attrs, Attrs.none(), args_of(pads))
+        yield rule(
+            eq(y).to(result(op, attrs, args_of(p), node_id)),
+            pad_into_pool(p),
+            eq(p).to(result("Pad", pad_attrs, Args.cons(x, Args.cons(pads, tail)), pad_id)),
+            name=unique(f"Pad+{op} -> {op}"),
+        ).then(union(y).with_(result(op, merged, args_of(x), node_id)))

@@ -1,0 +1,191 @@
+"""Layout ops moved below elementwise ops, so that pairs of them meet and cancel (TASO/TENSAT).
+
+    U(L(x))                        ==>  L(U(x))           U elementwise unary, L a layout op
+    B(L(a), c), B(c, L(a))         ==>  L(B(a, c))        B elementwise binary, c a one-element constant
+    B(L(a), L(b)), a and b of one shape  ==>  L(B(a, b))  the same L (attributes and shape inputs)
+
+with L one of Transpose, Reshape, Squeeze, Unsqueeze, Flatten: ops that move or relabel elements
+without computing. A converted TensorFlow model wraps every elementwise chain in an NHWC->NCHW
+Transpose and its inverse; once the first Transpose has sunk to the second, ``consecutive`` removes
+the pair (or composes the two into one), and a Reshape that has sunk to its inverse becomes a no-op.
+
+Both forms stay in the e-graph; on its own a sunk layout op costs the same, so the cost model picks
+the sunk form only where something cancelled. The new inner node keeps the shape of its input (the
+rules require it known), so the cost model prices it like the original.
+"""
+
+from __future__ import annotations
+
+import onnx
+from egglog import Ruleset, String, eq, i64, ne, rule, ruleset, union
+
+from onnxsat.eqsat.language import (
+    Args,
+    Attrs,
+    Dims,
+    Node,
+    Tensor,
+    args_of,
+    dims_of,
+    has_shape,
+    op_kind,
+    out,
+    static_args,
+    value_flag,
+)
+from onnxsat.eqsat.rules.patterns import unique
+
+layout_sinking: Ruleset = ruleset(name="layout_sinking")
+
+LAYOUT_OPS = ("Transpose", "Reshape", "Squeeze", "Unsqueeze", "Flatten")
+"""Ops that only move or relabel elements: their extra inputs (a target shape, axes) describe layout."""
+
+ELEMENTWISE_UNARY = (
+    "Relu",
+    "LeakyRelu",
+    "Elu",
+    "Selu",
+    "Celu",
+    "Sigmoid",
+    "HardSigmoid",
+    "HardSwish",
+    "Tanh",
+    "Softplus",
+    "Softsign",
+    "Gelu",
+    "Erf",
+    "Neg",
+    "Abs",
+    "Exp",
+    "Log",
+    "Sqrt",
+    "Reciprocal",
+    "Floor",
+    "Ceil",
+    "Round",
+    "Sign",
+    "Sin",
+    "Cos",
+    "Not",
+    "Cast",
+    "Clip",
+)
+"""Ops applied to each element alone; Clip's bounds (its extra inputs) must be constant scalars."""
+
+ELEMENTWISE_BINARY = ("Add", "Sub", "Mul", "Div", "Pow", "Max", "Min")
+
+
+OP_KINDS = {"layout": LAYOUT_OPS, "unary": ELEMENTWISE_UNARY, "binary": ELEMENTWISE_BINARY}
+"""What ``OpKind`` facts (asserted by the encoder) say: one rule then covers every pair of ops, where a
+rule per pair (several hundred) took longer to compile than to run."""
+
+
+def has_layout_chain(graph: onnx.GraphProto) -> bool:
+    """Whether a layout op reaches another through elementwise ops only: where sinking can make two meet.
+
+    Sinking elsewhere only adds equivalent forms the extractor will not take, and the extra iterations
+    cost seconds on transformer exports (BERT's Reshape, Mul-by-scalar chains); the family is skipped.
+    """
+    readers: dict[str, list[onnx.NodeProto]] = {}
+    for node in graph.node:
+        for name in node.input:
+            readers.setdefault(name, []).append(node)
+    elementwise = {*ELEMENTWISE_UNARY, *ELEMENTWISE_BINARY}
+    for node in graph.node:
+        if node.op_type not in LAYOUT_OPS or node.domain not in ("", "ai.onnx"):
+            continue
+        frontier, seen = [r for r in readers.get(node.output[0], []) if r.op_type in elementwise], set()
+        while frontier:
+            current = frontier.pop()
+            if id(current) in seen or current.domain not in ("", "ai.onnx"):
+                continue
+            seen.add(id(current))
+            for reader in readers.get(current.output[0], []):
+                if reader.op_type in LAYOUT_OPS and reader.domain in ("", "ai.onnx"):
+                    return True
+                if reader.op_type in elementwise:
+                    frontier.append(reader)
+    return False
+
+
+def _node(op: String, attrs: Attrs, inputs: Args, node_id: String) -> Tensor:
+    return out(Node(op, "", attrs, inputs, Args.nil(), node_id, 1), 0)
+
+
+@layout_sinking.register
+def _through_unary(
+    y: Tensor,
+    z: Tensor,
+    x: Tensor,
+    u_op: String,
+    l_op: String,
+    u_attrs: Attrs,
+    u_rest: Args,
+    l_attrs: Attrs,
+    l_rest: Args,
+    u_id: String,
+    l_id: String,
+    d: Dims,
+) -> object:
+    sunk = _node(u_op, u_attrs, Args.cons(x, u_rest), u_id)
+    yield rule(
+        eq(y).to(_node(u_op, u_attrs, Args.cons(z, u_rest), u_id)),
+        op_kind(u_op, String("unary")),
+        eq(z).to(_node(l_op, l_attrs, Args.cons(x, l_rest), l_id)),
+        op_kind(l_op, String("layout")),
+        static_args(u_rest),
+        ne(x).to(z),
+        has_shape(x, d),
+        name="unary(layout) -> layout(unary)",
+    ).then(union(y).with_(_node(l_op, l_attrs, Args.cons(sunk, l_rest), l_id)), has_shape(sunk, d))
+
+
+@layout_sinking.register
+def _through_binary(
+    y: Tensor,
+    z: Tensor,
+    w: Tensor,
+    a: Tensor,
+    b: Tensor,
+    c: Tensor,
+    b_op: String,
+    l_op: String,
+    b_attrs: Attrs,
+    l_attrs: Attrs,
+    l_rest: Args,
+    b_id: String,
+    l_id: String,
+    l_id2: String,
+    k: i64,
+    tail: Dims,
+) -> object:
+    d = Dims.cons(k, tail)
+    laid_out = _node(l_op, l_attrs, Args.cons(a, l_rest), l_id)
+    kinds = (op_kind(b_op, String("binary")), op_kind(l_op, String("layout")))
+    for operands, sunk_operands in (((z, c), (a, c)), ((c, z), (c, a))):
+        sunk = _node(b_op, b_attrs, args_of(*sunk_operands), b_id)
+        for scalar in (Dims.nil(), dims_of(1)):
+            yield rule(
+                eq(y).to(_node(b_op, b_attrs, args_of(*operands), b_id)),
+                kinds[0],
+                eq(z).to(laid_out),
+                kinds[1],
+                value_flag(c, "single"),
+                has_shape(c, scalar),
+                ne(a).to(z),
+                has_shape(a, d),
+                name=unique("binary(layout, scalar) -> layout(binary)"),
+            ).then(union(y).with_(_node(l_op, l_attrs, Args.cons(sunk, l_rest), l_id)), has_shape(sunk, d))
+    sunk = _node(b_op, b_attrs, args_of(a, b), b_id)
+    yield rule(
+        eq(y).to(_node(b_op, b_attrs, args_of(z, w), b_id)),
+        kinds[0],
+        eq(z).to(laid_out),
+        kinds[1],
+        eq(w).to(_node(l_op, l_attrs, Args.cons(b, l_rest), l_id2)),
+        ne(a).to(z),
+        ne(b).to(w),
+        has_shape(a, d),
+        has_shape(b, d),
+        name="binary(layout, layout) -> layout(binary)",
+    ).then(union(y).with_(_node(l_op, l_attrs, Args.cons(sunk, l_rest), l_id)), has_shape(sunk, d))
