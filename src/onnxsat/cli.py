@@ -108,6 +108,85 @@ def _run_optimize(args: argparse.Namespace) -> int:
     return 0
 
 
+def _percent(text: str) -> float:
+    """``1%`` or ``0.01`` -> 0.01."""
+    try:
+        return float(text[:-1]) / 100 if text.endswith("%") else float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a fraction or percentage: {text!r}") from None
+
+
+def _floats(text: str) -> list[float]:
+    try:
+        return [float(v) for v in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a comma-separated list of numbers: {text!r}") from None
+
+
+def _add_sparsify(commands: argparse._SubParsersAction) -> None:
+    from onnxsat.sparsity.methods import METHODS
+    from onnxsat.sparsity.search import METRICS
+
+    parser = commands.add_parser(
+        "sparsify", help="zero small weights (unstructured), optionally inside an accuracy budget"
+    )
+    parser.add_argument("model", help="input .onnx file (never modified)")
+    parser.add_argument("-o", "--output", required=True, help="where to write the sparsified model")
+    parser.add_argument(
+        "--method", choices=METHODS, default="relative", help="how weights are scored (default relative)"
+    )
+    parser.add_argument("--sparsity", type=_percent, help="fraction of prunable weights to zero, e.g. 0.5 or 50%%")
+    parser.add_argument("--max-drop", type=_percent, help="search the highest sparsity whose drop stays within this")
+    parser.add_argument("--metric", choices=METRICS, default="top1", help="metric of the budget (default top1)")
+    parser.add_argument(
+        "--data", help="digits, an image folder, a CIFAR-10 batches folder, an .npz (inputs, labels), or random"
+    )
+    parser.add_argument("--fidelity", action="store_true", help="ignore labels: agreement with the dense model")
+    parser.add_argument("--limit", type=int, help="use at most this many samples of the data")
+    parser.add_argument("--mean", type=_floats, help="per-channel mean subtracted from images scaled to [0, 1]")
+    parser.add_argument("--std", type=_floats, help="per-channel std images are divided by")
+    parser.add_argument("--uniform-only", action="store_true", help="budget search: one level for every layer only")
+    parser.add_argument("--step", type=_percent, default=0.05, help="budget search: level step (default 0.05)")
+    parser.add_argument("--exclude", nargs="+", default=[], metavar="NAME", help="weights or nodes to leave dense")
+    parser.add_argument("--sparse-initializers", action="store_true", help="store sparse weights in COO form")
+    parser.add_argument("--min-sparsity", type=_percent, default=0.5, help="COO only at or above this (default 0.5)")
+    parser.add_argument("--input-shape", action="append", default=[], metavar="NAME:D1,D2,...")
+    parser.add_argument("--report", metavar="PATH", help="also write the report as JSON")
+    parser.add_argument("--force", action="store_true", help="write the result even if verification fails")
+    parser.set_defaults(handler=_run_sparsify)
+
+
+def _run_sparsify(args: argparse.Namespace) -> int:
+    from onnxsat.errors import VerificationFailedError
+    from onnxsat.sparsity.pipeline import SparsifyOptions, sparsify
+    from onnxsat.verify import parse_input_shapes
+
+    options = SparsifyOptions(
+        method=args.method,
+        sparsity=args.sparsity,
+        max_drop=args.max_drop,
+        metric=args.metric,
+        data=args.data,
+        limit=args.limit,
+        fidelity=args.fidelity,
+        per_layer=not args.uniform_only,
+        step=args.step,
+        exclude=args.exclude,
+        sparse_initializers=args.sparse_initializers,
+        min_sparsity=args.min_sparsity,
+        mean=args.mean,
+        std=args.std,
+        input_shapes=parse_input_shapes(args.input_shape),
+    )
+    try:
+        report = sparsify(args.model, args.output, options, args.report, force=args.force)
+    except VerificationFailedError as error:
+        print(error.report.to_table())  # type: ignore[attr-defined]
+        raise
+    print(report.to_table())
+    return 0
+
+
 def _add_demo(commands: argparse._SubParsersAction) -> None:
     parser = commands.add_parser("demo", help="build a small CNN, optimize it and show the report and latency")
     parser.add_argument("--output-dir", default="out/demo", help="where the demo writes its models")
@@ -288,6 +367,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--debug", action="store_true", help="show tracebacks")
     commands = parser.add_subparsers(dest="command", required=True)
     _add_optimize(commands)
+    _add_sparsify(commands)
     _add_demo(commands)
     _add_bench(commands)
     _add_fuzz(commands)

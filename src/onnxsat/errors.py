@@ -61,3 +61,10 @@ class UnsafeModelError(OnnxSatError):
     """The model asks ONNXSat to read a file outside its folder (external data); nothing was read."""
 
     exit_code = 10
+
+
+class DataError(OnnxSatError):
+    """Calibration or evaluation data ONNXSat cannot use: missing or empty, unreadable, of a shape the
+    model does not take, or with labels outside the model's classes."""
+
+    exit_code = 12

@@ -1,0 +1,402 @@
+"""Where the samples that measure a model's accuracy come from: digits, image folders, CIFAR-10, ``.npz``.
+
+Pruning under an accuracy budget needs real inputs, shaped exactly as the model takes them. Every
+source ends as float32 inputs ``[N, *input_shape[1:]]`` and, when the source has them, int64 labels.
+Image sources are fitted to the model's NCHW input: converted to its channel count (grayscale or
+RGB), resized with Pillow's bilinear filter (computed in float, so no rounding to 8 bits), scaled to
+[0, 1] and normalized per channel by ``mean``/``std``. A ``.npz`` is taken as the user prepared it.
+
+Order is deterministic, so two runs measure the same samples, and ``limit`` keeps the first samples
+while reading only the files it needs. Every problem is one :class:`~onnxsat.errors.DataError` line
+naming the path and what is wrong with it.
+"""
+
+from __future__ import annotations
+
+import pickle
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from itertools import chain, zip_longest
+from pathlib import Path
+
+import numpy as np
+from PIL import Image
+
+from onnxsat.errors import DataError
+
+DIGITS = "digits"
+DIGITS_TEST = "digits-test"
+"""The 397 digits the bundled digits CNN never trained on (``onnxsat.zoo.digits_cnn.DIGITS_SPLIT``)."""
+"""The spec naming scikit-learn's bundled digits (1,797 8x8 grayscale images of 0-9, values 0-16)."""
+
+IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp")
+
+CIFAR_BATCHES = ("test_batch", *(f"data_batch_{index}" for index in range(1, 6)))
+"""Batch files read from a CIFAR-10 folder, in this order: the test batch first, because held-out
+images are what an accuracy budget should be measured on (and a ``limit`` then takes only those)."""
+
+_CIFAR_SIDE = 32
+_DIGITS_MAX = 16.0
+_LUMA = np.array([0.299, 0.587, 0.114], dtype=np.float32)
+"""ITU-R 601-2 luma weights: what Pillow's ``convert("L")`` uses, so CIFAR and folder images agree."""
+
+_CIFAR_PICKLE_GLOBALS = frozenset(
+    {
+        ("numpy", "ndarray"),
+        ("numpy", "dtype"),
+        ("numpy.core.multiarray", "_reconstruct"),
+        ("numpy._core.multiarray", "_reconstruct"),
+        ("numpy.core.numeric", "_frombuffer"),
+        ("numpy._core.numeric", "_frombuffer"),
+        ("_codecs", "encode"),
+    }
+)
+"""All a CIFAR batch pickle may import (a numpy array, and bytes as Python 3 pickles them): a pickle
+can run any function it names, and a data file has no business naming any other."""
+
+
+@dataclass(frozen=True)
+class Dataset:
+    """Model-ready samples: ``inputs`` float32 ``[N, ...]``, ``labels`` int64 ``[N]`` or None."""
+
+    inputs: np.ndarray
+    labels: np.ndarray | None
+    name: str
+
+    def __len__(self) -> int:
+        return len(self.inputs)
+
+    def batches(self, size: int) -> Iterator[tuple[np.ndarray, np.ndarray | None]]:
+        """Consecutive batches of ``size`` samples in dataset order; the last one may be shorter."""
+        if size < 1:
+            raise ValueError(f"batch size must be at least 1, got {size}")
+        for start in range(0, len(self), size):
+            labels = None if self.labels is None else self.labels[start : start + size]
+            yield self.inputs[start : start + size], labels
+
+    def take(self, n: int) -> Dataset:
+        """The first ``n`` samples: a deterministic subset, e.g. a quick calibration set."""
+        labels = None if self.labels is None else self.labels[:n]
+        return Dataset(self.inputs[:n], labels, self.name)
+
+
+@dataclass(frozen=True)
+class _ImageLayout:
+    """What image sources must produce; height/width None where the model's dim is dynamic (kept as is)."""
+
+    channels: int
+    height: int | None
+    width: int | None
+    mean: tuple[float, ...] | None
+    std: tuple[float, ...] | None
+
+
+def load_dataset(
+    spec: str,
+    input_shape: Sequence[int | str | None],
+    *,
+    limit: int | None = None,
+    mean: Sequence[float] | None = None,
+    std: Sequence[float] | None = None,
+) -> Dataset:
+    """Load ``spec`` ("digits" or a path) fitted to a model input of ``input_shape`` (batch dim first).
+
+    A path is a folder of images (in class subfolders, labelled by sorted folder name, or all at the
+    top level, unlabelled), a CIFAR-10 python-batches folder or one batch file, or a ``.npz`` holding
+    ``inputs`` and optionally ``labels``. Dims that are None, a name, or <= 0 are dynamic.
+    """
+    if limit is not None and limit < 1:
+        raise DataError(f"{spec}: the sample limit must be at least 1, got {limit}")
+    dataset = _load(spec, input_shape, limit, mean, std)
+    if len(dataset) == 0:
+        raise DataError(f"{spec}: holds no samples")
+    return dataset
+
+
+def require_shape(shape: Sequence[int], input_shape: Sequence[int | str | None], where: str) -> None:
+    """Samples of ``shape`` (batch first) must fit the model input: same rank, same fixed non-batch dims.
+
+    The batch dim is not compared: a model whose batch is fixed to 1 is still fed a whole dataset.
+    """
+    model_dims = [_fixed(dim) for dim in input_shape]
+    fits = len(shape) == len(model_dims) and all(
+        want is None or have == want for have, want in zip(shape[1:], model_dims[1:], strict=True)
+    )
+    if not fits:
+        raise DataError(f"{where}: inputs have shape {list(shape)} but the model takes {_shape_text(input_shape)}")
+
+
+def _load(
+    spec: str,
+    input_shape: Sequence[int | str | None],
+    limit: int | None,
+    mean: Sequence[float] | None,
+    std: Sequence[float] | None,
+) -> Dataset:
+    """Dispatch on the spec: the digits name, then by what the path is."""
+    if spec in (DIGITS, DIGITS_TEST):
+        digits = _digits(
+            _layout(DIGITS, input_shape, mean, std, native_channels=1), None if spec == DIGITS_TEST else limit
+        )
+        if spec == DIGITS_TEST:
+            from onnxsat.zoo.digits_cnn import DIGITS_SPLIT  # the split belongs to the model trained on it
+
+            held_out = DIGITS_SPLIT.indices(len(digits))[1][:limit]
+            assert digits.labels is not None
+            return Dataset(digits.inputs[held_out], digits.labels[held_out], DIGITS_TEST)
+        return digits
+    path = Path(spec).expanduser()
+    if not path.exists():
+        if "/" in spec or "\\" in spec or path.suffix:
+            raise DataError(f"{path}: no such file or folder")
+        raise DataError(
+            f"unknown dataset {spec!r}: give {DIGITS!r}, {DIGITS_TEST!r} or a path to an image folder, "
+            "a CIFAR-10 batch folder or file, or a .npz"
+        )
+    if path.is_dir():
+        batch_files = [path / name for name in CIFAR_BATCHES if (path / name).is_file()]
+        if batch_files:
+            return _cifar(batch_files, f"cifar10:{path}", _layout(path, input_shape, mean, std), limit)
+        return _image_folder(path, _layout(path, input_shape, mean, std), limit)
+    if path.suffix.lower() in IMAGE_SUFFIXES:
+        raise DataError(f"{path}: a single image; give the folder that holds the images")
+    if path.suffix.lower() == ".npz":
+        if mean is not None or std is not None:
+            raise DataError(f"{path}: mean/std apply to images only; a .npz's inputs are used as stored")
+        return _npz(path, input_shape, limit)
+    return _cifar([path], f"cifar10:{path}", _layout(path, input_shape, mean, std), limit)
+
+
+def _layout(
+    source: str | Path,
+    input_shape: Sequence[int | str | None],
+    mean: Sequence[float] | None,
+    std: Sequence[float] | None,
+    native_channels: int = 3,
+) -> _ImageLayout:
+    """Read channels and size off an NCHW model input (a dynamic channel dim keeps the source's
+    ``native_channels``); check mean/std are usable for that many channels."""
+    if len(input_shape) != 4:
+        raise DataError(
+            f"{source}: holds images, so the model input must be NCHW (4 dims), but it is "
+            f"{_shape_text(input_shape)}; give a .npz for other inputs"
+        )
+    model_channels, height, width = (_fixed(dim) for dim in input_shape[1:])
+    channels = model_channels or native_channels
+    if channels not in (1, 3):
+        raise DataError(f"{source}: images have 1 or 3 channels, but the model input has {channels}")
+    for label, values in (("mean", mean), ("std", std)):
+        if values is not None and (len(values) not in (1, channels) or not np.all(np.isfinite(values))):
+            raise DataError(f"{source}: {label} needs 1 or {channels} finite values, got {list(values)}")
+    if std is not None and min(std) <= 0:
+        raise DataError(f"{source}: std values must be positive, got {list(std)}")
+    return _ImageLayout(
+        channels,
+        height,
+        width,
+        None if mean is None else tuple(float(value) for value in mean),
+        None if std is None else tuple(float(value) for value in std),
+    )
+
+
+def _digits(layout: _ImageLayout, limit: int | None) -> Dataset:
+    """scikit-learn's bundled digits, scaled from 0-16 to [0, 1]."""
+    from sklearn.datasets import load_digits
+
+    bunch = load_digits()
+    images = (bunch.images[:limit] / _DIGITS_MAX).astype(np.float32)[:, None]
+    return Dataset(_fit(images, layout), bunch.target[:limit].astype(np.int64), DIGITS)
+
+
+def _cifar(files: list[Path], name: str, layout: _ImageLayout, limit: int | None) -> Dataset:
+    """CIFAR-10 batches in the given order, reading no more of them than ``limit`` needs."""
+    images: list[np.ndarray] = []
+    labels: list[np.ndarray] = []
+    for path in files:
+        batch_images, batch_labels = _read_cifar_batch(path)
+        images.append(batch_images)
+        labels.append(batch_labels)
+        if limit is not None and sum(map(len, labels)) >= limit:
+            break
+    pixels = np.concatenate(images)[:limit].astype(np.float32) / 255.0
+    return Dataset(_fit(pixels, layout), np.concatenate(labels)[:limit], name)
+
+
+def _read_cifar_batch(path: Path) -> tuple[np.ndarray, np.ndarray]:
+    """One batch pickle: uint8 images [N, 3, 32, 32] and int64 labels."""
+    try:
+        with path.open("rb") as stream:
+            batch = _CifarUnpickler(stream, encoding="bytes").load()
+    except OSError as error:
+        raise DataError(f"{path}: cannot read it ({error.strerror or error})") from None
+    except Exception as error:  # unpickling arbitrary bytes fails in many ways; all mean "not a batch"
+        reason = " ".join(str(error).split()) or type(error).__name__
+        raise DataError(f"{path}: not a CIFAR-10 batch ({reason})") from None
+    if not isinstance(batch, dict):
+        raise DataError(f"{path}: not a CIFAR-10 batch (a pickled {type(batch).__name__}, not a dict)")
+    data = batch.get(b"data", batch.get("data"))
+    raw_labels = batch.get(b"labels", batch.get("labels"))
+    if data is None or raw_labels is None:
+        raise DataError(f"{path}: not a CIFAR-10 batch (no 'data' and 'labels' entries)")
+    side = _CIFAR_SIDE
+    if not isinstance(data, np.ndarray) or data.dtype != np.uint8 or data.ndim != 2 or data.shape[1] != 3 * side**2:
+        what = f"{data.dtype} {list(data.shape)}" if isinstance(data, np.ndarray) else type(data).__name__
+        raise DataError(f"{path}: not a CIFAR-10 batch ('data' is {what}, not uint8 [N, 3072])")
+    labels = _checked_labels(raw_labels, len(data), str(path))
+    return data.reshape(len(data), 3, side, side), labels
+
+
+class _CifarUnpickler(pickle.Unpickler):
+    """An unpickler that refuses every import but the few a CIFAR batch needs."""
+
+    def find_class(self, module: str, name: str) -> object:
+        if (module, name) not in _CIFAR_PICKLE_GLOBALS:
+            raise pickle.UnpicklingError(f"it asks to load {module}.{name}, which a data file never needs")
+        return super().find_class(module, name)
+
+
+def _image_folder(root: Path, layout: _ImageLayout, limit: int | None) -> Dataset:
+    """Images in class subfolders (labelled) or at the top level (unlabelled); only the first ``limit`` are read."""
+    files, labels = _folder_files(root)
+    files = files[:limit]
+    mode = "L" if layout.channels == 1 else "RGB"
+    images = (_read_image(path, mode) for path in files)
+    first = next(images)
+    size = (layout.height or first.shape[1], layout.width or first.shape[2])  # a dynamic dim: the first image's
+    inputs = _normalize(np.stack([_resize(first, size), *(_resize(image, size) for image in images)]), layout)
+    return Dataset(inputs, None if labels is None else labels[:limit], f"folder:{root}")
+
+
+def _folder_files(root: Path) -> tuple[list[Path], np.ndarray | None]:
+    """The image files in reading order, and their labels (None for a flat folder).
+
+    Classes are interleaved (first image of every class, then the second, ...), sorted by file name
+    within a class: a ``limit`` then keeps every class represented instead of only the first ones.
+    """
+    entries = sorted(entry for entry in root.iterdir() if not entry.name.startswith("."))
+    class_dirs = [entry for entry in entries if entry.is_dir()]
+    top_images = [entry for entry in entries if _is_image(entry)]
+    if class_dirs and top_images:
+        raise DataError(f"{root}: has images both at its top level and in subfolders; use one layout")
+    if not class_dirs:
+        if not top_images:
+            raise DataError(f"{root}: no images ({', '.join(IMAGE_SUFFIXES)}) and no class subfolders")
+        return top_images, None
+    per_class = [
+        [(path, label) for path in sorted(folder.iterdir()) if _is_image(path)]
+        for label, folder in enumerate(class_dirs)
+    ]
+    ordered = [item for item in chain.from_iterable(zip_longest(*per_class)) if item is not None]
+    if not ordered:
+        raise DataError(f"{root}: its class subfolders hold no images ({', '.join(IMAGE_SUFFIXES)})")
+    return [path for path, _ in ordered], np.array([label for _, label in ordered], dtype=np.int64)
+
+
+def _is_image(path: Path) -> bool:
+    return path.suffix.lower() in IMAGE_SUFFIXES and path.is_file() and not path.name.startswith(".")
+
+
+def _read_image(path: Path, mode: str) -> np.ndarray:
+    """One image as float32 [C, H, W] in [0, 1], converted by Pillow to ``mode`` ("L" or "RGB")."""
+    try:
+        with Image.open(path) as image:
+            pixels = np.asarray(image.convert(mode), dtype=np.float32) / 255.0
+    except (OSError, ValueError, SyntaxError, Image.DecompressionBombError) as error:
+        reason = " ".join(str(error).replace(f" '{path}'", "").split()) or type(error).__name__
+        raise DataError(f"{path}: cannot read the image ({reason})") from None
+    return pixels[None] if pixels.ndim == 2 else pixels.transpose(2, 0, 1)
+
+
+def _fit(images: np.ndarray, layout: _ImageLayout) -> np.ndarray:
+    """Float images [N, C, H, W] in [0, 1] -> the model's channels, size and normalization."""
+    if images.shape[1] == 3 and layout.channels == 1:
+        images = np.tensordot(images, _LUMA, axes=([1], [0]))[:, None].astype(np.float32)
+    elif images.shape[1] == 1 and layout.channels == 3:
+        images = np.repeat(images, 3, axis=1)
+    size = (layout.height or images.shape[2], layout.width or images.shape[3])
+    if size != images.shape[2:]:
+        images = np.stack([_resize(image, size) for image in images])
+    return _normalize(images, layout)
+
+
+def _resize(image: np.ndarray, size: tuple[int, int]) -> np.ndarray:
+    """One float image [C, H, W] resized bilinearly to ``size`` (height, width), channel by channel."""
+    if image.shape[1:] == size:
+        return image
+    height, width = size
+    channels = [
+        np.asarray(Image.fromarray(channel, mode="F").resize((width, height), Image.Resampling.BILINEAR))
+        for channel in image
+    ]
+    return np.stack(channels).astype(np.float32)
+
+
+def _normalize(images: np.ndarray, layout: _ImageLayout) -> np.ndarray:
+    """``(images - mean) / std`` per channel (or one value for all channels)."""
+    if layout.mean is not None:
+        images = images - np.asarray(layout.mean, dtype=np.float32).reshape(1, -1, 1, 1)
+    if layout.std is not None:
+        images = images / np.asarray(layout.std, dtype=np.float32).reshape(1, -1, 1, 1)
+    return np.ascontiguousarray(images, dtype=np.float32)
+
+
+def _npz(path: Path, input_shape: Sequence[int | str | None], limit: int | None) -> Dataset:
+    """``inputs`` (cast to float32, checked against the model's shape) and optional ``labels``."""
+    inputs, raw_labels = _read_npz(path)
+    if not (np.issubdtype(inputs.dtype, np.integer) or np.issubdtype(inputs.dtype, np.floating)):
+        raise DataError(f"{path}: 'inputs' holds {inputs.dtype} values, not numbers")
+    require_shape(inputs.shape, input_shape, str(path))
+    labels = None if raw_labels is None else _checked_labels(raw_labels, len(inputs), str(path))
+    return Dataset(inputs[:limit].astype(np.float32), None if labels is None else labels[:limit], f"npz:{path}")
+
+
+def _read_npz(path: Path) -> tuple[np.ndarray, np.ndarray | None]:
+    """The ``inputs`` and ``labels`` (None if absent) arrays of a .npz archive; pickled objects are refused."""
+    try:
+        loaded = np.load(path, allow_pickle=False)
+    except Exception as error:  # numpy and zipfile raise several types for a damaged or foreign file
+        raise _unreadable_npz(path, error) from None
+    if not isinstance(loaded, np.lib.npyio.NpzFile):
+        raise DataError(f"{path}: a single .npy array, not a .npz archive of 'inputs' and 'labels'")
+    with loaded:
+        if "inputs" not in loaded.files:
+            raise DataError(f"{path}: no array named 'inputs' (it has: {', '.join(loaded.files) or 'none'})")
+        try:
+            return loaded["inputs"], loaded["labels"] if "labels" in loaded.files else None
+        except Exception as error:  # a damaged member, or one holding pickled objects
+            raise _unreadable_npz(path, error) from None
+
+
+def _unreadable_npz(path: Path, error: Exception) -> DataError:
+    reason = " ".join(str(error).split()) or type(error).__name__
+    return DataError(f"{path}: not a readable .npz ({reason})")
+
+
+def _checked_labels(values: object, count: int, where: str) -> np.ndarray:
+    """Labels as int64: one per sample, whole numbers, none negative."""
+    try:
+        labels = np.asarray(values)
+    except ValueError:
+        raise DataError(f"{where}: labels are not a flat list of numbers") from None
+    if labels.ndim != 1:
+        raise DataError(f"{where}: labels must be one number per sample, but have shape {list(labels.shape)}")
+    if len(labels) != count:
+        raise DataError(f"{where}: {count} inputs but {len(labels)} labels")
+    if np.issubdtype(labels.dtype, np.floating):
+        whole = np.isfinite(labels) & (labels == np.round(labels))
+        if not whole.all():
+            raise DataError(f"{where}: labels must be whole numbers, found {labels[~whole][0]}")
+    elif not np.issubdtype(labels.dtype, np.integer):
+        raise DataError(f"{where}: labels hold {labels.dtype} values, not integers")
+    if count and labels.min() < 0:
+        raise DataError(f"{where}: labels must be 0 or more, found {labels.min()}")
+    return labels.astype(np.int64)
+
+
+def _fixed(dim: int | str | None) -> int | None:
+    """A dim's size, or None when it is dynamic (None, a symbolic name, or <= 0)."""
+    return dim if isinstance(dim, (int, np.integer)) and dim > 0 else None
+
+
+def _shape_text(shape: Sequence[int | str | None]) -> str:
+    return "[" + ", ".join("?" if _fixed(dim) is None else str(dim) for dim in shape) + "]"

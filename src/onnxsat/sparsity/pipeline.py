@@ -1,0 +1,232 @@
+"""``onnxsat sparsify`` end to end: targets, scores, masks (or a budget search), storage, verification.
+
+The pruned model changes outputs by design, so verification here means: it passes the checker and
+runs in ONNX Runtime; with sparse initializers, it gives exactly the dense pruned model's outputs; with
+a budget, its measured drop is inside the budget (the search guarantees it and the report shows it).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import onnx
+
+from onnxsat import model_io
+from onnxsat.data.sources import Dataset, load_dataset
+from onnxsat.errors import SettingsError, VerificationFailedError
+from onnxsat.external_data import tensor_value
+from onnxsat.sparsity.calibration import channel_norms
+from onnxsat.sparsity.methods import METHODS, PruneResult, check_sparsity, prune_masks
+from onnxsat.sparsity.report import SparsifyReport
+from onnxsat.sparsity.search import (
+    Evaluator,
+    Pruner,
+    batch_size_for,
+    data_input,
+    pruner,
+    search_per_layer,
+    search_uniform,
+)
+from onnxsat.sparsity.storage import to_sparse_initializers, with_masks
+from onnxsat.sparsity.targets import PrunableWeight, prunable_weights, select
+from onnxsat.verify import Tolerance, random_inputs, reference_run, verify
+
+RANDOM_CALIBRATION_SAMPLES = 32
+PER_LAYER_METHODS = frozenset({"relative", "calibrated"})
+
+
+@dataclass
+class SparsifyOptions:
+    method: str = "relative"
+    sparsity: float | None = 0.5
+    """The level to reach; None with ``max_drop`` (the search chooses it)."""
+    max_drop: float | None = None
+    """Largest allowed drop of ``metric`` as a fraction (0.01 = one point), or None for no search."""
+    metric: str = "top1"
+    data: str | None = None
+    """A dataset spec for ``load_dataset``, or ``random`` (seeded normal inputs: fidelity only)."""
+    limit: int | None = None
+    fidelity: bool = False
+    """Ignore the data's labels: measure agreement with the dense model (data from another task)."""
+    per_layer: bool = True
+    """With a budget and a per-layer method: also try sensitivity-guided per-layer levels."""
+    step: float = 0.05
+    exclude: list[str] = field(default_factory=list)
+    sparse_initializers: bool = False
+    min_sparsity: float = 0.5
+    mean: Sequence[float] | None = None
+    std: Sequence[float] | None = None
+    batch_size: int = 64
+    input_shapes: dict[str, list[int]] = field(default_factory=dict)
+
+    def check(self) -> None:
+        if self.method not in METHODS:
+            raise SettingsError(f"unknown method {self.method!r}; choose from {', '.join(METHODS)}")
+        if self.sparsity is not None:
+            check_sparsity(self.sparsity)
+        check_sparsity(self.min_sparsity, "--min-sparsity")
+        if self.max_drop is not None:
+            if not 0.0 <= self.max_drop < 1.0:
+                raise SettingsError(f"--max-drop must be in [0%, 100%), got {self.max_drop:.2%}")
+            if self.data is None:
+                raise SettingsError("--max-drop needs --data to measure the drop on")
+        elif self.sparsity is None:
+            raise SettingsError("give --sparsity, or --max-drop with --data to search for it")
+        if not 0.0 < self.step < 1.0:
+            raise SettingsError(f"--step must be in (0, 1), got {self.step:g}")
+        if self.limit is not None and self.limit < 1:
+            raise SettingsError(f"--limit must be at least 1, got {self.limit}")
+
+
+def _calibration_batches(
+    model: onnx.ModelProto, dataset: Dataset | None, options: SparsifyOptions
+) -> Iterator[dict[str, np.ndarray]]:
+    """The data's batches, or seeded random inputs when no data was given (said in the report)."""
+    if dataset is not None:
+        name = data_input(model).name
+        for inputs, _ in dataset.batches(batch_size_for(model, options.batch_size)):
+            yield {name: inputs}
+        return
+    for seed in range(RANDOM_CALIBRATION_SAMPLES):
+        yield random_inputs(model, options.input_shapes, seed)
+
+
+def _model_shape(model: onnx.ModelProto) -> list[int | None]:
+    dims = data_input(model).type.tensor_type.shape.dim
+    return [d.dim_value if d.HasField("dim_value") else None for d in dims]
+
+
+def _dataset(model: onnx.ModelProto, options: SparsifyOptions) -> Dataset | None:
+    """The evaluation data: loaded, or ``random`` made from seeded normal inputs; labels dropped for
+    ``fidelity``."""
+    if options.data is None:
+        return None
+    if options.data == "random":
+        name = data_input(model).name
+        count = options.limit or RANDOM_CALIBRATION_SAMPLES
+        samples = [random_inputs(model, options.input_shapes, seed)[name] for seed in range(count)]
+        return Dataset(np.concatenate(samples), None, f"random ({count} seeded normal inputs)")
+    dataset = load_dataset(options.data, _model_shape(model), limit=options.limit, mean=options.mean, std=options.std)
+    return Dataset(dataset.inputs, None, f"{dataset.name} (fidelity)") if options.fidelity else dataset
+
+
+def sparsify_model(
+    model: onnx.ModelProto, options: SparsifyOptions, source: str = "<memory>", base_dir: Path | None = None
+) -> tuple[onnx.ModelProto, SparsifyReport]:
+    """Prune ``model`` (left unchanged) as ``options`` say; return the result and its report."""
+    start = time.perf_counter()
+    options.check()
+    targets = select(prunable_weights(model), options.exclude)
+    if not targets:
+        raise SettingsError("the model has no prunable weights (Conv, ConvTranspose, Gemm or MatMul initializers)")
+    weights = {t.name: np.asarray(_initializer_value(model, t, base_dir)) for t in targets}
+    dataset = _dataset(model, options)
+    report = SparsifyReport(input=source, output=None, method=options.method, requested=options.sparsity)
+    norms = None
+    if options.method == "calibrated":
+        norms = channel_norms(model, targets, _calibration_batches(model, dataset, options))
+        if dataset is None:
+            report.notes.append(
+                f"calibrated on {RANDOM_CALIBRATION_SAMPLES} seeded random inputs: give --data for real activations"
+            )
+    prune = pruner(options.method, targets, weights, norms)
+    if dataset is not None:
+        evaluator = Evaluator(model, targets, weights, dataset, options.metric, options.batch_size)
+        report.data, report.metric, report.baseline = dataset.name, options.metric, evaluator.baseline
+    if options.max_drop is not None:
+        result = _search(evaluator, prune, targets, options, report)
+    else:
+        assert options.sparsity is not None
+        result = prune_masks(options.method, targets, weights, options.sparsity, norms)
+        if dataset is not None:
+            report.accuracy = evaluator.drop(result.masks)[1]
+    report.layers, report.overall = result.layers, result.sparsity
+    report.span_fraction, report.notes = result.span_fraction, report.notes + result.notes
+    pruned = with_masks(model, result.masks, base_dir)
+    reference = reference_run(pruned, options.input_shapes, base_dir=base_dir)  # the checker, then ORT runs it
+    report.sizes = {"original": model.ByteSize(), "pruned": pruned.ByteSize()}
+    if options.sparse_initializers:
+        dense = pruned
+        pruned = onnx.ModelProto()
+        pruned.CopyFrom(dense)
+        storage = to_sparse_initializers(pruned, [t.name for t in targets], options.min_sparsity)
+        report.sparse_storage = {"moved": storage.moved, "kept_dense": storage.kept_dense}
+        report.sizes["sparse initializers"] = pruned.ByteSize()
+        tolerance = Tolerance(rtol=0.0, atol=0.0)
+        report.verification = verify(
+            dense, pruned, options.input_shapes, tolerance, reference=reference, base_dir=base_dir
+        )
+    else:
+        report.verification = verify(pruned, pruned, options.input_shapes, reference=reference, base_dir=base_dir)
+    report.seconds = time.perf_counter() - start
+    return pruned, report
+
+
+def _initializer_value(model: onnx.ModelProto, target: PrunableWeight, base_dir: Path | None) -> np.ndarray:
+    tensor = next(t for t in model.graph.initializer if t.name == target.name)
+    return tensor_value(tensor, base_dir)
+
+
+def _search(
+    evaluator: Evaluator, prune: Pruner, targets: list[PrunableWeight], options: SparsifyOptions, report: SparsifyReport
+) -> PruneResult:
+    """The budget search: uniform, then per-layer if asked and the method allows it; the sparser wins."""
+    assert options.max_drop is not None
+    report.max_drop = options.max_drop
+    best = search_uniform(evaluator, prune, options.max_drop, options.step)
+    report.search["uniform"] = {"level": best.levels, "sparsity": best.pruned.sparsity, "drop": best.drop}
+    trail = best.trail
+    if options.per_layer and options.method in PER_LAYER_METHODS and len(targets) > 1:
+        per_layer, curves = search_per_layer(evaluator, prune, targets, options.max_drop, options.step)
+        report.search["sensitivity"] = curves
+        if per_layer is not None:
+            report.search["per_layer"] = {
+                "levels": per_layer.levels,
+                "sparsity": per_layer.pruned.sparsity,
+                "drop": per_layer.drop,
+            }
+            trail = trail + per_layer.trail
+            if per_layer.pruned.sparsity > best.pruned.sparsity:
+                best = per_layer
+    report.search["chosen"] = "per-layer" if isinstance(best.levels, dict) else "uniform"
+    report.search["evaluations"] = evaluator.evaluations
+    report.search["trail"] = trail
+    report.accuracy = best.accuracy
+    return best.pruned
+
+
+def sparsify(
+    input_path: str | Path,
+    output_path: str | Path,
+    options: SparsifyOptions,
+    report_path: str | Path | None = None,
+    force: bool = False,
+) -> SparsifyReport:
+    """Sparsify the model at ``input_path`` into ``output_path`` (written atomically, never over the input).
+
+    Raises :class:`VerificationFailedError` (with ``.report``) and writes nothing when the result fails
+    verification, unless ``force``.
+    """
+    model_io.check_input_path(input_path)
+    target = model_io.check_output_path(input_path, output_path)
+    if report_path is not None:
+        model_io.check_report_path(report_path, input_path, output_path)
+    model = model_io.load_model(input_path)
+    base_dir = model_io.model_folder(input_path)
+    model_io.check_data_path(target, model, base_dir)
+    pruned, report = sparsify_model(model, options, source=str(input_path), base_dir=base_dir)
+    verified = report.verification is not None and report.verification.ok
+    if verified or force:
+        model_io.save_model(pruned, target, base_dir)
+        report.output, report.written = str(target), True
+    if report_path is not None:
+        model_io.write_text_atomic(report.to_json() + "\n", report_path)
+    if not verified and not force:
+        error = VerificationFailedError("the sparsified model failed verification; nothing was written")
+        error.report = report  # type: ignore[attr-defined]
+        raise error
+    return report

@@ -1,0 +1,91 @@
+"""What ``onnxsat sparsify`` did, as a table for people and JSON for scripts."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+
+from onnxsat.data.metrics import Accuracy
+from onnxsat.sparsity.methods import LayerSparsity
+from onnxsat.verify import VerificationResult
+
+
+@dataclass
+class SparsifyReport:
+    input: str
+    output: str | None
+    method: str
+    requested: float | None
+    """The level asked for (None when a budget search chose it)."""
+    layers: list[LayerSparsity] = field(default_factory=list)
+    overall: float = 0.0
+    span_fraction: float | None = None
+    notes: list[str] = field(default_factory=list)
+    data: str | None = None
+    metric: str | None = None
+    baseline: Accuracy | None = None
+    accuracy: Accuracy | None = None
+    max_drop: float | None = None
+    search: dict[str, object] = field(default_factory=dict)
+    """Budget search: uniform and per-layer results and the evaluations made (see ``search.py``)."""
+    sizes: dict[str, int] = field(default_factory=dict)
+    """Serialized bytes: original, dense pruned, and with sparse initializers if asked for."""
+    sparse_storage: dict[str, object] = field(default_factory=dict)
+    verification: VerificationResult | None = None
+    seconds: float = 0.0
+    written: bool = False
+
+    def to_json(self) -> str:
+        data = asdict(self)
+        for layer, entry in zip(self.layers, data["layers"], strict=True):
+            entry["sparsity"] = layer.sparsity
+            entry["size"] = layer.size
+        return json.dumps(data, indent=2, sort_keys=True, default=str)
+
+    def to_table(self) -> str:
+        lines = [f"ONNXSat sparsify  {self.input} -> {self.output or '(not written)'}"]
+        level = "chosen by search" if self.requested is None else f"{self.requested:.1%} requested"
+        lines.append(f"method {self.method}, {level}, {self.overall:.2%} reached over {len(self.layers)} weights")
+        if self.span_fraction is not None:
+            lines.append(f"common threshold: {self.span_fraction:.4g} x the reference span")
+        lines.append("")
+        lines.append(f"{'weight':<40}{'op':<12}{'params':>10}{'zeros before':>14}{'sparsity':>10}{'|w| cut':>11}")
+        for layer in self.layers:
+            lines.append(
+                f"{layer.name[:39]:<40}{layer.op_type:<12}{layer.size:>10,}{layer.zeros_before:>14,}"
+                f"{layer.sparsity:>10.2%}{layer.threshold:>11.4g}"
+            )
+        total = sum(layer.size for layer in self.layers)
+        lines.append(f"{'total':<52}{total:>10,}{sum(x.zeros_before for x in self.layers):>14,}{self.overall:>10.2%}")
+        lines.extend(f"note: {note}" for note in self.notes)
+        if self.baseline is not None and self.accuracy is not None:
+            lines.append("")
+            lines.append(f"{self.baseline.kind} on {self.data} ({self.baseline.samples} samples):")
+            lines.append(
+                f"  before: top-1 {self.baseline.top1:.2%}, top-5 {self.baseline.top5:.2%}; after: top-1 "
+                f"{self.accuracy.top1:.2%}, top-5 {self.accuracy.top5:.2%}"
+            )
+        if self.search:
+            lines.append("")
+            lines.append(f"budget: {self.metric} drop at most {self.max_drop:.2%}")
+            for name in ("uniform", "per_layer"):
+                found = self.search.get(name)
+                if isinstance(found, dict):
+                    lines.append(
+                        f"  {name.replace('_', '-'):<10} {found['sparsity']:.2%} sparsity, drop {found['drop']:.2%}"
+                    )
+            lines.append(f"  chosen: {self.search.get('chosen')}, {self.search.get('evaluations')} evaluations")
+        if self.sizes:
+            lines.append("")
+            lines.append("file size: " + ", ".join(f"{k} {v:,} bytes" for k, v in self.sizes.items()))
+        if self.sparse_storage:
+            moved = self.sparse_storage.get("moved", [])
+            kept = self.sparse_storage.get("kept_dense", {})
+            lines.append(f"sparse initializers: {len(moved)} moved, {len(kept)} kept dense")  # type: ignore[arg-type]
+            for name, why in kept.items():  # type: ignore[union-attr]
+                lines.append(f"  {name}: {why}")
+        if self.verification is not None:
+            status = "PASSED" if self.verification.ok else "FAILED"
+            lines.append(f"verification {status}: {self.verification.error or 'loads and runs in ONNX Runtime'}")
+        lines.append(f"seconds: {self.seconds:.2f}")
+        return "\n".join(lines)

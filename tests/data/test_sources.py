@@ -1,0 +1,339 @@
+"""load_dataset: every source fitted to the model's input, and every bad input one DataError line."""
+
+from __future__ import annotations
+
+import os
+import pickle
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from onnxsat.data.sources import Dataset, load_dataset
+from onnxsat.errors import DataError
+
+RED = (255, 0, 0)
+BLUE = (0, 0, 255)
+
+
+def write_image(path: Path, size: tuple[int, int], mode: str = "RGB", color: object = RED) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    Image.new(mode, size, color).save(path)
+    return path
+
+
+def image_folder(root: Path) -> Path:
+    """Two classes ("cat" < "dog"), images of several sizes and modes; dog's are blue, cat's red."""
+    write_image(root / "dog" / "a.png", (12, 10), color=BLUE)
+    write_image(root / "dog" / "b.bmp", (8, 8), mode="RGBA", color=(*BLUE, 255))
+    write_image(root / "cat" / "x.png", (5, 7), color=RED)
+    write_image(root / "cat" / "y.jpg", (8, 8), color=RED)
+    palette = Image.new("P", (9, 9), 0)
+    palette.putpalette([*RED] * 256)
+    palette.save(root / "cat" / "z.PNG")
+    (root / "cat" / "notes.txt").write_text("not an image")
+    return root
+
+
+def cifar_batch(path: Path, labels: list[int], seed: int = 0, **overrides: object) -> np.ndarray:
+    """A CIFAR-10 style batch pickle (as the real ones: protocol 2, bytes keys); returns its data."""
+    data = np.random.default_rng(seed).integers(0, 256, (len(labels), 3072), dtype=np.uint8)
+    batch = {b"batch_label": b"fake", b"data": data, b"labels": labels, **overrides}
+    path.write_bytes(pickle.dumps(batch, protocol=2))
+    return data
+
+
+def npz(path: Path, **arrays: np.ndarray) -> Path:
+    np.savez(path, **arrays)
+    return path
+
+
+class RunsCode:
+    """Unpickling this creates a folder: what a hostile "CIFAR batch" would do instead."""
+
+    def __init__(self, target: Path) -> None:
+        self.target = target
+
+    def __reduce__(self) -> tuple[object, tuple[str]]:
+        return os.makedirs, (str(self.target),)
+
+
+# ---------------------------------------------------------------- digits
+
+
+@pytest.mark.parametrize("batch", [None, "batch", -1, 0, 1])
+def test_digits_load_as_nchw_in_unit_range(batch: object) -> None:
+    data = load_dataset("digits", [batch, 1, 8, 8])
+    assert data.name == "digits"
+    assert data.inputs.shape == (1797, 1, 8, 8) and data.inputs.dtype == np.float32
+    assert data.inputs.min() == 0.0 and data.inputs.max() == 1.0
+    assert data.labels is not None and data.labels.dtype == np.int64
+    assert data.labels[:10].tolist() == list(range(10))
+
+
+def test_digits_resized_to_three_channels() -> None:
+    data = load_dataset("digits", [1, 3, 16, 16], limit=20)
+    assert data.inputs.shape == (20, 3, 16, 16)
+    np.testing.assert_array_equal(data.inputs[:, 0], data.inputs[:, 2])
+    small = load_dataset("digits", [1, 1, 8, 8], limit=20).inputs
+    assert abs(float(data.inputs.mean()) - float(small.mean())) < 0.02  # bilinear keeps the average brightness
+
+
+def test_digits_dynamic_size_keeps_eight_by_eight_and_normalizes() -> None:
+    plain = load_dataset("digits", ["N", 1, "H", "W"], limit=5)
+    normalized = load_dataset("digits", ["N", 1, None, None], limit=5, mean=[0.5], std=[0.25])
+    assert plain.inputs.shape == (5, 1, 8, 8)
+    np.testing.assert_allclose(normalized.inputs, (plain.inputs - 0.5) / 0.25, rtol=1e-6)
+
+
+# ---------------------------------------------------------------- image folders
+
+
+def test_image_folder_labels_by_sorted_class_and_fits_size(tmp_path: Path) -> None:
+    data = load_dataset(str(image_folder(tmp_path / "images")), [1, 3, 8, 8])
+    assert data.name == f"folder:{tmp_path / 'images'}"
+    assert data.inputs.shape == (5, 3, 8, 8) and data.inputs.dtype == np.float32
+    # classes interleaved: cat x, dog a, cat y, dog b, cat z
+    assert data.labels is not None and data.labels.tolist() == [0, 1, 0, 1, 0]
+    red, blue = np.array([1.0, 0.0, 0.0]), np.array([0.0, 0.0, 1.0])
+    for image, label in zip(data.inputs, data.labels, strict=True):
+        expected = blue if label else red
+        np.testing.assert_allclose(image.mean(axis=(1, 2)), expected, atol=0.02)  # a JPEG is only near red
+
+
+def test_image_folder_to_grayscale_and_normalized(tmp_path: Path) -> None:
+    root = image_folder(tmp_path / "images")
+    data = load_dataset(str(root), [None, 1, 4, 6], mean=[0.1], std=[0.5])
+    assert data.inputs.shape == (5, 1, 4, 6)
+    luma_red = 76 / 255  # Pillow's convert("L") of pure red
+    np.testing.assert_allclose(data.inputs[0], (luma_red - 0.1) / 0.5, atol=1e-5)
+
+
+def test_flat_image_folder_has_no_labels_and_keeps_first_size(tmp_path: Path) -> None:
+    write_image(tmp_path / "b.png", (6, 4))
+    write_image(tmp_path / "a.png", (3, 5), mode="L", color=128)
+    data = load_dataset(str(tmp_path), [1, 3, None, None])
+    assert data.labels is None
+    assert data.inputs.shape == (2, 3, 5, 3)  # "a.png" comes first: height 5, width 3
+    np.testing.assert_allclose(data.inputs[0], 128 / 255, atol=1e-6)
+
+
+def test_image_folder_limit_reads_only_the_first_files(tmp_path: Path) -> None:
+    root = image_folder(tmp_path / "images")
+    (root / "cat" / "zz_damaged.png").write_bytes(b"\x89PNG\r\n\x1a\n not really")
+    data = load_dataset(str(root), [1, 3, 8, 8], limit=3)
+    assert data.labels is not None and data.labels.tolist() == [0, 1, 0]
+    with pytest.raises(DataError, match=r"zz_damaged\.png: cannot read the image"):
+        load_dataset(str(root), [1, 3, 8, 8])
+
+
+# ---------------------------------------------------------------- CIFAR-10
+
+
+def test_cifar_folder_reads_test_batch_first(tmp_path: Path) -> None:
+    test_data = cifar_batch(tmp_path / "test_batch", [3, 1, 4], seed=1)
+    cifar_batch(tmp_path / "data_batch_1", [9, 2], seed=2)
+    (tmp_path / "batches.meta").write_bytes(b"ignored")
+    data = load_dataset(str(tmp_path), [None, 3, 32, 32])
+    assert data.name == f"cifar10:{tmp_path}"
+    assert data.labels is not None and data.labels.tolist() == [3, 1, 4, 9, 2]
+    assert data.inputs.shape == (5, 3, 32, 32)
+    np.testing.assert_allclose(data.inputs[0], test_data[0].reshape(3, 32, 32) / 255.0, rtol=1e-6)
+
+
+def test_cifar_limit_stops_before_later_batches(tmp_path: Path) -> None:
+    cifar_batch(tmp_path / "test_batch", [0, 1, 2])
+    (tmp_path / "data_batch_1").write_bytes(b"damaged")
+    assert len(load_dataset(str(tmp_path), [1, 3, 32, 32], limit=3)) == 3
+    with pytest.raises(DataError, match="data_batch_1: not a CIFAR-10 batch"):
+        load_dataset(str(tmp_path), [1, 3, 32, 32])
+
+
+def test_one_cifar_batch_file_resized_to_grayscale(tmp_path: Path) -> None:
+    data = cifar_batch(tmp_path / "batch.bin", [5, 6])
+    loaded = load_dataset(str(tmp_path / "batch.bin"), [1, 1, 8, 8])
+    assert loaded.inputs.shape == (2, 1, 8, 8)
+    assert loaded.labels is not None and loaded.labels.tolist() == [5, 6]
+    luma = np.tensordot(data.reshape(2, 3, 32, 32) / 255.0, [0.299, 0.587, 0.114], axes=([1], [0]))
+    np.testing.assert_allclose(loaded.inputs.mean(axis=(1, 2, 3)), luma.mean(axis=(1, 2)), atol=1e-3)
+
+
+def test_cifar_pickle_cannot_run_code(tmp_path: Path) -> None:
+    target = tmp_path / "created_by_pickle"
+    (tmp_path / "test_batch").write_bytes(pickle.dumps({b"data": RunsCode(target), b"labels": [0]}))
+    with pytest.raises(DataError, match=r"not a CIFAR-10 batch \(it asks to load os\.makedirs"):
+        load_dataset(str(tmp_path), [1, 3, 32, 32])
+    assert not target.exists()
+
+
+# ---------------------------------------------------------------- .npz
+
+
+def test_npz_inputs_and_labels(tmp_path: Path) -> None:
+    inputs = np.arange(30, dtype=np.float64).reshape(5, 2, 3)
+    path = npz(tmp_path / "data.npz", inputs=inputs, labels=np.array([0, 1, 2, 1, 0], dtype=np.int32))
+    data = load_dataset(str(path), ["batch", 2, 3], limit=4)
+    assert data.name == f"npz:{path}"
+    assert data.inputs.dtype == np.float32 and data.inputs.shape == (4, 2, 3)
+    np.testing.assert_array_equal(data.inputs, inputs[:4])
+    assert data.labels is not None and data.labels.dtype == np.int64 and data.labels.tolist() == [0, 1, 2, 1]
+
+
+def test_npz_without_labels_and_whole_float_labels(tmp_path: Path) -> None:
+    unlabeled = npz(tmp_path / "unlabeled.npz", inputs=np.ones((3, 4), np.float32))
+    assert load_dataset(str(unlabeled), [None, None]).labels is None
+    floats = npz(tmp_path / "floats.npz", inputs=np.ones((2, 4)), labels=np.array([1.0, 3.0]))
+    labels = load_dataset(str(floats), [1, 4]).labels
+    assert labels is not None and labels.tolist() == [1, 3]
+
+
+def test_dataset_batches_cover_every_sample_and_take_is_a_prefix() -> None:
+    data = Dataset(np.arange(10, dtype=np.float32)[:, None], np.arange(10), "numbers")
+    batches = list(data.batches(4))
+    assert [len(inputs) for inputs, _ in batches] == [4, 4, 2]
+    assert np.concatenate([labels for _, labels in batches]).tolist() == list(range(10))
+    first = data.take(3)
+    assert first.inputs[:, 0].tolist() == [0, 1, 2] and first.labels is not None and first.labels.tolist() == [0, 1, 2]
+
+
+# ---------------------------------------------------------------- every bad input: one DataError line
+
+Case = Callable[[Path], tuple[str, list[object], dict[str, object]]]
+
+
+def _folder_of(tmp_path: Path, *files: tuple[str, bytes]) -> Path:
+    root = tmp_path / "folder"
+    root.mkdir()
+    for name, content in files:
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_bytes(content)
+    return root
+
+
+def _npy_named_npz(tmp_path: Path) -> Path:
+    with (tmp_path / "d.npz").open("wb") as stream:
+        np.save(stream, np.ones((2, 2)))
+    return tmp_path / "d.npz"
+
+
+def _png_bytes(tmp_path: Path) -> bytes:
+    """A PNG of noise: its compressed pixels are long enough to cut in the middle."""
+    pixels = np.random.default_rng(0).integers(0, 256, (32, 32, 3), dtype=np.uint8)
+    Image.fromarray(pixels).save(tmp_path / "source.png")
+    return (tmp_path / "source.png").read_bytes()
+
+
+BAD_INPUTS: dict[str, tuple[Case, str]] = {
+    "missing path": (lambda t: (str(t / "nothing_here"), [1, 3, 8, 8], {}), "no such file or folder"),
+    "unknown spec": (lambda t: ("imagenet", [1, 3, 8, 8], {}), "unknown dataset 'imagenet'"),
+    "empty folder": (lambda t: (str(_folder_of(t)), [1, 3, 8, 8], {}), "no images"),
+    "no images": (lambda t: (str(_folder_of(t, ("a.txt", b"x"))), [1, 3, 8, 8], {}), "no images"),
+    "empty classes": (
+        lambda t: (str(_folder_of(t, ("cat/a.txt", b"x"), ("dog/b.csv", b"y"))), [1, 3, 8, 8], {}),
+        "class subfolders hold no images",
+    ),
+    "mixed layout": (
+        lambda t: (str(_folder_of(t, ("a.png", _png_bytes(t)), ("cat/b.png", _png_bytes(t)))), [1, 3, 8, 8], {}),
+        "both at its top level and in subfolders",
+    ),
+    "unreadable image": (
+        lambda t: (str(_folder_of(t, ("cat/a.png", b"not a png"))), [1, 3, 8, 8], {}),
+        "a.png: cannot read the image",
+    ),
+    "truncated image": (
+        lambda t: (str(_folder_of(t, ("cat/a.png", _png_bytes(t)[:1500]))), [1, 3, 8, 8], {}),
+        "a.png: cannot read the image",
+    ),
+    "single image": (lambda t: (str(write_image(t / "one.png", (8, 8))), [1, 3, 8, 8], {}), "a single image"),
+    "not a pickle": (
+        lambda t: (str(_folder_of(t, ("test_batch", b"\x00garbage")) / "test_batch"), [1, 3, 32, 32], {}),
+        "not a CIFAR-10 batch",
+    ),
+    "pickled list": (
+        lambda t: (str(_folder_of(t, ("b", pickle.dumps([1, 2]))) / "b"), [1, 3, 32, 32], {}),
+        "not a CIFAR-10 batch (a pickled list, not a dict)",
+    ),
+    "batch without labels": (
+        lambda t: (str(_folder_of(t, ("b", pickle.dumps({b"data": b""}))) / "b"), [1, 3, 32, 32], {}),
+        "no 'data' and 'labels' entries",
+    ),
+    "batch of wrong data": (
+        lambda t: (
+            str(_folder_of(t, ("b", pickle.dumps({b"data": np.zeros((2, 10)), b"labels": [0, 1]}))) / "b"),
+            [1, 3, 32, 32],
+            {},
+        ),
+        "not uint8 [N, 3072]",
+    ),
+    "batch with negative labels": (
+        lambda t: (
+            str(_folder_of(t, ("b", pickle.dumps({b"data": np.zeros((2, 3072), np.uint8), b"labels": [0, -3]}))) / "b"),
+            [1, 3, 32, 32],
+            {},
+        ),
+        "labels must be 0 or more, found -3",
+    ),
+    "npz without inputs": (
+        lambda t: (str(npz(t / "d.npz", x=np.ones((2, 4)))), [1, 4], {}),
+        "no array named 'inputs' (it has: x)",
+    ),
+    "npz of the wrong shape": (
+        lambda t: (str(npz(t / "d.npz", inputs=np.ones((4, 3, 4, 4)))), [None, 1, 8, 8], {}),
+        "inputs have shape [4, 3, 4, 4] but the model takes [?, 1, 8, 8]",
+    ),
+    "npz of the wrong rank": (
+        lambda t: (str(npz(t / "d.npz", inputs=np.ones((4, 64)))), [1, 1, 8, 8], {}),
+        "inputs have shape [4, 64] but the model takes [1, 1, 8, 8]",
+    ),
+    "label count": (
+        lambda t: (str(npz(t / "d.npz", inputs=np.ones((4, 2)), labels=np.arange(3))), [1, 2], {}),
+        "4 inputs but 3 labels",
+    ),
+    "fractional labels": (
+        lambda t: (str(npz(t / "d.npz", inputs=np.ones((2, 2)), labels=np.array([0.0, 1.5]))), [1, 2], {}),
+        "labels must be whole numbers, found 1.5",
+    ),
+    "text labels": (
+        lambda t: (str(npz(t / "d.npz", inputs=np.ones((2, 2)), labels=np.array(["a", "b"]))), [1, 2], {}),
+        "not integers",
+    ),
+    "negative labels": (
+        lambda t: (str(npz(t / "d.npz", inputs=np.ones((2, 2)), labels=np.array([-1, 0]))), [1, 2], {}),
+        "labels must be 0 or more, found -1",
+    ),
+    "labels of two dims": (
+        lambda t: (str(npz(t / "d.npz", inputs=np.ones((2, 2)), labels=np.zeros((2, 2), int))), [1, 2], {}),
+        "one number per sample",
+    ),
+    "text inputs": (
+        lambda t: (str(npz(t / "d.npz", inputs=np.array(["a", "b"]))), [1], {}),
+        "not numbers",
+    ),
+    "no samples": (lambda t: (str(npz(t / "d.npz", inputs=np.ones((0, 2)))), [1, 2], {}), "holds no samples"),
+    "npy named npz": (lambda t: (str(_npy_named_npz(t)), [1, 2], {}), "a single .npy array"),
+    "damaged npz": (lambda t: (str(_folder_of(t, ("d.npz", b"PK\x03\x04broken")) / "d.npz"), [1, 2], {}), ".npz"),
+    "mean with npz": (
+        lambda t: (str(npz(t / "d.npz", inputs=np.ones((2, 2)))), [1, 2], {"mean": [0.5]}),
+        "mean/std apply to images only",
+    ),
+    "images for a flat input": (lambda t: ("digits", [1, 64], {}), "must be NCHW (4 dims), but it is [1, 64]"),
+    "two channels": (lambda t: ("digits", [1, 2, 8, 8], {}), "1 or 3 channels, but the model input has 2"),
+    "mean of wrong length": (lambda t: ("digits", [1, 3, 8, 8], {"mean": [0.1, 0.2]}), "mean needs 1 or 3"),
+    "zero std": (lambda t: ("digits", [1, 1, 8, 8], {"std": [0.0]}), "std values must be positive"),
+    "zero limit": (lambda t: ("digits", [1, 1, 8, 8], {"limit": 0}), "limit must be at least 1"),
+}
+
+
+@pytest.mark.parametrize("case", BAD_INPUTS, ids=list(BAD_INPUTS))
+def test_bad_input_is_one_data_error_line(tmp_path: Path, case: str) -> None:
+    build, problem = BAD_INPUTS[case]
+    spec, input_shape, options = build(tmp_path)
+    with pytest.raises(DataError) as caught:
+        load_dataset(spec, input_shape, **options)
+    message = str(caught.value)
+    assert problem in message
+    assert "\n" not in message
+    if spec != "imagenet":
+        assert spec in message, "the message names the data it is about"

@@ -1,0 +1,173 @@
+"""``onnxsat sparsify`` end to end: levels reached, budget search, sparse storage, bad input refused."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from onnxsat.cli import main
+
+
+def mlp(path: Path, *, hidden: int = 64, features: int = 16, classes: int = 10) -> Path:
+    """x[N,16] -> Gemm -> Relu -> Gemm -> logits[N,10], dynamic batch, seeded weights."""
+    rng = np.random.default_rng(11)
+    inits = [
+        numpy_helper.from_array(rng.normal(size=(features, hidden)).astype(np.float32), "w1"),
+        numpy_helper.from_array(rng.normal(size=hidden).astype(np.float32) * 0.1, "b1"),
+        numpy_helper.from_array(rng.normal(size=(hidden, classes)).astype(np.float32), "w2"),
+    ]
+    graph = helper.make_graph(
+        [
+            helper.make_node("Gemm", ["x", "w1", "b1"], ["h"], name="fc1"),
+            helper.make_node("Relu", ["h"], ["r"]),
+            helper.make_node("MatMul", ["r", "w2"], ["logits"], name="fc2"),
+        ],
+        "mlp",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", features])],
+        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["N", classes])],
+        inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 9
+    onnx.save(model, path)
+    return path
+
+
+def labelled_data(model_path: Path, path: Path, count: int = 200) -> Path:
+    """Inputs with the model's own top-1 as labels: the dense model scores 100%."""
+    x = np.random.default_rng(5).normal(size=(count, 16)).astype(np.float32)
+    logits = ort.InferenceSession(str(model_path), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    np.savez(path, inputs=x, labels=logits.argmax(axis=1))
+    return path
+
+
+def weights(path: Path) -> dict[str, np.ndarray]:
+    model = onnx.load(path)
+    dense = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
+    for sparse in model.graph.sparse_initializer:
+        value = np.zeros(int(np.prod(sparse.dims)), dtype=np.float32)
+        value[numpy_helper.to_array(sparse.indices)] = numpy_helper.to_array(sparse.values)
+        dense[sparse.values.name] = value.reshape(tuple(sparse.dims))
+    return dense
+
+
+@pytest.mark.parametrize("method", ["flat", "triangular", "relative", "calibrated"])
+def test_each_method_reaches_the_level_and_writes_a_runnable_model(
+    tmp_path: Path, method: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    source = mlp(tmp_path / "mlp.onnx")
+    before = source.read_bytes()
+    out, report = tmp_path / "out.onnx", tmp_path / "report.json"
+    code = main(
+        ["sparsify", str(source), "--method", method, "--sparsity", "60%", "-o", str(out), "--report", str(report)]
+    )
+    assert code == 0
+    assert source.read_bytes() == before
+    pruned = weights(out)
+    zeros = sum(int((pruned[n] == 0).sum()) for n in ("w1", "w2"))
+    assert zeros == round(0.6 * (16 * 64 + 64 * 10)) or method in ("relative", "calibrated")
+    data = json.loads(report.read_text())
+    assert data["overall"] == pytest.approx(0.6, abs=0.002) and data["written"]
+    assert [layer["name"] for layer in data["layers"]] == ["w1", "w2"]
+    assert (pruned["b1"] != 0).all()  # biases are not targets
+    table = capsys.readouterr().out
+    assert f"method {method}, 60.0% requested" in table and "verification PASSED" in table
+    ort.InferenceSession(str(out), providers=["CPUExecutionProvider"])
+
+
+def test_budget_search_stays_inside_and_per_layer_beats_or_matches_uniform(tmp_path: Path) -> None:
+    source = mlp(tmp_path / "mlp.onnx")
+    data = labelled_data(source, tmp_path / "data.npz")
+    out, report = tmp_path / "out.onnx", tmp_path / "report.json"
+    code = main(
+        ["sparsify", str(source), "--max-drop", "5%", "--data", str(data), "-o", str(out), "--report", str(report)]
+    )
+    assert code == 0
+    found = json.loads(report.read_text())
+    search = found["search"]
+    assert search["uniform"]["drop"] <= 0.05 and search["uniform"]["sparsity"] > 0.1
+    assert found["overall"] >= search["uniform"]["sparsity"]
+    assert found["baseline"]["top1"] == 1.0 and found["accuracy"]["top1"] >= 0.95
+    # the written model really scores what the report says
+    x, labels = np.load(data)["inputs"], np.load(data)["labels"]
+    logits = ort.InferenceSession(str(out), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    assert (logits.argmax(axis=1) == labels).mean() == pytest.approx(found["accuracy"]["top1"])
+
+
+def test_sparse_initializers_shrink_the_file_and_keep_the_outputs(tmp_path: Path) -> None:
+    source = mlp(tmp_path / "mlp.onnx", hidden=256)
+    dense, sparse = tmp_path / "dense.onnx", tmp_path / "sparse.onnx"
+    assert main(["sparsify", str(source), "--sparsity", "0.9", "-o", str(dense)]) == 0
+    assert main(["sparsify", str(source), "--sparsity", "0.9", "--sparse-initializers", "-o", str(sparse)]) == 0
+    assert len(onnx.load(sparse).graph.sparse_initializer) == 2
+    assert sparse.stat().st_size < 0.5 * dense.stat().st_size
+    x = np.random.default_rng(0).normal(size=(3, 16)).astype(np.float32)
+    runs = [
+        ort.InferenceSession(str(p), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0] for p in (dense, sparse)
+    ]
+    np.testing.assert_array_equal(*runs)
+
+
+def no_weights(path: Path) -> Path:
+    graph = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["y"])],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])],
+    )
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    return path
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "message"),
+    [
+        (["--sparsity", "1.0"], 9, "--sparsity must be in [0, 1)"),
+        (["--sparsity=-5%"], 9, "--sparsity must be in [0, 1)"),
+        (["--max-drop", "1%"], 9, "--max-drop needs --data"),
+        ([], 9, "give --sparsity, or --max-drop"),
+        (["--sparsity", "0.5", "--exclude", "nothing"], 9, "names no prunable weight"),
+        (["--sparsity", "0.5", "--data", "WRONG_SHAPE"], 12, "shape"),
+        (["--sparsity", "0.5", "--data", "EMPTY_DIR"], 12, ""),
+        (["--sparsity", "0.5", "--data", "BAD_LABELS"], 12, "classes"),
+        (["--sparsity", "0.5", "--model", "NO_WEIGHTS"], 9, "no prunable weights"),
+    ],
+    ids=[
+        "full",
+        "negative",
+        "budget_without_data",
+        "nothing_asked",
+        "exclude",
+        "data_shape",
+        "empty",
+        "labels",
+        "no_weights",
+    ],
+)
+def test_bad_input_is_one_line_and_writes_nothing(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str], args: list[str], code: int, message: str
+) -> None:
+    source = mlp(tmp_path / "mlp.onnx")
+    np.savez(tmp_path / "wrong.npz", inputs=np.zeros((4, 3, 8, 8), np.float32))
+    np.savez(tmp_path / "labels.npz", inputs=np.zeros((4, 16), np.float32), labels=np.array([0, 1, 2, 40]))
+    (tmp_path / "empty").mkdir()
+    replace = {
+        "WRONG_SHAPE": str(tmp_path / "wrong.npz"),
+        "EMPTY_DIR": str(tmp_path / "empty"),
+        "BAD_LABELS": str(tmp_path / "labels.npz"),
+    }
+    args = [replace.get(a, a) for a in args]
+    if "--model" in args:
+        args = args[: args.index("--model")]
+        source = no_weights(tmp_path / "relu.onnx")
+    out = tmp_path / "out.onnx"
+    assert main(["sparsify", str(source), "-o", str(out), *args]) == code
+    err = capfd.readouterr().err
+    assert err.startswith("onnxsat: error: ") and err.count("\n") == 1 and message in err, err
+    assert not out.exists()

@@ -1,0 +1,153 @@
+"""Targets, exact counts and the four scoring methods (sparsity/targets.py, methods.py, calibration.py)."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from onnxsat.errors import SettingsError
+from onnxsat.sparsity.calibration import channel_norms
+from onnxsat.sparsity.methods import prune_masks, smallest
+from onnxsat.sparsity.targets import prunable_weights, select
+
+RNG = np.random.default_rng(7)
+
+
+def weight(name: str, *shape: int, scale: float = 1.0) -> onnx.TensorProto:
+    return numpy_helper.from_array((RNG.normal(size=shape) * scale).astype(np.float32), name)
+
+
+def cnn(*, group: int = 2) -> onnx.ModelProto:
+    """x[2,4,6,6] -> Conv(group) -> ConvTranspose -> Flatten -> Gemm(transB) -> MatMul -> y, plus decoys."""
+    nodes = [
+        helper.make_node("Conv", ["x", "wc"], ["c"], name="conv", group=group, pads=[1, 1, 1, 1]),
+        helper.make_node("ConvTranspose", ["c", "wt"], ["t"], name="deconv"),
+        helper.make_node("Flatten", ["t"], ["f"]),
+        helper.make_node("Gemm", ["f", "wg"], ["g"], name="fc", transB=1),
+        helper.make_node("MatMul", ["g", "wm"], ["m"], name="head"),
+        helper.make_node("MatMul", ["m", "runtime_w"], ["y"], name="runtime"),
+    ]
+    initializers = [
+        weight("wc", 6, 4 // group, 3, 3),
+        weight("wt", 6, 2, 3, 3),
+        weight("wg", 5, 2 * 8 * 8),
+        weight("wm", 5, 3),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "cnn",
+        [
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4, 6, 6]),
+            helper.make_tensor_value_info("runtime_w", TensorProto.FLOAT, [3, 2]),
+        ],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 2])],
+        initializers,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 9
+    onnx.checker.check_model(model)
+    return model
+
+
+def values(model: onnx.ModelProto) -> dict[str, np.ndarray]:
+    return {t.name: numpy_helper.to_array(t).copy() for t in model.graph.initializer}
+
+
+def test_targets_are_the_constant_weights_of_products_in_graph_order() -> None:
+    targets = prunable_weights(cnn())
+    assert [(t.name, t.op_type, t.channel_axis) for t in targets] == [
+        ("wc", "Conv", 1),
+        ("wt", "ConvTranspose", 0),
+        ("wg", "Gemm", 1),
+        ("wm", "MatMul", -2),
+    ]
+    assert [t.name for t in select(targets, ["fc", "wm"])] == ["wc", "wt"]
+    with pytest.raises(SettingsError, match="names no prunable weight"):
+        select(targets, ["nope"])
+
+
+def test_grouped_conv_elements_map_to_their_group_input_channels() -> None:
+    (conv,) = [t for t in prunable_weights(cnn(group=2)) if t.name == "wc"]
+    channels = conv.channel_of_elements()  # W[6, 2, 3, 3]: outputs 0-2 read inputs 0-1, outputs 3-5 inputs 2-3
+    assert channels[0, :, 0, 0].tolist() == [0, 1]
+    assert channels[5, :, 2, 2].tolist() == [2, 3]
+
+
+def test_smallest_takes_exactly_k_with_ties_broken_by_position() -> None:
+    scores = np.array([3.0, 1.0, 1.0, 1.0, 0.0, 2.0])
+    assert smallest(scores, 3).tolist() == [False, True, True, False, True, False]
+    assert smallest(scores, 0).sum() == 0 and smallest(scores, 6).all()
+
+
+@pytest.mark.parametrize("method", ["relative", "flat", "triangular"])
+@pytest.mark.parametrize("level", [0.0, 0.3, 0.5, 0.85])
+def test_requested_level_is_reached_exactly_even_with_ties_and_zeros(method: str, level: float) -> None:
+    model = cnn()
+    weights = values(model)
+    weights["wg"][:, :40] = 0.25  # ties
+    weights["wm"][0] = 0.0  # already zero
+    targets = prunable_weights(model)
+    result = prune_masks(method, targets, weights, level)
+    if method == "relative":
+        for layer in result.layers:
+            assert layer.zeros_after == max(round(level * layer.size), layer.zeros_before)
+    else:
+        assert result.zeros == max(round(level * result.total), sum(x.zeros_before for x in result.layers))
+
+
+def test_flat_uses_one_threshold_for_every_layer() -> None:
+    model = cnn()
+    weights, targets = values(model), prunable_weights(model)
+    result = prune_masks("flat", targets, weights, 0.4)
+    zeroed = np.concatenate([np.abs(weights[n])[m] for n, m in result.masks.items()])
+    kept = np.concatenate([np.abs(weights[n])[~m] for n, m in result.masks.items()])
+    assert zeroed.max() <= kept.min()
+    spans = [float(w.max() - w.min()) for w in (weights[t.name] for t in targets)]
+    assert result.span_fraction == pytest.approx(zeroed.max() / min(spans))
+
+
+def test_triangular_thresholds_grow_from_the_first_layer_span_to_the_last() -> None:
+    model = cnn()
+    weights = values(model)
+    weights["wc"] *= 0.5  # narrow first layer, wide last
+    weights["wm"] *= 4.0
+    targets = prunable_weights(model)
+    result = prune_masks("triangular", targets, weights, 0.5)
+    spans = [float(weights[t.name].max() - weights[t.name].min()) for t in targets]
+    references = np.linspace(spans[0], spans[-1], len(spans))
+    for target, reference in zip(targets, references, strict=True):
+        mask, magnitude = result.masks[target.name], np.abs(weights[target.name])
+        if mask.any():
+            assert magnitude[mask].max() <= result.span_fraction * reference * (1 + 1e-9)
+        assert magnitude[~mask].min() >= result.span_fraction * reference * (1 - 1e-9)
+    first, last = result.layers[0], result.layers[-1]
+    assert first.threshold < last.threshold
+
+
+def test_calibrated_scores_weights_by_their_input_channel_norm() -> None:
+    """Channel 0 of x is silent: every weight reading it is pruned first, however large."""
+    model = cnn(group=1)
+    targets = [t for t in prunable_weights(model) if t.name == "wc"]
+    x = RNG.normal(size=(2, 4, 6, 6)).astype(np.float32)
+    x[:, 0] = 0.0
+    norms = channel_norms(model, targets, [{"x": x, "runtime_w": np.ones((3, 2), np.float32)}])
+    assert np.allclose(norms["wc"], np.sqrt((x.astype(np.float64) ** 2).sum(axis=(0, 2, 3))))
+    weights = values(model)
+    weights["wc"][:, 0] = 10.0
+    result = prune_masks("calibrated", targets, weights, 0.25, norms)  # 25% = exactly the channel-0 weights
+    assert result.masks["wc"][:, 0].all() and not result.masks["wc"][:, 1:].any()
+
+
+@pytest.mark.parametrize("level", [-0.1, 1.0, 1.5])
+def test_levels_outside_zero_to_one_are_refused(level: float) -> None:
+    model = cnn()
+    with pytest.raises(SettingsError, match=r"must be in \[0, 1\)"):
+        prune_masks("relative", prunable_weights(model), values(model), level)
+
+
+def test_per_layer_levels_need_a_per_layer_method() -> None:
+    model = cnn()
+    with pytest.raises(SettingsError, match="per-layer method"):
+        prune_masks("flat", prunable_weights(model), values(model), {"wc": 0.5})
