@@ -570,6 +570,9 @@ def test_demo(tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
     report = json.loads((folder / "report.json").read_text())
     latency = report["latency"] if isinstance(report["latency"], list) else [report["latency"]]
     assert latency and all(entry["speedup"] > 0 for entry in latency)
+    sparsified = json.loads((folder / "sparsify_report.json").read_text())
+    assert (folder / "digits_cnn.sparse.onnx").is_file() and sparsified["written"]
+    assert sparsified["overall"] > 0.5 and sparsified["baseline"]["top1"] - sparsified["accuracy"]["top1"] <= 0.01
     assert temp_leftovers(folder) == []
 
 

@@ -1,4 +1,4 @@
-"""Experiments 2 and 3 (``onnxsat.bench.sparsity_experiments``): every file written, rows complete, figures sane.
+"""Experiments 2 and 3 (``onnxsat.bench.sparsity``): every file written, rows complete, figures sane.
 
 Timings are never asserted beyond being positive and finite (they are this machine's); what must hold
 anywhere is asserted: one CSV row per model x method x level, the reached sparsity equals the requested
@@ -20,7 +20,7 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from onnxsat.bench.sparsity_experiments import (
+from onnxsat.bench.sparsity import (
     DENSE,
     PRUNED,
     SPARSE,

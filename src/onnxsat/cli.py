@@ -213,6 +213,54 @@ def _add_bench(commands: argparse._SubParsersAction) -> None:
     large.add_argument("--dir", default=None, help="where to build it (default: the system's temp folder)")
     large.set_defaults(handler=_run_bench_large)
     _add_bench_compare(which)
+    _add_bench_experiment(which)
+
+
+def _add_bench_experiment(which: argparse._SubParsersAction) -> None:
+    from onnxsat.sparsity.methods import METHODS
+
+    parser = which.add_parser(
+        "experiment", help="the seed's experiments: 2 accuracy drop vs sparsity, 3 latency of the sparsest in budget"
+    )
+    parser.add_argument("number", type=int, choices=(2, 3), help="which experiment")
+    parser.add_argument("--models", nargs="+", required=True, metavar="MODEL", help=".onnx files (never modified)")
+    parser.add_argument(
+        "--methods", nargs="+", choices=METHODS, default=["relative"], help="experiment 3 uses the first"
+    )
+    parser.add_argument("--data", help="as for sparsify (default: seeded random inputs, fidelity)")
+    parser.add_argument("--samples", type=int, default=256, help="samples of the data used (default 256)")
+    parser.add_argument("--budget", type=_percent, default=0.05, help="largest allowed drop (default 5%%)")
+    parser.add_argument("--metric", choices=("top1", "top5"), default="top5", help="metric of the budget")
+    parser.add_argument("--levels", type=_floats, help="comma-separated levels (default 0.10 to 0.85 by 0.05)")
+    parser.add_argument("--threads", type=int, default=1, help="ORT intra-op threads (default 1)")
+    parser.add_argument("--rounds", type=int, default=50, help="experiment 3: timed rounds (default 50)")
+    parser.add_argument("--warmup", type=int, default=10, help="experiment 3: untimed rounds first (default 10)")
+    parser.add_argument("--batch-size", type=int, default=32, help="evaluation and throughput batch (default 32)")
+    parser.add_argument("--out", required=True, help="folder for the PNG plots, CSV, Markdown and settings")
+    parser.set_defaults(handler=_run_bench_experiment)
+
+
+def _run_bench_experiment(args: argparse.Namespace) -> int:
+    from onnxsat.bench.sparsity import SparsityExperimentSettings, experiment_three, experiment_two
+
+    settings = SparsityExperimentSettings(
+        models=[Path(m) for m in args.models],
+        out=Path(args.out),
+        methods=args.methods,
+        data=args.data,
+        samples=args.samples,
+        budget=args.budget,
+        metric=args.metric,
+        threads=args.threads,
+        rounds=args.rounds,
+        warmup=args.warmup,
+        batch_size=args.batch_size,
+    )
+    if args.levels:
+        settings.levels = args.levels
+    result = (experiment_two if args.number == 2 else experiment_three)(settings)
+    print(result.markdown)
+    return 0
 
 
 def _add_bench_compare(which: argparse._SubParsersAction) -> None:

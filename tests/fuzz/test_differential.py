@@ -31,6 +31,9 @@ optimize_module = importlib.import_module("onnxsat.optimize")  # the package re-
 
 SAMPLE = range(100)
 
+# One xdist worker runs this whole file, so the sample (about 160 s of checks) is built once.
+pytestmark = pytest.mark.xdist_group("differential_sample")
+
 
 @pytest.fixture(scope="module")
 def outcomes() -> dict[int, Outcome]:

@@ -151,3 +151,15 @@ def test_per_layer_levels_need_a_per_layer_method() -> None:
     model = cnn()
     with pytest.raises(SettingsError, match="per-layer method"):
         prune_masks("flat", prunable_weights(model), values(model), {"wc": 0.5})
+
+
+def test_fused_ops_onnxsat_writes_are_targets_too() -> None:
+    """An ``onnxsat optimize --target ort`` result carries FusedConv/FusedGemm: their weights are pruned."""
+    from onnxsat.optimize import optimize_model
+    from onnxsat.zoo.synthetic import demo_cnn
+
+    optimized, _ = optimize_model(demo_cnn())
+    targets = prunable_weights(optimized)
+    assert {"FusedConv", "FusedGemm"} <= {t.op_type for t in targets}
+    result = prune_masks("relative", targets, {t.name: values(optimized)[t.name] for t in targets}, 0.5)
+    assert result.sparsity == pytest.approx(0.5, abs=0.01)

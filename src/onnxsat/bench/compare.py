@@ -169,6 +169,18 @@ class NoiseBand:
         return abs(math.log(speedup)) <= self.half_width
 
 
+def noise_verdict(interval: tuple[float, float], noise: NoiseBand) -> str:
+    """``faster`` or ``slower`` only when ``interval`` (of a median speedup) lies wholly outside ``noise``'s
+    band, else ``within noise``."""
+    low, high = interval
+    band_low, band_high = noise.bounds
+    if low > band_high:
+        return "faster"
+    if high < band_low:
+        return "slower"
+    return "within noise"
+
+
 @dataclass
 class ModelComparison:
     path: str
@@ -202,13 +214,7 @@ class ModelComparison:
             return "noise probe"
         if not variant.timed or self.noise is None:
             return ""
-        low, high = variant.interval
-        band_low, band_high = self.noise.bounds
-        if low > band_high:
-            return "faster"
-        if high < band_low:
-            return "slower"
-        return "within noise"
+        return noise_verdict(variant.interval, self.noise)
 
 
 # --------------------------------------------------------------------------------------------- inputs
