@@ -184,6 +184,9 @@ def _run_sparsify(args: argparse.Namespace) -> int:
         print(error.report.to_table())  # type: ignore[attr-defined]
         raise
     print(report.to_table())
+    if not report.verification or not report.verification.ok:
+        print("onnxsat: warning: verification failed; the result was written because of --force", file=sys.stderr)
+        return 8
     return 0
 
 

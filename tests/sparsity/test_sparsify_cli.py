@@ -197,3 +197,20 @@ def test_bench_experiment_two_writes_plots_and_tables(tmp_path: Path, capsys: py
         assert (tmp_path / name).stat().st_size > 0
     assert (tmp_path / "experiment2_top1.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert len((tmp_path / "experiment2.csv").read_text().strip().splitlines()) == 1 + 2 * 2
+
+
+def test_a_result_that_fails_verification_is_written_only_with_force(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    from onnxsat.errors import RuntimeUnsupportedError
+    from onnxsat.sparsity import pipeline
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise RuntimeUnsupportedError("ONNX Runtime cannot run the sparsified model: stand-in failure")
+
+    monkeypatch.setattr(pipeline, "reference_run", refuse)
+    source, out = mlp(tmp_path / "mlp.onnx"), tmp_path / "out.onnx"
+    assert main(["sparsify", str(source), "--sparsity", "0.5", "-o", str(out)]) == 8
+    assert not out.exists() and "stand-in failure" in capfd.readouterr().out
+    assert main(["sparsify", str(source), "--sparsity", "0.5", "-o", str(out), "--force"]) == 8
+    assert out.exists() and "written because of --force" in capfd.readouterr().err

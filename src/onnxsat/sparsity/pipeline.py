@@ -17,7 +17,7 @@ import onnx
 
 from onnxsat import model_io
 from onnxsat.data.sources import Dataset, load_dataset
-from onnxsat.errors import SettingsError, VerificationFailedError
+from onnxsat.errors import InvalidModelError, RuntimeUnsupportedError, SettingsError, VerificationFailedError
 from onnxsat.external_data import tensor_value
 from onnxsat.sparsity.calibration import channel_norms
 from onnxsat.sparsity.methods import METHODS, PruneResult, check_sparsity, prune_masks
@@ -33,7 +33,7 @@ from onnxsat.sparsity.search import (
 )
 from onnxsat.sparsity.storage import to_sparse_initializers, with_masks
 from onnxsat.sparsity.targets import PrunableWeight, prunable_weights, select
-from onnxsat.verify import Tolerance, random_inputs, reference_run, verify
+from onnxsat.verify import Reference, Tolerance, VerificationResult, random_inputs, reference_run, verify
 
 RANDOM_CALIBRATION_SAMPLES = 32
 PER_LAYER_METHODS = frozenset({"relative", "calibrated"})
@@ -147,9 +147,9 @@ def sparsify_model(
     report.layers, report.overall = result.layers, result.sparsity
     report.span_fraction, report.notes = result.span_fraction, report.notes + result.notes
     pruned = with_masks(model, result.masks, base_dir)
-    reference = reference_run(pruned, options.input_shapes, base_dir=base_dir)  # the checker, then ORT runs it
+    reference, report.verification = _runs(pruned, options, base_dir)
     report.sizes = {"original": model.ByteSize(), "pruned": pruned.ByteSize()}
-    if options.sparse_initializers:
+    if options.sparse_initializers and reference is not None:
         dense = pruned
         pruned = onnx.ModelProto()
         pruned.CopyFrom(dense)
@@ -160,10 +160,21 @@ def sparsify_model(
         report.verification = verify(
             dense, pruned, options.input_shapes, tolerance, reference=reference, base_dir=base_dir
         )
-    else:
-        report.verification = verify(pruned, pruned, options.input_shapes, reference=reference, base_dir=base_dir)
     report.seconds = time.perf_counter() - start
     return pruned, report
+
+
+def _runs(
+    pruned: onnx.ModelProto, options: SparsifyOptions, base_dir: Path | None
+) -> tuple[Reference | None, VerificationResult]:
+    """The pruned model passes the checker and ONNX Runtime runs it on seeded inputs (its outputs are
+    meant to differ from the original's, so there is nothing to compare yet)."""
+    try:
+        model_io.check_model(pruned)
+        reference = reference_run(pruned, options.input_shapes, base_dir=base_dir)
+    except (InvalidModelError, RuntimeUnsupportedError) as error:
+        return None, VerificationResult(False, error=str(error))
+    return reference, VerificationResult(True)
 
 
 def _initializer_value(model: onnx.ModelProto, target: PrunableWeight, base_dir: Path | None) -> np.ndarray:

@@ -1,0 +1,168 @@
+"""Remove the chosen channels for real: slice every tensor of every group, fix the numbers that count them.
+
+Per node input, all the positions to drop (from every group that indexes it, on every axis: a Conv
+loses output channels as a root and input channels as a leaf) are gathered first, then taken out with
+one ``np.take`` per axis, so slices of different groups compose and dtypes are kept. An initializer
+read by other node inputs too is not changed in place: the node gets a sliced copy under a new name
+(the other readers still need the whole tensor), and initializers no node reads any more are dropped.
+
+Shape-describing numbers (a Reshape target, a depthwise Conv's ``group``) shrink by the pruned
+channels times their block. ``value_info`` describes the old shapes, so it is cleared and shape
+inference is run again. Rate 0 changes no tensor: the model computes bit for bit what it did.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import onnx
+from onnx import numpy_helper
+
+from onnxsat.external_data import tensor_value
+from onnxsat.pruning.trees import ChannelSlice, Forest
+
+Key = tuple[int, int]
+"""(node index, input slot)."""
+
+
+@dataclass
+class Applied:
+    model: onnx.ModelProto
+    kept: dict[Key, dict[int, np.ndarray]] = field(default_factory=dict)
+    """For each sliced node input: axis -> the original positions kept (what reconstruction needs)."""
+
+
+def pruned_channels(channels: int, kept: np.ndarray) -> np.ndarray:
+    return np.setdiff1d(np.arange(channels), kept)
+
+
+def positions(piece: ChannelSlice, channels: np.ndarray) -> np.ndarray:
+    """The positions along ``piece.axis`` that ``channels`` of its group occupy."""
+    return (piece.offset + channels[:, None] * piece.block + np.arange(piece.block)[None, :]).reshape(-1)
+
+
+def apply_pruning(
+    model: onnx.ModelProto, forest: Forest, kept: Mapping[int, np.ndarray], base_dir: Path | None = None
+) -> Applied:
+    """A copy of ``model`` (Constant-free, as the forest was built on) keeping ``kept[group]`` channels."""
+    pruned_of = {
+        group.index: pruned_channels(group.channels, np.asarray(kept[group.index]))
+        for group in forest.groups
+        if group.index in kept
+    }
+    drops: dict[Key, dict[int, list[np.ndarray]]] = {}
+    for group in forest.groups:
+        channels = pruned_of.get(group.index)
+        if channels is None or channels.size == 0:
+            continue
+        for piece in group.slices:
+            key = (piece.node_index, piece.input_index)
+            drops.setdefault(key, {}).setdefault(piece.axis, []).append(positions(piece, channels))
+    result = onnx.ModelProto()
+    result.CopyFrom(model)
+    graph = result.graph
+    initializers = {t.name: t for t in graph.initializer}
+    uses = _uses(graph)
+    applied = Applied(result)
+    replaced: set[str] = set()
+    for (node_index, slot), by_axis in sorted(drops.items()):
+        node = graph.node[node_index]
+        name = node.input[slot]
+        value = np.asarray(tensor_value(initializers[name], base_dir))
+        kept_axes: dict[int, np.ndarray] = {}
+        for axis, parts in sorted(by_axis.items()):
+            keep = np.setdiff1d(np.arange(value.shape[axis]), np.concatenate(parts))
+            value = np.take(value, keep, axis=axis)
+            kept_axes[axis] = keep
+        applied.kept[(node_index, slot)] = kept_axes
+        _store(graph, initializers, uses, node, slot, value, replaced)
+    for edit in forest.edits:
+        removed = sum(pruned_of.get(group, np.empty(0)).size * block for group, block in edit.parts)
+        if removed == 0:
+            continue
+        node = graph.node[edit.node_index]
+        if edit.kind == "group":
+            for attribute in node.attribute:
+                if attribute.name == "group":
+                    attribute.i -= removed
+            continue
+        target = np.asarray(tensor_value(initializers[node.input[1]], base_dir)).copy()
+        target[edit.position] -= removed
+        _store(graph, initializers, uses, node, 1, target, replaced)
+    _drop_unused(graph, replaced)
+    _update_input_shapes(graph)
+    return Applied(_reinferred(result), applied.kept)
+
+
+def _uses(graph: onnx.GraphProto) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for node in graph.node:
+        for name in node.input:
+            counts[name] = counts.get(name, 0) + 1
+    for output in graph.output:
+        counts[output.name] = counts.get(output.name, 0) + 1
+    return counts
+
+
+def _store(
+    graph: onnx.GraphProto,
+    initializers: dict[str, onnx.TensorProto],
+    uses: dict[str, int],
+    node: onnx.NodeProto,
+    slot: int,
+    value: np.ndarray,
+    replaced: set[str],
+) -> None:
+    """Put ``value`` where input ``slot`` of ``node`` reads it: in place if nothing else reads it, else a copy."""
+    name = node.input[slot]
+    if uses.get(name, 0) <= 1:
+        initializers[name].CopyFrom(numpy_helper.from_array(value, name))
+        return
+    base = f"{name}__pruned_{node.name or node.output[0]}_{slot}"
+    new_name, suffix = base, 0
+    while new_name in initializers:
+        suffix += 1
+        new_name = f"{base}_{suffix}"
+    tensor = numpy_helper.from_array(value, new_name)
+    graph.initializer.append(tensor)
+    initializers[new_name] = graph.initializer[-1]
+    uses[name] -= 1
+    uses[new_name] = 1
+    node.input[slot] = new_name
+    replaced.add(name)
+
+
+def _drop_unused(graph: onnx.GraphProto, candidates: set[str]) -> None:
+    read = {name for node in graph.node for name in node.input} | {o.name for o in graph.output}
+    unused = {name for name in candidates if name not in read}
+    if unused:
+        kept = [t for t in graph.initializer if t.name not in unused]
+        del graph.initializer[:]
+        graph.initializer.extend(kept)
+        inputs = [v for v in graph.input if v.name not in unused]
+        del graph.input[:]
+        graph.input.extend(inputs)
+
+
+def _update_input_shapes(graph: onnx.GraphProto) -> None:
+    """Initializers listed as graph inputs (older IRs) declare their shape there too."""
+    dims = {t.name: list(t.dims) for t in graph.initializer}
+    for value in graph.input:
+        if value.name in dims and value.type.HasField("tensor_type"):
+            shape = value.type.tensor_type.shape
+            if len(shape.dim) == len(dims[value.name]):
+                for dim, size in zip(shape.dim, dims[value.name], strict=True):
+                    dim.Clear()
+                    dim.dim_value = size
+
+
+def _reinferred(model: onnx.ModelProto) -> onnx.ModelProto:
+    """``model`` without its stale value_info, with shapes inferred again when inference succeeds."""
+    del model.graph.value_info[:]
+    try:
+        return onnx.shape_inference.infer_shapes(model, strict_mode=False)
+    except Exception:  # best effort: ONNX Runtime needs no value_info
+        return model

@@ -1,0 +1,161 @@
+"""What the tree walk needs to know about a graph: constants, consumers, inferred shapes, attributes.
+
+Pruning works on a copy whose Constant nodes are initializers (``constants_as_initializers``), so a
+weight or a Reshape target is always found, read and replaced in one place. Initializers that are also
+graph inputs (IR >= 4) are not constants: a runtime may feed other values, of other shapes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import onnx
+from onnx import numpy_helper
+
+from onnxsat.external_data import has_external_data, structure_view, tensor_value
+from onnxsat.pruning.layout import Dim
+
+
+def constants_as_initializers(model: onnx.ModelProto) -> onnx.ModelProto:
+    """A copy with every top-level Constant node holding a tensor turned into an initializer."""
+    copy = onnx.ModelProto()
+    copy.CopyFrom(model)
+    kept = []
+    for node in copy.graph.node:
+        tensor = _constant_tensor(node)
+        if tensor is None:
+            kept.append(node)
+            continue
+        tensor.name = node.output[0]
+        copy.graph.initializer.append(tensor)
+    if len(kept) != len(copy.graph.node):
+        del copy.graph.node[:]
+        copy.graph.node.extend(kept)
+    return copy
+
+
+def _constant_tensor(node: onnx.NodeProto) -> onnx.TensorProto | None:
+    if node.op_type != "Constant" or node.domain not in ("", "ai.onnx") or len(node.attribute) != 1:
+        return None
+    attribute = node.attribute[0]
+    if attribute.name == "value":
+        tensor = onnx.TensorProto()
+        tensor.CopyFrom(attribute.t)
+        return tensor
+    scalars = {"value_float": np.float32, "value_int": np.int64}
+    if attribute.name in scalars:
+        value = onnx.helper.get_attribute_value(attribute)
+        return numpy_helper.from_array(np.array(value, dtype=scalars[attribute.name]))
+    lists = {"value_floats": np.float32, "value_ints": np.int64}
+    if attribute.name in lists:
+        return numpy_helper.from_array(np.array(list(onnx.helper.get_attribute_value(attribute)), lists[attribute.name]))
+    return None
+
+
+def attr(node: onnx.NodeProto, name: str, default: object = None) -> object:
+    """An attribute's value (ints, floats, lists, strings decoded), or ``default``."""
+    for attribute in node.attribute:
+        if attribute.name == name:
+            value = onnx.helper.get_attribute_value(attribute)
+            return value.decode() if isinstance(value, bytes) else value
+    return default
+
+
+def node_label(node: onnx.NodeProto) -> str:
+    """A node's name, or its first output when it has none (many exports leave names empty)."""
+    return node.name or (node.output[0] if node.output else node.op_type)
+
+
+class GraphIndex:
+    """Lookups over one (Constant-free) model: never changes the model."""
+
+    def __init__(self, model: onnx.ModelProto, base_dir: Path | None = None) -> None:
+        self.model = model
+        self.base_dir = base_dir
+        graph = model.graph
+        overridable = {v.name for v in graph.input} if model.ir_version >= 4 else set()
+        self.initializers = {t.name: t for t in graph.initializer}
+        self.constants = {name: t for name, t in self.initializers.items() if name not in overridable}
+        self.outputs = {o.name for o in graph.output}
+        self.consumers: dict[str, list[tuple[int, int]]] = {}
+        for index, node in enumerate(graph.node):
+            for slot, name in enumerate(node.input):
+                if name:
+                    self.consumers.setdefault(name, []).append((index, slot))
+        self.subgraph_names = _subgraph_references(graph)
+        self.opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 1)
+        self.shapes = infer_shapes(model)
+        self._values: dict[str, np.ndarray] = {}
+
+    def is_constant(self, name: str) -> bool:
+        return name in self.constants
+
+    def value(self, name: str) -> np.ndarray:
+        """A constant's value (read once, external data included)."""
+        if name not in self._values:
+            self._values[name] = np.asarray(tensor_value(self.constants[name], self.base_dir))
+        return self._values[name]
+
+    def shape(self, name: str) -> list[Dim] | None:
+        if name in self.constants:
+            return [int(d) for d in self.constants[name].dims]
+        return self.shapes.get(name)
+
+    def rank(self, name: str) -> int | None:
+        shape = self.shape(name)
+        return None if shape is None else len(shape)
+
+    def int_values(self, name: str) -> list[int] | None:
+        """A small integer constant as a list (axes, pads, a Reshape target), or None if not constant."""
+        if not name or name not in self.constants:
+            return None
+        return [int(v) for v in self.value(name).reshape(-1)]
+
+    def uses(self, name: str) -> int:
+        """How many node inputs read ``name`` (a graph output counts as one more)."""
+        return len(self.consumers.get(name, [])) + (name in self.outputs)
+
+
+def infer_shapes(model: onnx.ModelProto) -> dict[str, list[Dim]]:
+    """Every value's shape ONNX shape inference can tell, with data propagation for Reshape targets."""
+    view = structure_view(model) if has_external_data(model) else model
+    try:
+        inferred = onnx.shape_inference.infer_shapes(view, strict_mode=False, data_prop=True)
+    except Exception:  # inference is best effort: an unknown shape only makes a group unprunable
+        inferred = view
+    shapes: dict[str, list[Dim]] = {}
+    graph = inferred.graph
+    for value in [*graph.input, *graph.value_info, *graph.output]:
+        tensor_type = value.type.tensor_type
+        if value.type.HasField("tensor_type") and tensor_type.HasField("shape"):
+            shapes[value.name] = [_dim(d) for d in tensor_type.shape.dim]
+    return shapes
+
+
+def _dim(dim: onnx.TensorShapeProto.Dimension) -> Dim:
+    if dim.HasField("dim_value"):
+        return int(dim.dim_value)
+    if dim.HasField("dim_param"):
+        return dim.dim_param
+    return None
+
+
+def _subgraph_references(graph: onnx.GraphProto) -> set[str]:
+    """Names read inside If/Loop/Scan bodies: a tracked tensor used there cannot be followed."""
+    names: set[str] = set()
+    for node in graph.node:
+        for sub in _subgraphs(node):
+            for inner in sub.node:
+                names.update(inner.input)
+            names |= _subgraph_references(sub)
+    return names
+
+
+def _subgraphs(node: onnx.NodeProto) -> Iterator[onnx.GraphProto]:
+    for attribute in node.attribute:
+        if attribute.type == onnx.AttributeProto.GRAPH:
+            yield attribute.g
+        elif attribute.type == onnx.AttributeProto.GRAPHS:
+            yield from attribute.graphs

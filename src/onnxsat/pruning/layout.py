@@ -1,0 +1,106 @@
+"""Where a root's channels sit in a tensor downstream of it, and how reshaping ops move them.
+
+A tracked tensor has one channel axis. Along it, each **segment** holds the channels of one channel
+space (a root, or roots already tied to it): channel ``c`` of the space occupies positions
+``offset + c * block + [0, block)``. A root's own output is one segment ``(offset 0, block 1)``;
+Concat shifts offsets; Flatten and Reshape merging the channel axis with the dims after it multiply
+``offset`` and ``block`` by the size merged in (a channel becomes a block of H*W features for the
+Gemm after it). Positions no segment covers belong to no root (e.g. a Concat input from the graph
+input) and are never pruned.
+
+Dims are ints, symbol names (str) or None (unknown). Products over symbols compare as a multiset of
+symbols times an int, so ``[batch, 64, 7, 7] -> [batch, 3136]`` is followed without knowing ``batch``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+Dim = int | str | None
+
+
+@dataclass(frozen=True)
+class Segment:
+    space: int
+    """The channel space (an index the walk hands out per root; tied spaces are merged later)."""
+    offset: int
+    block: int
+    count: int
+    """Channels in the space."""
+
+    def scaled(self, factor: int) -> Segment:
+        """The segment after merging ``factor`` positions per channel position into the axis."""
+        return replace(self, offset=self.offset * factor, block=self.block * factor)
+
+    def shifted(self, by: int) -> Segment:
+        return replace(self, offset=self.offset + by)
+
+
+@dataclass(frozen=True)
+class Layout:
+    axis: int
+    """Non-negative axis of the tensor that holds the channels."""
+    size: int
+    """The tensor's size along ``axis`` (at least the segments' extent; more where untracked data sits)."""
+    segments: tuple[Segment, ...]
+
+    @property
+    def spaces(self) -> list[int]:
+        return [s.space for s in self.segments]
+
+    def moved(self, axis: int) -> Layout:
+        return replace(self, axis=axis)
+
+    def structure(self) -> tuple[int, tuple[tuple[int, int, int], ...]]:
+        """What two layouts must share for their channels to be paired position by position."""
+        return self.size, tuple((s.offset, s.block, s.count) for s in self.segments)
+
+
+def product(dims: Sequence[Dim]) -> tuple[int, tuple[str, ...]] | None:
+    """``dims`` multiplied: (int factor, sorted symbols), or None when a dim is unknown."""
+    factor, symbols = 1, []
+    for dim in dims:
+        if dim is None:
+            return None
+        if isinstance(dim, str):
+            symbols.append(dim)
+        else:
+            factor *= dim
+    return factor, tuple(sorted(symbols))
+
+
+def int_product(dims: Sequence[Dim]) -> int | None:
+    """The product when every dim is a known int, else None."""
+    found = product(dims)
+    return found[0] if found is not None and not found[1] else None
+
+
+def merge_axis(in_shape: Sequence[Dim], out_shape: Sequence[Dim], axis: int) -> tuple[int, int] | None:
+    """Follow the channel axis through a reshape: ``(out_axis, factor)`` or None when it cannot be followed.
+
+    The channel axis survives when the output has a dim ``k`` whose prefix holds exactly the input dims
+    before ``axis``, and which is the channel dim times the next few input dims (``factor``, their
+    product, 1 when the dim is kept as is). A channel dim split apart (attention heads) or merged with
+    dims before it (its channels would interleave with them) cannot be followed.
+    """
+    before = product(in_shape[:axis])
+    size = in_shape[axis]
+    if before is None or not isinstance(size, int):
+        return None
+    for k in range(len(out_shape)):
+        if product(out_shape[:k]) != before or not isinstance(out_shape[k], int):
+            continue
+        for end in range(axis + 1, len(in_shape) + 1):
+            factor = int_product(in_shape[axis + 1 : end])
+            if factor is None:
+                break
+            if size * factor == out_shape[k]:
+                return k, factor
+    return None
+
+
+def normalize_axis(axis: int, rank: int) -> int | None:
+    """``axis`` made non-negative, or None when it is out of range."""
+    axis = axis + rank if axis < 0 else axis
+    return axis if 0 <= axis < rank else None

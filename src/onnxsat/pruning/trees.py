@@ -1,0 +1,759 @@
+"""Node association trees and the channel groups they tie together (ONNXPruner, section III-B).
+
+One pass over the graph in topological order. Each prunable root (Conv, ConvTranspose, Gemm, MatMul
+with a constant weight) starts a **channel space**: its output channels, tracked as a ``Layout``
+(``layout.py``) along every tensor they flow into. A node reading a tracked tensor is handled as its
+category in the node attribute library says (``library.py``):
+
+- next-no-process: the layout moves (Transpose, Flatten, Reshape, Squeeze, Unsqueeze, Reduce, Gather
+  on another axis) or stays (activations, pools) on the node's output;
+- next-process: per-channel constants are recorded as slices (BatchNormalization, Add/Mul/... by a
+  [C]-shaped constant, a depthwise Conv's filters and bias, its ``group`` attribute); two tracked
+  inputs of an elementwise op **tie** their spaces (many-to-one: a residual Add prunes the same
+  channels on both sides), a union-find merges them; Concat shifts each input's segments by its offset;
+- pruned (as a leaf) and stop-process: the branch ends; a Conv/Gemm/MatMul leaf records the slice of
+  its weight that reads the tracked channels, then may start its own space as a root.
+
+Whenever the channels cannot be followed exactly the walk **spoils** the spaces involved (their group
+is kept whole, with the reason) instead of guessing: a graph output (its shape must not change), a
+channel axis that is split (attention heads), mixed (Softmax or a Reduce over channels, LRN, a
+normalization over them), sliced, padded or resized, a non-depthwise grouped Conv, a Reshape whose
+target is computed at run time, a coupling with data no root produces, an unknown shape. An op the
+library does not know stops everything with a SettingsError naming it.
+
+A **channel group** is the result: the tied roots, their channel count, and every slice
+``(node input, initializer, axis, offset, block, role)`` that removing channel ``c`` touches: positions
+``offset + c * block + [0, block)`` along ``axis``. Shape edits (Reshape targets, depthwise ``group``)
+are kept beside the groups, since one may involve several groups (after a Concat).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import onnx
+
+from onnxsat.errors import SettingsError
+from onnxsat.pruning.graph import GraphIndex, attr, node_label
+from onnxsat.pruning.layout import Layout, Segment, int_product, merge_axis, normalize_axis
+from onnxsat.pruning.library import BUILTIN, NEXT_NO_PROCESS, NEXT_PROCESS, PRUNED, STOP_PROCESS
+
+ROOT = "root"
+ROOT_BIAS = "root bias"
+ASSOCIATED = "associated"
+STATISTIC = "statistic"
+"""BatchNormalization running mean/variance: sliced with the channels, but not weights to score."""
+LEAF = "leaf"
+
+DEFAULT_DOMAINS = ("", "ai.onnx")
+ELEMENTWISE = frozenset({"Add", "Sub", "Mul", "Div", "PRelu", "Sum", "Max", "Min", "Mean", "Pow"})
+POOLS = frozenset({"MaxPool", "AveragePool", "LpPool", "GlobalAveragePool", "GlobalMaxPool", "GlobalLpPool"})
+REDUCES = frozenset(op for op in BUILTIN if op.startswith("Reduce"))
+
+
+@dataclass(frozen=True)
+class ChannelSlice:
+    """One tensor a group's channels index: channel ``c`` is ``offset + c * block + [0, block)`` on ``axis``."""
+
+    node: str
+    node_index: int
+    input_index: int
+    initializer: str
+    axis: int
+    offset: int
+    block: int
+    role: str
+
+
+@dataclass(frozen=True)
+class Root:
+    node: str
+    node_index: int
+    op_type: str
+    weight: str
+    channels: int
+    output: str
+
+
+@dataclass(frozen=True)
+class TreeEdge:
+    parent: str
+    child: str
+    op_type: str
+    role: str
+    """What the child does with the channels: root, pass, associated, tie, concat, leaf, end, output, or
+    ``unprunable: why``."""
+
+
+@dataclass(frozen=True)
+class ShapeEdit:
+    """A number in the graph that counts channels: a Reshape target entry or a depthwise Conv's ``group``.
+
+    Its new value is the old one minus, for each ``(group, block)`` part, that group's pruned channels
+    times ``block``.
+    """
+
+    kind: str
+    """``reshape`` (input 1 of the node, entry ``position``) or ``group`` (the attribute)."""
+    node_index: int
+    position: int
+    parts: tuple[tuple[int, int], ...]
+
+
+@dataclass
+class ChannelGroup:
+    index: int
+    roots: list[Root]
+    channels: int
+    slices: list[ChannelSlice] = field(default_factory=list)
+    edges: list[TreeEdge] = field(default_factory=list)
+    reasons: list[str] = field(default_factory=list)
+    """Why the group must stay whole; empty when it can be pruned."""
+
+    @property
+    def prunable(self) -> bool:
+        return not self.reasons and self.channels > 1
+
+    @property
+    def leaves(self) -> list[str]:
+        return sorted({s.node for s in self.slices if s.role == LEAF})
+
+    @property
+    def structure(self) -> str:
+        """The paper's Figure 4 shape: one-to-one, one-to-many, many-to-one or many-to-many."""
+        many_roots, many_leaves = len(self.roots) > 1, len(self.leaves) > 1
+        return f"{'many' if many_roots else 'one'}-to-{'many' if many_leaves else 'one'}"
+
+    @property
+    def name(self) -> str:
+        return "+".join(r.node for r in self.roots)
+
+
+@dataclass
+class Forest:
+    """Every channel group of a model and the shape edits pruning them needs."""
+
+    groups: list[ChannelGroup]
+    edits: list[ShapeEdit]
+
+
+def build_groups(model: onnx.ModelProto, library: dict[str, str], index: GraphIndex | None = None) -> Forest:
+    """The channel groups of ``model`` (Constant nodes already made initializers; see ``graph.py``)."""
+    return _Walk(model, library, index or GraphIndex(model)).run()
+
+
+class _Walk:
+    def __init__(self, model: onnx.ModelProto, library: dict[str, str], index: GraphIndex) -> None:
+        self.model, self.library, self.index = model, library, index
+        self.layouts: dict[str, Layout] = {}
+        self.producer: dict[str, str] = {}
+        self.roots: list[Root] = []
+        self.parent: list[int] = []
+        self.slices: dict[int, list[ChannelSlice]] = {}
+        self.edges: dict[int, list[TreeEdge]] = {}
+        self.spoiled: dict[int, list[str]] = {}
+        self.edits: list[tuple[str, int, int, tuple[Segment, ...]]] = []
+
+    # ---------------------------------------------------------------------------------- bookkeeping
+
+    def find(self, space: int) -> int:
+        while self.parent[space] != space:
+            self.parent[space] = self.parent[self.parent[space]]
+            space = self.parent[space]
+        return space
+
+    def tie(self, a: int, b: int) -> None:
+        a, b = self.find(a), self.find(b)
+        if a != b:
+            self.parent[max(a, b)] = min(a, b)
+
+    def spoil(self, layouts: Sequence[Layout], reason: str) -> str:
+        for layout in layouts:
+            for space in layout.spaces:
+                reasons = self.spoiled.setdefault(space, [])
+                if reason not in reasons:
+                    reasons.append(reason)
+        return f"unprunable: {reason}"
+
+    def add_slices(
+        self, layout: Layout, node_index: int, slot: int, axis: int, role: str, scale: int = 1
+    ) -> None:
+        """Record that input ``slot`` of the node is indexed by ``layout``'s channels along ``axis``."""
+        node = self.model.graph.node[node_index]
+        name = node.input[slot]
+        for segment in layout.segments:
+            scaled = segment.scaled(scale)
+            self.slices.setdefault(segment.space, []).append(
+                ChannelSlice(node_label(node), node_index, slot, name, axis, scaled.offset, scaled.block, role)
+            )
+
+    def track(self, name: str, layout: Layout, producer: str) -> None:
+        """``name`` now carries ``layout``; a graph output or a subgraph capture spoils it."""
+        self.layouts[name] = layout
+        self.producer[name] = producer
+        if name in self.index.outputs:
+            self.spoil([layout], f"reaches graph output {name!r}")
+            for space in layout.spaces:
+                self.edges.setdefault(space, []).append(TreeEdge(producer, name, "graph output", "output"))
+        if name in self.index.subgraph_names:
+            self.spoil([layout], f"{name!r} is read inside a subgraph")
+
+    def shape(self, name: str) -> list[int | str | None] | None:
+        return self.index.shape(name)
+
+    # ------------------------------------------------------------------------------------ the walk
+
+    def run(self) -> Forest:
+        for node_index, node in enumerate(self.model.graph.node):
+            tracked = {slot: self.layouts[name] for slot, name in enumerate(node.input) if name in self.layouts}
+            if tracked:
+                self.visit(node_index, node, tracked)
+            if node.op_type in ("Conv", "ConvTranspose", "Gemm", "MatMul") and node.domain in DEFAULT_DOMAINS:
+                if not any(name in self.layouts for name in node.output):
+                    self.root(node_index, node)
+        return self.forest()
+
+    def visit(self, node_index: int, node: onnx.NodeProto, tracked: dict[int, Layout]) -> None:
+        label = node_label(node)
+        category = self.library.get(node.op_type) if node.domain in DEFAULT_DOMAINS else None
+        if category is None:
+            op = node.op_type if node.domain in DEFAULT_DOMAINS else f"{node.domain}.{node.op_type}"
+            raise SettingsError(
+                f"node {label!r} ({op}) reads pruned channels, but the node attribute library does not know "
+                f"{op}; give its category with --library"
+            )
+        if category == PRUNED:
+            role = self.leaf(node_index, node, tracked)
+        elif category == NEXT_NO_PROCESS:
+            role = self.pass_through(node_index, node, tracked)
+        elif category == NEXT_PROCESS:
+            role = self.process(node_index, node, tracked)
+        else:
+            assert category == STOP_PROCESS
+            role = "end"
+        for slot, layout in tracked.items():
+            parent = self.producer[node.input[slot]]
+            for space in layout.spaces:
+                self.edges.setdefault(space, []).append(TreeEdge(parent, label, node.op_type, role))
+
+    # ------------------------------------------------------------------------------------ roots
+
+    def root(self, node_index: int, node: onnx.NodeProto) -> None:
+        """Start a channel space at ``node`` if its output channels can be pruned."""
+        found = self.root_slices(node)
+        if found is None:
+            return
+        channels, axis_of_output, weight_axis, bias = found
+        space = len(self.roots)
+        label = node_label(node)
+        self.roots.append(Root(label, node_index, node.op_type, node.input[1], channels, node.output[0]))
+        self.parent.append(space)
+        layout = Layout(axis_of_output, channels, (Segment(space, 0, 1, channels),))
+        self.add_slices(layout, node_index, 1, weight_axis, ROOT)
+        if bias is not None:
+            self.add_slices(layout, node_index, 2, bias, ROOT_BIAS)
+        self.track(node.output[0], layout, label)
+
+    def root_slices(self, node: onnx.NodeProto) -> tuple[int, int, int, int | None] | None:
+        """(channels, output channel axis, weight axis, bias axis or None) for a root, or None."""
+        if len(node.input) < 2 or not self.index.is_constant(node.input[1]):
+            return None
+        weight = self.shape(node.input[1])
+        assert weight is not None
+        bias_name = node.input[2] if len(node.input) > 2 else ""
+        if bias_name and not self.index.is_constant(bias_name):
+            return None
+        if node.op_type in ("Conv", "ConvTranspose"):
+            if len(weight) < 3 or attr(node, "group", 1) != 1:
+                return None
+            axis = 0 if node.op_type == "Conv" else 1
+            return int(weight[axis]), 1, axis, 0 if bias_name else None
+        if len(weight) != 2:
+            return None
+        if node.op_type == "Gemm":
+            axis = 0 if attr(node, "transB", 0) else 1
+            channels = int(weight[axis])
+            bias_axis = None
+            if bias_name:
+                bias = self.shape(bias_name) or []
+                if bias and bias[-1] == channels and channels > 1:
+                    bias_axis = len(bias) - 1
+            return channels, 1, axis, bias_axis
+        output = self.shape(node.output[0])
+        rank = len(output) if output is not None else self.index.rank(node.input[0])
+        if rank is None:
+            return None
+        return int(weight[1]), max(rank, 2) - 1, 1, None
+
+    # ------------------------------------------------------------------------------------ leaves
+
+    def leaf(self, node_index: int, node: onnx.NodeProto, tracked: dict[int, Layout]) -> str:
+        """A Conv/ConvTranspose/Gemm/MatMul reading tracked channels (a depthwise Conv passes them on)."""
+        layouts = list(tracked.values())
+        if set(tracked) != {0}:
+            return self.spoil(layouts, f"{node.op_type} {node_label(node)!r} takes them as weights or bias")
+        layout = tracked[0]
+        if len(node.input) < 2 or not self.index.is_constant(node.input[1]):
+            return self.spoil(layouts, f"{node_label(node)!r} multiplies them by a weight computed at run time")
+        weight = self.shape(node.input[1])
+        assert weight is not None
+        if node.op_type in ("Conv", "ConvTranspose"):
+            if layout.axis != 1:
+                return self.spoil(layouts, f"{node_label(node)!r} reads them on axis {layout.axis}, not 1")
+            group = attr(node, "group", 1)
+            if group == 1:
+                self.add_slices(layout, node_index, 1, 1 if node.op_type == "Conv" else 0, LEAF)
+                return LEAF
+            if node.op_type == "Conv" and weight[1] == 1 and group == layout.size:
+                return self.depthwise(node_index, node, layout, int(weight[0]) // group)
+            return self.spoil(layouts, f"grouped {node.op_type} {node_label(node)!r} (group={group})")
+        rank = self.index.rank(node.input[0])
+        if node.op_type == "Gemm":
+            wanted = 0 if attr(node, "transA", 0) else 1
+            if layout.axis != wanted:
+                return self.spoil(layouts, f"Gemm {node_label(node)!r} reads them on the wrong axis")
+            self.add_slices(layout, node_index, 1, 1 if attr(node, "transB", 0) else 0, LEAF)
+            return LEAF
+        if rank is None or layout.axis != rank - 1 or len(weight) != 2:
+            return self.spoil(layouts, f"MatMul {node_label(node)!r} does not contract over them")
+        self.add_slices(layout, node_index, 1, 0, LEAF)
+        return LEAF
+
+    def depthwise(self, node_index: int, node: onnx.NodeProto, layout: Layout, multiplier: int) -> str:
+        """A depthwise Conv: filters and bias follow the input channels, and so do its outputs."""
+        bias = node.input[2] if len(node.input) > 2 else ""
+        if bias and not self.index.is_constant(bias):
+            return self.spoil([layout], f"depthwise Conv {node_label(node)!r} has a bias computed at run time")
+        self.add_slices(layout, node_index, 1, 0, ASSOCIATED, multiplier)
+        if bias:
+            self.add_slices(layout, node_index, 2, 0, ASSOCIATED, multiplier)
+        self.edits.append(("group", node_index, 0, layout.segments))
+        out = Layout(1, layout.size * multiplier, tuple(s.scaled(multiplier) for s in layout.segments))
+        self.track(node.output[0], out, node_label(node))
+        return ASSOCIATED
+
+    # ------------------------------------------------------------------------------ next-no-process
+
+    def pass_through(self, node_index: int, node: onnx.NodeProto, tracked: dict[int, Layout]) -> str:
+        """Follow the channel axis through a node that does not change the channels (or spoil)."""
+        layouts = list(tracked.values())
+        label = node_label(node)
+        if node.op_type == "Pow":
+            return self.elementwise(node_index, node, tracked)
+        if set(tracked) != {0}:
+            return self.spoil(layouts, f"{node.op_type} {label!r} takes them as a parameter")
+        layout = tracked[0]
+        moved = self.moved_axis(node_index, node, layout)
+        if isinstance(moved, str):
+            return self.spoil(layouts, f"{node.op_type} {label!r}: {moved}")
+        extra = [name for name in node.output[1:] if name and self.index.uses(name)]
+        if extra and node.op_type != "Dropout":
+            return self.spoil(layouts, f"{node.op_type} {label!r} has a second output that depends on them")
+        if node.op_type == "Split":
+            for name in node.output:
+                if name:
+                    self.track(name, moved, label)
+            return "pass"
+        self.track(node.output[0], moved, label)
+        if node.op_type == "Dropout" and len(node.output) > 1 and node.output[1]:
+            self.track(node.output[1], moved, label)
+        return "pass"
+
+    def moved_axis(self, node_index: int, node: onnx.NodeProto, layout: Layout) -> Layout | str:
+        """The layout on the node's output, or why the channels cannot be followed."""
+        op, axis = node.op_type, layout.axis
+        in_shape = self.shape(node.input[0])
+        rank = len(in_shape) if in_shape is not None else None
+        if op == "Transpose":
+            perm = attr(node, "perm")
+            if perm is None:
+                if rank is None:
+                    return "unknown rank"
+                perm = list(reversed(range(rank)))
+            return layout.moved(list(perm).index(axis))
+        if op in ("Flatten", "Reshape"):
+            return self.reshaped(node_index, node, layout, in_shape)
+        if op in POOLS:
+            return layout if axis == 1 else f"pools over the channel axis {axis}"
+        if op in ("Softmax", "LogSoftmax"):
+            if rank is None:
+                return "unknown rank"
+            if self.index.opset < 13:
+                norm_axis = normalize_axis(attr(node, "axis", 1), rank)
+                return layout if norm_axis is not None and axis < norm_axis else "normalizes over the channels"
+            norm_axis = normalize_axis(attr(node, "axis", -1), rank)
+            return layout if axis != norm_axis else "normalizes over the channels"
+        if op in REDUCES:
+            return self.reduced(node, layout, rank)
+        if op == "Squeeze":
+            axes = self.axes(node, rank)
+            if axes is None:
+                if in_shape is None:
+                    return "unknown shape"
+                axes = [a for a, d in enumerate(in_shape) if d == 1]
+            if axis in axes:
+                return "squeezes the channel axis"
+            return layout.moved(axis - sum(a < axis for a in axes))
+        if op == "Unsqueeze":
+            out = self.shape(node.output[0])
+            axes = self.axes(node, len(out) if out is not None else None)
+            if axes is None or rank is None:
+                return "unknown axes"
+            kept = [p for p in range(rank + len(axes)) if p not in axes]
+            return layout.moved(kept[axis])
+        if op == "Split":
+            split_axis = normalize_axis(attr(node, "axis", 0), rank) if rank is not None else None
+            return layout if split_axis is not None and split_axis != axis else "splits the channel axis"
+        if op == "Slice":
+            return self.sliced(node, layout, rank)
+        if op == "Pad":
+            return self.padded(node, layout, rank)
+        if op in ("Resize", "Upsample"):
+            return self.resized(node, layout)
+        if op not in BUILTIN:  # a user's op: declared elementwise, checked as far as shapes tell
+            out = self.shape(node.output[0])
+            if in_shape is None or out is None or list(in_shape) != list(out):
+                return "declared next-no-process but its output shape is not known to equal its input's"
+        return layout
+
+    def reshaped(
+        self, node_index: int, node: onnx.NodeProto, layout: Layout, in_shape: list[int | str | None] | None
+    ) -> Layout | str:
+        out_shape = self.shape(node.output[0])
+        if in_shape is None or out_shape is None:
+            return "shapes unknown"
+        merged = merge_axis(in_shape, out_shape, layout.axis)
+        if merged is None:
+            return f"channel axis {layout.axis} of {in_shape} cannot be followed into {out_shape}"
+        out_axis, factor = merged
+        moved = Layout(out_axis, layout.size * factor, tuple(s.scaled(factor) for s in layout.segments))
+        if node.op_type == "Flatten":
+            return moved
+        target = self.index.int_values(node.input[1])
+        if target is None or len(target) != len(out_shape):
+            return "its target shape is computed at run time"
+        allow_zero = attr(node, "allowzero", 0)
+        entry = target[out_axis]
+        if not allow_zero and any(v == 0 and i == layout.axis and i != out_axis for i, v in enumerate(target)):
+            return "copies the channel dim into another axis"
+        if entry == 0 and not allow_zero:
+            return moved if out_axis == layout.axis and factor == 1 else "target copies a dim that changes"
+        if entry > 0:
+            self.edits.append(("reshape", node_index, out_axis, moved.segments))
+        elif entry != -1:
+            return f"target entry {entry}"
+        return moved
+
+    def axes(self, node: onnx.NodeProto, rank: int | None) -> list[int] | None:
+        """A node's ``axes`` (attribute, or input 1 from opset 13/18), normalized; None if absent."""
+        raw = attr(node, "axes")
+        if raw is None and len(node.input) > 1 and node.input[1]:
+            raw = self.index.int_values(node.input[1])
+            if raw is None:
+                return None
+        if raw is None or rank is None:
+            return None
+        found = [normalize_axis(a, rank) for a in raw]
+        return None if any(a is None for a in found) else [a for a in found if a is not None]
+
+    def reduced(self, node: onnx.NodeProto, layout: Layout, rank: int | None) -> Layout | str:
+        axes = self.axes(node, rank)
+        from_input = len(node.input) > 1 and node.input[1]
+        if axes is None:
+            if from_input:
+                return "its axes are computed at run time"
+            if attr(node, "noop_with_empty_axes", 0):
+                return layout
+            return "reduces over every axis"
+        if layout.axis in axes:
+            return "reduces over the channels"
+        if attr(node, "keepdims", 1):
+            return layout
+        return layout.moved(layout.axis - sum(a < layout.axis for a in axes))
+
+    def sliced(self, node: onnx.NodeProto, layout: Layout, rank: int | None) -> Layout | str:
+        if self.index.opset < 10:
+            starts, ends, axes = attr(node, "starts"), attr(node, "ends"), attr(node, "axes")
+            steps = None
+        else:
+            starts, ends = (self.index.int_values(n) for n in node.input[1:3])
+            axes = self.index.int_values(node.input[3]) if len(node.input) > 3 and node.input[3] else None
+            steps = self.index.int_values(node.input[4]) if len(node.input) > 4 and node.input[4] else None
+            if (len(node.input) > 3 and node.input[3] and axes is None) or (
+                len(node.input) > 4 and node.input[4] and steps is None
+            ):
+                return "its axes or steps are computed at run time"
+        if starts is None or ends is None or rank is None:
+            return "its starts or ends are computed at run time"
+        axes = list(axes) if axes is not None else list(range(len(starts)))
+        steps = list(steps) if steps is not None else [1] * len(starts)
+        for start, end, axis, step in zip(starts, ends, axes, steps, strict=False):
+            if normalize_axis(axis, rank) == layout.axis and not (
+                step == 1 and (start == 0 or start <= -layout.size) and end >= layout.size
+            ):
+                return "slices the channel axis"
+        return layout
+
+    def padded(self, node: onnx.NodeProto, layout: Layout, rank: int | None) -> Layout | str:
+        if self.index.opset < 11:
+            pads = attr(node, "pads")
+            axes = None
+        else:
+            pads = self.index.int_values(node.input[1]) if len(node.input) > 1 else None
+            axes = self.index.int_values(node.input[3]) if len(node.input) > 3 and node.input[3] else None
+            if len(node.input) > 3 and node.input[3] and axes is None:
+                return "its axes are computed at run time"
+        if pads is None or rank is None:
+            return "its pads are computed at run time"
+        axes_list = [normalize_axis(a, rank) for a in axes] if axes is not None else list(range(rank))
+        count = len(axes_list)
+        for i, axis in enumerate(axes_list):
+            if axis == layout.axis and (pads[i] != 0 or pads[i + count] != 0):
+                return "pads the channel axis"
+        return layout
+
+    def resized(self, node: onnx.NodeProto, layout: Layout) -> Layout | str:
+        if node.op_type == "Upsample" or self.index.opset < 11:
+            scales_name = node.input[1] if len(node.input) > 1 else ""
+            scales = attr(node, "scales") if not scales_name else self.float_values(scales_name)
+        else:
+            if len(node.input) > 3 and node.input[3]:
+                return "its target sizes count the channels"
+            scales = self.float_values(node.input[2]) if len(node.input) > 2 and node.input[2] else None
+        if scales is None or len(scales) <= layout.axis:
+            return "its scales are computed at run time"
+        return layout if scales[layout.axis] == 1.0 else "scales the channel axis"
+
+    def float_values(self, name: str) -> list[float] | None:
+        if not self.index.is_constant(name):
+            return None
+        return [float(v) for v in self.index.value(name).reshape(-1)]
+
+    # -------------------------------------------------------------------------------- next-process
+
+    def process(self, node_index: int, node: onnx.NodeProto, tracked: dict[int, Layout]) -> str:
+        op, label = node.op_type, node_label(node)
+        layouts = list(tracked.values())
+        if op in ELEMENTWISE:
+            return self.elementwise(node_index, node, tracked)
+        if op == "Concat":
+            return self.concat(node, tracked)
+        if set(tracked) != {0}:
+            return self.spoil(layouts, f"{op} {label!r} takes them as a parameter")
+        layout = tracked[0]
+        rank = self.index.rank(node.input[0])
+        if op in ("BatchNormalization", "InstanceNormalization"):
+            if layout.axis != 1:
+                return self.spoil(layouts, f"{op} {label!r} normalizes axis 1, not the channel axis")
+            params = node.input[1:5] if op == "BatchNormalization" else node.input[1:3]
+            if not all(self.index.is_constant(p) and self.shape(p) == [layout.size] for p in params):
+                return self.spoil(layouts, f"{op} {label!r} has parameters computed at run time")
+            for slot in range(1, len(params) + 1):
+                self.add_slices(layout, node_index, slot, 0, ASSOCIATED if slot <= 2 else STATISTIC)
+            if any(name and self.index.uses(name) for name in node.output[1:]):
+                return self.spoil(layouts, f"{op} {label!r} in training mode")
+            self.track(node.output[0], layout, label)
+            return ASSOCIATED
+        if op == "LayerNormalization":
+            norm_axis = normalize_axis(attr(node, "axis", -1), rank) if rank is not None else None
+            if norm_axis is None or layout.axis >= norm_axis:
+                return self.spoil(layouts, f"LayerNormalization {label!r} normalizes over the channels")
+            self.track(node.output[0], layout, label)
+            return "pass"
+        if op == "MeanVarianceNormalization":
+            if layout.axis in (attr(node, "axes") or [0, 2, 3]):
+                return self.spoil(layouts, f"{op} {label!r} normalizes over the channels")
+            self.track(node.output[0], layout, label)
+            return "pass"
+        if op == "Gather":
+            gather_axis = normalize_axis(attr(node, "axis", 0), rank) if rank is not None else None
+            indices = self.index.rank(node.input[1])
+            if gather_axis is None or indices is None or gather_axis == layout.axis:
+                return self.spoil(layouts, f"Gather {label!r} picks along the channel axis")
+            moved = layout.axis if layout.axis < gather_axis else layout.axis + indices - 1
+            self.track(node.output[0], layout.moved(moved), label)
+            return "pass"
+        return self.spoil(layouts, f"{op} {label!r} mixes the channels")  # GroupNormalization, LRN
+
+    def elementwise(self, node_index: int, node: onnx.NodeProto, tracked: dict[int, Layout]) -> str:
+        """A broadcasting elementwise op: tie tracked inputs, slice [C]-shaped constants, refuse the rest."""
+        label = node_label(node)
+        layouts = list(tracked.values())
+        ranks = [self.index.rank(name) if name else None for name in node.input]
+        out = self.shape(node.output[0])
+        if any(r is None for name, r in zip(node.input, ranks, strict=True) if name):
+            return self.spoil(layouts, f"{node.op_type} {label!r}: input ranks unknown")
+        out_rank = len(out) if out is not None else max(r for r in ranks if r is not None)
+        aligned = {slot: layout.axis + out_rank - ranks[slot] for slot, layout in tracked.items()}  # type: ignore[operator]
+        first_slot = min(tracked)
+        first = tracked[first_slot]
+        axis = aligned[first_slot]
+        for slot, layout in tracked.items():
+            if aligned[slot] != axis or layout.structure() != first.structure():
+                return self.spoil(layouts, f"{node.op_type} {label!r} combines channels laid out differently")
+        for layout in layouts[1:]:
+            for mine, theirs in zip(first.segments, layout.segments, strict=True):
+                self.tie(mine.space, theirs.space)
+        for slot, name in enumerate(node.input):
+            if not name or slot in tracked:
+                continue
+            other_axis = axis - (out_rank - ranks[slot])  # type: ignore[operator]
+            if other_axis < 0:
+                continue
+            shape = self.shape(name)
+            size = shape[other_axis] if shape is not None else None
+            if size == 1:
+                continue
+            if size != first.size:
+                return self.spoil(layouts, f"{node.op_type} {label!r}: operand {name!r} has unknown size {size}")
+            if not self.index.is_constant(name):
+                return self.spoil(layouts, f"{node.op_type} {label!r} ties them to {name!r}, which no root produces")
+            self.add_slices(first, node_index, slot, other_axis, ASSOCIATED)
+        self.track(node.output[0], first.moved(axis), label)
+        return "tie" if len(tracked) > 1 else ASSOCIATED
+
+    def concat(self, node: onnx.NodeProto, tracked: dict[int, Layout]) -> str:
+        """Concat on the channel axis shifts segments by each input's offset; on another axis it ties them."""
+        label = node_label(node)
+        layouts = list(tracked.values())
+        rank = self.index.rank(node.output[0]) or self.index.rank(node.input[min(tracked)])
+        concat_axis = normalize_axis(attr(node, "axis", 0), rank) if rank is not None else None
+        if concat_axis is None:
+            return self.spoil(layouts, f"Concat {label!r}: unknown rank")
+        if all(layout.axis == concat_axis for layout in layouts):
+            segments: list[Segment] = []
+            offset = 0
+            for slot, name in enumerate(node.input):
+                if slot in tracked:
+                    segments.extend(s.shifted(offset) for s in tracked[slot].segments)
+                    offset += tracked[slot].size
+                    continue
+                shape = self.shape(name)
+                size = shape[concat_axis] if shape is not None else None
+                if not isinstance(size, int):
+                    return self.spoil(layouts, f"Concat {label!r}: input {name!r} has an unknown size")
+                offset += size
+            self.track(node.output[0], Layout(concat_axis, offset, tuple(segments)), label)
+            return "concat"
+        first = layouts[0]
+        if len(tracked) != len([n for n in node.input if n]) or any(
+            layout.axis != first.axis or layout.structure() != first.structure() for layout in layouts
+        ):
+            return self.spoil(layouts, f"Concat {label!r} mixes channel layouts")
+        for layout in layouts[1:]:
+            for mine, theirs in zip(first.segments, layout.segments, strict=True):
+                self.tie(mine.space, theirs.space)
+        self.track(node.output[0], first, label)
+        return "tie"
+
+    # ---------------------------------------------------------------------------------- the result
+
+    def forest(self) -> Forest:
+        by_rep: dict[int, ChannelGroup] = {}
+        for space, root in enumerate(self.roots):
+            rep = self.find(space)
+            group = by_rep.get(rep)
+            if group is None:
+                group = by_rep[rep] = ChannelGroup(len(by_rep), [], root.channels)
+            group.roots.append(root)
+            group.slices.extend(self.slices.get(space, []))
+            for edge in self.edges.get(space, []):
+                if edge not in group.edges:
+                    group.edges.append(edge)
+            for reason in self.spoiled.get(space, []):
+                if reason not in group.reasons:
+                    group.reasons.append(reason)
+        group_of = {space: by_rep[self.find(space)].index for space in range(len(self.roots))}
+        edits = [
+            ShapeEdit(kind, node_index, position, tuple((group_of[s.space], s.block) for s in segments))
+            for kind, node_index, position, segments in self.edits
+        ]
+        return Forest(list(by_rep.values()), edits)
+
+
+# -------------------------------------------------------------------------------------- display
+
+
+def format_trees(groups: Sequence[ChannelGroup]) -> str:
+    """The trees as indented text: one block per group, one tree per root (``--show-trees``)."""
+    lines: list[str] = []
+    for group in groups:
+        status = "prunable" if group.prunable else "unprunable: " + "; ".join(group.reasons or ["one channel"])
+        lines.append(f"group {group.index} [{group.structure}] {group.channels} channels, {status}")
+        children: dict[str, list[TreeEdge]] = {}
+        for edge in group.edges:
+            children.setdefault(edge.parent, []).append(edge)
+        shown: set[str] = set()
+        for root in group.roots:
+            lines.append(f"  {root.node} ({root.op_type}, root)")
+            _subtree(root.node, children, shown, lines, depth=2)
+        slices = [s for s in group.slices if s.role != ROOT]
+        if slices:
+            lines.append(f"  slices: {len(group.slices)} ({', '.join(sorted({s.role for s in group.slices}))})")
+    return "\n".join(lines)
+
+
+def _subtree(parent: str, children: dict[str, list[TreeEdge]], shown: set[str], lines: list[str], depth: int) -> None:
+    for edge in children.get(parent, []):
+        pad = "  " * depth
+        if edge.child in shown:
+            lines.append(f"{pad}{edge.child} ({edge.op_type}, {edge.role}; see above)")
+            continue
+        shown.add(edge.child)
+        lines.append(f"{pad}{edge.child} ({edge.op_type}, {edge.role})")
+        if edge.role not in (LEAF, "end", "output") and not edge.role.startswith("unprunable"):
+            _subtree(edge.child, children, shown, lines, depth + 1)
+
+
+def render_trees(groups: Sequence[ChannelGroup], path: str | Path) -> None:
+    """Draw the trees to an image (PNG, SVG, ... by suffix): one row of boxes per tree depth, groups side by side.
+
+    A simple layered layout (breadth-first depth from the roots), enough to see the shape of each group;
+    ``format_trees`` is the complete listing.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    columns: list[tuple[ChannelGroup, dict[str, int], list[tuple[str, str]]]] = []
+    for group in groups:
+        depth = {root.node: 0 for root in group.roots}
+        pairs = [(e.parent, e.child) for e in group.edges]
+        changed = True
+        while changed:
+            changed = False
+            for parent, child in pairs:
+                if parent in depth and depth.get(child, -1) < depth[parent] + 1 and depth[parent] < 50:
+                    depth[child] = depth[parent] + 1
+                    changed = True
+        columns.append((group, depth, pairs))
+    width = sum(max(1, max(np.bincount(list(d.values())))) for _, d, _ in columns)
+    height = max((max(d.values()) + 1 for _, d, _ in columns), default=1)
+    figure, axes = plt.subplots(figsize=(min(2.2 * width + 1, 200), 1.0 * height + 1.5))
+    x0 = 0.0
+    for group, depth, pairs in columns:
+        per_row: dict[int, list[str]] = {}
+        for name, level in sorted(depth.items(), key=lambda item: item[1]):
+            per_row.setdefault(level, []).append(name)
+        span = max(len(names) for names in per_row.values())
+        where = {name: (x0 + i + (span - len(names)) / 2, -level) for level, names in per_row.items() for i, name in enumerate(names)}
+        for parent, child in pairs:
+            if parent in where and child in where:
+                (x1, y1), (x2, y2) = where[parent], where[child]
+                axes.annotate("", (x2, y2 + 0.15), (x1, y1 - 0.15), arrowprops={"arrowstyle": "->", "lw": 0.6})
+        roots = {r.node for r in group.roots}
+        for name, (x, y) in where.items():
+            colour = "#f4b183" if name in roots else "#c5e0b4" if group.prunable else "#d9d9d9"
+            axes.text(x, y, name[:18], ha="center", va="center", fontsize=6, bbox={"fc": colour, "boxstyle": "round"})
+        axes.text(x0 + (span - 1) / 2, 0.6, f"group {group.index}\n{group.structure}", ha="center", fontsize=7)
+        x0 += span + 0.5
+    axes.set_xlim(-1, x0)
+    axes.set_ylim(-height, 1.2)
+    axes.axis("off")
+    figure.tight_layout()
+    figure.savefig(str(path), dpi=120)
+    plt.close(figure)
