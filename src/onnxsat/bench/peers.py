@@ -118,11 +118,15 @@ def ort_transformers_optimize(model: onnx.ModelProto) -> onnx.ModelProto:
     """``onnxruntime.transformers.optimizer.optimize_model`` for CPU, model type guessed from the graph.
 
     ``num_heads`` and ``hidden_size`` are 0: the optimizer detects them from the graph where it can.
+    ``opt_level=0``: its Python fusions only. With the default level it first runs ONNX Runtime's own
+    optimizer on a copy saved with external data, which fails on today's exports ("Cannot parse data
+    from external tensors" in a Reshape's shape inference); ORT's own optimizations run anyway when
+    the benchmark times the result under ORT all.
     """
     model_type = guess_transformer_type(model)
     from onnxruntime.transformers.optimizer import optimize_model
 
-    optimized = optimize_model(model, model_type=model_type, num_heads=0, hidden_size=0, use_gpu=False)
+    optimized = optimize_model(model, model_type=model_type, num_heads=0, hidden_size=0, use_gpu=False, opt_level=0)
     return optimized.model
 
 
