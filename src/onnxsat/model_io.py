@@ -164,6 +164,11 @@ def write_text_atomic(text: str, output_path: str | os.PathLike[str]) -> None:
     _write_atomically(Path(output_path), lambda temporary: Path(temporary).write_text(text))
 
 
+def write_bytes_atomic(data: bytes, output_path: str | os.PathLike[str]) -> None:
+    """Write a binary file (a plot) with the same all-or-nothing guarantee as a model."""
+    _write_atomically(Path(output_path), lambda temporary: Path(temporary).write_bytes(data))
+
+
 def _write_atomically(target: Path, write: Callable[[str], None]) -> None:
     """Have ``write`` fill a temporary file beside ``target``, then rename it over ``target``."""
     with _temporary_beside(target) as temporary:

@@ -258,7 +258,7 @@ def run_model(
             raise RuntimeUnsupportedError(
                 f"ONNX Runtime did not finish running the {what} within {timeout:g} s (see --run-timeout)"
             ) from None
-        message = _tidy_ort_message(" ".join(str(error).split())) or type(error).__name__
+        message = tidy_ort_message(" ".join(str(error).split())) or type(error).__name__
         raise RuntimeUnsupportedError(f"ONNX Runtime cannot run the {what}: {_explain(model, message)}") from None
     finally:
         timer.cancel()
@@ -272,7 +272,7 @@ _SIGNATURE_START = re.compile(r"[\w<>,&*~ ]*::[\w:<>,&*~ ]*\(")
 """A C++ return type and qualified function name up to its opening parenthesis."""
 
 
-def _tidy_ort_message(message: str) -> str:
+def tidy_ort_message(message: str) -> str:
     """ORT's message without its status prefix and the C++ file:line and signature it may put first.
 
     ``.../session_state_utils.cc:266 onnxruntime::common::Status ...SaveInitializedTensors(<15

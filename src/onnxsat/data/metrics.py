@@ -16,7 +16,7 @@ import onnxruntime as ort
 
 from onnxsat.data.sources import Dataset, require_shape
 from onnxsat.errors import DataError, RuntimeUnsupportedError
-from onnxsat.verify import _tidy_ort_message, session
+from onnxsat.verify import session, tidy_ort_message
 
 TOP_K = 5
 
@@ -168,4 +168,4 @@ def _run(sess: ort.InferenceSession, input_name: str, output_name: str, inputs: 
 
 
 def _ort_reason(error: Exception) -> str:
-    return _tidy_ort_message(" ".join(str(error).split())) or type(error).__name__
+    return tidy_ort_message(" ".join(str(error).split())) or type(error).__name__

@@ -256,7 +256,7 @@ def csv_text(rows: Sequence[LevelRow] | Sequence[TimingRow], kind: type) -> str:
 
 def write_bytes(data: bytes, path: Path) -> None:
     """All or nothing, as every other ONNXSat output."""
-    model_io._write_atomically(path, lambda temporary: Path(temporary).write_bytes(data))
+    model_io.write_bytes_atomic(data, path)
 
 
 def save_figure(figure: Figure, path: Path) -> None:
