@@ -11,6 +11,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from onnxsat.arguments import float_list, percent
 from onnxsat.errors import OnnxSatError, OutOfMemoryError
 
 
@@ -108,21 +109,6 @@ def _run_optimize(args: argparse.Namespace) -> int:
     return 0
 
 
-def _percent(text: str) -> float:
-    """``1%`` or ``0.01`` -> 0.01."""
-    try:
-        return float(text[:-1]) / 100 if text.endswith("%") else float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a fraction or percentage: {text!r}") from None
-
-
-def _floats(text: str) -> list[float]:
-    try:
-        return [float(v) for v in text.split(",")]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a comma-separated list of numbers: {text!r}") from None
-
-
 def _add_sparsify(commands: argparse._SubParsersAction) -> None:
     from onnxsat.sparsity.methods import METHODS
     from onnxsat.sparsity.search import METRICS
@@ -135,21 +121,21 @@ def _add_sparsify(commands: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--method", choices=METHODS, default="relative", help="how weights are scored (default relative)"
     )
-    parser.add_argument("--sparsity", type=_percent, help="fraction of prunable weights to zero, e.g. 0.5 or 50%%")
-    parser.add_argument("--max-drop", type=_percent, help="search the highest sparsity whose drop stays within this")
+    parser.add_argument("--sparsity", type=percent, help="fraction of prunable weights to zero, e.g. 0.5 or 50%%")
+    parser.add_argument("--max-drop", type=percent, help="search the highest sparsity whose drop stays within this")
     parser.add_argument("--metric", choices=METRICS, default="top1", help="metric of the budget (default top1)")
     parser.add_argument(
         "--data", help="digits, an image folder, a CIFAR-10 batches folder, an .npz (inputs, labels), or random"
     )
     parser.add_argument("--fidelity", action="store_true", help="ignore labels: agreement with the dense model")
     parser.add_argument("--limit", type=int, help="use at most this many samples of the data")
-    parser.add_argument("--mean", type=_floats, help="per-channel mean subtracted from images scaled to [0, 1]")
-    parser.add_argument("--std", type=_floats, help="per-channel std images are divided by")
+    parser.add_argument("--mean", type=float_list, help="per-channel mean subtracted from images scaled to [0, 1]")
+    parser.add_argument("--std", type=float_list, help="per-channel std images are divided by")
     parser.add_argument("--uniform-only", action="store_true", help="budget search: one level for every layer only")
-    parser.add_argument("--step", type=_percent, default=0.05, help="budget search: level step (default 0.05)")
+    parser.add_argument("--step", type=percent, default=0.05, help="budget search: level step (default 0.05)")
     parser.add_argument("--exclude", nargs="+", default=[], metavar="NAME", help="weights or nodes to leave dense")
     parser.add_argument("--sparse-initializers", action="store_true", help="store sparse weights in COO form")
-    parser.add_argument("--min-sparsity", type=_percent, default=0.5, help="COO only at or above this (default 0.5)")
+    parser.add_argument("--min-sparsity", type=percent, default=0.5, help="COO only at or above this (default 0.5)")
     parser.add_argument("--input-shape", action="append", default=[], metavar="NAME:D1,D2,...")
     parser.add_argument("--report", metavar="PATH", help="also write the report as JSON")
     parser.add_argument("--force", action="store_true", help="write the result even if verification fails")
@@ -203,6 +189,8 @@ def _run_demo(args: argparse.Namespace) -> int:
 
 
 def _add_bench(commands: argparse._SubParsersAction) -> None:
+    from onnxsat.pruning.command import add_bench_prune_parser
+
     parser = commands.add_parser("bench", help="benchmarks that print measured figures")
     which = parser.add_subparsers(dest="bench", required=True)
     scale = which.add_parser("scale", help="encode/saturate/extract/decode times and peak memory on synthetic graphs")
@@ -217,6 +205,7 @@ def _add_bench(commands: argparse._SubParsersAction) -> None:
     large.set_defaults(handler=_run_bench_large)
     _add_bench_compare(which)
     _add_bench_experiment(which)
+    add_bench_prune_parser(which)
 
 
 def _add_bench_experiment(which: argparse._SubParsersAction) -> None:
@@ -232,9 +221,9 @@ def _add_bench_experiment(which: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--data", help="as for sparsify (default: seeded random inputs, fidelity)")
     parser.add_argument("--samples", type=int, default=256, help="samples of the data used (default 256)")
-    parser.add_argument("--budget", type=_percent, default=0.05, help="largest allowed drop (default 5%%)")
+    parser.add_argument("--budget", type=percent, default=0.05, help="largest allowed drop (default 5%%)")
     parser.add_argument("--metric", choices=("top1", "top5"), default="top5", help="metric of the budget")
-    parser.add_argument("--levels", type=_floats, help="comma-separated levels (default 0.10 to 0.85 by 0.05)")
+    parser.add_argument("--levels", type=float_list, help="comma-separated levels (default 0.10 to 0.85 by 0.05)")
     parser.add_argument("--threads", type=int, default=1, help="ORT intra-op threads (default 1)")
     parser.add_argument("--rounds", type=int, default=50, help="experiment 3: timed rounds (default 50)")
     parser.add_argument("--warmup", type=int, default=10, help="experiment 3: untimed rounds first (default 10)")
@@ -414,11 +403,14 @@ def _run_fuzz_opsets(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from onnxsat.pruning.command import add_prune_parser
+
     parser = argparse.ArgumentParser(prog="onnxsat", description=__doc__.splitlines()[0])
     parser.add_argument("--debug", action="store_true", help="show tracebacks")
     commands = parser.add_subparsers(dest="command", required=True)
     _add_optimize(commands)
     _add_sparsify(commands)
+    add_prune_parser(commands)
     _add_demo(commands)
     _add_bench(commands)
     _add_fuzz(commands)

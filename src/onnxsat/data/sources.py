@@ -27,6 +27,8 @@ from onnxsat.errors import DataError
 DIGITS = "digits"
 DIGITS_TEST = "digits-test"
 """The 397 digits the bundled digits CNN never trained on (``onnxsat.zoo.digits_cnn.DIGITS_SPLIT``)."""
+DIGITS_TRAIN = "digits-train"
+"""The 1,400 it trained on: calibration data (HRank, reconstruction) kept apart from the evaluation."""
 """The spec naming scikit-learn's bundled digits (1,797 8x8 grayscale images of 0-9, values 0-16)."""
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp")
@@ -134,24 +136,23 @@ def _load(
     std: Sequence[float] | None,
 ) -> Dataset:
     """Dispatch on the spec: the digits name, then by what the path is."""
-    if spec in (DIGITS, DIGITS_TEST):
-        digits = _digits(
-            _layout(DIGITS, input_shape, mean, std, native_channels=1), None if spec == DIGITS_TEST else limit
-        )
-        if spec == DIGITS_TEST:
-            from onnxsat.zoo.digits_cnn import DIGITS_SPLIT  # the split belongs to the model trained on it
+    if spec in (DIGITS, DIGITS_TEST, DIGITS_TRAIN):
+        digits = _digits(_layout(DIGITS, input_shape, mean, std, native_channels=1), limit if spec == DIGITS else None)
+        if spec == DIGITS:
+            return digits
+        from onnxsat.zoo.digits_cnn import DIGITS_SPLIT  # the split belongs to the model trained on it
 
-            held_out = DIGITS_SPLIT.indices(len(digits))[1][:limit]
-            assert digits.labels is not None
-            return Dataset(digits.inputs[held_out], digits.labels[held_out], DIGITS_TEST)
-        return digits
+        train, test = DIGITS_SPLIT.indices(len(digits))
+        part = (test if spec == DIGITS_TEST else train)[:limit]
+        assert digits.labels is not None
+        return Dataset(digits.inputs[part], digits.labels[part], spec)
     path = Path(spec).expanduser()
     if not path.exists():
         if "/" in spec or "\\" in spec or path.suffix:
             raise DataError(f"{path}: no such file or folder")
         raise DataError(
-            f"unknown dataset {spec!r}: give {DIGITS!r}, {DIGITS_TEST!r} or a path to an image folder, "
-            "a CIFAR-10 batch folder or file, or a .npz"
+            f"unknown dataset {spec!r}: give {DIGITS!r}, {DIGITS_TEST!r}, {DIGITS_TRAIN!r} or a path to an image "
+            "folder, a CIFAR-10 batch folder or file, or a .npz"
         )
     if path.is_dir():
         batch_files = [path / name for name in CIFAR_BATCHES if (path / name).is_file()]

@@ -50,7 +50,9 @@ def _constant_tensor(node: onnx.NodeProto) -> onnx.TensorProto | None:
         return numpy_helper.from_array(np.array(value, dtype=scalars[attribute.name]))
     lists = {"value_floats": np.float32, "value_ints": np.int64}
     if attribute.name in lists:
-        return numpy_helper.from_array(np.array(list(onnx.helper.get_attribute_value(attribute)), lists[attribute.name]))
+        return numpy_helper.from_array(
+            np.array(list(onnx.helper.get_attribute_value(attribute)), lists[attribute.name])
+        )
     return None
 
 

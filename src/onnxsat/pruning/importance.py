@@ -1,43 +1,60 @@
 """How important each channel of a group is: L1, L2, FPGM or HRank*, single-node or tree-level.
 
 **Members.** Every slice of a group is a member: a matrix ``[channels, features]`` (the slice's
-positions for each channel, every other axis flattened). Single-node mode scores the root filters only
-(every root of a tied group: they are pruned together). Tree-level mode (the default, the paper's
-equations 1-4) also scores the root biases, the associated tensors (BatchNormalization scale and
-shift, per-channel constants, depthwise filters) and the leaf slices (the next layers' input
-filters), so a channel whose filter is large but which the next layer ignores ranks low. Running
-statistics (BatchNormalization mean and variance) describe data, not weights, and are left out.
+positions for each channel, every other axis flattened), scored per channel:
 
-**Per member.** ``l1``: sum of |w| per channel; ``l2``: its Euclidean norm; ``fpgm``: the sum of
-Euclidean distances to every other channel's vector (a channel close to the geometric median is
-replaceable by the others: lowest score, pruned first); ``hrank``: the average rank of the root's
-output feature maps over calibration data (``feature_ranks``), for roots whose output is a map at least
-2x2 (Conv), and L1 for Gemm/MatMul roots and every non-root member. A member with one value per
-channel (a bias, a BatchNormalization scale) has no vector for FPGM or map for HRank, so it is scored
-by magnitude (L1) under every criterion.
+- ``l1``: sum of |w|; ``l2``: Euclidean norm;
+- ``fpgm``: sum of Euclidean distances to every other channel's vector (a channel near the geometric
+  median is replaceable by the others: lowest score, pruned first);
+- ``hrank``: the average rank of the root's output feature maps over calibration data
+  (``feature_ranks``) for roots whose output is a map at least 2x2 (Conv); L1 for Gemm/MatMul roots and
+  every other member.
 
-**Summing members.** Raw norms grow with a tensor's size (a 512x3x3 leaf slice would drown the
-scalar BN scale and even the root's own 64x3x3 filter), and the paper sums them unweighted. Here each
-member's per-channel vector is divided by its mean over the group's channels before summing: every
-member then has mean 1 and weighs the same, and within a member the ratios between channels, which are
-all a norm says, are kept. A member that is zero everywhere adds nothing. Ties keep channel order
-(stable sort), so identical scores prune the lowest indices first.
+A member with one value per channel (a BatchNormalization scale) has no vector for FPGM, so it is
+scored by magnitude (L1). Each member's scores are divided by their mean over the group's channels
+(``normalized``): a norm only says how channels compare, and raw norms grow with a tensor's size
+(a 512x3x3 leaf slice would drown a 64x3x3 root filter and the scalar BN scale).
+
+**Single-node** mode scores the root filters only: the normalized scores of every root of the group
+summed (tied roots are pruned together; the paper's baseline).
+
+**Tree-level** mode (the default) scores the whole node association tree. The paper sums the norms
+of all members (its equations 1-4); here the members are combined the way a channel's output actually
+reaches the next layers, to first order: channel ``c`` adds ``W_leaf[:, c] * a_c`` to each leaf, with
+``a_c`` proportional to the root filter times any per-channel gain between them. So
+
+    score_c = P_c * G_c * L_c
+
+- ``P``: the root filters, summed over the roots (many-to-one: the tied roots' outputs add up);
+- ``G``: the mean of the gain members (BatchNormalization/InstanceNormalization scales, Mul constants,
+  depthwise filters), 1 when there are none;
+- ``L``: the leaf slices (the next layers' input filters), summed over the leaves (one-to-many: the
+  channel feeds each of them), 1 when there are none.
+
+Every member counts, as in the paper, but a channel that any stage zeroes (a zero filter, or a next
+layer that ignores it) scores zero, which a sum would hide behind the other members. Additive members
+(biases, BN shifts, Add constants) and BN running statistics are sliced but not scored: a bias's size
+says nothing about a channel's contribution (a large negative bias under ReLU means a dead channel).
+Measured on the digits CNN (L1, top-1 on digits-test at rates 0.3/0.5/0.7): the paper's normalized sum
+with biases 82/56/12%, without biases 94/85/64%, this product 96/92/61%, single-node 98/85/44%.
+
+Ties keep channel order (stable sort): identical scores prune the lowest indices first.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
 
 import numpy as np
 import onnx
 import onnxruntime as ort
 
-from onnxsat.pruning.trees import ASSOCIATED, LEAF, ROOT, ROOT_BIAS, ChannelGroup, ChannelSlice
+from onnxsat.pruning.trees import GAIN, LEAF, ROOT, ChannelGroup, ChannelSlice
 from onnxsat.verify import session
 
 CRITERIA = ("l1", "l2", "fpgm", "hrank")
-TREE_ROLES = frozenset({ROOT, ROOT_BIAS, ASSOCIATED, LEAF})
 
 
 def member_matrix(value: np.ndarray, piece: ChannelSlice, channels: int) -> np.ndarray:
@@ -80,17 +97,21 @@ def group_scores(
 
     ``value`` reads an initializer; ``ranks`` maps a root node to its feature-map ranks (``hrank``).
     """
-    total = np.zeros(group.channels)
-    roles = {ROOT} if single_node else TREE_ROLES
+    stages: dict[str, list[np.ndarray]] = {ROOT: [], GAIN: [], LEAF: []}
     for piece in group.slices:
-        if piece.role not in roles:
+        if piece.role not in stages or (single_node and piece.role != ROOT):
             continue
         if criterion == "hrank" and piece.role == ROOT and ranks is not None and piece.node in ranks:
             scores = np.asarray(ranks[piece.node], dtype=np.float64)
         else:
             matrix = member_matrix(value(piece.initializer), piece, group.channels)
             scores = member_scores(matrix, "l1" if criterion == "hrank" else criterion)
-        total += normalized(scores)
+        stages[piece.role].append(normalized(scores))
+    total = np.sum(stages[ROOT], axis=0) if stages[ROOT] else np.ones(group.channels)
+    if stages[GAIN]:
+        total = total * np.mean(stages[GAIN], axis=0)
+    if stages[LEAF]:
+        total = total * np.sum(stages[LEAF], axis=0)
     return total
 
 
@@ -110,6 +131,7 @@ def feature_ranks(
     model: onnx.ModelProto,
     outputs: Mapping[str, str],
     batches: Iterable[dict[str, np.ndarray]],
+    base_dir: Path | None = None,
 ) -> dict[str, np.ndarray]:
     """HRank: for each root (``outputs``: root node -> its output tensor) whose output is ``[N, C, H, W]``
     with H, W >= 2, the rank of each channel's HxW map averaged over every calibration sample.
@@ -125,7 +147,7 @@ def feature_ranks(
     for name in names:
         if name not in present:
             exposed.graph.output.append(onnx.ValueInfoProto(name=name))
-    runner = session(exposed, ort.GraphOptimizationLevel.ORT_DISABLE_ALL)
+    runner = session(exposed, ort.GraphOptimizationLevel.ORT_DISABLE_ALL, base_dir=base_dir)
     sums: dict[str, np.ndarray] = {}
     samples = 0
     for feeds in batches:

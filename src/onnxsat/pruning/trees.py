@@ -38,12 +38,19 @@ import onnx
 
 from onnxsat.errors import SettingsError
 from onnxsat.pruning.graph import GraphIndex, attr, node_label
-from onnxsat.pruning.layout import Layout, Segment, int_product, merge_axis, normalize_axis
+from onnxsat.pruning.layout import Layout, Segment, merge_axis, normalize_axis
 from onnxsat.pruning.library import BUILTIN, NEXT_NO_PROCESS, NEXT_PROCESS, PRUNED, STOP_PROCESS
 
 ROOT = "root"
 ROOT_BIAS = "root bias"
 ASSOCIATED = "associated"
+"""A tree edge role: the node holds per-channel data that is sliced (its slices are GAIN or OFFSET)."""
+GAIN = "gain"
+"""A per-channel factor on the way from root to leaves: BatchNormalization or InstanceNormalization scale,
+a Mul constant, a depthwise Conv's filters."""
+OFFSET = "offset"
+"""Per-channel data sliced but not a factor: biases and shifts (Add/Sub constants, BN/depthwise bias), the
+constants of Div, Pow, PRelu, Max, Min."""
 STATISTIC = "statistic"
 """BatchNormalization running mean/variance: sliced with the channels, but not weights to score."""
 LEAF = "leaf"
@@ -178,9 +185,7 @@ class _Walk:
                     reasons.append(reason)
         return f"unprunable: {reason}"
 
-    def add_slices(
-        self, layout: Layout, node_index: int, slot: int, axis: int, role: str, scale: int = 1
-    ) -> None:
+    def add_slices(self, layout: Layout, node_index: int, slot: int, axis: int, role: str, scale: int = 1) -> None:
         """Record that input ``slot`` of the node is indexed by ``layout``'s channels along ``axis``."""
         node = self.model.graph.node[node_index]
         name = node.input[slot]
@@ -211,9 +216,9 @@ class _Walk:
             tracked = {slot: self.layouts[name] for slot, name in enumerate(node.input) if name in self.layouts}
             if tracked:
                 self.visit(node_index, node, tracked)
-            if node.op_type in ("Conv", "ConvTranspose", "Gemm", "MatMul") and node.domain in DEFAULT_DOMAINS:
-                if not any(name in self.layouts for name in node.output):
-                    self.root(node_index, node)
+            candidate = node.op_type in ("Conv", "ConvTranspose", "Gemm", "MatMul") and node.domain in DEFAULT_DOMAINS
+            if candidate and not any(name in self.layouts for name in node.output):
+                self.root(node_index, node)
         return self.forest()
 
     def visit(self, node_index: int, node: onnx.NodeProto, tracked: dict[int, Layout]) -> None:
@@ -284,9 +289,9 @@ class _Walk:
             return channels, 1, axis, bias_axis
         output = self.shape(node.output[0])
         rank = len(output) if output is not None else self.index.rank(node.input[0])
-        if rank is None:
-            return None
-        return int(weight[1]), max(rank, 2) - 1, 1, None
+        if rank is None or rank < 2:
+            return None  # a 1-D activation: nothing to follow channels along
+        return int(weight[1]), rank - 1, 1, None
 
     # ------------------------------------------------------------------------------------ leaves
 
@@ -327,9 +332,9 @@ class _Walk:
         bias = node.input[2] if len(node.input) > 2 else ""
         if bias and not self.index.is_constant(bias):
             return self.spoil([layout], f"depthwise Conv {node_label(node)!r} has a bias computed at run time")
-        self.add_slices(layout, node_index, 1, 0, ASSOCIATED, multiplier)
+        self.add_slices(layout, node_index, 1, 0, GAIN, multiplier)
         if bias:
-            self.add_slices(layout, node_index, 2, 0, ASSOCIATED, multiplier)
+            self.add_slices(layout, node_index, 2, 0, OFFSET, multiplier)
         self.edits.append(("group", node_index, 0, layout.segments))
         out = Layout(1, layout.size * multiplier, tuple(s.scaled(multiplier) for s in layout.segments))
         self.track(node.output[0], out, node_label(node))
@@ -552,7 +557,7 @@ class _Walk:
             if not all(self.index.is_constant(p) and self.shape(p) == [layout.size] for p in params):
                 return self.spoil(layouts, f"{op} {label!r} has parameters computed at run time")
             for slot in range(1, len(params) + 1):
-                self.add_slices(layout, node_index, slot, 0, ASSOCIATED if slot <= 2 else STATISTIC)
+                self.add_slices(layout, node_index, slot, 0, (GAIN, OFFSET, STATISTIC, STATISTIC)[slot - 1])
             if any(name and self.index.uses(name) for name in node.output[1:]):
                 return self.spoil(layouts, f"{op} {label!r} in training mode")
             self.track(node.output[0], layout, label)
@@ -611,7 +616,7 @@ class _Walk:
                 return self.spoil(layouts, f"{node.op_type} {label!r}: operand {name!r} has unknown size {size}")
             if not self.index.is_constant(name):
                 return self.spoil(layouts, f"{node.op_type} {label!r} ties them to {name!r}, which no root produces")
-            self.add_slices(first, node_index, slot, other_axis, ASSOCIATED)
+            self.add_slices(first, node_index, slot, other_axis, GAIN if node.op_type == "Mul" else OFFSET)
         self.track(node.output[0], first.moved(axis), label)
         return "tie" if len(tracked) > 1 else ASSOCIATED
 
@@ -690,9 +695,8 @@ def format_trees(groups: Sequence[ChannelGroup]) -> str:
         for root in group.roots:
             lines.append(f"  {root.node} ({root.op_type}, root)")
             _subtree(root.node, children, shown, lines, depth=2)
-        slices = [s for s in group.slices if s.role != ROOT]
-        if slices:
-            lines.append(f"  slices: {len(group.slices)} ({', '.join(sorted({s.role for s in group.slices}))})")
+        roles = ", ".join(sorted({s.role for s in group.slices}))
+        lines.append(f"  {len(group.slices)} tensors sliced ({roles}), {len(group.leaves)} leaves")
     return "\n".join(lines)
 
 
@@ -740,7 +744,11 @@ def render_trees(groups: Sequence[ChannelGroup], path: str | Path) -> None:
         for name, level in sorted(depth.items(), key=lambda item: item[1]):
             per_row.setdefault(level, []).append(name)
         span = max(len(names) for names in per_row.values())
-        where = {name: (x0 + i + (span - len(names)) / 2, -level) for level, names in per_row.items() for i, name in enumerate(names)}
+        where = {
+            name: (x0 + i + (span - len(names)) / 2, -level)
+            for level, names in per_row.items()
+            for i, name in enumerate(names)
+        }
         for parent, child in pairs:
             if parent in where and child in where:
                 (x1, y1), (x2, y2) = where[parent], where[child]

@@ -1,0 +1,281 @@
+"""``onnxsat prune`` end to end: trees, importance, channels removed, optional reconstruction, verification.
+
+Structured pruning changes the model's outputs by design, so verification means: the result passes the
+checker, ONNX Runtime runs it, and every graph output keeps its shape and type (groups reaching a graph
+output are never pruned, so a changed output shape would be a bug). How much accuracy it keeps is for
+the data to tell (``onnxsat.pruning.bench``).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import onnx
+
+from onnxsat import model_io
+from onnxsat.data.sources import Dataset, load_dataset
+from onnxsat.errors import InvalidModelError, RuntimeUnsupportedError, SettingsError, VerificationFailedError
+from onnxsat.pruning.apply import apply_pruning
+from onnxsat.pruning.cost import mac_count, parameter_count
+from onnxsat.pruning.graph import GraphIndex, constants_as_initializers
+from onnxsat.pruning.importance import CRITERIA, feature_ranks, group_scores, select_kept
+from onnxsat.pruning.library import load_library
+from onnxsat.pruning.reconstruct import reconstruct
+from onnxsat.pruning.report import GroupReport, PruneReport
+from onnxsat.pruning.trees import ChannelGroup, Forest, build_groups
+from onnxsat.sparsity.search import batch_size_for, data_input
+from onnxsat.verify import VerificationResult, random_inputs, run_model
+
+RANDOM_CALIBRATION_SAMPLES = 16
+"""Seeded normal inputs used for HRank or reconstruction when no data is given (said in the report)."""
+
+
+@dataclass
+class PruneOptions:
+    rate: float = 0.5
+    """Fraction of each group's channels to remove (floor, at least one channel kept)."""
+    criterion: str = "l1"
+    single_node: bool = False
+    """Score root filters only, instead of the whole tree (the paper's baseline)."""
+    exclude: list[str] = field(default_factory=list)
+    """Root node (or weight) names whose whole group stays intact."""
+    rates: dict[str, float] = field(default_factory=dict)
+    """Per root node (or weight) name: the rate for its group (the smallest when a group's roots differ)."""
+    reconstruct: bool = False
+    data: str | None = None
+    """Calibration data for HRank and reconstruction, as ``load_dataset`` takes it; None: random inputs."""
+    limit: int | None = None
+    library: str | Path | None = None
+    """A JSON file extending the node attribute library."""
+    input_shapes: dict[str, list[int]] = field(default_factory=dict)
+    mean: Sequence[float] | None = None
+    std: Sequence[float] | None = None
+    batch_size: int = 32
+
+    def check(self) -> None:
+        _check_rate(self.rate, "--rate")
+        for name, rate in self.rates.items():
+            _check_rate(rate, f"--rates {name}")
+        if self.criterion not in CRITERIA:
+            raise SettingsError(f"unknown criterion {self.criterion!r}; choose from {', '.join(CRITERIA)}")
+        if self.limit is not None and self.limit < 1:
+            raise SettingsError(f"--limit must be at least 1, got {self.limit}")
+        if self.batch_size < 1:
+            raise SettingsError(f"batch size must be at least 1, got {self.batch_size}")
+
+    @property
+    def mode(self) -> str:
+        return "single-node" if self.single_node else "tree-level"
+
+
+def _check_rate(rate: float, what: str) -> None:
+    if not 0.0 <= rate < 1.0:
+        raise SettingsError(f"{what} must be in [0, 1), got {rate:g}")
+
+
+def parse_rates(specs: Sequence[str]) -> dict[str, float]:
+    """``["conv1=0.3", ...]`` -> ``{"conv1": 0.3}`` (the CLI's ``--rates``)."""
+    rates: dict[str, float] = {}
+    for spec in specs:
+        name, sep, value = spec.rpartition("=")
+        try:
+            if not sep or not name:
+                raise ValueError
+            rates[name] = float(value[:-1]) / 100 if value.endswith("%") else float(value)
+        except ValueError:
+            raise SettingsError(f"--rates expects NAME=RATE, e.g. conv1=0.3 (got {spec!r})") from None
+    return rates
+
+
+def association_trees(
+    model: onnx.ModelProto, library: str | Path | None = None, base_dir: Path | None = None
+) -> tuple[onnx.ModelProto, GraphIndex, Forest]:
+    """The Constant-free working copy of ``model``, its lookups, and its channel groups."""
+    work = constants_as_initializers(model)
+    index = GraphIndex(work, base_dir)
+    return work, index, build_groups(work, load_library(library), index)
+
+
+def _plan(forest: Forest, options: PruneOptions) -> dict[int, tuple[float, str]]:
+    """Per group: the rate to prune it at and its status (pruned, excluded, unprunable: why)."""
+    names = {name for g in forest.groups for r in g.roots for name in (r.node, r.weight)}
+    for option, given in (("--exclude", options.exclude), ("--rates", list(options.rates))):
+        unknown = [name for name in given if name not in names]
+        if unknown:
+            raise SettingsError(
+                f"{option} {unknown[0]!r} names no root node (Conv, ConvTranspose, Gemm, MatMul) of the model"
+            )
+    plan: dict[int, tuple[float, str]] = {}
+    for group in forest.groups:
+        named = {name for r in group.roots for name in (r.node, r.weight)}
+        if not group.prunable:
+            plan[group.index] = (0.0, "unprunable: " + "; ".join(group.reasons or ["a single channel"]))
+        elif named & set(options.exclude):
+            plan[group.index] = (0.0, "excluded")
+        else:
+            overrides = [rate for name, rate in options.rates.items() if name in named]
+            plan[group.index] = (min(overrides) if overrides else options.rate, "pruned")
+    prunable = [g for g in forest.groups if g.prunable]
+    if not prunable:
+        reasons = sorted({reason for g in forest.groups for reason in g.reasons})
+        detail = f" ({reasons[0]}{', ...' if len(reasons) > 1 else ''})" if reasons else ""
+        raise SettingsError(f"the model has no channel group that can be pruned{detail}; see --show-trees")
+    if all(plan[g.index][1] == "excluded" for g in prunable):
+        raise SettingsError("--exclude leaves no channel group to prune")
+    return plan
+
+
+def _model_shape(model: onnx.ModelProto) -> list[int | None]:
+    dims = data_input(model).type.tensor_type.shape.dim
+    return [d.dim_value if d.HasField("dim_value") else None for d in dims]
+
+
+def calibration_batches(
+    model: onnx.ModelProto, options: PruneOptions, dataset: Dataset | None = None
+) -> tuple[list[dict[str, np.ndarray]], str]:
+    """The calibration feeds and what they are: ``dataset``, ``options.data``, or seeded random inputs."""
+    if dataset is None and options.data is not None:
+        dataset = load_dataset(
+            options.data, _model_shape(model), limit=options.limit, mean=options.mean, std=options.std
+        )
+    if dataset is None:
+        feeds = [random_inputs(model, options.input_shapes, seed) for seed in range(RANDOM_CALIBRATION_SAMPLES)]
+        return feeds, f"random ({RANDOM_CALIBRATION_SAMPLES} seeded normal inputs)"
+    name = data_input(model).name
+    size = batch_size_for(model, options.batch_size)
+    fixed = size != options.batch_size
+    batches = [{name: inputs} for inputs, _ in dataset.batches(size) if not fixed or len(inputs) == size]
+    if not batches:
+        raise SettingsError(f"{dataset.name}: fewer samples than the model's fixed batch size {size}")
+    return batches, f"{dataset.name} ({sum(len(b[name]) for b in batches)} samples)"
+
+
+def choose_channels(
+    index: GraphIndex,
+    forest: Forest,
+    plan: dict[int, tuple[float, str]],
+    options: PruneOptions,
+    batches: list[dict[str, np.ndarray]] | None = None,
+) -> dict[int, np.ndarray]:
+    """Per pruned group, the channels kept (scored by ``options.criterion`` and mode)."""
+    pruned = [g for g in forest.groups if plan[g.index][1] == "pruned"]
+    ranks = None
+    if options.criterion == "hrank":
+        assert batches is not None
+        outputs = {r.node: r.output for g in pruned for r in g.roots}
+        ranks = feature_ranks(index.model, outputs, batches, index.base_dir)
+    kept = {}
+    for group in pruned:
+        scores = group_scores(group, index.value, options.criterion, options.single_node, ranks)
+        kept[group.index] = select_kept(scores, plan[group.index][0])
+    return kept
+
+
+def prune_model(
+    model: onnx.ModelProto,
+    options: PruneOptions,
+    source: str = "<memory>",
+    base_dir: Path | None = None,
+    dataset: Dataset | None = None,
+) -> tuple[onnx.ModelProto, PruneReport]:
+    """Prune ``model`` (left unchanged) as ``options`` say; ``dataset`` overrides ``options.data``."""
+    start = time.perf_counter()
+    options.check()
+    work, index, forest = association_trees(model, options.library, base_dir)
+    plan = _plan(forest, options)
+    report = PruneReport(input=source, output=None, criterion=options.criterion, mode=options.mode, rate=options.rate)
+    batches = None
+    if options.criterion == "hrank" or options.reconstruct:
+        batches, report.data = calibration_batches(work, options, dataset)
+        if report.data.startswith("random"):
+            report.notes.append(f"calibrated on {report.data}: give --data for real activations")
+    kept = choose_channels(index, forest, plan, options, batches)
+    applied = apply_pruning(work, forest, kept, base_dir)
+    pruned = applied.model
+    if options.reconstruct:
+        assert batches is not None
+        pruned, report.reconstruction, notes = reconstruct(work, applied, forest, batches, base_dir=base_dir)
+        report.notes.extend(notes)
+    report.groups = [_group_report(g, plan, kept) for g in forest.groups]
+    report.params = {"original": parameter_count(model), "pruned": parameter_count(pruned)}
+    report.macs = {
+        "original": mac_count(model, options.input_shapes),
+        "pruned": mac_count(pruned, options.input_shapes),
+    }
+    report.sizes = {"original": model.ByteSize(), "pruned": pruned.ByteSize()}
+    report.verification = check_pruned(model, pruned, options, base_dir)
+    report.seconds = time.perf_counter() - start
+    return pruned, report
+
+
+def _group_report(group: ChannelGroup, plan: dict[int, tuple[float, str]], kept: dict[int, np.ndarray]) -> GroupReport:
+    rate, status = plan[group.index]
+    count = len(kept[group.index]) if group.index in kept else group.channels
+    return GroupReport(group.index, [r.node for r in group.roots], group.structure, group.channels, count, rate, status)
+
+
+def check_pruned(
+    original: onnx.ModelProto, pruned: onnx.ModelProto, options: PruneOptions, base_dir: Path | None
+) -> VerificationResult:
+    """The checker passes, ORT runs the pruned model, and its outputs have the original's shapes and types."""
+    try:
+        model_io.check_model(pruned)
+        feeds = random_inputs(original, options.input_shapes, 0)
+        expected = run_model(original, feeds, "input model", base_dir)
+        actual = run_model(pruned, feeds, "pruned model", base_dir)
+    except (InvalidModelError, RuntimeUnsupportedError) as error:
+        return VerificationResult(False, error=str(error))
+    for output, want, got in zip(original.graph.output, expected, actual, strict=True):
+        if np.shape(want) != np.shape(got) or np.asarray(want).dtype != np.asarray(got).dtype:
+            return VerificationResult(
+                False, error=f"output {output.name!r} changed from {np.shape(want)} to {np.shape(got)}"
+            )
+    return VerificationResult(True)
+
+
+def prune(
+    input_path: str | Path,
+    output_path: str | Path,
+    options: PruneOptions,
+    report_path: str | Path | None = None,
+    force: bool = False,
+) -> PruneReport:
+    """Prune the model at ``input_path`` into ``output_path`` (written atomically, never over the input).
+
+    Raises :class:`VerificationFailedError` (with ``.report``) and writes nothing when the result fails
+    verification, unless ``force``.
+    """
+    model_io.check_input_path(input_path)
+    target = model_io.check_output_path(input_path, output_path)
+    if report_path is not None:
+        model_io.check_report_path(report_path, input_path, output_path)
+    model = model_io.load_model(input_path)
+    base_dir = model_io.model_folder(input_path)
+    model_io.check_data_path(target, model, base_dir)
+    pruned, report = prune_model(model, options, source=str(input_path), base_dir=base_dir)
+    verified = report.verification is not None and report.verification.ok
+    if verified or force:
+        model_io.save_model(pruned, target, base_dir)
+        report.output, report.written = str(target), True
+    if report_path is not None:
+        model_io.write_text_atomic(report.to_json() + "\n", report_path)
+    if not verified and not force:
+        error = VerificationFailedError("the pruned model failed verification; nothing was written")
+        error.report = report  # type: ignore[attr-defined]
+        raise error
+    return report
+
+
+def show_trees(input_path: str | Path, library: str | Path | None = None, image: str | Path | None = None) -> str:
+    """The node association trees of the model at ``input_path`` as text (and drawn to ``image``)."""
+    from onnxsat.pruning.trees import format_trees, render_trees
+
+    model = model_io.load_model(input_path)
+    _, _, forest = association_trees(model, library, model_io.model_folder(input_path))
+    if image is not None:
+        render_trees(forest.groups, image)
+    return format_trees(forest.groups)

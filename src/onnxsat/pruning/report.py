@@ -1,0 +1,97 @@
+"""What ``onnxsat prune`` did, as a table for people and JSON for scripts."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+
+from onnxsat.verify import VerificationResult
+
+
+@dataclass
+class GroupReport:
+    index: int
+    roots: list[str]
+    structure: str
+    """one-to-one, one-to-many, many-to-one or many-to-many (the paper's Figure 4)."""
+    channels: int
+    kept: int
+    rate: float
+    status: str
+    """``pruned``, ``excluded``, or ``unprunable: why``."""
+
+
+@dataclass
+class LeafFit:
+    """One leaf refitted by ``--reconstruct``: its relative output error on calibration data."""
+
+    node: str
+    error_before: float
+    error_after: float
+    accepted: bool
+
+
+@dataclass
+class PruneReport:
+    input: str
+    output: str | None
+    criterion: str
+    mode: str
+    """``tree-level`` or ``single-node``."""
+    rate: float
+    groups: list[GroupReport] = field(default_factory=list)
+    params: dict[str, int] = field(default_factory=dict)
+    macs: dict[str, int | None] = field(default_factory=dict)
+    sizes: dict[str, int] = field(default_factory=dict)
+    data: str | None = None
+    reconstruction: list[LeafFit] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    verification: VerificationResult | None = None
+    seconds: float = 0.0
+    written: bool = False
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), indent=2, sort_keys=True, default=str)
+
+    def to_table(self) -> str:
+        lines = [f"ONNXSat prune  {self.input} -> {self.output or '(not written)'}"]
+        pruned = [g for g in self.groups if g.status == "pruned"]
+        lines.append(
+            f"criterion {self.criterion} ({self.mode}), rate {self.rate:g}: {len(pruned)} of {len(self.groups)} "
+            "channel groups pruned"
+        )
+        lines.append("")
+        lines.append(f"{'group':>5}  {'roots':<44}{'structure':<14}{'channels':>9}{'kept':>7}  status")
+        for group in self.groups:
+            roots = ", ".join(group.roots)
+            roots = roots if len(roots) <= 43 else roots[:40] + "..."
+            lines.append(
+                f"{group.index:>5}  {roots:<44}{group.structure:<14}{group.channels:>9}{group.kept:>7}  {group.status}"
+            )
+        lines.append("")
+        lines.append(_ratio_line("parameters", self.params))
+        if self.macs.get("original") is not None and self.macs.get("pruned") is not None:
+            lines.append(_ratio_line("MACs", self.macs))  # type: ignore[arg-type]
+        if self.sizes:
+            lines.append(_ratio_line("file bytes", self.sizes))
+        if self.reconstruction:
+            lines.append(f"reconstruction on {self.data}:")
+            for fit in self.reconstruction:
+                verdict = "refitted" if fit.accepted else "kept (no gain)"
+                lines.append(
+                    f"  {fit.node[:44]:<46}relative error {fit.error_before:.4f} -> {fit.error_after:.4f}  {verdict}"
+                )
+        lines.extend(f"note: {note}" for note in self.notes)
+        if self.verification is not None:
+            status = "PASSED" if self.verification.ok else "FAILED"
+            lines.append(
+                f"verification {status}: {self.verification.error or 'passes the checker, runs in ONNX Runtime'}"
+            )
+        lines.append(f"seconds: {self.seconds:.2f}")
+        return "\n".join(lines)
+
+
+def _ratio_line(what: str, values: dict[str, int]) -> str:
+    before, after = values.get("original", 0), values.get("pruned", 0)
+    ratio = f" ({after / before:.1%} kept)" if before else ""
+    return f"{what}: {before:,} -> {after:,}{ratio}"

@@ -1,0 +1,82 @@
+"""Importance criteria (importance.py): member scores, tree-level vs single-node, HRank, channel counts."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from pruning_helpers import Builder, prune, run
+
+from onnxsat.pruning.importance import (
+    channels_to_prune,
+    fpgm_scores,
+    group_scores,
+    member_matrix,
+    select_kept,
+)
+from onnxsat.pruning.pipeline import association_trees
+from onnxsat.pruning.trees import ChannelSlice
+
+
+def ranked_model() -> onnx.ModelProto:
+    """c1's filters have L1 norms in ratio 1:2:3:4; c2 reads channel 2 with tiny weights, channel 0 strongly."""
+    b = Builder()
+    w1 = np.ones((4, 3, 1, 1), dtype=np.float32) * np.array([1, 2, 3, 4], dtype=np.float32)[:, None, None, None]
+    w2 = np.ones((2, 4, 1, 1), dtype=np.float32) * np.array([4, 3, 0.01, 1], dtype=np.float32)[None, :, None, None]
+    r = b.node("Relu", [b.conv("c1", "x", 3, 4, k=1, bias=False, weight=w1)], "r1")
+    return b.model([b.conv("c2", r, 4, 2, k=1, bias=False, weight=w2)])
+
+
+def test_tree_level_and_single_node_rank_channels_differently() -> None:
+    model = ranked_model()
+    _, index, forest = association_trees(model)
+    group = next(g for g in forest.groups if g.prunable)
+    single = group_scores(group, index.value, "l1", single_node=True)
+    tree = group_scores(group, index.value, "l1")
+    assert np.argmin(single) == 0  # smallest filter
+    assert np.argmin(tree) == 2  # the next layer barely reads it
+    _, single_report = prune(model, rate=0.25, single_node=True)
+    pruned_single, _ = prune(model, rate=0.25, single_node=True)
+    pruned_tree, _ = prune(model, rate=0.25)
+    weights = {t.name: onnx.numpy_helper.to_array(t) for t in pruned_tree.graph.initializer}
+    assert weights["c1_w"][:, 0, 0, 0].tolist() == [1, 2, 4]
+    weights = {t.name: onnx.numpy_helper.to_array(t) for t in pruned_single.graph.initializer}
+    assert weights["c1_w"][:, 0, 0, 0].tolist() == [2, 3, 4]
+    assert single_report.groups[0].kept == 3
+
+
+def test_member_matrix_takes_blocks_at_an_offset() -> None:
+    value = np.arange(2 * 10).reshape(2, 10)
+    piece = ChannelSlice("n", 0, 1, "w", axis=1, offset=4, block=2, role="leaf")
+    matrix = member_matrix(value, piece, channels=3)
+    assert matrix.tolist() == [[4, 14, 5, 15], [6, 16, 7, 17], [8, 18, 9, 19]]
+
+
+def test_fpgm_scores_the_channel_nearest_the_others_lowest() -> None:
+    rows = np.array([[0.0, 0.0], [1.0, 0.0], [0.5, 0.1], [5.0, 5.0]])
+    assert np.argmin(fpgm_scores(rows)) == 2
+    assert np.argmax(fpgm_scores(rows)) == 3
+
+
+@pytest.mark.parametrize("criterion", ["l1", "l2", "fpgm", "hrank"])
+@pytest.mark.parametrize("single_node", [False, True])
+def test_every_criterion_prunes_a_valid_model(criterion: str, single_node: bool) -> None:
+    b = Builder()
+    r = b.node("Relu", [b.conv("c1", "x", 3, 8)], "r1")
+    p = b.node("MaxPool", [b.node("Relu", [b.conv("c2", r, 8, 6)], "r2")], "pool", kernel_shape=[2, 2], strides=[2, 2])
+    f = b.node("Flatten", [p], "flat")
+    model = b.model([b.node("Gemm", [f, b.random("fc_w", 96, 4)], "fc")])
+    pruned, report = prune(model, rate=0.5, criterion=criterion, single_node=single_node)
+    assert [g.kept for g in report.groups] == [4, 3, 4]
+    assert run(pruned)[0].shape == (2, 4)
+    if criterion == "hrank":
+        assert any("random" in note for note in report.notes)
+
+
+def test_rate_counts_are_floored_and_keep_one_channel() -> None:
+    assert channels_to_prune(16, 0.3) == 4
+    assert channels_to_prune(100, 0.29) == 29
+    assert channels_to_prune(10, 0.7) == 7
+    assert channels_to_prune(1, 0.5) == 0
+    assert channels_to_prune(3, 0.99) == 2
+    assert select_kept(np.array([3.0, 1.0, 1.0, 2.0]), 0.5).tolist() == [0, 3]

@@ -1,0 +1,52 @@
+"""``onnxsat prune``'s parser and handler (command.py), run the way cli.py runs a subcommand."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import onnx
+import pytest
+from pruning_helpers import Builder
+
+from onnxsat.errors import SettingsError
+from onnxsat.pruning.command import add_prune_parser
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="onnxsat")
+    add_prune_parser(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(argv)
+    return int(args.handler(args))
+
+
+@pytest.fixture
+def model_file(tmp_path: Path) -> Path:
+    b = Builder()
+    r = b.node("Relu", [b.conv("c1", "x", 3, 8)], "r1")
+    path = tmp_path / "model.onnx"
+    onnx.save(b.model([b.conv("c2", r, 8, 2)]), str(path))
+    return path
+
+
+def test_prune_command_writes_and_prints(model_file: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    output = model_file.with_name("pruned.onnx")
+    assert main(["prune", str(model_file), "-o", str(output), "--rate", "50%", "--rates", "c1=0.25"]) == 0
+    assert "verification PASSED" in capsys.readouterr().out
+    weights = {t.name: list(t.dims) for t in onnx.load(str(output)).graph.initializer}
+    assert weights["c1_w"] == [6, 3, 3, 3]
+
+
+def test_show_trees_needs_no_output(model_file: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["prune", str(model_file), "--show-trees"]) == 0
+    assert "c1 (Conv, root)" in capsys.readouterr().out
+
+
+def test_bad_input_is_one_settings_error_and_nothing_is_written(model_file: Path) -> None:
+    output = model_file.with_name("pruned.onnx")
+    for argv in (["--rate", "1"], ["--exclude", "c1"], ["--rates", "missing=0.5"]):
+        with pytest.raises(SettingsError):
+            main(["prune", str(model_file), "-o", str(output), *argv])
+    with pytest.raises(SettingsError, match="-o/--output"):
+        main(["prune", str(model_file)])
+    assert not output.exists()

@@ -1,0 +1,159 @@
+"""Options, the library, bad input, files and the tree listing (pipeline.py, library.py, trees.py display)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from pruning_helpers import Builder, kept, prune, shape_of
+
+from onnxsat.errors import SettingsError, VerificationFailedError
+from onnxsat.pruning.layout import merge_axis
+from onnxsat.pruning.library import BUILTIN, load_library
+from onnxsat.pruning.pipeline import PruneOptions, association_trees, parse_rates, prune_model, show_trees
+from onnxsat.pruning.pipeline import prune as prune_file
+from onnxsat.pruning.trees import format_trees, render_trees
+
+
+def chain() -> onnx.ModelProto:
+    b = Builder()
+    r1 = b.node("Relu", [b.conv("c1", "x", 3, 8)], "r1")
+    r2 = b.node("Relu", [b.conv("c2", r1, 8, 8)], "r2")
+    return b.model([b.conv("c3", r2, 8, 2)])
+
+
+def test_library_holds_the_papers_op_types_and_more() -> None:
+    paper = "Conv ConvTranspose Gemm MatMul Mul Relu Sigmoid Softmax Tanh MaxPool AveragePool Flatten GlobalAveragePool"
+    paper += " Pad Reshape Transpose ReduceMean ReduceMax Pow Sqrt Erf Unsqueeze Resize Slice Cast Add Concat"
+    paper += " BatchNormalization Sub Div Gather"
+    assert set(paper.split()) <= set(BUILTIN)
+    assert len(BUILTIN) >= 35
+
+
+def test_an_unknown_op_on_a_tree_is_named_and_the_library_can_be_extended(tmp_path: Path) -> None:
+    b = Builder()
+    s = b.node("Shrink", [b.conv("c1", "x", 3, 8)], "odd")
+    model = b.model([b.conv("c2", s, 8, 2)])
+    with pytest.raises(SettingsError, match=r"node 'odd' \(Shrink\).*does not know Shrink"):
+        prune_model(model, PruneOptions())
+    extra = tmp_path / "library.json"
+    extra.write_text(json.dumps({"Shrink": "next-no-process"}))
+    pruned, _ = prune(model, rate=0.5, library=str(extra))
+    assert shape_of(pruned, "c2_w")[1] == 4
+
+
+@pytest.mark.parametrize(
+    ("entries", "message"),
+    [
+        ({"Relu": "stop-process"}, "built in as next-no-process"),
+        ({"Foo": "next-process"}, "can only be next-no-process or stop-process"),
+        ({"Foo": "leaf"}, "unknown category"),
+    ],
+)
+def test_bad_library_entries(tmp_path: Path, entries: dict[str, str], message: str) -> None:
+    extra = tmp_path / "library.json"
+    extra.write_text(json.dumps(entries))
+    with pytest.raises(SettingsError, match=message):
+        load_library(extra)
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"rate": 1.0}, r"--rate must be in \[0, 1\)"),
+        ({"rate": -0.1}, r"--rate must be in \[0, 1\)"),
+        ({"rates": {"c1": 1.5}}, r"--rates c1 must be in"),
+        ({"rates": {"nope": 0.5}}, "--rates 'nope' names no root"),
+        ({"exclude": ["nope"]}, "--exclude 'nope' names no root"),
+        ({"exclude": ["c1", "c2"]}, "--exclude leaves no channel group"),
+        ({"criterion": "random"}, "unknown criterion"),
+    ],
+)
+def test_bad_options_are_one_settings_error(options: dict[str, object], message: str) -> None:
+    with pytest.raises(SettingsError, match=message):
+        prune_model(chain(), PruneOptions(**options))  # type: ignore[arg-type]
+
+
+def test_no_prunable_group_is_an_error() -> None:
+    b = Builder()
+    model = b.model([b.conv("c1", "x", 3, 8)])
+    with pytest.raises(SettingsError, match=r"no channel group that can be pruned .*reaches graph output"):
+        prune_model(model, PruneOptions())
+
+
+def test_per_root_rates_and_exclusion() -> None:
+    pruned, report = prune(chain(), rate=0.5, rates={"c2": 0.25}, exclude=["c1_w"])
+    assert kept(report, "c1") == 8 and kept(report, "c2") == 6
+    assert shape_of(pruned, "c2_w") == [6, 8, 3, 3]
+    assert next(g.status for g in report.groups if "c1" in g.roots) == "excluded"
+    assert parse_rates(["c1=0.3", "c2=25%"]) == {"c1": 0.3, "c2": 0.25}
+    with pytest.raises(SettingsError, match="NAME=RATE"):
+        parse_rates(["c1"])
+
+
+def test_prune_writes_a_file_and_a_report_never_over_the_input(tmp_path: Path) -> None:
+    source, target, report_path = tmp_path / "in.onnx", tmp_path / "out.onnx", tmp_path / "report.json"
+    onnx.save(chain(), str(source))
+    report = prune_file(source, target, PruneOptions(rate=0.5), report_path)
+    assert report.written and report.params["pruned"] < report.params["original"]
+    assert "verification PASSED" in report.to_table()
+    assert json.loads(report_path.read_text())["groups"][0]["kept"] == 4
+    onnx.checker.check_model(onnx.load(str(target)), full_check=True)
+    from onnxsat.errors import OutputPathError
+
+    with pytest.raises(OutputPathError):
+        prune_file(source, source, PruneOptions())
+
+
+def test_failed_verification_writes_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from onnxsat.pruning import pipeline
+    from onnxsat.verify import VerificationResult
+
+    source, target = tmp_path / "in.onnx", tmp_path / "out.onnx"
+    onnx.save(chain(), str(source))
+    monkeypatch.setattr(pipeline, "check_pruned", lambda *args: VerificationResult(False, error="broken"))
+    with pytest.raises(VerificationFailedError):
+        prune_file(source, target, PruneOptions())
+    assert not target.exists()
+    assert prune_file(source, target, PruneOptions(), force=True).written
+
+
+def test_trees_are_listed_and_drawn(tmp_path: Path) -> None:
+    source = tmp_path / "in.onnx"
+    onnx.save(chain(), str(source))
+    text = show_trees(source, image=tmp_path / "trees.png")
+    assert "group 0 [one-to-one] 8 channels, prunable" in text
+    assert "      c2 (Conv, leaf)" in text
+    assert "unprunable: reaches graph output 'c3'" in text
+    assert (tmp_path / "trees.png").stat().st_size > 1000
+    _, _, forest = association_trees(chain())
+    assert format_trees(forest.groups) == text
+    render_trees(forest.groups, tmp_path / "again.svg")
+
+
+def test_merge_axis_follows_or_refuses_the_channel_axis() -> None:
+    assert merge_axis([1, 512, 1, 1], [1, 512], 1) == (1, 1)
+    assert merge_axis(["N", 64, 7, 7], ["N", 3136], 1) == (1, 49)
+    assert merge_axis(["N", 64, 7, 7], ["N", 64, 49], 1) == (1, 1)
+    assert merge_axis([1, 128, 256], [1, 128, 4, 64], 2) is None  # heads: split
+    assert merge_axis([4, 8, 2], [32, 2], 1) is None  # merged with a dim before it
+    assert merge_axis([None, 8], [8], 1) is None
+
+
+def test_transformer_mlp_hidden_units_are_pruned() -> None:
+    """MatMul -> Add bias -> Gelu (as Erf math) -> MatMul: the hidden units of an MLP block."""
+    b = Builder()
+    h = b.node("Add", [b.node("MatMul", ["x", b.random("w1", 8, 16)], "fc1"), b.random("b1", 16)], "fc1_bias")
+    g = b.node("Mul", [h, b.node("Sigmoid", [h], "gate")], "silu")
+    model = b.model([b.node("MatMul", [g, b.random("w2", 16, 8)], "fc2")], input_shape=[2, 5, 8])
+    from pruning_helpers import feeds, run
+
+    pruned, report = prune_model(model, PruneOptions(rate=0.5))
+    assert report.verification is not None and report.verification.ok
+    assert shape_of(pruned, "w1") == [8, 8] and shape_of(pruned, "b1") == [8] and shape_of(pruned, "w2") == [8, 8]
+    assert run(pruned, feeds(shape=[2, 5, 8]))[0].shape == (2, 5, 8)
+    zero, _ = prune_model(model, PruneOptions(rate=0.0))
+    np.testing.assert_array_equal(run(zero, feeds(shape=[2, 5, 8]))[0], run(model, feeds(shape=[2, 5, 8]))[0])
