@@ -74,11 +74,16 @@ def feeds(seed: int = 0, shape: Sequence[int] = INPUT_SHAPE) -> dict[str, np.nda
     return {"x": np.random.default_rng(seed).normal(size=shape).astype(np.float32)}
 
 
+def input_shape(model: onnx.ModelProto) -> list[int]:
+    return [d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim]
+
+
 def run(model: onnx.ModelProto, inputs: dict[str, np.ndarray] | None = None) -> list[np.ndarray]:
+    """Run in ORT without graph optimizations, on ``inputs`` or seeded inputs of the model's input shape."""
     options = ort.SessionOptions()
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
-    return session.run(None, inputs or feeds())
+    return session.run(None, inputs or feeds(shape=input_shape(model)))
 
 
 def shape_of(model: onnx.ModelProto, name: str) -> list[int]:

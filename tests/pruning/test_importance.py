@@ -80,3 +80,14 @@ def test_rate_counts_are_floored_and_keep_one_channel() -> None:
     assert channels_to_prune(1, 0.5) == 0
     assert channels_to_prune(3, 0.99) == 2
     assert select_kept(np.array([3.0, 1.0, 1.0, 2.0]), 0.5).tolist() == [0, 3]
+
+
+def test_kept_channel_counts_round_up_to_the_multiple_on_wide_groups() -> None:
+    """ONNX Runtime's blocked conv layouts want multiples of 8: 64 channels at 0.3 keep 48, not 45;
+    narrow groups (16) and counts that were never multiples (30) keep the exact rate."""
+    from onnxsat.pruning.importance import channels_to_prune
+
+    assert channels_to_prune(64, 0.3, 8) == 16 and channels_to_prune(64, 0.3) == 19
+    assert channels_to_prune(64, 0.5, 8) == 32
+    assert channels_to_prune(16, 0.3, 8) == 4 and channels_to_prune(30, 0.3, 8) == 9
+    assert channels_to_prune(64, 0.0, 8) == 0

@@ -207,16 +207,6 @@ def test_channels_followed_through_transpose_to_a_matmul() -> None:
     assert_rate_zero_is_identity(model)
 
 
-def test_a_channel_split_by_reshape_is_unprunable() -> None:
-    b = Builder()
-    r = b.node("Relu", [b.conv("c1", "x", 3, 8)], "r1")
-    v = b.node("Reshape", [r, b.const("target", np.array([2, 2, 4, 64], dtype=np.int64))], "heads")
-    t = b.node("Reshape", [v, b.const("back", np.array([2, 8, 8, 8], dtype=np.int64))], "back_view")
-    model = b.model([b.conv("c2", t, 8, 2)])
-    _, _, forest = association_trees(model)
-    assert "cannot be followed" in forest.groups[0].reasons[0]
-
-
 def test_a_group_reaching_a_graph_output_is_unprunable() -> None:
     b = Builder()
     r = b.node("Relu", [b.conv("c1", "x", 3, 8)], "r1")

@@ -6,9 +6,10 @@ one ``np.take`` per axis, so slices of different groups compose and dtypes are k
 read by other node inputs too is not changed in place: the node gets a sliced copy under a new name
 (the other readers still need the whole tensor), and initializers no node reads any more are dropped.
 
-Shape-describing numbers (a Reshape target, a depthwise Conv's ``group``) shrink by the pruned
-channels times their block. ``value_info`` describes the old shapes, so it is cleared and shape
-inference is run again. Rate 0 changes no tensor: the model computes bit for bit what it did.
+Shape-describing numbers (a Reshape target, e.g. the head count of ``[B, S, H, D]``, a Split's sizes, a
+depthwise Conv's ``group``) shrink by the pruned channels times their block. ``value_info`` describes
+the old shapes, so it is cleared and shape inference is run again. Rate 0 changes no tensor: the model
+computes bit for bit what it did.
 """
 
 from __future__ import annotations
@@ -89,6 +90,12 @@ def apply_pruning(
                 if attribute.name == "group":
                     attribute.i -= removed
             continue
+        if edit.kind == "split-attribute":
+            for attribute in node.attribute:
+                if attribute.name == "split":
+                    attribute.ints[edit.position] -= removed
+            continue
+        # "reshape" and "split": an entry of input 1 (the Reshape target, the Split sizes)
         target = np.asarray(tensor_value(initializers[node.input[1]], base_dir)).copy()
         target[edit.position] -= removed
         _store(graph, initializers, uses, node, 1, target, replaced)

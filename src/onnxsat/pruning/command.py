@@ -25,6 +25,12 @@ def add_prune_parser(commands: argparse._SubParsersAction) -> None:
     parser.add_argument("--exclude", nargs="+", default=[], metavar="NAME", help="root nodes whose group stays whole")
     parser.add_argument("--rates", nargs="+", default=[], metavar="NAME=RATE", help="per-root-node rates")
     parser.add_argument("--reconstruct", action="store_true", help="refit the next layers by least squares")
+    parser.add_argument(
+        "--channel-multiple",
+        type=int,
+        default=8,
+        help="round kept channel counts up to multiples of this (ORT's blocked layouts; 1: exact rate)",
+    )
     parser.add_argument("--data", help="calibration data for hrank/--reconstruct: digits, a folder, CIFAR, an .npz")
     parser.add_argument("--limit", type=int, help="use at most this many calibration samples")
     parser.add_argument("--mean", type=float_list, help="per-channel mean subtracted from images scaled to [0, 1]")
@@ -55,6 +61,7 @@ def run_prune(args: argparse.Namespace) -> int:
         exclude=args.exclude,
         rates=parse_rates(args.rates),
         reconstruct=args.reconstruct,
+        channel_multiple=args.channel_multiple,
         data=args.data,
         limit=args.limit,
         library=args.library,

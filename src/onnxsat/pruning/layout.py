@@ -8,6 +8,14 @@ Concat shifts offsets; Flatten and Reshape merging the channel axis with the dim
 Gemm after it). Positions no segment covers belong to no root (e.g. a Concat input from the graph
 input) and are never pruned.
 
+A Reshape that **splits** the channel axis in two (``[B, S, H*D] -> [B, S, H, D]``: attention heads, or
+a fused QKV projection ``[S, 3E] -> [S, 3, E]``) gives a layout with a ``Split``: the segments stay in
+the coordinates of the flat axis (position ``p`` sits at ``p // D`` on ``axis`` and ``p % D`` on the
+split's inner axis) until an op decides which dim the channels follow. A Gather or Split along the outer
+dim picks **sections** (the flat positions ``[s*D, (s+1)*D)``: Q, K and V), and the channels follow the
+inner dim; any other op treats the outer dim as the channel axis, a channel becoming a block of ``D``
+contiguous features (a **head**; ``trees.py`` coarsens the channel spaces involved to that unit).
+
 Dims are ints, symbol names (str) or None (unknown). Products over symbols compare as a multiset of
 symbols times an int, so ``[batch, 64, 7, 7] -> [batch, 3136]`` is followed without knowing ``batch``.
 """
@@ -38,12 +46,29 @@ class Segment:
 
 
 @dataclass(frozen=True)
+class Split:
+    """A channel axis reshaped into an outer dim (the layout's ``axis``) and an inner dim of ``inner``."""
+
+    axis: int
+    """Non-negative axis of the inner dim."""
+    inner: int
+    node_index: int
+    """The Reshape that split it: its target entries count what pruning removes."""
+    outer_entry: int | None
+    """Position of the outer dim in that Reshape's literal target (None: -1 there, inferred)."""
+    inner_entry: int | None
+
+
+@dataclass(frozen=True)
 class Layout:
     axis: int
-    """Non-negative axis of the tensor that holds the channels."""
+    """Non-negative axis of the tensor that holds the channels (with ``split``: the outer dim)."""
     size: int
-    """The tensor's size along ``axis`` (at least the segments' extent; more where untracked data sits)."""
+    """The tensor's size along ``axis`` (at least the segments' extent; more where untracked data sits).
+    With ``split``: the size of the flat axis, outer times inner."""
     segments: tuple[Segment, ...]
+    split: Split | None = None
+    """Set while a split channel axis is pending (see the module docstring)."""
 
     @property
     def spaces(self) -> list[int]:
@@ -97,6 +122,25 @@ def merge_axis(in_shape: Sequence[Dim], out_shape: Sequence[Dim], axis: int) -> 
                 break
             if size * factor == out_shape[k]:
                 return k, factor
+    return None
+
+
+def split_axis(in_shape: Sequence[Dim], out_shape: Sequence[Dim], axis: int) -> int | None:
+    """The output dim ``k`` when a reshape splits the channel dim into ``out[k] x out[k + 1]``, else None.
+
+    Both parts must be known ints above 1, and the dims before them must hold exactly the input dims
+    before ``axis`` (``[B, S, 256] -> [B, S, 4, 64]``: ``k = 2``).
+    """
+    before = product(in_shape[:axis])
+    size = in_shape[axis]
+    if before is None or not isinstance(size, int):
+        return None
+    for k in range(len(out_shape) - 1):
+        outer, inner = out_shape[k], out_shape[k + 1]
+        if not (isinstance(outer, int) and isinstance(inner, int) and outer > 1 and inner > 1):
+            continue
+        if outer * inner == size and product(out_shape[:k]) == before:
+            return k
     return None
 
 

@@ -37,7 +37,7 @@ RANDOM_CALIBRATION_SAMPLES = 16
 @dataclass
 class PruneOptions:
     rate: float = 0.5
-    """Fraction of each group's channels to remove (floor, at least one channel kept)."""
+    """Fraction of each group's channels to remove (floor, at least one channel kept; see channel_multiple)."""
     criterion: str = "l1"
     single_node: bool = False
     """Score root filters only, instead of the whole tree (the paper's baseline)."""
@@ -55,9 +55,13 @@ class PruneOptions:
     mean: Sequence[float] | None = None
     std: Sequence[float] | None = None
     batch_size: int = 32
+    channel_multiple: int = 8
+    """Kept channel counts are rounded up to multiples of this where the original count is one (1: off)."""
 
     def check(self) -> None:
         _check_rate(self.rate, "--rate")
+        if self.channel_multiple < 1:
+            raise SettingsError(f"--channel-multiple must be at least 1, got {self.channel_multiple}")
         for name, rate in self.rates.items():
             _check_rate(rate, f"--rates {name}")
         if self.criterion not in CRITERIA:
@@ -171,7 +175,8 @@ def choose_channels(
     kept = {}
     for group in pruned:
         scores = group_scores(group, index.value, options.criterion, options.single_node, ranks)
-        kept[group.index] = select_kept(scores, plan[group.index][0])
+        multiple = options.channel_multiple if group.unit == 1 else 1  # heads are counted, not blocked
+        kept[group.index] = select_kept(scores, plan[group.index][0], multiple)
     return kept
 
 
@@ -215,7 +220,8 @@ def prune_model(
 def _group_report(group: ChannelGroup, plan: dict[int, tuple[float, str]], kept: dict[int, np.ndarray]) -> GroupReport:
     rate, status = plan[group.index]
     count = len(kept[group.index]) if group.index in kept else group.channels
-    return GroupReport(group.index, [r.node for r in group.roots], group.structure, group.channels, count, rate, status)
+    roots = [r.node for r in group.roots]
+    return GroupReport(group.index, roots, group.structure, group.channels, count, rate, status, group.kind)
 
 
 def check_pruned(

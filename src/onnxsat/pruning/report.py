@@ -19,6 +19,9 @@ class GroupReport:
     rate: float
     status: str
     """``pruned``, ``excluded``, or ``unprunable: why``."""
+    unit: str = "channel"
+    """What one of ``channels`` is: ``channel``, ``head/64`` (an attention head of 64 features) or
+    ``block/4`` (4 contiguous features kept together by a split channel axis)."""
 
 
 @dataclass
@@ -61,13 +64,19 @@ class PruneReport:
             "channel groups pruned"
         )
         lines.append("")
-        lines.append(f"{'group':>5}  {'roots':<44}{'structure':<14}{'channels':>9}{'kept':>7}  status")
+        lines.append(f"{'group':>5}  {'roots':<44}{'structure':<14}{'unit':<10}{'count':>6}{'kept':>7}  status")
         for group in self.groups:
             roots = ", ".join(group.roots)
             roots = roots if len(roots) <= 43 else roots[:40] + "..."
             lines.append(
-                f"{group.index:>5}  {roots:<44}{group.structure:<14}{group.channels:>9}{group.kept:>7}  {group.status}"
+                f"{group.index:>5}  {roots:<44}{group.structure:<14}{group.unit:<10}{group.channels:>6}"
+                f"{group.kept:>7}  {group.status}"
             )
+        heads = [g for g in pruned if g.unit.startswith("head")]
+        if heads:
+            removed = sum(g.channels - g.kept for g in heads)
+            total = sum(g.channels for g in heads)
+            lines.append(f"attention heads: {removed} of {total} removed in {len(heads)} attention blocks")
         lines.append("")
         lines.append(_ratio_line("parameters", self.params))
         if self.macs.get("original") is not None and self.macs.get("pruned") is not None:

@@ -14,23 +14,43 @@ category in the node attribute library says (``library.py``):
 - pruned (as a leaf) and stop-process: the branch ends; a Conv/Gemm/MatMul leaf records the slice of
   its weight that reads the tracked channels, then may start its own space as a root.
 
+**Attention heads.** A Reshape splitting the channel axis in two (``[B, S, H*D] -> [B, S, H, D]``) leaves
+the choice of dim open (``layout.Split``) until the next op decides it. A Gather or Split along the outer
+dim picks sections (a fused QKV projection's Q, K and V): the channel space is **cut** into one space
+per section (as if the projection were three roots), the sections are tied (they share the inner dim)
+and the channels follow the inner dim. Any other op makes the outer dim the channel axis: the spaces
+are **coarsened** so that one channel is a head, ``D`` contiguous features (every slice recorded so
+far gets ``block * D``), and the Reshape target's ``H`` entry becomes a shape edit. A Split along a
+channel axis cuts the spaces the same way (GPT-2's ``c_attn``). A MatMul of two tensors whose
+channels sit on a batch axis (``Q @ K^T``, ``P @ V``) ties them like an elementwise op: the Q, K and V
+projections of one attention block, and the output projection as their leaf, form one head group.
+A split whose tensors no op reads is resolved as heads at the end (its Reshape runs all the same); when
+the node that resolves a split then spoils the group, the coarsening is undone (the group stays whole,
+reported in the channels it had).
+
 Whenever the channels cannot be followed exactly the walk **spoils** the spaces involved (their group
 is kept whole, with the reason) instead of guessing: a graph output (its shape must not change), a
-channel axis that is split (attention heads), mixed (Softmax or a Reduce over channels, LRN, a
-normalization over them), sliced, padded or resized, a non-depthwise grouped Conv, a Reshape whose
-target is computed at run time, a coupling with data no root produces, an unknown shape. An op the
-library does not know stops everything with a SettingsError naming it.
+channel axis that is mixed (Softmax or a Reduce over channels, LRN, a normalization over them), sliced,
+padded or resized, split into pieces that do not hold whole channels, a non-depthwise grouped Conv, a
+Reshape whose target is computed at run time (fold it to a constant first: ``onnxsat optimize``), a
+coupling with data no root produces, an unknown shape. An op the library does not know stops
+everything with a SettingsError naming it.
 
 A **channel group** is the result: the tied roots, their channel count, and every slice
 ``(node input, initializer, axis, offset, block, role)`` that removing channel ``c`` touches: positions
 ``offset + c * block + [0, block)`` along ``axis``. Shape edits (Reshape targets, depthwise ``group``)
 are kept beside the groups, since one may involve several groups (after a Concat).
+
+While the walk runs, a space may be cut or coarsened after slices, layouts and edits mention it; both
+re-express everything recorded (``_Walk.rewrite``), so every record stays in the space's current units.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+import itertools
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -38,7 +58,7 @@ import onnx
 
 from onnxsat.errors import SettingsError
 from onnxsat.pruning.graph import GraphIndex, attr, node_label
-from onnxsat.pruning.layout import Layout, Segment, merge_axis, normalize_axis
+from onnxsat.pruning.layout import Layout, Segment, Split, merge_axis, normalize_axis, split_axis
 from onnxsat.pruning.library import BUILTIN, NEXT_NO_PROCESS, NEXT_PROCESS, PRUNED, STOP_PROCESS
 
 ROOT = "root"
@@ -57,6 +77,8 @@ LEAF = "leaf"
 
 DEFAULT_DOMAINS = ("", "ai.onnx")
 ELEMENTWISE = frozenset({"Add", "Sub", "Mul", "Div", "PRelu", "Sum", "Max", "Min", "Mean", "Pow"})
+KEEPS_SPLIT = frozenset({"Transpose", "Unsqueeze", "Squeeze", "Identity", "Cast", "Dropout"})
+"""Ops that move a pending split channel axis without deciding which of its dims the channels follow."""
 POOLS = frozenset({"MaxPool", "AveragePool", "LpPool", "GlobalAveragePool", "GlobalMaxPool", "GlobalLpPool"})
 REDUCES = frozenset(op for op in BUILTIN if op.startswith("Reduce"))
 
@@ -104,7 +126,8 @@ class ShapeEdit:
     """
 
     kind: str
-    """``reshape`` (input 1 of the node, entry ``position``) or ``group`` (the attribute)."""
+    """``reshape`` or ``split`` (input 1 of the node, entry ``position``), ``group`` (the attribute) or
+    ``split-attribute`` (entry ``position`` of a Split's ``split`` attribute, before opset 13)."""
     node_index: int
     position: int
     parts: tuple[tuple[int, int], ...]
@@ -119,6 +142,10 @@ class ChannelGroup:
     edges: list[TreeEdge] = field(default_factory=list)
     reasons: list[str] = field(default_factory=list)
     """Why the group must stay whole; empty when it can be pruned."""
+    unit: int = 1
+    """Root output features per channel: 1, or ``D`` when a channel is a block of ``D`` (an attention head)."""
+    heads: bool = False
+    """The channels are attention heads: blocks (``unit > 1``) that pass a MatMul on a batch axis."""
 
     @property
     def prunable(self) -> bool:
@@ -137,6 +164,20 @@ class ChannelGroup:
     @property
     def name(self) -> str:
         return "+".join(r.node for r in self.roots)
+
+    @property
+    def kind(self) -> str:
+        """What one channel of the group is: ``channel``, ``head/64`` (attention), ``block/4`` (other splits)."""
+        if self.unit == 1:
+            return "channel"
+        return f"{'head' if self.heads else 'block'}/{self.unit}"
+
+    @property
+    def description(self) -> str:
+        """``8 channels``, ``4 heads of 64 features`` or ``2 blocks of 4 features``."""
+        if self.unit == 1:
+            return f"{self.channels} channels"
+        return f"{self.channels} {'heads' if self.heads else 'blocks'} of {self.unit} features"
 
 
 @dataclass
@@ -163,6 +204,14 @@ class _Walk:
         self.edges: dict[int, list[TreeEdge]] = {}
         self.spoiled: dict[int, list[str]] = {}
         self.edits: list[tuple[str, int, int, tuple[Segment, ...]]] = []
+        self.units: list[int] = []
+        """Per space: root output features per channel (the product of its coarsenings)."""
+        self.heads: set[int] = set()
+        """Spaces whose channels pass a batched MatMul (attention): with a unit above 1, heads."""
+        self.children: dict[int, tuple[int, int]] = {}
+        """A space cut in two: its halves (the space itself is dead: nothing refers to it any more)."""
+        self.resolved: set[int] = set()
+        """Split Reshapes (node index) whose channels were decided to follow heads or sections."""
 
     # ---------------------------------------------------------------------------------- bookkeeping
 
@@ -177,13 +226,121 @@ class _Walk:
         if a != b:
             self.parent[max(a, b)] = min(a, b)
 
+    def live(self, space: int) -> list[int]:
+        """``space``, or the spaces it was cut into (a layout read before a cut still names it)."""
+        if space not in self.children:
+            return [space]
+        return [t for half in self.children[space] for t in self.live(half)]
+
+    def members(self, space: int) -> list[int]:
+        """The live spaces tied to ``space`` (itself included)."""
+        rep = self.find(space)
+        return [t for t in range(len(self.roots)) if t not in self.children and self.find(t) == rep]
+
     def spoil(self, layouts: Sequence[Layout], reason: str) -> str:
         for layout in layouts:
-            for space in layout.spaces:
+            for space in (t for s in layout.spaces for t in self.live(s)):
                 reasons = self.spoiled.setdefault(space, [])
                 if reason not in reasons:
                     reasons.append(reason)
         return f"unprunable: {reason}"
+
+    def snapshot(self) -> tuple[object, ...]:
+        """What a coarsening changes (records are immutable: copying the containers is enough)."""
+        slices = {space: list(pieces) for space, pieces in self.slices.items()}
+        return dict(self.layouts), slices, list(self.edits), list(self.roots), list(self.units), set(self.resolved)
+
+    def restore(self, snapshot: tuple[object, ...]) -> None:
+        """Undo the coarsenings since ``snapshot``; not after a cut (the union-find keeps cut spaces dead)."""
+        if len(self.roots) == len(snapshot[3]):  # type: ignore[arg-type]
+            self.layouts, self.slices, self.edits, self.roots, self.units, self.resolved = snapshot  # type: ignore[assignment]
+
+    def rewrite(self, change: Callable[[Segment], tuple[Segment, ...]]) -> None:
+        """Re-express every segment recorded (tracked layouts, shape edits) after a cut or a coarsening."""
+        for name, layout in self.layouts.items():
+            segments = tuple(new for old in layout.segments for new in change(old))
+            if segments != layout.segments:
+                self.layouts[name] = replace(layout, segments=segments)
+        self.edits = [
+            (kind, node_index, position, tuple(new for old in segments for new in change(old)))
+            for kind, node_index, position, segments in self.edits
+        ]
+
+    def coarsen(self, space: int, factor: int) -> bool:
+        """Make ``factor`` consecutive channels one channel in ``space`` and every space tied to it.
+
+        Channel ``c`` at ``offset + c * block`` becomes channel ``c // factor`` of block ``block * factor``:
+        every slice and layout stays valid, pruning is only coarser. False when a count is not divisible.
+        """
+        members = self.members(space)
+        if any(self.roots[t].channels % factor for t in members):
+            return False
+        for t in members:
+            self.roots[t] = replace(self.roots[t], channels=self.roots[t].channels // factor)
+            self.slices[t] = [replace(piece, block=piece.block * factor) for piece in self.slices.get(t, [])]
+            self.units[t] *= factor
+        coarse = set(members)
+        self.rewrite(
+            lambda s: (replace(s, block=s.block * factor, count=s.count // factor),) if s.space in coarse else (s,)
+        )
+        return True
+
+    def cut(self, space: int, at: int) -> None:
+        """Re-express ``space`` (and every space tied to it) as two: channels ``[0, at)`` and ``[at, count)``.
+
+        The halves are independent spaces of the same root, as if it were two roots concatenated; halves
+        of tied spaces are tied. Used where a Split or a Gather takes part of the channels.
+        """
+        halves: dict[int, tuple[int, int]] = {}
+        for t in self.members(space):
+            root = self.roots[t]
+            pair = []
+            for low, high in ((0, at), (at, root.channels)):
+                new = len(self.roots)
+                self.roots.append(replace(root, channels=high - low))
+                self.parent.append(new)
+                self.units.append(self.units[t])
+                self.slices[new] = [replace(p, offset=p.offset + low * p.block) for p in self.slices.get(t, [])]
+                self.edges[new] = list(self.edges.get(t, []))
+                self.spoiled[new] = list(self.spoiled.get(t, []))
+                if t in self.heads:
+                    self.heads.add(new)
+                pair.append(new)
+            halves[t] = (pair[0], pair[1])
+            self.children[t] = halves[t]
+        first = next(iter(halves.values()))
+        for low, high in halves.values():
+            self.tie(first[0], low)
+            self.tie(first[1], high)
+
+        def change(s: Segment) -> tuple[Segment, ...]:
+            if s.space not in halves:
+                return (s,)
+            low, high = halves[s.space]
+            return Segment(low, s.offset, s.block, at), Segment(high, s.offset + at * s.block, s.block, s.count - at)
+
+        self.rewrite(change)
+
+    def cut_at(self, name: str, position: int) -> bool:
+        """Cut the spaces of tensor ``name`` so that no channel straddles ``position`` on its (flat) axis.
+
+        False when a channel's block straddles it (the piece would hold part of a channel).
+        """
+        while True:
+            for segment in self.layouts[name].segments:
+                end = segment.offset + segment.count * segment.block
+                if segment.offset < position < end:
+                    if (position - segment.offset) % segment.block:
+                        return False
+                    self.cut(segment.space, (position - segment.offset) // segment.block)
+                    break
+            else:
+                return True
+
+    def add_edit(self, kind: str, node_index: int, position: int, segments: tuple[Segment, ...]) -> None:
+        """Record a shape edit once (a split Reshape may be resolved along several paths)."""
+        if not any(e[:3] == (kind, node_index, position) for e in self.edits):
+            self.edits.append((kind, node_index, position, segments))
 
     def add_slices(self, layout: Layout, node_index: int, slot: int, axis: int, role: str, scale: int = 1) -> None:
         """Record that input ``slot`` of the node is indexed by ``layout``'s channels along ``axis``."""
@@ -219,6 +376,15 @@ class _Walk:
             candidate = node.op_type in ("Conv", "ConvTranspose", "Gemm", "MatMul") and node.domain in DEFAULT_DOMAINS
             if candidate and not any(name in self.layouts for name in node.output):
                 self.root(node_index, node)
+        for name in list(self.layouts):  # a split no op decided (its tensors end unread): heads by default
+            split = self.layouts[name].split
+            if split is None or split.node_index in self.resolved or self.index.consumers.get(name):
+                continue
+            spaces = [m for s in self.layouts[name].spaces for m in self.members(s)]
+            if not any(self.spoiled.get(space) for space in spaces):  # a whole group needs no edit
+                why = self.collapse(name)
+                if why:
+                    self.spoil([self.layouts[name]], f"{name!r}: {why}")
         return self.forest()
 
     def visit(self, node_index: int, node: onnx.NodeProto, tracked: dict[int, Layout]) -> None:
@@ -230,19 +396,87 @@ class _Walk:
                 f"node {label!r} ({op}) reads pruned channels, but the node attribute library does not know "
                 f"{op}; give its category with --library"
             )
-        if category == PRUNED:
-            role = self.leaf(node_index, node, tracked)
-        elif category == NEXT_NO_PROCESS:
-            role = self.pass_through(node_index, node, tracked)
-        elif category == NEXT_PROCESS:
-            role = self.process(node_index, node, tracked)
-        else:
-            assert category == STOP_PROCESS
-            role = "end"
-        for slot, layout in tracked.items():
+        pending = any(layout.split is not None for layout in tracked.values())
+        before = self.snapshot() if pending else None
+        role = self.resolve_splits(node, tracked)
+        tracked = {slot: self.layouts[node.input[slot]] for slot in tracked}
+        if not role:
+            role = self.dispatch(category, node_index, node, tracked)
+        if before is not None and role.startswith("unprunable"):
+            self.restore(before)  # the group stays whole: keep its channels in the units it had
+        for slot in tracked:
             parent = self.producer[node.input[slot]]
-            for space in layout.spaces:
+            for space in self.layouts[node.input[slot]].spaces:
                 self.edges.setdefault(space, []).append(TreeEdge(parent, label, node.op_type, role))
+
+    def dispatch(self, category: str, node_index: int, node: onnx.NodeProto, tracked: dict[int, Layout]) -> str:
+        if category == PRUNED:
+            return self.leaf(node_index, node, tracked)
+        if category == NEXT_NO_PROCESS:
+            return self.pass_through(node_index, node, tracked)
+        if category == NEXT_PROCESS:
+            return self.process(node_index, node, tracked)
+        assert category == STOP_PROCESS
+        return "end"
+
+    def resolve_splits(self, node: onnx.NodeProto, tracked: dict[int, Layout]) -> str:
+        """Make a pending split channel axis the head axis, unless ``node`` moves it or picks sections.
+
+        Returns "" to go on, or the spoiled role when the heads cannot be formed.
+        """
+        for slot, layout in tracked.items():
+            if layout.split is None or self.keeps_split(node, layout):
+                continue
+            why = self.collapse(node.input[slot])
+            if why:
+                return self.spoil(list(tracked.values()), f"{node.op_type} {node_label(node)!r}: {why}")
+        return ""
+
+    def keeps_split(self, node: onnx.NodeProto, layout: Layout) -> bool:
+        """``node`` moves a pending split (Transpose, Squeeze, ...) or picks sections along its outer dim."""
+        if node.domain not in DEFAULT_DOMAINS or len([n for n in node.input if n in self.layouts]) != 1:
+            return False
+        if node.op_type in KEEPS_SPLIT:
+            return node.input[0] in self.layouts
+        rank = self.index.rank(node.input[0])
+        if rank is None or node.input[0] not in self.layouts:
+            return False
+        if node.op_type == "Split":
+            return normalize_axis(attr(node, "axis", 0), rank) == layout.axis
+        if node.op_type == "Gather":
+            index = node.input[1]
+            scalar = self.index.is_constant(index) and self.index.rank(index) == 0
+            return scalar and normalize_axis(attr(node, "axis", 0), rank) == layout.axis
+        return False
+
+    def collapse(self, name: str) -> str:
+        """The outer dim of tensor ``name``'s pending split becomes its channel axis: a channel is a head.
+
+        Every space of the layout is coarsened until each block covers whole heads (a root's output
+        channels in blocks of ``D``); the Reshape's literal ``H`` entry becomes a shape edit. Returns
+        why it cannot be done, or "".
+        """
+        split = self.layouts[name].split
+        assert split is not None
+        inner = split.inner
+        while True:
+            layout = self.layouts[name]
+            segment = next((s for s in layout.segments if s.block % inner), None)
+            if segment is None:
+                break
+            if segment.offset % inner:
+                return f"channels at offset {segment.offset} do not start a block of {inner}"
+            factor = inner // math.gcd(segment.block, inner)
+            if not self.coarsen(segment.space, factor):
+                return f"{segment.count} channels do not divide into blocks of {inner}"
+        if any(s.offset % inner for s in layout.segments):
+            return f"channels do not start at a block boundary of {inner}"
+        segments = tuple(Segment(s.space, s.offset // inner, s.block // inner, s.count) for s in layout.segments)
+        if split.outer_entry is not None:
+            self.add_edit("reshape", split.node_index, split.outer_entry, segments)
+        self.resolved.add(split.node_index)
+        self.layouts[name] = Layout(layout.axis, layout.size // inner, segments)
+        return ""
 
     # ------------------------------------------------------------------------------------ roots
 
@@ -256,6 +490,7 @@ class _Walk:
         label = node_label(node)
         self.roots.append(Root(label, node_index, node.op_type, node.input[1], channels, node.output[0]))
         self.parent.append(space)
+        self.units.append(1)
         layout = Layout(axis_of_output, channels, (Segment(space, 0, 1, channels),))
         self.add_slices(layout, node_index, 1, weight_axis, ROOT)
         if bias is not None:
@@ -298,6 +533,10 @@ class _Walk:
     def leaf(self, node_index: int, node: onnx.NodeProto, tracked: dict[int, Layout]) -> str:
         """A Conv/ConvTranspose/Gemm/MatMul reading tracked channels (a depthwise Conv passes them on)."""
         layouts = list(tracked.values())
+        if node.op_type == "MatMul" and len(node.input) > 1 and not self.index.is_constant(node.input[1]):
+            batched = self.batched_matmul(node, tracked)
+            if batched:
+                return batched
         if set(tracked) != {0}:
             return self.spoil(layouts, f"{node.op_type} {node_label(node)!r} takes them as weights or bias")
         layout = tracked[0]
@@ -327,6 +566,40 @@ class _Walk:
         self.add_slices(layout, node_index, 1, 0, LEAF)
         return LEAF
 
+    def batched_matmul(self, node: onnx.NodeProto, tracked: dict[int, Layout]) -> str:
+        """A MatMul of two activations (``Q @ K^T``, ``P @ V``) whose channels sit on a batch axis.
+
+        Batch axes broadcast like an elementwise op's: tracked inputs are tied, the channels pass to the
+        output on the same axis. Returns "" when the channels are not on a batch axis (the caller spoils).
+        """
+        label = node_label(node)
+        ranks = [self.index.rank(name) for name in node.input[:2]]
+        if ranks[0] is None or ranks[1] is None or min(ranks[0], ranks[1]) < 2:
+            return ""
+        out_rank = max(ranks[0], ranks[1])
+        aligned = {slot: layout.axis + out_rank - ranks[slot] for slot, layout in tracked.items()}  # type: ignore[operator]
+        if any(axis >= out_rank - 2 for axis in aligned.values()):
+            return ""
+        layouts = list(tracked.values())
+        first = tracked[min(tracked)]
+        axis = aligned[min(tracked)]
+        if any(aligned[slot] != axis or layout.structure() != first.structure() for slot, layout in tracked.items()):
+            return self.spoil(layouts, f"MatMul {label!r} combines channels laid out differently")
+        for layout in layouts[1:]:
+            for mine, theirs in zip(first.segments, layout.segments, strict=True):
+                self.tie(mine.space, theirs.space)
+        self.heads.update(first.spaces)  # channels on a batch axis of a MatMul: attention heads
+        for slot, name in enumerate(node.input[:2]):
+            other_axis = axis - (out_rank - ranks[slot])  # type: ignore[operator]
+            if slot in tracked or other_axis < 0:
+                continue
+            shape = self.shape(name)
+            if shape is not None and shape[other_axis] == 1:
+                continue
+            return self.spoil(layouts, f"MatMul {label!r} ties them to {name!r}, which no root produces")
+        self.track(node.output[0], first.moved(axis), label)
+        return "tie" if len(tracked) > 1 else "pass"
+
     def depthwise(self, node_index: int, node: onnx.NodeProto, layout: Layout, multiplier: int) -> str:
         """A depthwise Conv: filters and bias follow the input channels, and so do its outputs."""
         bias = node.input[2] if len(node.input) > 2 else ""
@@ -351,21 +624,130 @@ class _Walk:
         if set(tracked) != {0}:
             return self.spoil(layouts, f"{node.op_type} {label!r} takes them as a parameter")
         layout = tracked[0]
+        if node.op_type == "Split":
+            return self.split_node(node_index, node, layout)
         moved = self.moved_axis(node_index, node, layout)
         if isinstance(moved, str):
             return self.spoil(layouts, f"{node.op_type} {label!r}: {moved}")
         extra = [name for name in node.output[1:] if name and self.index.uses(name)]
         if extra and node.op_type != "Dropout":
             return self.spoil(layouts, f"{node.op_type} {label!r} has a second output that depends on them")
-        if node.op_type == "Split":
-            for name in node.output:
-                if name:
-                    self.track(name, moved, label)
-            return "pass"
         self.track(node.output[0], moved, label)
         if node.op_type == "Dropout" and len(node.output) > 1 and node.output[1]:
             self.track(node.output[1], moved, label)
         return "pass"
+
+    def split_node(self, node_index: int, node: onnx.NodeProto, layout: Layout) -> str:
+        """Split: along another axis every output carries the channels; along the channel axis (or the
+        outer dim of a pending split) each output takes its range, the spaces cut at the boundaries."""
+        label = node_label(node)
+        rank = self.index.rank(node.input[0])
+        axis = normalize_axis(attr(node, "axis", 0), rank) if rank is not None else None
+        if axis is None:
+            return self.spoil([layout], f"Split {label!r}: unknown rank")
+        if axis != layout.axis:
+            for name in node.output:
+                if name:
+                    self.track(name, layout, label)
+            return "pass"
+        split = layout.split
+        unit = split.inner if split is not None else 1
+        sizes = self.split_sizes(node, layout.size // unit)
+        if isinstance(sizes, str):
+            return self.spoil([layout], f"Split {label!r}: {sizes}")
+        sizes, kind = sizes
+        bounds = [0, *np.cumsum(sizes).tolist()]
+        name = node.input[0]
+        if split is not None:
+            sections = self.pick_sections(name)
+            if isinstance(sections, str):
+                return self.spoil([layout], f"Split {label!r}: {sections}")
+        elif not all(self.cut_at(name, bound) for bound in bounds[1:-1]):
+            return self.spoil([layout], f"Split {label!r} cuts a channel apart")
+        layout = self.layouts[name]
+        parts = [self.restrict(layout.segments, low * unit, high * unit) for low, high in itertools.pairwise(bounds)]
+        if split is None and kind == "equal":  # the parts must stay equal: tie them
+            if any(self.structure(part) != self.structure(parts[0]) for part in parts):
+                return self.spoil([layout], f"Split {label!r} splits into equal parts laid out differently")
+            for part in parts[1:]:
+                for mine, theirs in zip(parts[0], part, strict=True):
+                    self.tie(mine.space, theirs.space)
+        elif split is None:
+            for position, part in enumerate(parts):
+                self.add_edit(kind, node_index, position, part)
+        for output, size, part in zip(node.output, sizes, parts, strict=False):
+            if output:  # a section range stays pending; its Reshape entries are settled (pick_sections)
+                pending = replace(split, outer_entry=None, inner_entry=None) if split is not None else None
+                self.track(output, Layout(axis, size * unit, part, pending), label)
+        return "split"
+
+    def split_sizes(self, node: onnx.NodeProto, length: int) -> tuple[list[int], str] | str:
+        """A Split's part sizes along an axis of ``length``, and where they are written (an edit kind, or
+        ``equal`` when the op divides evenly by itself); or why they are not known."""
+        if self.index.opset >= 13 and len(node.input) > 1 and node.input[1]:
+            sizes, kind = self.index.int_values(node.input[1]), "split"
+            if sizes is None:
+                return "its split sizes are computed at run time"
+        elif self.index.opset < 13 and attr(node, "split") is not None:
+            sizes, kind = [int(v) for v in attr(node, "split")], "split-attribute"  # type: ignore[union-attr]
+        else:
+            count = len(node.output)
+            if length % count:
+                return f"splits {length} positions into {count} unequal parts"
+            sizes, kind = [length // count] * count, "equal"
+        if sum(sizes) != length or len(sizes) != len(node.output):
+            return f"split sizes {sizes} do not match the axis of {length}"
+        return sizes, kind
+
+    @staticmethod
+    def restrict(segments: tuple[Segment, ...], low: int, high: int) -> tuple[Segment, ...]:
+        """The segments lying in positions ``[low, high)``, shifted to start there (none may straddle)."""
+        return tuple(s.shifted(-low) for s in segments if low <= s.offset and s.offset + s.count * s.block <= high)
+
+    @staticmethod
+    def structure(segments: tuple[Segment, ...]) -> tuple[tuple[int, int, int], ...]:
+        return tuple((s.offset, s.block, s.count) for s in segments)
+
+    def pick_sections(self, name: str) -> list[tuple[Segment, ...]] | str:
+        """The sections of tensor ``name``'s pending split (outer index ``k``: flat ``[k*D, (k+1)*D)``).
+
+        The spaces are cut at every section boundary (a fused QKV projection becomes Q, K and V spaces),
+        the sections tied position by position (they share the inner dim, so they prune alike) and the
+        Reshape's literal inner entry becomes a shape edit. Returns each section's segments, or why not.
+        """
+        split = self.layouts[name].split
+        assert split is not None
+        inner = split.inner
+        count = self.layouts[name].size // inner
+        if not all(self.cut_at(name, k * inner) for k in range(1, count)):
+            return f"a channel straddles two sections of {inner}"
+        segments = self.layouts[name].segments
+        sections = [self.restrict(segments, k * inner, (k + 1) * inner) for k in range(count)]
+        if any(self.structure(section) != self.structure(sections[0]) for section in sections):
+            return "its sections hold channels laid out differently"
+        for section in sections[1:]:
+            for mine, theirs in zip(sections[0], section, strict=True):
+                self.tie(mine.space, theirs.space)
+        if split.inner_entry is not None:
+            self.add_edit("reshape", split.node_index, split.inner_entry, sections[0])
+        self.resolved.add(split.node_index)
+        return sections
+
+    def gather_section(self, node: onnx.NodeProto, layout: Layout) -> str:
+        """Gather of one index along a pending split's outer dim (``qkv[0]``): that section's channels."""
+        split = layout.split
+        assert split is not None
+        label = node_label(node)
+        count = layout.size // split.inner
+        index = normalize_axis(self.index.int_values(node.input[1])[0], count)  # type: ignore[index]
+        if index is None:
+            return self.spoil([layout], f"Gather {label!r}: index out of range")
+        sections = self.pick_sections(node.input[0])
+        if isinstance(sections, str):
+            return self.spoil([layout], f"Gather {label!r}: {sections}")
+        inner_axis = split.axis - (split.axis > layout.axis)
+        self.track(node.output[0], Layout(inner_axis, split.inner, sections[index]), label)
+        return "section"
 
     def moved_axis(self, node_index: int, node: onnx.NodeProto, layout: Layout) -> Layout | str:
         """The layout on the node's output, or why the channels cannot be followed."""
@@ -378,7 +760,7 @@ class _Walk:
                 if rank is None:
                     return "unknown rank"
                 perm = list(reversed(range(rank)))
-            return layout.moved(list(perm).index(axis))
+            return self.remapped(layout, list(perm).index)
         if op in ("Flatten", "Reshape"):
             return self.reshaped(node_index, node, layout, in_shape)
         if op in POOLS:
@@ -399,19 +781,21 @@ class _Walk:
                 if in_shape is None:
                     return "unknown shape"
                 axes = [a for a, d in enumerate(in_shape) if d == 1]
-            if axis in axes:
+            split = layout.split
+            if split is not None and axis in axes and layout.size == split.inner:
+                # the outer dim of a single section (after a Split along it): the channels are on the inner dim
+                inner = split.axis - sum(a < split.axis for a in axes)
+                return Layout(inner, split.inner, layout.segments)
+            if axis in axes or (split is not None and split.axis in axes):
                 return "squeezes the channel axis"
-            return layout.moved(axis - sum(a < axis for a in axes))
+            return self.remapped(layout, lambda a: a - sum(s < a for s in axes))
         if op == "Unsqueeze":
             out = self.shape(node.output[0])
             axes = self.axes(node, len(out) if out is not None else None)
             if axes is None or rank is None:
                 return "unknown axes"
             kept = [p for p in range(rank + len(axes)) if p not in axes]
-            return layout.moved(kept[axis])
-        if op == "Split":
-            split_axis = normalize_axis(attr(node, "axis", 0), rank) if rank is not None else None
-            return layout if split_axis is not None and split_axis != axis else "splits the channel axis"
+            return self.remapped(layout, kept.__getitem__)
         if op == "Slice":
             return self.sliced(node, layout, rank)
         if op == "Pad":
@@ -424,6 +808,14 @@ class _Walk:
                 return "declared next-no-process but its output shape is not known to equal its input's"
         return layout
 
+    @staticmethod
+    def remapped(layout: Layout, axis_of: Callable[[int], int]) -> Layout:
+        """``layout`` with its axis (and a pending split's inner axis) renumbered by ``axis_of``."""
+        split = layout.split
+        if split is None:
+            return layout.moved(axis_of(layout.axis))
+        return replace(layout, axis=axis_of(layout.axis), split=replace(split, axis=axis_of(split.axis)))
+
     def reshaped(
         self, node_index: int, node: onnx.NodeProto, layout: Layout, in_shape: list[int | str | None] | None
     ) -> Layout | str:
@@ -431,26 +823,53 @@ class _Walk:
         if in_shape is None or out_shape is None:
             return "shapes unknown"
         merged = merge_axis(in_shape, out_shape, layout.axis)
-        if merged is None:
+        split_at = split_axis(in_shape, out_shape, layout.axis) if merged is None else None
+        if merged is None and (split_at is None or node.op_type == "Flatten"):
             return f"channel axis {layout.axis} of {in_shape} cannot be followed into {out_shape}"
+        target = self.index.int_values(node.input[1]) if node.op_type == "Reshape" else None
+        if node.op_type == "Reshape" and (target is None or len(target) != len(out_shape)):
+            return "its target shape is computed at run time (fold it to a constant first: onnxsat optimize)"
+        allow_zero = attr(node, "allowzero", 0)
+        if split_at is not None:
+            assert target is not None
+            return self.split_reshape(node_index, layout, target, split_at, out_shape, allow_zero)
+        assert merged is not None
         out_axis, factor = merged
         moved = Layout(out_axis, layout.size * factor, tuple(s.scaled(factor) for s in layout.segments))
         if node.op_type == "Flatten":
             return moved
-        target = self.index.int_values(node.input[1])
-        if target is None or len(target) != len(out_shape):
-            return "its target shape is computed at run time"
-        allow_zero = attr(node, "allowzero", 0)
+        assert target is not None
         entry = target[out_axis]
         if not allow_zero and any(v == 0 and i == layout.axis and i != out_axis for i, v in enumerate(target)):
             return "copies the channel dim into another axis"
         if entry == 0 and not allow_zero:
             return moved if out_axis == layout.axis and factor == 1 else "target copies a dim that changes"
         if entry > 0:
-            self.edits.append(("reshape", node_index, out_axis, moved.segments))
+            self.add_edit("reshape", node_index, out_axis, moved.segments)
         elif entry != -1:
             return f"target entry {entry}"
         return moved
+
+    def split_reshape(
+        self,
+        node_index: int,
+        layout: Layout,
+        target: list[int],
+        at: int,
+        out_shape: list[int | str | None],
+        allow_zero: int,
+    ) -> Layout | str:
+        """A Reshape splitting the channel axis into ``out[at] x out[at + 1]``: a pending split layout."""
+        if any(v == 0 for v in target[at : at + 2]) or (
+            not allow_zero and any(v == 0 and i == layout.axis for i, v in enumerate(target))
+        ):
+            return "its target copies the channel dim"
+        if any(v < -1 for v in target[at : at + 2]):
+            return f"target entries {target[at : at + 2]}"
+        inner = out_shape[at + 1]
+        assert isinstance(inner, int)
+        entries = [position if target[position] > 0 else None for position in (at, at + 1)]
+        return Layout(at, layout.size, layout.segments, Split(at + 1, inner, node_index, entries[0], entries[1]))
 
     def axes(self, node: onnx.NodeProto, rank: int | None) -> list[int] | None:
         """A node's ``axes`` (attribute, or input 1 from opset 13/18), normalized; None if absent."""
@@ -574,6 +993,8 @@ class _Walk:
             self.track(node.output[0], layout, label)
             return "pass"
         if op == "Gather":
+            if layout.split is not None:
+                return self.gather_section(node, layout)
             gather_axis = normalize_axis(attr(node, "axis", 0), rank) if rank is not None else None
             indices = self.index.rank(node.input[1])
             if gather_axis is None or indices is None or gather_axis == layout.axis:
@@ -658,12 +1079,17 @@ class _Walk:
 
     def forest(self) -> Forest:
         by_rep: dict[int, ChannelGroup] = {}
-        for space, root in enumerate(self.roots):
+        live = [space for space in range(len(self.roots)) if space not in self.children]
+        attention = {self.find(t) for t in self.heads}
+        for space in live:
+            root = self.roots[space]
             rep = self.find(space)
             group = by_rep.get(rep)
             if group is None:
-                group = by_rep[rep] = ChannelGroup(len(by_rep), [], root.channels)
-            group.roots.append(root)
+                group = by_rep[rep] = ChannelGroup(len(by_rep), [], root.channels, unit=self.units[space])
+            if all(r.node != root.node for r in group.roots):  # a cut root's parts share one tree
+                group.roots.append(root)
+            group.heads = group.heads or rep in attention
             group.slices.extend(self.slices.get(space, []))
             for edge in self.edges.get(space, []):
                 if edge not in group.edges:
@@ -671,7 +1097,9 @@ class _Walk:
             for reason in self.spoiled.get(space, []):
                 if reason not in group.reasons:
                     group.reasons.append(reason)
-        group_of = {space: by_rep[self.find(space)].index for space in range(len(self.roots))}
+        for group in by_rep.values():
+            group.heads = group.heads and group.unit > 1
+        group_of = {space: by_rep[self.find(space)].index for space in live}
         edits = [
             ShapeEdit(kind, node_index, position, tuple((group_of[s.space], s.block) for s in segments))
             for kind, node_index, position, segments in self.edits
@@ -687,7 +1115,7 @@ def format_trees(groups: Sequence[ChannelGroup]) -> str:
     lines: list[str] = []
     for group in groups:
         status = "prunable" if group.prunable else "unprunable: " + "; ".join(group.reasons or ["one channel"])
-        lines.append(f"group {group.index} [{group.structure}] {group.channels} channels, {status}")
+        lines.append(f"group {group.index} [{group.structure}] {group.description}, {status}")
         children: dict[str, list[TreeEdge]] = {}
         for edge in group.edges:
             children.setdefault(edge.parent, []).append(edge)
