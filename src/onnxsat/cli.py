@@ -143,7 +143,7 @@ def _add_sparsify(commands: argparse._SubParsersAction) -> None:
 
 
 def _run_sparsify(args: argparse.Namespace) -> int:
-    from onnxsat.errors import VerificationFailedError
+    from onnxsat.passes import print_report
     from onnxsat.sparsity.pipeline import SparsifyOptions, sparsify
     from onnxsat.verify import parse_input_shapes
 
@@ -164,16 +164,7 @@ def _run_sparsify(args: argparse.Namespace) -> int:
         std=args.std,
         input_shapes=parse_input_shapes(args.input_shape),
     )
-    try:
-        report = sparsify(args.model, args.output, options, args.report, force=args.force)
-    except VerificationFailedError as error:
-        print(error.report.to_table())  # type: ignore[attr-defined]
-        raise
-    print(report.to_table())
-    if not report.verification or not report.verification.ok:
-        print("onnxsat: warning: verification failed; the result was written because of --force", file=sys.stderr)
-        return 8
-    return 0
+    return print_report(lambda: sparsify(args.model, args.output, options, args.report, force=args.force))
 
 
 def _add_demo(commands: argparse._SubParsersAction) -> None:

@@ -7,7 +7,6 @@ with ``--show-trees``) and returns the exit code, like ``sparsify``'s.
 from __future__ import annotations
 
 import argparse
-import sys
 
 from onnxsat.arguments import float_list, percent
 from onnxsat.pruning.importance import CRITERIA
@@ -45,7 +44,8 @@ def add_prune_parser(commands: argparse._SubParsersAction) -> None:
 
 
 def run_prune(args: argparse.Namespace) -> int:
-    from onnxsat.errors import SettingsError, VerificationFailedError
+    from onnxsat.errors import SettingsError
+    from onnxsat.passes import print_report
     from onnxsat.pruning.pipeline import PruneOptions, parse_rates, prune, show_trees
     from onnxsat.verify import parse_input_shapes
 
@@ -69,16 +69,7 @@ def run_prune(args: argparse.Namespace) -> int:
         mean=args.mean,
         std=args.std,
     )
-    try:
-        report = prune(args.model, args.output, options, args.report, force=args.force)
-    except VerificationFailedError as error:
-        print(error.report.to_table())  # type: ignore[attr-defined]
-        raise
-    print(report.to_table())
-    if not report.verification or not report.verification.ok:
-        print("onnxsat: warning: verification failed; the result was written because of --force", file=sys.stderr)
-        return 8
-    return 0
+    return print_report(lambda: prune(args.model, args.output, options, args.report, force=args.force))
 
 
 def add_bench_prune_parser(which: argparse._SubParsersAction) -> None:

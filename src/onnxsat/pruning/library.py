@@ -27,6 +27,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from onnxsat.errors import SettingsError
+from onnxsat.op_kinds import ELEMENTWISE_UNARY
 
 PRUNED = "pruned"
 NEXT_NO_PROCESS = "next-no-process"
@@ -39,36 +40,8 @@ USER_CATEGORIES = (NEXT_NO_PROCESS, STOP_PROCESS)
 _PRUNED = ("Conv", "ConvTranspose", "Gemm", "MatMul")
 _NEXT_NO_PROCESS = (
     # elementwise activations and math: same shape, channel for channel
-    "Relu",
-    "LeakyRelu",
-    "Elu",
-    "Selu",
-    "Celu",
-    "Gelu",
-    "Sigmoid",
-    "HardSigmoid",
-    "HardSwish",
-    "Mish",
-    "Softplus",
-    "Softsign",
-    "ThresholdedRelu",
-    "Clip",
-    "Tanh",
-    "Erf",
-    "Exp",
-    "Log",
-    "Neg",
-    "Abs",
-    "Sqrt",
-    "Reciprocal",
-    "Floor",
-    "Ceil",
-    "Round",
-    "Sign",
-    "Sin",
-    "Cos",
+    *ELEMENTWISE_UNARY,
     "Pow",
-    "Cast",
     "Identity",
     "Dropout",
     # axis-aware: the walk follows or refuses the channel axis through them

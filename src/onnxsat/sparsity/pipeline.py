@@ -17,8 +17,9 @@ import onnx
 
 from onnxsat import model_io
 from onnxsat.data.sources import Dataset, load_dataset
-from onnxsat.errors import InvalidModelError, RuntimeUnsupportedError, SettingsError, VerificationFailedError
+from onnxsat.errors import InvalidModelError, RuntimeUnsupportedError, SettingsError
 from onnxsat.external_data import tensor_value
+from onnxsat.passes import run_pass
 from onnxsat.sparsity.calibration import channel_norms
 from onnxsat.sparsity.methods import METHODS, PruneResult, check_sparsity, prune_masks
 from onnxsat.sparsity.report import SparsifyReport
@@ -217,27 +218,9 @@ def sparsify(
     report_path: str | Path | None = None,
     force: bool = False,
 ) -> SparsifyReport:
-    """Sparsify the model at ``input_path`` into ``output_path`` (written atomically, never over the input).
+    """Sparsify the model at ``input_path`` into ``output_path`` (see ``passes.run_pass``)."""
 
-    Raises :class:`VerificationFailedError` (with ``.report``) and writes nothing when the result fails
-    verification, unless ``force``.
-    """
-    model_io.check_input_path(input_path)
-    target = model_io.check_output_path(input_path, output_path)
-    if report_path is not None:
-        model_io.check_report_path(report_path, input_path, output_path)
-    model = model_io.load_model(input_path)
-    base_dir = model_io.model_folder(input_path)
-    model_io.check_data_path(target, model, base_dir)
-    pruned, report = sparsify_model(model, options, source=str(input_path), base_dir=base_dir)
-    verified = report.verification is not None and report.verification.ok
-    if verified or force:
-        model_io.save_model(pruned, target, base_dir)
-        report.output, report.written = str(target), True
-    if report_path is not None:
-        model_io.write_text_atomic(report.to_json() + "\n", report_path)
-    if not verified and not force:
-        error = VerificationFailedError("the sparsified model failed verification; nothing was written")
-        error.report = report  # type: ignore[attr-defined]
-        raise error
-    return report
+    def transform(model: onnx.ModelProto, source: str, base_dir: Path) -> tuple[onnx.ModelProto, SparsifyReport]:
+        return sparsify_model(model, options, source=source, base_dir=base_dir)
+
+    return run_pass(input_path, output_path, transform, "the sparsified model", report_path, force)

@@ -34,43 +34,13 @@ from onnxsat.eqsat.language import (
     value_flag,
 )
 from onnxsat.eqsat.rules.patterns import unique
+from onnxsat.op_kinds import ELEMENTWISE_UNARY
 
 layout_sinking: Ruleset = ruleset(name="layout_sinking")
 
 LAYOUT_OPS = ("Transpose", "Reshape", "Squeeze", "Unsqueeze", "Flatten")
 """Ops that only move or relabel elements: their extra inputs (a target shape, axes) describe layout."""
 
-ELEMENTWISE_UNARY = (
-    "Relu",
-    "LeakyRelu",
-    "Elu",
-    "Selu",
-    "Celu",
-    "Sigmoid",
-    "HardSigmoid",
-    "HardSwish",
-    "Tanh",
-    "Softplus",
-    "Softsign",
-    "Gelu",
-    "Erf",
-    "Neg",
-    "Abs",
-    "Exp",
-    "Log",
-    "Sqrt",
-    "Reciprocal",
-    "Floor",
-    "Ceil",
-    "Round",
-    "Sign",
-    "Sin",
-    "Cos",
-    "Not",
-    "Cast",
-    "Clip",
-)
-"""Ops applied to each element alone; Clip's bounds (its extra inputs) must be constant scalars."""
 
 ELEMENTWISE_BINARY = ("Add", "Sub", "Mul", "Div", "Pow", "Max", "Min")
 
