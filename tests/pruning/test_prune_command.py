@@ -50,3 +50,18 @@ def test_bad_input_is_one_settings_error_and_nothing_is_written(model_file: Path
     with pytest.raises(SettingsError, match="-o/--output"):
         main(["prune", str(model_file)])
     assert not output.exists()
+
+
+def test_bench_prune_prints_a_row_per_rate_mode_and_refit(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from onnxsat.cli import main as cli_main
+    from onnxsat.zoo.digits_cnn import bundled_digits_cnn
+
+    report = tmp_path / "bench.md"
+    args = ["--rates", "0.5", "--data", "digits-test", "--calibration", "digits-train", "--samples", "64"]
+    assert (
+        cli_main(["bench", "prune", str(bundled_digits_cnn()), *args, "--rounds", "2", "--markdown", str(report)]) == 0
+    )
+    rows = [line for line in report.read_text().splitlines() if line.startswith("| 0.5 |")]
+    assert len(rows) == 4  # tree-level / single-node, with and without reconstruction
+    assert "accuracy on digits-test" in capsys.readouterr().out
+    assert all(row.count("%") >= 3 and row.split("|")[6].strip().endswith("x") for row in rows)

@@ -27,6 +27,7 @@ import onnxruntime as ort
 from onnxsat.bench.compare import time_rounds
 from onnxsat.data.metrics import evaluate, run_logits
 from onnxsat.data.sources import Dataset, load_dataset
+from onnxsat.errors import SettingsError
 from onnxsat.pruning.cost import mac_count, parameter_count
 from onnxsat.pruning.pipeline import PruneOptions, prune_model
 from onnxsat.verify import random_inputs, session
@@ -50,10 +51,16 @@ class BenchRow:
     """``accuracy`` or ``fidelity``."""
 
 
-def dataset_for(model: onnx.ModelProto, spec: str | None, samples: int) -> Dataset:
-    """``spec`` loaded for the model's input (``samples`` of it), or seeded random inputs when None."""
+def dataset_for(model: onnx.ModelProto, spec: str | None, samples: int) -> Dataset | None:
+    """``spec`` loaded for the model's input (``samples`` of it), or seeded random inputs when None; None
+    for a model with several inputs and no data (BERT's ids and mask: nothing to measure fidelity on)."""
     initializers = {t.name for t in model.graph.initializer}
-    (data_input,) = [v for v in model.graph.input if v.name not in initializers]
+    inputs = [v for v in model.graph.input if v.name not in initializers]
+    if len(inputs) != 1:
+        if spec is not None:
+            raise SettingsError(f"--data needs a model with one input; this one has {len(inputs)}")
+        return None
+    (data_input,) = inputs
     if spec is None:
         rows = [random_inputs(model, None, seed)[data_input.name] for seed in range(samples)]
         return Dataset(np.concatenate(rows), None, f"random ({samples} seeded normal inputs)")

@@ -108,8 +108,12 @@ def run_bench_prune(args: argparse.Namespace) -> int:
             reconstruct=(False,) if args.no_reconstruct else (False, True),
             rounds=args.rounds,
         )
-        kind = "accuracy" if evaluation.labels is not None else "fidelity"
-        section = f"## {Path(path).stem}\n\n{kind} on {evaluation.name}, criterion {args.criterion}\n\n"
+        if evaluation is None:
+            measured = "no accuracy measured (several inputs and no data)"
+        else:
+            kind = "accuracy" if evaluation.labels is not None else "fidelity"
+            measured = f"{kind} on {evaluation.name}"
+        section = f"## {Path(path).stem}\n\n{measured}, criterion {args.criterion}\n\n"
         sections.append(section + to_markdown(rows))
         print(sections[-1] + "\n", flush=True)
     if args.markdown:
