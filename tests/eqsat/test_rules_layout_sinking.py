@@ -7,7 +7,7 @@ from collections import Counter
 import numpy as np
 import pytest
 from eqsat_helpers import check_and_compare, op_types
-from rule_builders import Graph, assert_fired, assert_unchanged, optimized
+from rule_builders import Graph, assert_fired, assert_not_fired, assert_unchanged, optimized
 
 from onnxsat.eqsat.rules.layout_sinking import has_layout_chain
 from onnxsat.optimize import OptimizeOptions, optimize_model
@@ -114,3 +114,16 @@ def test_the_family_runs_only_where_a_layout_op_reaches_another_through_elementw
     model = nhwc_chain("Relu", "Mul").model(["y"])
     optimized_model, _ = optimize_model(model, OptimizeOptions(target="portable"))
     assert op_types(optimized_model) == Counter({"Relu": 1, "Mul": 1})
+
+
+def test_a_scalar_layout_output_times_a_one_element_vector_keeps_its_rank() -> None:
+    """Squeeze([1, 1]) is a scalar; times c of shape [1] it is [1]. Sinking the Squeeze would give a
+    scalar again: the rule must not fire (regression: it did before the rank condition)."""
+    g = Graph()
+    s = g.node("Squeeze", [g.input("x", [1, 1]), g.ints("axes", [0, 1])], "s")
+    g.node("Mul", [s, g.const("c", np.array([0.5], np.float32))], "y")
+    model = g.model(["y"])
+    trip = optimized(model)
+    assert_not_fired(trip, SCALAR)
+    assert [d.dim_value for d in trip.model.graph.output[0].type.tensor_type.shape.dim] == [1]
+    check_and_compare(model, trip.model)

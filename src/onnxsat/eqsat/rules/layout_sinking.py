@@ -128,13 +128,17 @@ def _through_binary(
     l_id2: String,
     k: i64,
     tail: Dims,
+    k2: i64,
+    tail2: Dims,
 ) -> object:
     d = Dims.cons(k, tail)
     laid_out = _node(l_op, l_attrs, Args.cons(a, l_rest), l_id)
     kinds = (op_kind(b_op, String("binary")), op_kind(l_op, String("layout")))
     for operands, sunk_operands in (((z, c), (a, c)), ((c, z), (c, a))):
         sunk = _node(b_op, b_attrs, args_of(*sunk_operands), b_id)
-        for scalar in (Dims.nil(), dims_of(1)):
+        # A [1]-shaped constant would raise a rank-0 layout output to rank 1 (Squeeze to a scalar, then
+        # Mul by [c]): the sunk form must then see a layout output of rank 1 or more as well.
+        for scalar, z_rank in ((Dims.nil(), ()), (dims_of(1), (has_shape(z, Dims.cons(k2, tail2)),))):
             yield rule(
                 eq(y).to(_node(b_op, b_attrs, args_of(*operands), b_id)),
                 kinds[0],
@@ -142,6 +146,7 @@ def _through_binary(
                 kinds[1],
                 value_flag(c, "single"),
                 has_shape(c, scalar),
+                *z_rank,
                 ne(a).to(z),
                 has_shape(a, d),
                 name=unique("binary(layout, scalar) -> layout(binary)"),
