@@ -65,3 +65,34 @@ def test_bench_prune_prints_a_row_per_rate_mode_and_refit(tmp_path: Path, capsys
     assert len(rows) == 4  # tree-level / single-node, with and without reconstruction
     assert "accuracy on digits-test" in capsys.readouterr().out
     assert all(row.count("%") >= 3 and row.split("|")[6].strip().endswith("x") for row in rows)
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--rate", "1"], "--rate"),
+        (["--rates", "missing=0.5"], "missing"),
+        (["--exclude", "c1"], "exclud"),
+        (["--model", "UNKNOWN_OP"], "Hardmax"),
+    ],
+    ids=["rate", "unknown_name", "everything_excluded", "unknown_op"],
+)
+def test_bad_input_through_the_real_command_is_one_line_and_exit_9(
+    model_file: Path, tmp_path: Path, capfd: pytest.CaptureFixture[str], argv: list[str], message: str
+) -> None:
+    """As a user sees it: one line on stderr, exit 9, nothing written (an op the library does not know,
+    Hardmax here, named on the tree path)."""
+    from onnxsat.cli import main as cli_main
+
+    source = model_file
+    if argv[0] == "--model":
+        b = Builder()
+        h = b.node("Hardmax", [b.conv("c1", "x", 3, 8)], "h", axis=1)
+        source = tmp_path / "hardmax.onnx"
+        onnx.save(b.model([b.conv("c2", h, 8, 2)]), str(source))
+        argv = []
+    output = tmp_path / "pruned.onnx"
+    assert cli_main(["prune", str(source), "-o", str(output), *argv]) == 9
+    err = capfd.readouterr().err
+    assert err.startswith("onnxsat: error: ") and err.count("\n") == 1 and message in err, err
+    assert not output.exists()
