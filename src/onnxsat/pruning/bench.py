@@ -30,6 +30,7 @@ from onnxsat.data.sources import Dataset, load_dataset
 from onnxsat.errors import SettingsError
 from onnxsat.pruning.cost import mac_count, parameter_count
 from onnxsat.pruning.pipeline import PruneOptions, prune_model
+from onnxsat.sparsity.search import input_dims
 from onnxsat.verify import random_inputs, session
 
 DEFAULT_RATES = (0.3, 0.5, 0.7)
@@ -60,12 +61,10 @@ def dataset_for(model: onnx.ModelProto, spec: str | None, samples: int) -> Datas
         if spec is not None:
             raise SettingsError(f"--data needs a model with one input; this one has {len(inputs)}")
         return None
-    (data_input,) = inputs
     if spec is None:
-        rows = [random_inputs(model, None, seed)[data_input.name] for seed in range(samples)]
+        rows = [random_inputs(model, None, seed)[inputs[0].name] for seed in range(samples)]
         return Dataset(np.concatenate(rows), None, f"random ({samples} seeded normal inputs)")
-    dims = data_input.type.tensor_type.shape.dim
-    return load_dataset(spec, [d.dim_value if d.HasField("dim_value") else None for d in dims], limit=samples)
+    return load_dataset(spec, input_dims(model), limit=samples)
 
 
 def latency_ratio(

@@ -28,7 +28,7 @@ from onnxsat.pruning.library import load_library
 from onnxsat.pruning.reconstruct import reconstruct
 from onnxsat.pruning.report import GroupReport, PruneReport
 from onnxsat.pruning.trees import ChannelGroup, Forest, build_groups
-from onnxsat.sparsity.search import batch_size_for, data_input
+from onnxsat.sparsity.search import batch_size_for, data_input, input_dims
 from onnxsat.verify import VerificationResult, random_inputs, run_model
 
 RANDOM_CALIBRATION_SAMPLES = 16
@@ -134,19 +134,12 @@ def _plan(forest: Forest, options: PruneOptions) -> dict[int, tuple[float, str]]
     return plan
 
 
-def _model_shape(model: onnx.ModelProto) -> list[int | None]:
-    dims = data_input(model).type.tensor_type.shape.dim
-    return [d.dim_value if d.HasField("dim_value") else None for d in dims]
-
-
 def calibration_batches(
     model: onnx.ModelProto, options: PruneOptions, dataset: Dataset | None = None
 ) -> tuple[list[dict[str, np.ndarray]], str]:
     """The calibration feeds and what they are: ``dataset``, ``options.data``, or seeded random inputs."""
     if dataset is None and options.data is not None:
-        dataset = load_dataset(
-            options.data, _model_shape(model), limit=options.limit, mean=options.mean, std=options.std
-        )
+        dataset = load_dataset(options.data, input_dims(model), limit=options.limit, mean=options.mean, std=options.std)
     if dataset is None:
         feeds = [random_inputs(model, options.input_shapes, seed) for seed in range(RANDOM_CALIBRATION_SAMPLES)]
         return feeds, f"random ({RANDOM_CALIBRATION_SAMPLES} seeded normal inputs)"

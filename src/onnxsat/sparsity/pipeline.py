@@ -28,6 +28,7 @@ from onnxsat.sparsity.search import (
     Pruner,
     batch_size_for,
     data_input,
+    input_dims,
     pruner,
     search_per_layer,
     search_uniform,
@@ -96,11 +97,6 @@ def _calibration_batches(
         yield random_inputs(model, options.input_shapes, seed)
 
 
-def _model_shape(model: onnx.ModelProto) -> list[int | None]:
-    dims = data_input(model).type.tensor_type.shape.dim
-    return [d.dim_value if d.HasField("dim_value") else None for d in dims]
-
-
 def _dataset(model: onnx.ModelProto, options: SparsifyOptions) -> Dataset | None:
     """The evaluation data: loaded, or ``random`` made from seeded normal inputs; labels dropped for
     ``fidelity``."""
@@ -111,7 +107,7 @@ def _dataset(model: onnx.ModelProto, options: SparsifyOptions) -> Dataset | None
         count = options.limit or RANDOM_CALIBRATION_SAMPLES
         samples = [random_inputs(model, options.input_shapes, seed)[name] for seed in range(count)]
         return Dataset(np.concatenate(samples), None, f"random ({count} seeded normal inputs)")
-    dataset = load_dataset(options.data, _model_shape(model), limit=options.limit, mean=options.mean, std=options.std)
+    dataset = load_dataset(options.data, input_dims(model), limit=options.limit, mean=options.mean, std=options.std)
     return Dataset(dataset.inputs, None, f"{dataset.name} (fidelity)") if options.fidelity else dataset
 
 

@@ -46,10 +46,16 @@ def data_input(model: onnx.ModelProto) -> onnx.ValueInfoProto:
     return inputs[0]
 
 
+def input_dims(model: onnx.ModelProto) -> list[int | None]:
+    """The data input's dims, None where dynamic: what ``load_dataset`` fits samples to."""
+    dims = data_input(model).type.tensor_type.shape.dim
+    return [d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else None for d in dims]
+
+
 def batch_size_for(model: onnx.ModelProto, requested: int) -> int:
     """``requested``, or the model's batch size when its input fixes one (exports often fix it to 1)."""
-    dims = data_input(model).type.tensor_type.shape.dim
-    return dims[0].dim_value if dims and dims[0].HasField("dim_value") and dims[0].dim_value > 0 else requested
+    dims = input_dims(model)
+    return (dims[0] if dims else None) or requested
 
 
 class Evaluator:

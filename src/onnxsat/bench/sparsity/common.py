@@ -30,7 +30,7 @@ from onnxsat.data.metrics import Accuracy
 from onnxsat.data.sources import Dataset, load_dataset
 from onnxsat.errors import SettingsError
 from onnxsat.sparsity.methods import METHODS
-from onnxsat.sparsity.search import METRICS, data_input
+from onnxsat.sparsity.search import METRICS, data_input, input_dims
 from onnxsat.sparsity.targets import PrunableWeight, prunable_weights
 from onnxsat.verify import DEFAULT_DYNAMIC_DIM, random_inputs
 
@@ -157,12 +157,6 @@ def model_labels(paths: Sequence[Path]) -> list[str]:
     """File stems, numbered when two models share one."""
     stems = [Path(p).stem for p in paths]
     return [f"{i + 1}-{s}" if stems.count(s) > 1 else s for i, s in enumerate(stems)]
-
-
-def input_dims(model: onnx.ModelProto) -> list[int | None]:
-    """The data input's dims, None where dynamic."""
-    dims = data_input(model).type.tensor_type.shape.dim
-    return [d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else None for d in dims]
 
 
 def fixed_batch(model: onnx.ModelProto) -> int | None:
