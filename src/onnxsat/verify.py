@@ -9,7 +9,7 @@ from __future__ import annotations
 import gc
 import re
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -122,6 +122,19 @@ def parse_input_shapes(specs: Sequence[str]) -> dict[str, list[int]]:
         except ValueError:
             raise SettingsError(f"--input-shape expects NAME:D1,D2,... with sizes >= 0 (got {spec!r})") from None
     return shapes
+
+
+def with_outputs(model: onnx.ModelProto, names: Iterable[str]) -> onnx.ModelProto:
+    """A copy of ``model`` that also returns the intermediate tensors ``names``, so one ONNX Runtime run
+    yields the activations calibration, HRank and reconstruction need."""
+    exposed = onnx.ModelProto()
+    exposed.CopyFrom(model)
+    present = {o.name for o in exposed.graph.output}
+    for name in names:
+        if name not in present:
+            exposed.graph.output.append(onnx.ValueInfoProto(name=name))
+            present.add(name)
+    return exposed
 
 
 def session(

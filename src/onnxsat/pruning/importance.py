@@ -58,7 +58,7 @@ import onnx
 import onnxruntime as ort
 
 from onnxsat.pruning.trees import GAIN, LEAF, ROOT, ChannelGroup, ChannelSlice
-from onnxsat.verify import session
+from onnxsat.verify import session, with_outputs
 
 CRITERIA = ("l1", "l2", "fpgm", "hrank")
 
@@ -158,14 +158,8 @@ def feature_ranks(
     only running sums are kept. Roots with other outputs (Gemm, MatMul, 1x1 maps) are left out: the
     caller scores them by L1.
     """
-    exposed = onnx.ModelProto()
-    exposed.CopyFrom(model)
-    present = {o.name for o in exposed.graph.output}
     names = sorted(set(outputs.values()))
-    for name in names:
-        if name not in present:
-            exposed.graph.output.append(onnx.ValueInfoProto(name=name))
-    runner = session(exposed, ort.GraphOptimizationLevel.ORT_DISABLE_ALL, base_dir=base_dir)
+    runner = session(with_outputs(model, names), ort.GraphOptimizationLevel.ORT_DISABLE_ALL, base_dir=base_dir)
     sums: dict[str, np.ndarray] = {}
     samples = 0
     for feeds in batches:

@@ -30,7 +30,7 @@ from onnxsat.pruning.apply import Applied
 from onnxsat.pruning.graph import attr, node_label
 from onnxsat.pruning.report import LeafFit
 from onnxsat.pruning.trees import LEAF, Forest
-from onnxsat.verify import session
+from onnxsat.verify import session, with_outputs
 
 MAX_ROWS_PER_BATCH = 4096
 RIDGE = 1e-4
@@ -96,11 +96,7 @@ def _unsupported(node: onnx.NodeProto) -> str | None:
 def _outputs(
     model: onnx.ModelProto, name: str, batches: Sequence[dict[str, np.ndarray]], base_dir: Path | None
 ) -> list[np.ndarray]:
-    exposed = onnx.ModelProto()
-    exposed.CopyFrom(model)
-    if name not in {o.name for o in exposed.graph.output}:
-        exposed.graph.output.append(onnx.ValueInfoProto(name=name))
-    runner = session(exposed, ort.GraphOptimizationLevel.ORT_DISABLE_ALL, base_dir=base_dir)
+    runner = session(with_outputs(model, [name]), ort.GraphOptimizationLevel.ORT_DISABLE_ALL, base_dir=base_dir)
     return [runner.run([name], feeds)[0] for feeds in batches]
 
 

@@ -15,18 +15,7 @@ import onnx
 import onnxruntime as ort
 
 from onnxsat.sparsity.targets import PrunableWeight
-from onnxsat.verify import session
-
-
-def _with_outputs(model: onnx.ModelProto, names: list[str]) -> onnx.ModelProto:
-    exposed = onnx.ModelProto()
-    exposed.CopyFrom(model)
-    present = {o.name for o in exposed.graph.output}
-    for name in names:
-        if name not in present:
-            exposed.graph.output.append(onnx.ValueInfoProto(name=name))
-            present.add(name)
-    return exposed
+from onnxsat.verify import session, with_outputs
 
 
 def channel_norms(
@@ -34,7 +23,7 @@ def channel_norms(
 ) -> dict[str, np.ndarray]:
     """For each target weight, the L2 norm per input channel of its activation over all ``batches``."""
     activations = sorted({t.activation for t in targets})
-    runner = session(_with_outputs(model, activations), ort.GraphOptimizationLevel.ORT_ENABLE_ALL)
+    runner = session(with_outputs(model, activations), ort.GraphOptimizationLevel.ORT_ENABLE_ALL)
     sums: dict[str, np.ndarray] = {}
     axis_of = {t.activation: t.activation_axis for t in targets}
     ran = False
