@@ -1,0 +1,1 @@
+"""Graph surgery: named surgeons configured like Olive's GraphSurgeries, and a Python surgery API."""
