@@ -13,15 +13,14 @@ error. Only a request that cannot be met at all (renaming an input the model doe
 from __future__ import annotations
 
 import dataclasses
-import types
-import typing
 from abc import ABC, abstractmethod
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar, TypeVar
 
 import onnx
 
+from onnxsat.config_check import checked_keys
 from onnxsat.errors import SettingsError
 
 
@@ -92,57 +91,4 @@ def build_surgeon(config: Mapping[str, Any], place: str = "surgeon") -> Surgeon:
     if name not in catalogue:
         raise SettingsError(f"{place}: unknown surgeon {name!r}; known: {', '.join(sorted(catalogue))}")
     cls = catalogue[name]
-    fields = {field.name: field for field in dataclasses.fields(cls) if field.init}
-    hints = typing.get_type_hints(cls)
-    unknown = sorted(set(config) - set(fields) - {"surgeon"})
-    if unknown:
-        known = ", ".join(sorted(fields)) or "none"
-        raise SettingsError(f"{place}: {name} has no key {unknown[0]!r} (its keys: {known})")
-    for key, field in fields.items():
-        required = field.default is dataclasses.MISSING and field.default_factory is dataclasses.MISSING
-        if required and key not in config:
-            raise SettingsError(f"{place}: {name} needs the key {key!r}")
-        if key in config and not _matches(config[key], hints[key]):
-            raise SettingsError(
-                f"{place}.{key}: expected {_describe(hints[key])}, got {type(config[key]).__name__} {config[key]!r}"
-            )
-    return cls(**{key: value for key, value in config.items() if key != "surgeon"})
-
-
-def _matches(value: Any, hint: Any) -> bool:
-    """Whether ``value`` (parsed JSON/YAML) fits the annotation ``hint`` (str, int, float, bool, lists,
-    dicts, Optional/unions of these)."""
-    origin = typing.get_origin(hint)
-    if hint is Any:
-        return True
-    if origin in (typing.Union, types.UnionType):
-        return any(_matches(value, option) for option in typing.get_args(hint))
-    if hint is type(None):
-        return value is None
-    if hint is bool:
-        return isinstance(value, bool)
-    if hint is int:
-        return isinstance(value, int) and not isinstance(value, bool)
-    if hint is float:
-        return isinstance(value, int | float) and not isinstance(value, bool)
-    if hint is str:
-        return isinstance(value, str)
-    if origin in (list, tuple, Sequence):
-        (item,) = typing.get_args(hint)[:1] or (Any,)
-        return isinstance(value, list | tuple) and all(_matches(entry, item) for entry in value)
-    if origin in (dict, Mapping):
-        key_hint, value_hint = typing.get_args(hint) or (Any, Any)
-        return isinstance(value, Mapping) and all(
-            _matches(k, key_hint) and _matches(v, value_hint) for k, v in value.items()
-        )
-    raise TypeError(f"surgeon key annotation {hint!r} is not supported by the config checker")
-
-
-def _describe(hint: Any) -> str:
-    origin = typing.get_origin(hint)
-    if origin in (typing.Union, types.UnionType):
-        return " or ".join(_describe(option) for option in typing.get_args(hint))
-    if origin is not None:
-        args = ", ".join(_describe(arg) for arg in typing.get_args(hint))
-        return f"{getattr(origin, '__name__', str(origin))}[{args}]"
-    return "null" if hint is type(None) else getattr(hint, "__name__", str(hint))
+    return cls(**checked_keys(cls, config, place, name, ignore=("surgeon",)))
