@@ -388,6 +388,19 @@ def reference_run(
     return Reference(feeds, run_model(original, feeds, "input model", base_dir, timeout))
 
 
+def check_and_run(
+    model: onnx.ModelProto, shapes: Mapping[str, Sequence[int]] | None = None, base_dir: Path | None = None
+) -> tuple[Reference | None, VerificationResult]:
+    """The check for a result whose outputs are meant to differ (pruned, sparsified, re-interfaced): it
+    passes the checker and ONNX Runtime runs it on seeded inputs. Returns that run for later comparisons."""
+    try:
+        check_model(model)
+        reference = reference_run(model, shapes, base_dir=base_dir)
+    except (InvalidModelError, RuntimeUnsupportedError) as error:
+        return None, VerificationResult(False, error=str(error))
+    return reference, VerificationResult(True)
+
+
 def verify(
     original: onnx.ModelProto,
     candidate: onnx.ModelProto,

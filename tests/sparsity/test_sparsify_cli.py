@@ -203,12 +203,12 @@ def test_a_result_that_fails_verification_is_written_only_with_force(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
 ) -> None:
     from onnxsat.errors import RuntimeUnsupportedError
-    from onnxsat.sparsity import pipeline
+    import onnxsat.verify as verification
 
     def refuse(*args: object, **kwargs: object) -> None:
         raise RuntimeUnsupportedError("ONNX Runtime cannot run the sparsified model: stand-in failure")
 
-    monkeypatch.setattr(pipeline, "reference_run", refuse)
+    monkeypatch.setattr(verification, "reference_run", refuse)
     source, out = mlp(tmp_path / "mlp.onnx"), tmp_path / "out.onnx"
     assert main(["sparsify", str(source), "--sparsity", "0.5", "-o", str(out)]) == 8
     assert not out.exists() and "stand-in failure" in capfd.readouterr().out

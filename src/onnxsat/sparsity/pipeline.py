@@ -15,9 +15,8 @@ from pathlib import Path
 import numpy as np
 import onnx
 
-from onnxsat import model_io
 from onnxsat.data.sources import Dataset, load_dataset
-from onnxsat.errors import InvalidModelError, RuntimeUnsupportedError, SettingsError
+from onnxsat.errors import SettingsError
 from onnxsat.external_data import tensor_value
 from onnxsat.passes import run_pass
 from onnxsat.sparsity.calibration import channel_norms
@@ -35,7 +34,7 @@ from onnxsat.sparsity.search import (
 )
 from onnxsat.sparsity.storage import to_sparse_initializers, with_masks
 from onnxsat.sparsity.targets import PrunableWeight, prunable_weights, select
-from onnxsat.verify import Reference, Tolerance, VerificationResult, random_inputs, reference_run, verify
+from onnxsat.verify import Tolerance, check_and_run, random_inputs, verify
 
 RANDOM_CALIBRATION_SAMPLES = 32
 PER_LAYER_METHODS = frozenset({"relative", "calibrated"})
@@ -144,7 +143,7 @@ def sparsify_model(
     report.layers, report.overall = result.layers, result.sparsity
     report.span_fraction, report.notes = result.span_fraction, report.notes + result.notes
     pruned = with_masks(model, result.masks, base_dir)
-    reference, report.verification = _runs(pruned, options, base_dir)
+    reference, report.verification = check_and_run(pruned, options.input_shapes, base_dir)
     report.sizes = {"original": model.ByteSize(), "pruned": pruned.ByteSize()}
     if options.sparse_initializers and reference is not None:
         dense = pruned
@@ -159,19 +158,6 @@ def sparsify_model(
         )
     report.seconds = time.perf_counter() - start
     return pruned, report
-
-
-def _runs(
-    pruned: onnx.ModelProto, options: SparsifyOptions, base_dir: Path | None
-) -> tuple[Reference | None, VerificationResult]:
-    """The pruned model passes the checker and ONNX Runtime runs it on seeded inputs (its outputs are
-    meant to differ from the original's, so there is nothing to compare yet)."""
-    try:
-        model_io.check_model(pruned)
-        reference = reference_run(pruned, options.input_shapes, base_dir=base_dir)
-    except (InvalidModelError, RuntimeUnsupportedError) as error:
-        return None, VerificationResult(False, error=str(error))
-    return reference, VerificationResult(True)
 
 
 def _initializer_value(model: onnx.ModelProto, target: PrunableWeight, base_dir: Path | None) -> np.ndarray:
