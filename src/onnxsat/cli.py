@@ -279,6 +279,11 @@ def _add_bench_compare(which: argparse._SubParsersAction) -> None:
     compare.add_argument("--csv", metavar="PATH", help="also write every row as CSV")
     compare.add_argument("--markdown", metavar="PATH", help="also write the tables as Markdown")
     compare.add_argument("--keep", metavar="DIR", help="save each variant's model here for inspection")
+    compare.add_argument(
+        "--session-settings",
+        metavar="JSON",
+        help="session settings `onnxsat tune` wrote, for every session (replaces --threads; rows keep their level)",
+    )
     compare.set_defaults(handler=_run_bench_compare)
 
 
@@ -308,6 +313,7 @@ def _run_bench_compare(args: argparse.Namespace) -> int:
         csv_path=args.csv,
         markdown_path=args.markdown,
         keep=args.keep,
+        session_settings=args.session_settings,
     )
 
 
@@ -394,7 +400,9 @@ def _run_fuzz_opsets(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from onnxsat.pipelines.command import add_run_parser
     from onnxsat.pruning.command import add_prune_parser
+    from onnxsat.runtime.command import add_tune_parser
 
     parser = argparse.ArgumentParser(prog="onnxsat", description=__doc__.splitlines()[0])
     parser.add_argument("--debug", action="store_true", help="show tracebacks")
@@ -402,6 +410,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_optimize(commands)
     _add_sparsify(commands)
     add_prune_parser(commands)
+    add_run_parser(commands)
+    add_tune_parser(commands)
     _add_demo(commands)
     _add_bench(commands)
     _add_fuzz(commands)

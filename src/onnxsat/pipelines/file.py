@@ -1,0 +1,130 @@
+"""Reading a pipeline file (JSON or YAML) and checking all of it before any pass runs.
+
+A pipeline that fails in its fifth pass after minutes of saturation because of a typo in that pass
+wastes the user's time, so every key of every pass and surgeon is checked first, and each problem is
+one error naming the file and the place in it (``pipe.yaml: passes[2].surgeries[0]: ...``).
+
+Relative paths in the file (``input_model``, ``output_model``, ``report``) are read from the file's
+folder, so a pipeline and its model can move together.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from onnxsat import model_io
+from onnxsat.config_check import checked_keys
+from onnxsat.errors import InputNotFoundError, OnnxSatError, SettingsError
+from onnxsat.pipelines.steps import STEPS, Step
+
+
+@dataclass
+class PipelineSettings:
+    """The top-level keys of a pipeline file."""
+
+    input_model: str
+    output_model: str
+    passes: list[dict[str, Any]]
+    input_shapes: dict[str, list[int]] = field(default_factory=dict)
+    """Sizes for dynamic input dims (verification, calibration, MACs), like ``--input-shape``."""
+    data: str | None = None
+    """Data for the passes that take it (sparsify, prune) unless a pass names its own."""
+    rtol: float = 1e-4
+    atol: float = 1e-5
+    force: bool = False
+    """Write the result even when a pass's verification fails (that pass and the rest still run)."""
+    report: str | None = None
+    """Where to write the pipeline report as JSON."""
+
+
+@dataclass
+class Pipeline:
+    """A checked pipeline: resolved paths, and one built pass per entry of ``passes``."""
+
+    source: Path
+    settings: PipelineSettings
+    input_path: Path
+    output_path: Path
+    report_path: Path | None
+    steps: list[tuple[str, Step]]
+    """(place in the file, pass) in order."""
+
+
+def read_pipeline(
+    path: str | Path,
+    input_model: str | Path | None = None,
+    output_model: str | Path | None = None,
+    report: str | Path | None = None,
+) -> Pipeline:
+    """Read and check the pipeline at ``path``; the other arguments override the file's paths."""
+    source = Path(path)
+    if not source.is_file():
+        raise InputNotFoundError(f"pipeline file not found: {source}")
+    config = _parse(source)
+    if input_model is not None:
+        config["input_model"] = str(Path(input_model).resolve())
+    if output_model is not None:
+        config["output_model"] = str(Path(output_model).resolve())
+    if report is not None:
+        config["report"] = str(Path(report).resolve())
+    try:
+        return _checked(source, config)
+    except OnnxSatError as error:
+        raise type(error)(f"{source.name}: {error}") from None
+
+
+def _parse(source: Path) -> dict[str, Any]:
+    text = source.read_text(encoding="utf-8", errors="replace")
+    try:
+        config = json.loads(text) if source.suffix.lower() == ".json" else yaml.safe_load(text)
+    except json.JSONDecodeError as error:
+        where = f"line {error.lineno}, column {error.colno}"
+        raise SettingsError(f"{source.name}: not valid JSON: {error.msg} ({where})") from None
+    except yaml.YAMLError as error:
+        mark = getattr(error, "problem_mark", None)
+        where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else ""
+        problem = getattr(error, "problem", None) or str(error).splitlines()[0]
+        raise SettingsError(f"{source.name}: not valid YAML: {problem}{where}") from None
+    if not isinstance(config, dict):
+        raise SettingsError(f"{source.name}: expected a mapping with input_model, output_model and passes")
+    return config
+
+
+def _checked(source: Path, config: dict[str, Any]) -> Pipeline:
+    settings = PipelineSettings(**checked_keys(PipelineSettings, config, "pipeline", "a pipeline file"))
+    if not settings.passes:
+        raise SettingsError("passes: the list is empty; nothing to run")
+    steps = [_step(entry, f"passes[{i}]") for i, entry in enumerate(settings.passes)]
+    folder = source.resolve().parent
+    input_path = (folder / settings.input_model).resolve()
+    try:
+        model_io.check_input_path(input_path)
+        output_path = model_io.check_output_path(input_path, folder / settings.output_model)
+        report_path = None
+        if settings.report is not None:
+            report_path = model_io.check_report_path(folder / settings.report, input_path, output_path)
+    except OnnxSatError as error:
+        raise type(error)(f"{_key_of(error)}{error}") from None
+    return Pipeline(source, settings, input_path, output_path, report_path, steps)
+
+
+def _key_of(error: OnnxSatError) -> str:
+    """Which key a path error came from, for the message."""
+    return "input_model: " if isinstance(error, InputNotFoundError) else ""
+
+
+def _step(entry: Any, place: str) -> tuple[str, Step]:
+    if not isinstance(entry, dict):
+        raise SettingsError(f"{place}: expected a mapping with a 'type' key, got {type(entry).__name__}")
+    kind = entry.get("type")
+    if kind not in STEPS:
+        raise SettingsError(f"{place}.type: unknown pass {kind!r}; known: {', '.join(STEPS)}")
+    cls = STEPS[kind]
+    step = cls(**checked_keys(cls, entry, place, f"the {kind} pass", ignore=("type",)))
+    step.check(place)
+    return place, step
