@@ -12,12 +12,9 @@ import csv
 import io
 import json
 import math
-import os
-import platform
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, fields
-from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
@@ -26,6 +23,11 @@ import onnx
 from onnx import numpy_helper
 
 from onnxsat import model_io
+from onnxsat.bench.writing import (
+    environment,
+    model_labels,
+    save_figure,
+)
 from onnxsat.data.metrics import Accuracy
 from onnxsat.data.sources import Dataset, load_dataset
 from onnxsat.errors import SettingsError
@@ -127,38 +129,6 @@ class ExperimentResult:
 # ------------------------------------------------------------------------------------ shared helpers
 
 
-def environment() -> dict[str, object]:
-    """Versions and CPUs that the figures depend on."""
-    versions = {}
-    for package in ("onnxruntime", "onnx", "numpy", "matplotlib"):
-        try:
-            versions[package] = metadata.version(package)
-        except metadata.PackageNotFoundError:
-            versions[package] = None
-    usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
-    return {
-        "python": platform.python_version(),
-        "machine": platform.machine(),
-        "cpu_count": os.cpu_count(),
-        "usable_cpus": usable,
-        **versions,
-    }
-
-
-def environment_line(env: dict[str, object]) -> str:
-    packages = ", ".join(f"{name} {env[name]}" for name in ("onnxruntime", "onnx", "numpy", "matplotlib"))
-    return (
-        f"environment: python {env['python']}, {env['cpu_count']} CPUs ({env['usable_cpus']} usable), "
-        f"{env['machine']}; {packages}"
-    )
-
-
-def model_labels(paths: Sequence[Path]) -> list[str]:
-    """File stems, numbered when two models share one."""
-    stems = [Path(p).stem for p in paths]
-    return [f"{i + 1}-{s}" if stems.count(s) > 1 else s for i, s in enumerate(stems)]
-
-
 def fixed_batch(model: onnx.ModelProto) -> int | None:
     dims = input_dims(model)
     return dims[0] if dims else None
@@ -230,13 +200,6 @@ def points(drop: float) -> str:
     return f"{change:+.1f}" if abs(change) >= 0.05 else "0.0"
 
 
-def markdown_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
-    """A markdown table: the first column left-aligned, the others right-aligned."""
-    escape = [[cell.replace("|", "\\|") for cell in row] for row in (header, *rows)]
-    lines = ["| " + " | ".join(escape[0]) + " |", "| --- | " + " | ".join("---:" for _ in header[1:]) + " |"]
-    return lines + ["| " + " | ".join(row) + " |" for row in escape[1:]]
-
-
 def csv_text(rows: Sequence[LevelRow] | Sequence[TimingRow], kind: type) -> str:
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
@@ -246,27 +209,6 @@ def csv_text(rows: Sequence[LevelRow] | Sequence[TimingRow], kind: type) -> str:
         values = asdict(row)
         writer.writerow([f"{values[n]:.6g}" if isinstance(values[n], float) else values[n] for n in names])
     return out.getvalue()
-
-
-def write_bytes(data: bytes, path: Path) -> None:
-    """All or nothing, as every other ONNXSat output."""
-    model_io.write_bytes_atomic(data, path)
-
-
-def save_figure(figure: Figure, path: Path) -> None:
-    buffer = io.BytesIO()
-    figure.savefig(buffer, format="png", dpi=120)
-    write_bytes(buffer.getvalue(), path)
-
-
-def new_figure(width: float, height: float) -> Figure:
-    """A matplotlib figure on the Agg canvas: no pyplot, so no global backend or state is touched."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
-    figure = Figure(figsize=(width, height), layout="constrained")
-    FigureCanvasAgg(figure)
-    return figure
 
 
 def settings_json(settings: SparsityExperimentSettings, env: dict[str, object], extra: dict[str, object]) -> str:

@@ -19,18 +19,16 @@ from typing import TYPE_CHECKING
 
 from onnxsat.bench.compare import load_whole
 from onnxsat.bench.sparsity.common import (
-    environment_line,
     experiment_dataset,
     fixed_batch,
     level_text,
-    markdown_table,
-    new_figure,
     points,
     prunable_sparsity,
     run_experiment,
     targets_of,
     weights_of,
 )
+from onnxsat.bench.writing import environment_line, markdown_table, new_figure
 from onnxsat.data.metrics import Accuracy
 from onnxsat.sparsity.calibration import channel_norms
 from onnxsat.sparsity.methods import prune_masks

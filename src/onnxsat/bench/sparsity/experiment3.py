@@ -36,17 +36,15 @@ from onnxsat.bench.compare import (
     time_rounds,
 )
 from onnxsat.bench.sparsity.common import (
-    environment_line,
     experiment_dataset,
     fixed_batch,
-    markdown_table,
     metric_value,
-    new_figure,
     points,
     prunable_sparsity,
     run_experiment,
     targets_of,
 )
+from onnxsat.bench.writing import environment_line, markdown_table, new_figure
 from onnxsat.data.metrics import Accuracy, evaluate, run_logits
 from onnxsat.data.sources import Dataset
 from onnxsat.sparsity.pipeline import SparsifyOptions, sparsify_model
