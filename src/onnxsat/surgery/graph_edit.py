@@ -6,7 +6,8 @@ Everything works on the main graph; subgraphs (If/Loop bodies) are searched only
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from typing import Any
 
 import numpy as np
 import onnx
@@ -113,8 +114,16 @@ def remove_dead(graph: onnx.GraphProto, keep: Iterable[str] = ()) -> tuple[int, 
     del graph.initializer[:]
     graph.initializer.extend(kept_initializers)
     graph_inputs = {item.name for item in graph.input}
-    graph.value_info[:] = [item for item in graph.value_info if item.name in needed or item.name in graph_inputs]
+    remove_where(graph.value_info, lambda item: item.name not in needed and item.name not in graph_inputs)
     return removed_nodes, removed_initializers
+
+
+def remove_where(field: Any, drop: Callable[[Any], bool]) -> None:
+    """Delete the items of a repeated protobuf field for which ``drop`` holds (upb, the protobuf
+    runtime onnx ships with, refuses slice assignment on repeated message fields)."""
+    for index in reversed(range(len(field))):
+        if drop(field[index]):
+            del field[index]
 
 
 def _outer_reads(node: onnx.NodeProto) -> set[str]:

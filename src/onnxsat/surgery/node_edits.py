@@ -8,7 +8,7 @@ memory (``Surgery.load`` reads external data).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import numpy as np
@@ -19,6 +19,7 @@ from onnxsat.surgery.graph_edit import (
     constant_value,
     consumers,
     producers,
+    remove_where,
     rename_tensor,
     unique_name,
     used_names,
@@ -100,14 +101,6 @@ def _bypass(graph: onnx.GraphProto, node: onnx.NodeProto) -> tuple[str, str]:
 
 def _is_graph_output(graph: onnx.GraphProto, name: str) -> bool:
     return any(item.name == name for item in graph.output)
-
-
-def remove_where(field: Any, drop: Callable[[Any], bool]) -> None:
-    """Delete the items of a repeated protobuf field for which ``drop`` holds (upb fields refuse slice
-    assignment)."""
-    for index in reversed(range(len(field))):
-        if drop(field[index]):
-            del field[index]
 
 
 def _drop_value_info(graph: onnx.GraphProto, names: Iterable[str]) -> None:

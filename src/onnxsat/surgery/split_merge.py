@@ -16,8 +16,15 @@ import onnx.compose
 import onnx.utils
 
 from onnxsat.errors import InvalidModelError
-from onnxsat.surgery.graph_edit import clear_shapes, copy_model, producers, rename_tensor, unique_name, used_names
-from onnxsat.surgery.node_edits import remove_where
+from onnxsat.surgery.graph_edit import (
+    clear_shapes,
+    copy_model,
+    producers,
+    remove_where,
+    rename_tensor,
+    unique_name,
+    used_names,
+)
 from onnxsat.surgery.surgeon import SurgeryError
 from onnxsat.verify import Tolerance, compare_outputs, random_inputs, run_model
 
