@@ -203,9 +203,11 @@ def _add_bench_experiment(which: argparse._SubParsersAction) -> None:
     from onnxsat.sparsity.methods import METHODS
 
     parser = which.add_parser(
-        "experiment", help="the seed's experiments: 2 accuracy drop vs sparsity, 3 latency of the sparsest in budget"
+        "experiment",
+        help="the seed's experiments: 1 operator fusion, 2 accuracy drop vs sparsity, 3 latency of the sparsest "
+        "in budget",
     )
-    parser.add_argument("number", type=int, choices=(2, 3), help="which experiment")
+    parser.add_argument("number", type=int, choices=(1, 2, 3), help="which experiment")
     parser.add_argument("--models", nargs="+", required=True, metavar="MODEL", help=".onnx files (never modified)")
     parser.add_argument(
         "--methods", nargs="+", choices=METHODS, default=["relative"], help="experiment 3 uses the first"
@@ -216,9 +218,14 @@ def _add_bench_experiment(which: argparse._SubParsersAction) -> None:
     parser.add_argument("--metric", choices=("top1", "top5"), default="top5", help="metric of the budget")
     parser.add_argument("--levels", type=float_list, help="comma-separated levels (default 0.10 to 0.85 by 0.05)")
     parser.add_argument("--threads", type=int, default=1, help="ORT intra-op threads (default 1)")
-    parser.add_argument("--rounds", type=int, default=50, help="experiment 3: timed rounds (default 50)")
-    parser.add_argument("--warmup", type=int, default=10, help="experiment 3: untimed rounds first (default 10)")
+    parser.add_argument("--rounds", type=int, default=50, help="experiments 1, 3: timed rounds (default 50)")
+    parser.add_argument("--warmup", type=int, default=10, help="experiments 1, 3: untimed rounds first (default 10)")
     parser.add_argument("--batch-size", type=int, default=32, help="evaluation and throughput batch (default 32)")
+    parser.add_argument(
+        "--ort-level", default="all", help="experiment 1: ORT's offline level, basic/extended/all (default all)"
+    )
+    parser.add_argument("--target", default="ort", help="experiment 1: ONNXSat's target (default ort)")
+    parser.add_argument("--input-shape", action="append", default=[], metavar="NAME:D1,D2,...")
     parser.add_argument("--out", required=True, help="folder for the PNG plots, CSV, Markdown and settings")
     parser.set_defaults(handler=_run_bench_experiment)
 
@@ -226,6 +233,8 @@ def _add_bench_experiment(which: argparse._SubParsersAction) -> None:
 def _run_bench_experiment(args: argparse.Namespace) -> int:
     from onnxsat.bench.sparsity import SparsityExperimentSettings, experiment_three, experiment_two
 
+    if args.number == 1:
+        return _run_experiment_one(args)
     settings = SparsityExperimentSettings(
         models=[Path(m) for m in args.models],
         out=Path(args.out),
@@ -243,6 +252,25 @@ def _run_bench_experiment(args: argparse.Namespace) -> int:
         settings.levels = args.levels
     result = (experiment_two if args.number == 2 else experiment_three)(settings)
     print(result.markdown)
+    return 0
+
+
+def _run_experiment_one(args: argparse.Namespace) -> int:
+    from onnxsat.bench.fusion import FusionSettings, experiment_one
+    from onnxsat.verify import parse_input_shapes
+
+    settings = FusionSettings(
+        models=[Path(m) for m in args.models],
+        out=Path(args.out),
+        threads=args.threads,
+        rounds=args.rounds,
+        warmup=args.warmup,
+        batch_size=args.batch_size,
+        ort_level=args.ort_level,
+        target=args.target,
+        input_shapes=parse_input_shapes(args.input_shape),
+    )
+    print(experiment_one(settings).markdown)
     return 0
 
 

@@ -6,10 +6,13 @@ environment), so the writers live here once.
 
 from __future__ import annotations
 
+import csv
 import io
+import json
 import os
 import platform
 from collections.abc import Sequence
+from dataclasses import asdict, fields
 from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -78,3 +81,21 @@ def new_figure(width: float, height: float) -> Figure:
     figure = Figure(figsize=(width, height), layout="constrained")
     FigureCanvasAgg(figure)
     return figure
+
+
+def csv_text(rows: Sequence[object], kind: type) -> str:
+    """Dataclass rows of type ``kind`` as CSV, one column per field, floats to six digits."""
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    names = [f.name for f in fields(kind)]
+    writer.writerow(names)
+    for row in rows:
+        values = asdict(row)
+        writer.writerow([f"{values[n]:.6g}" if isinstance(values[n], float) else values[n] for n in names])
+    return out.getvalue()
+
+
+def settings_json(settings: object, env: dict[str, object], extra: dict[str, object]) -> str:
+    """``settings`` (any experiment's settings dataclass), the environment and ``extra`` as JSON."""
+    data = {"settings": asdict(settings), "environment": env, **extra}
+    return json.dumps(data, indent=2, sort_keys=True, default=str) + "\n"

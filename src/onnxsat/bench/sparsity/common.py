@@ -8,13 +8,10 @@ not counted. Drops are baseline minus pruned, as fractions; the markdown shows t
 
 from __future__ import annotations
 
-import csv
-import io
-import json
 import math
 import sys
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
@@ -24,9 +21,11 @@ from onnx import numpy_helper
 
 from onnxsat import model_io
 from onnxsat.bench.writing import (
+    csv_text,
     environment,
     model_labels,
     save_figure,
+    settings_json,
 )
 from onnxsat.data.metrics import Accuracy
 from onnxsat.data.sources import Dataset, load_dataset
@@ -198,22 +197,6 @@ def points(drop: float) -> str:
     """A drop (fraction) as the signed change in points the tables show: 0.012 -> "-1.2"."""
     change = -drop * 100
     return f"{change:+.1f}" if abs(change) >= 0.05 else "0.0"
-
-
-def csv_text(rows: Sequence[LevelRow] | Sequence[TimingRow], kind: type) -> str:
-    out = io.StringIO()
-    writer = csv.writer(out, lineterminator="\n")
-    names = [f.name for f in fields(kind)]
-    writer.writerow(names)
-    for row in rows:
-        values = asdict(row)
-        writer.writerow([f"{values[n]:.6g}" if isinstance(values[n], float) else values[n] for n in names])
-    return out.getvalue()
-
-
-def settings_json(settings: SparsityExperimentSettings, env: dict[str, object], extra: dict[str, object]) -> str:
-    data = {"settings": asdict(settings), "environment": env, **extra}
-    return json.dumps(data, indent=2, sort_keys=True, default=str) + "\n"
 
 
 def metric_value(accuracy: Accuracy, metric: str) -> float:
