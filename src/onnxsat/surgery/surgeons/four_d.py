@@ -69,7 +69,7 @@ def _rewrite_to_4d(
     if not changed:
         return SurgeryOutcome(result, False, f"no {noun}: nothing to make 4D")
     splice.commit()
-    _redeclare_outputs(result)
+    redeclare_outputs(result)
     return SurgeryOutcome(result, True, f"made {changed} {op_type} node(s) 4D")
 
 
@@ -123,11 +123,11 @@ class Non4DModelInputs(Surgeon):
         if not changed:
             return SurgeryOutcome(result, False, "no 2D or 3D graph input read by a node: nothing to make 4D")
         splice.commit()
-        _redeclare_outputs(result)
+        redeclare_outputs(result)
         return SurgeryOutcome(result, True, f"made graph input(s) {', '.join(dict.fromkeys(changed))} 4D")
 
 
-def _redeclare_outputs(model: onnx.ModelProto) -> None:
+def redeclare_outputs(model: onnx.ModelProto) -> None:
     """Declare the outputs whose rank changed with their new shape; remember the old declarations."""
     shapes = inferred_shapes(model, trust_outputs=False)
     originals = _original_outputs(model)
@@ -263,7 +263,7 @@ class Non4DInitializers(Surgeon):
                 changed.append(tensor.name)
         if not changed:
             return SurgeryOutcome(result, False, "no 1D-3D initializer whose readers take it 4D: nothing to do")
-        _redeclare_outputs(result)
+        redeclare_outputs(result)
         return SurgeryOutcome(result, True, f"made initializer(s) {', '.join(changed)} 4D")
 
     @staticmethod

@@ -1,0 +1,142 @@
+"""Matrix products rewritten into the forms accelerators prefer: Gemm, or a 1x1 Conv."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import onnx
+
+from onnxsat.surgery.graph_edit import constant_value, consumers, copy_model
+from onnxsat.surgery.surgeon import Surgeon, SurgeryOutcome, register
+from onnxsat.surgery.surgeons._editing import Splice, attribute, inferred_shapes, static
+
+
+@register
+@dataclass
+class MatMulAddToGemm(Surgeon):
+    """Fuse ``MatMul(A, B) + bias`` into ``Gemm(A, B, bias)`` (alpha = beta = 1).
+
+    B must be 2D and the bias 1D of B's column count (or 1). A 2D A may have dynamic dims; a higher
+    rank A needs static shapes and is reshaped to 2D before the Gemm and back after it. The Add's
+    output keeps its name. Exact (same products and sums, up to float rounding order).
+    """
+
+    def apply(self, model: onnx.ModelProto) -> SurgeryOutcome:
+        result = copy_model(model)
+        graph = result.graph
+        shapes = inferred_shapes(result)
+        readers = consumers(graph)
+        position = {id(node): index for index, node in enumerate(graph.node)}
+        outputs = {item.name for item in graph.output}
+        splice = Splice(result)
+        fused = 0
+        for index, matmul in enumerate(graph.node):
+            (add, *others) = readers.get(matmul.output[0], [None]) if matmul.op_type == "MatMul" else [None]
+            if add is None or others or add.op_type != "Add" or matmul.output[0] in outputs:
+                continue
+            bias = add.input[1] if add.input[0] == matmul.output[0] else add.input[0]
+            a, b, c = (shapes.get(name) for name in (matmul.input[0], matmul.input[1], bias))
+            if a is None or b is None or c is None or len(b) != 2 or len(c) != 1 or c[0] not in (1, b[1]) or len(a) < 2:
+                continue
+            base = matmul.name or "MatMul"
+            if len(a) == 2:
+                splice.after(
+                    index, splice.node("Gemm", [matmul.input[0], matmul.input[1], bias], add.output[0], f"{base}_Gemm")
+                )
+            elif static(a) is not None and static(b) is not None:
+                rows = splice.name(f"{base}_2d")
+                product = splice.name(f"{base}_gemm_output")
+                flat = splice.const(f"{base}_Reshape_pre_shape", np.array([math.prod(a[:-1]), a[-1]], dtype=np.int64))
+                back = splice.const(f"{base}_Reshape_post_shape", np.array([*a[:-1], b[1]], dtype=np.int64))
+                splice.after(
+                    index,
+                    splice.node("Reshape", [matmul.input[0], flat], rows, f"{base}_Reshape_pre"),
+                    splice.node("Gemm", [rows, matmul.input[1], bias], product, f"{base}_Gemm"),
+                    splice.node("Reshape", [product, back], add.output[0], f"{base}_Reshape_post"),
+                )
+            else:
+                continue
+            splice.drop(index)
+            splice.drop(position[id(add)])
+            fused += 1
+        if not fused:
+            return SurgeryOutcome(result, False, "no MatMul (2D weight) followed by Add (1D bias): nothing to fuse")
+        splice.commit()
+        return SurgeryOutcome(result, True, f"fused {fused} MatMul + Add pair(s) into Gemm")
+
+
+@register
+@dataclass
+class MatMulToTransposeConvTranspose(Surgeon):
+    """Compute ``MatMul(A, W)`` / ``Gemm(A, W, bias)`` with a constant 2D weight as a 1x1 Conv:
+    A (2D ``[M, K]``, 3D ``[B, M, K]`` or 4D with one channel ``[B, 1, M, K]``) is lifted to
+    ``[B, 1, M, K]``, transposed to ``[B, K, M, 1]`` (channels = K), convolved with the weight
+    reshaped to ``[N, K, 1, 1]``, transposed back and squeezed to the original rank. Gemms with
+    alpha/beta other than 1 or transA, and 4D inputs with more than one channel, are left alone.
+    Exact up to float rounding order.
+    """
+
+    def apply(self, model: onnx.ModelProto) -> SurgeryOutcome:
+        result = copy_model(model)
+        graph = result.graph
+        shapes = inferred_shapes(result)
+        splice = Splice(result)
+        converted = 0
+        for index, node in enumerate(graph.node):
+            if node.op_type not in ("MatMul", "Gemm"):
+                continue
+            weight = constant_value(graph, node.input[1])
+            a = shapes.get(node.input[0])
+            if (
+                weight is None
+                or weight.ndim != 2
+                or a is None
+                or len(a) not in (2, 3, 4)
+                or (len(a) == 4 and a[1] != 1)
+            ):
+                continue
+            if node.op_type == "Gemm":
+                if (
+                    attribute(node, "alpha", 1.0) != 1.0
+                    or attribute(node, "beta", 1.0) != 1.0
+                    or attribute(node, "transA", 0)
+                ):
+                    continue
+                weight = weight if attribute(node, "transB", 0) else weight.T
+            else:
+                weight = weight.T
+            conv_inputs = [splice.const(f"{node.input[1]}_conv", weight.reshape(*weight.shape, 1, 1))]
+            if len(node.input) > 2 and node.input[2]:
+                bias = constant_value(graph, node.input[2])
+                if bias is None or bias.size not in (1, weight.shape[0]) or bias.ndim > 1:
+                    continue
+                conv_inputs.append(
+                    splice.const(f"{node.input[2]}_conv", np.broadcast_to(bias.ravel(), weight.shape[:1]).copy())
+                )
+            base = node.name or node.op_type
+            lift = {2: [0, 1], 3: [1], 4: []}[len(a)]
+            lifted = splice.name(f"{base}_4d") if lift else node.input[0]
+            channels, convolved, after = (splice.name(f"{base}_{part}") for part in ("nkm1", "conv", "back"))
+            nodes = [splice.axes_node("Unsqueeze", node.input[0], lifted, lift, f"{base}_lift")] if lift else []
+            nodes += [
+                splice.node("Transpose", [lifted], channels, f"{base}_transpose_before", perm=[0, 3, 2, 1]),
+                splice.node("Conv", [channels, *conv_inputs], convolved, f"{base}_conv"),
+                splice.node(
+                    "Transpose",
+                    [convolved],
+                    after if lift else node.output[0],
+                    f"{base}_transpose_after",
+                    perm=[0, 3, 2, 1],
+                ),
+            ]
+            if lift:
+                nodes.append(splice.axes_node("Squeeze", after, node.output[0], lift, f"{base}_back"))
+            splice.after(index, *nodes)
+            splice.drop(index)
+            converted += 1
+        if not converted:
+            return SurgeryOutcome(result, False, "no MatMul/Gemm with a constant 2D weight: nothing to convert")
+        splice.commit()
+        return SurgeryOutcome(result, True, f"converted {converted} MatMul/Gemm node(s) to Transpose-Conv-Transpose")
