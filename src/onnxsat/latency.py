@@ -11,12 +11,16 @@ import statistics
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import onnxruntime as ort
 
 from onnxsat.model_io import load_model
 from onnxsat.report import LatencyComparison
 from onnxsat.verify import random_inputs, session
+
+if TYPE_CHECKING:
+    from onnxsat.runtime.tune import SessionSettings
 
 
 def compare_latency(
@@ -27,13 +31,18 @@ def compare_latency(
     threads: int = 1,
     pairs: int = 60,
     warmup: int = 10,
+    settings: SessionSettings | None = None,
 ) -> LatencyComparison:
     """Median latency of each model file and the median per-pair speedup (original / optimized).
 
     Sessions load the files themselves, so external data is read from each model's own folder.
+    ``settings`` (from ``onnxsat tune``) replace ``threads`` in both sessions, as in ``verify.session``.
     """
     feeds = random_inputs(load_model(original), input_shapes)
-    sessions = [session(original, level, threads), session(optimized, level, threads)]
+    sessions = [
+        session(original, level, threads, settings=settings),
+        session(optimized, level, threads, settings=settings),
+    ]
     for _ in range(warmup):
         for sess in sessions:
             sess.run(None, feeds)

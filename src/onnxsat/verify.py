@@ -12,6 +12,7 @@ import threading
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import onnx
@@ -20,6 +21,9 @@ import onnxruntime as ort
 from onnxsat.errors import InvalidModelError, RuntimeUnsupportedError, SettingsError
 from onnxsat.external_data import iter_tensors
 from onnxsat.model_io import check_model
+
+if TYPE_CHECKING:
+    from onnxsat.runtime.tune import SessionSettings
 
 DEFAULT_DYNAMIC_DIM = 1
 """Symbolic or unknown dimensions take this size unless ``--input-shape`` says otherwise."""
@@ -143,6 +147,7 @@ def session(
     threads: int = 1,
     base_dir: Path | None = None,
     lean: bool = False,
+    settings: SessionSettings | None = None,
 ) -> ort.InferenceSession:
     """A CPU session at ``level``; spinning is off so that idle sessions alive beside it steal no cores.
 
@@ -150,19 +155,27 @@ def session(
     is where an in-memory model's external data lives (ORT reads it from there, not ONNXSat).
     ``lean`` turns off weight pre-packing, which would otherwise keep a second copy of every MatMul
     weight: verification runs once, so the copy buys nothing and would double a large model's memory.
+    ``settings`` (from ``onnxsat tune``) replace ``threads`` with their thread counts, execution mode
+    and providers; ``level`` stays the caller's, since what a caller measures is often the level
+    itself (pass ``settings.optimization_level`` for the tuned one).
     """
-    options = ort.SessionOptions()
+    if settings is None:
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = threads
+        options.inter_op_num_threads = 1
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        providers = ["CPUExecutionProvider"]
+    else:
+        options = settings.to_session_options()  # spinning is off there too
+        providers = list(settings.providers)
     options.graph_optimization_level = level
-    options.intra_op_num_threads = threads
-    options.inter_op_num_threads = 1
-    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     if base_dir is not None:
         options.add_session_config_entry("session.model_external_initializers_file_folder_path", str(base_dir))
     if lean:
         options.add_session_config_entry("session.disable_prepacking", "1")
     options.log_severity_level = 4  # ORT's own error log would add coloured lines to our one-line errors
     source = str(model) if isinstance(model, Path) else model.SerializeToString()
-    return ort.InferenceSession(source, options, providers=["CPUExecutionProvider"])
+    return ort.InferenceSession(source, options, providers=providers)
 
 
 def random_inputs(

@@ -27,6 +27,9 @@ Design choices, and why:
 - Peers come from ``bench/peers.py`` and are optional: a missing or failing peer is a "skipped" row
   with its reason, never a crash. Optimization wall times are recorded for ONNXSat (including its
   verification gate) and every peer.
+- ``--session-settings`` (a file ``onnxsat tune`` wrote) gives every session its tuned thread counts,
+  execution mode and providers; each row keeps its own optimization level, since the level is what
+  the rows compare.
 - Figures are printed, never asserted. The exit code is 1 only when ONNXSat itself failed on a model
   or its result (under ORT off) does not match the original: that is a bug of ours, not a timing.
 - Models with external data are loaded whole (after ``model_io.load_model`` checked every reference),
@@ -47,6 +50,7 @@ import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import onnx
@@ -58,6 +62,9 @@ from onnxsat.bench.scale import environment_line
 from onnxsat.errors import OnnxSatError, RuntimeUnsupportedError, SettingsError
 from onnxsat.external_data import has_external_data
 from onnxsat.verify import Reference, Tolerance, compare_outputs, parse_input_shapes, reference_run, session
+
+if TYPE_CHECKING:
+    from onnxsat.runtime.tune import SessionSettings
 
 DEFAULT_PAIRS = 30
 """Timed rounds per model: with ~10 variants, enough for a steady median in about a minute on ResNet-50."""
@@ -87,6 +94,8 @@ class CompareSettings:
     """None keeps ``OptimizeOptions``' default cost model."""
     input_shapes: dict[str, list[int]] = field(default_factory=dict)
     keep_dir: Path | None = None
+    session: SessionSettings | None = None
+    """Tuned session settings (``onnxsat tune``) for every session instead of ``threads``."""
 
     def check(self) -> None:
         if self.threads < 1 or self.pairs < 1 or self.warmup < 0:
@@ -460,7 +469,7 @@ def compare_model(
         variant.nodes = len(model.graph.node)
         variant.optimize_seconds = seconds.get(variant.source)
         try:
-            sess = session(model, _LEVELS[variant.level], settings.threads)
+            sess = session(model, _LEVELS[variant.level], settings.threads, settings=settings.session)
             feeds = _feeds_for(sess, reference.feeds)
             outputs = sess.run(None, feeds)
         except Exception as error:  # ORT raises several unrelated types
@@ -598,8 +607,11 @@ def settings_line(settings: CompareSettings) -> str:
     from onnxsat.optimize import OptimizeOptions
 
     cost = settings.cost_model or f"{OptimizeOptions().cost_model} (the default)"
+    sessions = f"intra-op threads {settings.threads} (inter-op 1, spinning off)"
+    if settings.session is not None:
+        sessions = f"tuned sessions ({settings.session.describe()}; each row at its own level, spinning off)"
     return (
-        f"settings: intra-op threads {settings.threads} (inter-op 1, spinning off), {settings.pairs} timed rounds "
+        f"settings: {sessions}, {settings.pairs} timed rounds "
         f"after {settings.warmup} warm-up rounds, onnxsat target {settings.target}, cost model {cost}"
     )
 
@@ -713,11 +725,20 @@ def run_compare(
     markdown_path: str | None = None,
     keep: str | None = None,
     registry: Mapping[str, peer_registry.PeerFunction] | None = None,
+    session_settings: str | None = None,
 ) -> int:
-    """``onnxsat bench compare``: print a table per model and the summary; exit code (see module doc)."""
+    """``onnxsat bench compare``: print a table per model and the summary; exit code (see module doc).
+
+    ``session_settings`` is a JSON file ``onnxsat tune`` wrote; its intra-op threads replace ``threads``.
+    """
     registry = peer_registry.PEERS if registry is None else registry
     settings = CompareSettings(threads, pairs, warmup, target, cost_model, parse_shape_specs(input_shapes))
     settings.check()
+    if session_settings is not None:
+        from onnxsat.runtime.tune import SessionSettings
+
+        settings.session = SessionSettings.load(session_settings)
+        settings.threads = settings.session.intra_op_num_threads  # 0: ORT's choice, as in the CSV's column
     for model in models:
         model_io.check_input_path(model)
     _check_outputs_paths(models, csv_path, markdown_path)

@@ -7,9 +7,11 @@ adding one entry.
 
 Design choices, and why:
 
-- The peers are optional (``pip install 'onnxsat[bench]'``): none is needed to optimize, and CI
-  installs only ``.[dev]``. Each function imports its package when called; a missing package or a
-  peer that fails is reported by the benchmark as *skipped* with a one-line reason, never a crash.
+- Most peers are optional (``pip install 'onnxsat[bench]'``; onnxscript and ONNX Runtime are core
+  dependencies): none is needed to optimize, and CI installs only ``.[dev]``. Each function imports
+  its package when called (the peephole and transformers peers through ``onnxsat.runtime``, which
+  the ``peephole`` and ``ort-transformers`` pipeline passes use too); a missing package or a peer
+  that fails is reported by the benchmark as *skipped* with a one-line reason, never a crash.
 - A peer that does not apply to a model raises :class:`PeerSkipped` with the reason (ONNX Runtime's
   transformers optimizer has nothing to fuse in a CNN), so the table says why the row is empty.
 - :func:`requires` names the module a peer imports, so the benchmark can import it *before* starting
@@ -25,6 +27,10 @@ from importlib import metadata
 from typing import TypeVar
 
 import onnx
+
+from onnxsat.errors import SettingsError
+from onnxsat.runtime.peephole import peephole
+from onnxsat.runtime.transformers import guess_model_type, optimize_transformer
 
 PeerFunction = Callable[[onnx.ModelProto], onnx.ModelProto]
 
@@ -75,59 +81,33 @@ def onnxsim_simplify(model: onnx.ModelProto) -> onnx.ModelProto:
 
 @requires("onnxoptimizer")
 def onnxoptimizer_optimize(model: onnx.ModelProto) -> onnx.ModelProto:
-    """``onnxoptimizer.optimize`` with its default passes (fuse and eliminate)."""
-    import onnxoptimizer
-
-    return onnxoptimizer.optimize(model)
+    """``onnxoptimizer.optimize`` with its default passes (fuse and eliminate), via ``runtime.peephole``."""
+    return peephole(model, "onnxoptimizer")[0]
 
 
 @requires("onnxscript.optimizer", "onnxscript")
 def onnxscript_optimize(model: onnx.ModelProto) -> onnx.ModelProto:
-    """``onnxscript.optimizer.optimize``: constant folding, dead code, inlining, its rewrite rules."""
-    import onnxscript.optimizer
-
-    return onnxscript.optimizer.optimize(model)
-
-
-_TEXT_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
+    """``onnxscript.optimizer.optimize`` (constant folding, dead code, inlining), via ``runtime.peephole``."""
+    return peephole(model, "onnxscript")[0]
 
 
 def guess_transformer_type(model: onnx.ModelProto) -> str:
-    """``'bert'`` or ``'vit'`` for ORT's transformers optimizer, or raise PeerSkipped saying why not.
-
-    BERT-like: an input named like ``input_ids`` / ``attention_mask`` / ``token_type_ids``. ViT-like: an
-    image input (rank 4) and a graph with Softmax and LayerNormalization (or the ReduceMean form older
-    opsets export it as). Anything else, a CNN for instance, has nothing this optimizer fuses.
-    """
-    initializers = {t.name for t in model.graph.initializer}
-    inputs = [v for v in model.graph.input if v.name not in initializers]
-    if any(key in v.name.lower() for v in inputs for key in _TEXT_INPUTS):
-        return "bert"
-    ops = {n.op_type for n in model.graph.node}
-    image = any(len(v.type.tensor_type.shape.dim) == 4 for v in inputs if v.type.HasField("tensor_type"))
-    if image and "Softmax" in ops and ops & {"LayerNormalization", "ReduceMean"}:
-        return "vit"
-    if image:
-        missing = " or ".join(op for op in ("Softmax", "LayerNormalization") if op not in ops)
-        raise PeerSkipped(f"not a transformer: image input but no {missing} (a CNN: nothing for it to fuse)")
-    raise PeerSkipped("not a transformer: no input_ids/attention_mask input, no image input with attention")
+    """``runtime.transformers.guess_model_type``, with a model that is not a transformer a skipped row."""
+    try:
+        return guess_model_type(model)
+    except SettingsError as why:
+        raise PeerSkipped(str(why)) from None
 
 
 @requires("onnxruntime.transformers.optimizer", "onnxruntime")
 def ort_transformers_optimize(model: onnx.ModelProto) -> onnx.ModelProto:
-    """``onnxruntime.transformers.optimizer.optimize_model`` for CPU, model type guessed from the graph.
+    """``runtime.transformers.optimize_transformer`` for CPU at opt_level 0, model type guessed from the graph.
 
     ``num_heads`` and ``hidden_size`` are 0: the optimizer detects them from the graph where it can.
-    ``opt_level=0``: its Python fusions only. With the default level it first runs ONNX Runtime's own
-    optimizer on a copy saved with external data, which fails on today's exports ("Cannot parse data
-    from external tensors" in a Reshape's shape inference); ORT's own optimizations run anyway when
-    the benchmark times the result under ORT all.
+    ``opt_level=0`` (its Python fusions only; see ``runtime.transformers`` for why): ORT's own
+    optimizations run anyway when the benchmark times the result under ORT all.
     """
-    model_type = guess_transformer_type(model)
-    from onnxruntime.transformers.optimizer import optimize_model
-
-    optimized = optimize_model(model, model_type=model_type, num_heads=0, hidden_size=0, use_gpu=False, opt_level=0)
-    return optimized.model
+    return optimize_transformer(model, guess_transformer_type(model), opt_level=0)[0]
 
 
 PEERS: dict[str, PeerFunction] = {
