@@ -17,6 +17,8 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from tqdm import tqdm
+
 from onnxsat.bench.compare import load_whole
 from onnxsat.bench.sparsity.common import (
     experiment_dataset,
@@ -112,30 +114,30 @@ def sweep_model(
         name = data_input(model).name
         norms = channel_norms(model, targets, ({name: inputs} for inputs, _ in dataset.batches(batch)))
     rows = []
-    for method in settings.methods:
-        for level in settings.levels:
-            pruned = prune_masks(method, targets, weights, level, norms)
-            _, accuracy = evaluator.drop(pruned.masks)
-            row = LevelRow(
-                label,
-                method,
-                level,
-                pruned.sparsity,
-                accuracy.top1,
-                accuracy.top5,
-                base.top1 - accuracy.top1,
-                base.top5 - accuracy.top5,
-                accuracy.kind,
-                base.top1,
-                base.top5,
-                accuracy.samples,
-                "; ".join(pruned.notes),
-            )
-            rows.append(row)
-            progress(
-                f"experiment 2: {label}: {method} {level_text(level)}: sparsity {row.sparsity:.2%}, "
-                f"top-1 {points(row.drop1)} pts, top-5 {points(row.drop5)} pts"
-            )
+    steps = [(method, level) for method in settings.methods for level in settings.levels]
+    for method, level in tqdm(steps, desc=f"experiment 2: {label}", unit="level", leave=False, disable=None):
+        pruned = prune_masks(method, targets, weights, level, norms)
+        _, accuracy = evaluator.drop(pruned.masks)
+        row = LevelRow(
+            label,
+            method,
+            level,
+            pruned.sparsity,
+            accuracy.top1,
+            accuracy.top5,
+            base.top1 - accuracy.top1,
+            base.top5 - accuracy.top5,
+            accuracy.kind,
+            base.top1,
+            base.top5,
+            accuracy.samples,
+            "; ".join(pruned.notes),
+        )
+        rows.append(row)
+        progress(
+            f"experiment 2: {label}: {method} {level_text(level)}: sparsity {row.sparsity:.2%}, "
+            f"top-1 {points(row.drop1)} pts, top-5 {points(row.drop5)} pts"
+        )
     info.seconds = time.perf_counter() - start
     return info, rows
 

@@ -163,11 +163,16 @@ def time_sessions(
     sessions: dict[str, ort.InferenceSession], feeds: dict[str, np.ndarray], settings: SparsityExperimentSettings
 ) -> Timing:
     """Interleaved rounds over every session (``time_rounds``); ratios are per round, against the dense one."""
+    from tqdm import tqdm
+
     names = list(sessions)
     runners = [lambda s=sessions[name]: s.run(None, feeds) for name in names]
-    times = dict(zip(names, time_rounds(runners, settings.rounds, settings.warmup), strict=True))
-    ratios = {name: [d / t for d, t in zip(times[DENSE], own, strict=True)] for name, own in times.items()}
     batch = len(next(iter(feeds.values())))
+    total = settings.rounds + settings.warmup
+    with tqdm(total=total, desc=f"experiment 3: batch {batch}", unit="round", leave=False, disable=None) as bar:
+        measured = time_rounds(runners, settings.rounds, settings.warmup, lambda: bar.update(1))
+    times = dict(zip(names, measured, strict=True))
+    ratios = {name: [d / t for d, t in zip(times[DENSE], own, strict=True)] for name, own in times.items()}
     return Timing(batch, times, ratios, noise_band(ratios[NOISE_PROBE]))
 
 
