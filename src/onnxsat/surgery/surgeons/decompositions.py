@@ -235,7 +235,6 @@ class DecomposeRotaryEmbedding(Surgeon):
         if not replacements:
             return SurgeryOutcome(result, False, f"no RotaryEmbedding node decomposed{left}")
         _splice(graph, replacements)
-        _drop_unread(graph, set(initializers(graph)))
         return SurgeryOutcome(result, True, f"decomposed {len(replacements)} RotaryEmbedding nodes{left}")
 
     @staticmethod
