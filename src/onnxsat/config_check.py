@@ -18,14 +18,20 @@ from onnxsat.errors import SettingsError
 
 
 def checked_keys(
-    cls: type, config: Mapping[str, Any], place: str, what: str, ignore: Collection[str] = ()
+    cls: type,
+    config: Mapping[str, Any],
+    place: str,
+    what: str,
+    ignore: Collection[str] = (),
+    hidden: Collection[str] = (),
 ) -> dict[str, Any]:
     """The keyword arguments ``config`` gives for dataclass ``cls``, every key and value checked.
 
     ``what`` names the thing in messages ("RenameInputs", "the prune pass"); keys in ``ignore`` (such as
-    ``surgeon`` or ``type``) are skipped. Raises one :class:`SettingsError` naming ``place``.
+    ``surgeon`` or ``type``) are skipped; fields in ``hidden`` are not keys of the file (set elsewhere,
+    like a pipeline's shared ``input_shapes``). Raises one :class:`SettingsError` naming ``place``.
     """
-    fields = {field.name: field for field in dataclasses.fields(cls) if field.init}
+    fields = {field.name: field for field in dataclasses.fields(cls) if field.init and field.name not in hidden}
     hints = typing.get_type_hints(cls)
     unknown = sorted(set(config) - set(fields) - set(ignore))
     if unknown:

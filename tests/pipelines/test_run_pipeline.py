@@ -10,6 +10,7 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
+from onnx import TensorProto, helper
 
 from onnxsat.cli import main
 from onnxsat.zoo.synthetic import conv_bn_relu_chain
@@ -156,3 +157,25 @@ def test_shipped_examples_run(example: str, tmp_path: Path, capsys: pytest.Captu
     assert main(["run", str(EXAMPLES / example), "-o", str(output), "--report", str(report)]) == 0
     assert output.exists() and json.loads(report.read_text())["written"]
     onnx.checker.check_model(onnx.load(str(output)))
+
+
+def test_exact_surgeries_are_compared_under_the_old_names_and_inexact_ones_are_only_run(
+    model_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    rename = {"surgeon": "RenameInputs", "old_names": ["input"], "new_names": ["image"]}
+    exact = [{"type": "surgeries", "surgeries": [rename, {"surgeon": "ReplaceErfWithTanh"}]}, {"type": "verify"}]
+    assert main(["run", str(write(tmp_path, pipeline(exact)))]) == 0
+    table = capsys.readouterr().out
+    assert "ReplaceErfWithTanh: " in table and "nothing" in table.split("ReplaceErfWithTanh: ")[1].splitlines()[0]
+    assert "not compared" not in table and "against the result of passes[0] (surgeries)" in table
+    assert [i.name for i in onnx.load(str(tmp_path / "out.onnx")).graph.input] == ["image"]
+    erf = helper.make_graph(
+        [helper.make_node("Erf", ["x"], ["y"])],
+        "erf",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 8])],
+    )
+    onnx.save(helper.make_model(erf, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), str(tmp_path / "erf.onnx"))
+    inexact = [{"type": "surgeries", "surgeries": [{"surgeon": "ReplaceErfWithTanh"}]}]
+    assert main(["run", str(write(tmp_path, pipeline(inexact, input_model="erf.onnx")))]) == 0
+    assert "outputs not compared with the input (a surgeon changes numerics)" in capsys.readouterr().out

@@ -209,7 +209,7 @@ def test_a_result_that_fails_verification_is_written_only_with_force(
     def refuse(*args: object, **kwargs: object) -> None:
         raise RuntimeUnsupportedError("ONNX Runtime cannot run the sparsified model: stand-in failure")
 
-    monkeypatch.setattr(verification, "reference_run", refuse)
+    monkeypatch.setattr(verification, "run_model", refuse)
     source, out = mlp(tmp_path / "mlp.onnx"), tmp_path / "out.onnx"
     assert main(["sparsify", str(source), "--sparsity", "0.5", "-o", str(out)]) == 8
     assert not out.exists() and "stand-in failure" in capfd.readouterr().out

@@ -30,11 +30,12 @@ class Context:
 
 @dataclass
 class StepOutcome:
-    """One pass's result: the model, whether its outputs are meant to differ (lossy), what it checked,
-    what it did in a few lines, and its own report (as a dict) if it has one."""
+    """One pass's result: the model, what it checked, what it did in a few lines, and its own report
+    (as a dict) if it has one."""
 
     model: onnx.ModelProto
     verification: VerificationResult | None
     notices: list[str] = field(default_factory=list)
-    lossy: bool = False
+    rebase: bool = False
+    """Later ``verify`` passes compare against this result (a deliberate loss, or a new interface)."""
     details: dict[str, Any] = field(default_factory=dict)

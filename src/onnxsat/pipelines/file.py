@@ -124,7 +124,4 @@ def _step(entry: Any, place: str) -> tuple[str, Step]:
     kind = entry.get("type")
     if kind not in STEPS:
         raise SettingsError(f"{place}.type: unknown pass {kind!r}; known: {', '.join(STEPS)}")
-    cls = STEPS[kind]
-    step = cls(**checked_keys(cls, entry, place, f"the {kind} pass", ignore=("type",)))
-    step.check(place)
-    return place, step
+    return place, STEPS[kind].build(entry, place)

@@ -57,7 +57,7 @@ def run_pipeline(pipeline: Pipeline, force: bool = False) -> PipelineReport:
             )
         )
         model = outcome.model
-        if outcome.lossy:
+        if outcome.rebase:
             context.reference, context.reference_name = model, f"the result of {place} ({step.kind})"
         if not ok and not force:
             report.not_run = [later for later, _ in pipeline.steps[index + 1 :]]

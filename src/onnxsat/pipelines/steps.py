@@ -3,20 +3,24 @@
 Each pass checks its settings in ``check`` (run for every pass before the first one runs) and edits
 the model in ``run``, which returns a :class:`StepOutcome` with what it verified. Lossless passes
 (surgeries that keep the outputs, eqsat, ORT, peephole, sparse storage) compare their result with the
-model they were given; lossy ones (sparsify, prune) check that the result passes the checker and runs,
-and become the reference later ``verify`` passes compare against.
+model they were given (under the given model's input and output names, so renames are compared too);
+lossy ones (sparsify, prune, inexact surgeons) check that the result passes the checker and runs. Lossy
+results and renamed interfaces become the reference later ``verify`` passes compare against.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from dataclasses import dataclass, field, fields
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar
 
 import onnx
 
+from onnxsat.config_check import checked_keys
 from onnxsat.errors import SettingsError
 from onnxsat.pipelines.context import Context, StepOutcome
+from onnxsat.surgery.graph_edit import copy_model, rename_tensor
 from onnxsat.surgery.surgeon import Surgeon, build_surgeon
 from onnxsat.verify import Tolerance, check_and_run, verify
 
@@ -26,6 +30,13 @@ class Step(ABC):
 
     kind: ClassVar[str]
 
+    @classmethod
+    def build(cls, config: Mapping[str, Any], place: str) -> Step:
+        """The pass ``config`` (a mapping from the file) describes, every key checked (``place`` names it)."""
+        step = cls(**checked_keys(cls, config, place, f"the {cls.kind} pass", ignore=("type",)))
+        step.check(place)
+        return step
+
     def check(self, place: str) -> None:  # noqa: B027  (most passes have nothing beyond the types to check)
         """Raise a SettingsError naming ``place`` for settings the types alone do not rule out."""
 
@@ -34,10 +45,22 @@ class Step(ABC):
         """The pass applied to ``model`` (never modified)."""
 
 
-def _lossless(before: onnx.ModelProto, after: onnx.ModelProto, context: Context) -> StepOutcome:
+def _lossless(context: Context, before: onnx.ModelProto, after: onnx.ModelProto, notices: list[str]) -> StepOutcome:
     """A result that must compute what ``before`` computed, compared on seeded inputs."""
     result = verify(before, after, context.input_shapes, context.tolerance, base_dir=context.base_dir)
-    return StepOutcome(after, result)
+    return StepOutcome(after, result, notices)
+
+
+def _options_step(options_class: type, config: Mapping[str, Any], place: str, kind: str) -> Any:
+    """``options_class`` (SparsifyOptions, PruneOptions) built from a pass's keys: the file uses the same
+    names as the command line's options, and the pipeline supplies ``input_shapes``."""
+    options = options_class(**checked_keys(options_class, config, place, f"the {kind} pass", ("type",), SHARED))
+    _place_errors(place, options.check)
+    return options
+
+
+SHARED = ("input_shapes",)
+"""Option fields a pipeline sets once for every pass, not per pass."""
 
 
 def _place_errors(place: str, check: Any) -> None:
@@ -62,24 +85,41 @@ class SurgeriesStep(Step):
         self.built = [build_surgeon(config, f"{place}.surgeries[{i}]") for i, config in enumerate(self.surgeries)]
 
     def run(self, model: onnx.ModelProto, context: Context) -> StepOutcome:
-        result, notices = model, []
+        result, notices, exact = model, [], True
         for surgeon in self.built:
             outcome = surgeon.apply(result)
             notices.append(f"{surgeon.name()}: {outcome.notice}")
-            result = outcome.model
-        exact = all(surgeon.exact for surgeon in self.built)
-        if exact and _interface(result) == _interface(model):
-            outcome = _lossless(model, result, context)
-            outcome.notices = notices
+            result, exact = outcome.model, exact and (surgeon.exact or not outcome.changed)
+        renamed = _under_names_of(model, result)
+        if exact and renamed is not None:
+            outcome = _lossless(context, model, renamed, notices)
+            outcome.model, outcome.rebase = result, renamed is not result
             return outcome
-        why = "a surgeon that changes numerics" if not exact else "the inputs or outputs changed"
+        why = "a surgeon changes numerics" if renamed is not None else "the inputs or outputs changed in number"
         notices.append(f"outputs not compared with the input ({why}): checked that the result runs")
         _, verification = check_and_run(result, None, context.base_dir)
-        return StepOutcome(result, verification, notices, lossy=True)
+        return StepOutcome(result, verification, notices, rebase=True)
 
 
-def _interface(model: onnx.ModelProto) -> tuple[list[str], list[str]]:
-    return [i.name for i in model.graph.input], [o.name for o in model.graph.output]
+def _under_names_of(before: onnx.ModelProto, after: onnx.ModelProto) -> onnx.ModelProto | None:
+    """``after`` with its graph inputs and outputs called as ``before`` calls them, so the two can be
+    compared: names both have map to themselves (ReorderInputs), the rest pair up in order
+    (RenameInputs). ``after`` itself when nothing needs renaming; None when the counts differ."""
+    sides = [(before.graph.input, after.graph.input), (before.graph.output, after.graph.output)]
+    if any(len(old) != len(new) for old, new in sides):
+        return None
+    pairs = []
+    for old_values, new_values in sides:
+        old_names, new_names = [v.name for v in old_values], [v.name for v in new_values]
+        unmatched_old = [name for name in old_names if name not in new_names]
+        unmatched_new = [name for name in new_names if name not in old_names]
+        pairs += list(zip(unmatched_new, unmatched_old, strict=True))
+    if not pairs:
+        return after
+    copy = copy_model(after)
+    for new, old in pairs:
+        rename_tensor(copy.graph, new, old)
+    return copy
 
 
 @dataclass
@@ -128,90 +168,57 @@ class EqsatStep(Step):
 
 @dataclass
 class SparsifyStep(Step):
-    """``sparsify``: unstructured sparsity (the keys of ``onnxsat sparsify``; ``data`` defaults to the
-    pipeline's)."""
+    """``sparsify``: unstructured sparsity; the keys are ``SparsifyOptions``' fields, the names of
+    ``onnxsat sparsify``'s options (``data`` defaults to the pipeline's)."""
 
     kind: ClassVar[str] = "sparsify"
-    method: str = "relative"
-    sparsity: float | None = 0.5
-    max_drop: float | None = None
-    metric: str = "top1"
-    data: str | None = None
-    limit: int | None = None
-    fidelity: bool = False
-    uniform_only: bool = False
-    step: float = 0.05
-    exclude: list[str] = field(default_factory=list)
-    sparse_initializers: bool = False
-    min_sparsity: float = 0.5
-    mean: list[float] | None = None
-    std: list[float] | None = None
+    options: Any
 
-    def options(self, context: Context | None = None) -> Any:
+    @classmethod
+    def build(cls, config: Mapping[str, Any], place: str) -> Step:
         from onnxsat.sparsity.pipeline import SparsifyOptions
 
-        settings = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "uniform_only"}
-        if context is not None:
-            settings["data"] = self.data or context.data
-            settings["input_shapes"] = context.input_shapes
-        return SparsifyOptions(**settings, per_layer=not self.uniform_only)
-
-    def check(self, place: str) -> None:
-        _place_errors(place, self.options().check)
+        return cls(_options_step(SparsifyOptions, config, place, cls.kind))
 
     def run(self, model: onnx.ModelProto, context: Context) -> StepOutcome:
         from onnxsat.sparsity.pipeline import sparsify_model
 
-        result, report = sparsify_model(model, self.options(context), base_dir=context.base_dir)
-        notices = [f"{self.method}: {report.overall:.1%} of the prunable weights are zero"]
+        options = replace(self.options, data=self.options.data or context.data, input_shapes=context.input_shapes)
+        result, report = sparsify_model(model, options, base_dir=context.base_dir)
+        notices = [f"{options.method}: {report.overall:.1%} of the prunable weights are zero"]
         if report.baseline is not None and report.accuracy is not None:
             before, after = report.baseline.top1, report.accuracy.top1
             notices.append(f"{report.baseline.kind} top-1 on {report.data}: {before:.2%} -> {after:.2%}")
         notices.extend(report.notes)
-        return StepOutcome(result, report.verification, notices, lossy=True, details=_as_dict(report))
+        return StepOutcome(result, report.verification, notices, rebase=True, details=_as_dict(report))
 
 
 @dataclass
 class PruneStep(Step):
-    """``prune``: structured pruning (the keys of ``onnxsat prune``; ``data`` defaults to the pipeline's)."""
+    """``prune``: structured pruning; the keys are ``PruneOptions``' fields, the names of ``onnxsat
+    prune``'s options (``data`` defaults to the pipeline's)."""
 
     kind: ClassVar[str] = "prune"
-    rate: float = 0.5
-    criterion: str = "l1"
-    single_node: bool = False
-    exclude: list[str] = field(default_factory=list)
-    rates: dict[str, float] = field(default_factory=dict)
-    reconstruct: bool = False
-    data: str | None = None
-    limit: int | None = None
-    library: str | None = None
-    mean: list[float] | None = None
-    std: list[float] | None = None
-    channel_multiple: int = 8
+    options: Any
 
-    def options(self, context: Context | None = None) -> Any:
+    @classmethod
+    def build(cls, config: Mapping[str, Any], place: str) -> Step:
         from onnxsat.pruning.pipeline import PruneOptions
 
-        settings = {f.name: getattr(self, f.name) for f in fields(self)}
-        if context is not None:
-            settings["data"] = self.data or context.data
-            settings["input_shapes"] = context.input_shapes
-        return PruneOptions(**settings)
-
-    def check(self, place: str) -> None:
-        _place_errors(place, self.options().check)
+        return cls(_options_step(PruneOptions, config, place, cls.kind))
 
     def run(self, model: onnx.ModelProto, context: Context) -> StepOutcome:
         from onnxsat.pruning.pipeline import prune_model
 
-        result, report = prune_model(model, self.options(context), base_dir=context.base_dir)
+        options = replace(self.options, data=self.options.data or context.data, input_shapes=context.input_shapes)
+        result, report = prune_model(model, options, base_dir=context.base_dir)
         params, macs = report.params, report.macs
         notices = [
-            f"{report.mode} {self.criterion} at rate {self.rate:g}: params {params['pruned']:,} of "
+            f"{report.mode} {options.criterion} at rate {options.rate:g}: params {params['pruned']:,} of "
             f"{params['original']:,}, MACs {macs['pruned']:,} of {macs['original']:,}",
             *report.notes,
         ]
-        return StepOutcome(result, report.verification, notices, lossy=True, details=_as_dict(report))
+        return StepOutcome(result, report.verification, notices, rebase=True, details=_as_dict(report))
 
 
 @dataclass
@@ -230,10 +237,7 @@ class OrtStep(Step):
     def run(self, model: onnx.ModelProto, context: Context) -> StepOutcome:
         from onnxsat.runtime.offline import optimize_offline
 
-        result, notices = optimize_offline(model, self.level, context.base_dir)
-        outcome = _lossless(model, result, context)
-        outcome.notices = notices
-        return outcome
+        return _lossless(context, model, *optimize_offline(model, self.level, context.base_dir))
 
 
 @dataclass
@@ -252,10 +256,7 @@ class PeepholeStep(Step):
     def run(self, model: onnx.ModelProto, context: Context) -> StepOutcome:
         from onnxsat.runtime.peephole import peephole
 
-        result, notices = peephole(model, self.tool, context.base_dir)
-        outcome = _lossless(model, result, context)
-        outcome.notices = notices
-        return outcome
+        return _lossless(context, model, *peephole(model, self.tool, context.base_dir))
 
 
 @dataclass
@@ -277,12 +278,10 @@ class OrtTransformersStep(Step):
     def run(self, model: onnx.ModelProto, context: Context) -> StepOutcome:
         from onnxsat.runtime.transformers import optimize_transformer
 
-        result, notices = optimize_transformer(
+        optimized = optimize_transformer(
             model, self.model_type, self.num_heads, self.hidden_size, self.opt_level, context.base_dir
         )
-        outcome = _lossless(model, result, context)
-        outcome.notices = notices
-        return outcome
+        return _lossless(context, model, *optimized)
 
 
 @dataclass
