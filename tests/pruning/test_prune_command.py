@@ -63,8 +63,13 @@ def test_bench_prune_prints_a_row_per_rate_mode_and_refit(tmp_path: Path, capsys
     )
     rows = [line for line in report.read_text().splitlines() if line.startswith("| 0.5 |")]
     assert len(rows) == 4  # tree-level / single-node, with and without reconstruction
-    assert "accuracy on digits-test" in capsys.readouterr().out
+    assert "accuracy on digits-test (64 samples)" in capsys.readouterr().out
     assert all(row.count("%") >= 3 and row.split("|")[6].strip().endswith("x") for row in rows)
+    errors = [float(row.split("|")[8]) for row in rows]
+    cosines = [float(row.split("|")[9]) for row in rows]
+    assert all(0 < error < 1 for error in errors) and all(0 < cosine <= 1 for cosine in cosines)
+    dense = next(line for line in report.read_text().splitlines() if line.startswith("| 0 | dense |"))
+    assert dense.endswith("| 0 | 1 |") and float(dense.split("|")[7].strip(" %")) > 95  # the dense model's accuracy
 
 
 @pytest.mark.parametrize(

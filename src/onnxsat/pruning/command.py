@@ -39,12 +39,15 @@ def add_prune_parser(commands: argparse._SubParsersAction) -> None:
     parser.add_argument("--show-trees", action="store_true", help="print the node association trees and stop")
     parser.add_argument("--trees-image", metavar="PATH", help="with --show-trees: also draw them (PNG, SVG)")
     parser.add_argument("--report", metavar="PATH", help="also write the report as JSON")
+    parser.add_argument("--html", metavar="PATH", help="also write the report as one self-contained HTML page")
     parser.add_argument("--force", action="store_true", help="write the result even if verification fails")
     parser.set_defaults(handler=run_prune)
 
 
 def run_prune(args: argparse.Namespace) -> int:
     from onnxsat.errors import SettingsError
+    from onnxsat.html import check_html_path, with_page
+    from onnxsat.html.prune import prune_page
     from onnxsat.passes import print_report
     from onnxsat.pruning.pipeline import PruneOptions, parse_rates, prune, show_trees
     from onnxsat.verify import parse_input_shapes
@@ -69,7 +72,12 @@ def run_prune(args: argparse.Namespace) -> int:
         mean=args.mean,
         std=args.std,
     )
-    return print_report(lambda: prune(args.model, args.output, options, args.report, force=args.force))
+    if args.html:
+        check_html_path(args.html, [args.model], [args.output, args.report])
+    run = with_page(
+        lambda: prune(args.model, args.output, options, args.report, force=args.force), args.html, prune_page
+    )
+    return print_report(run)
 
 
 def add_bench_prune_parser(which: argparse._SubParsersAction) -> None:
@@ -81,23 +89,36 @@ def add_bench_prune_parser(which: argparse._SubParsersAction) -> None:
     parser.add_argument("--criterion", choices=CRITERIA, default="l1", help="channel importance (default l1)")
     parser.add_argument("--data", help="evaluation data (default: seeded random inputs, fidelity)")
     parser.add_argument("--calibration", help="calibration data for hrank and reconstruction (default: --data)")
-    parser.add_argument("--samples", type=int, default=64, help="samples of each dataset used (default 64)")
+    parser.add_argument(
+        "--samples",
+        type=int,
+        help="samples of each dataset used (default: all of --data and --calibration; 64 random inputs without)",
+    )
     parser.add_argument("--no-reconstruct", action="store_true", help="skip the rows with reconstruction")
     parser.add_argument("--rounds", type=int, default=20, help="timed rounds per setting; 0 skips timing")
     parser.add_argument("--markdown", metavar="PATH", help="also write the tables as Markdown")
+    parser.add_argument("--html", metavar="PATH", help="also write the tables and charts as one HTML page")
     parser.set_defaults(handler=run_bench_prune)
 
 
 def run_bench_prune(args: argparse.Namespace) -> int:
     from pathlib import Path
 
+    from onnxsat.data.metrics import evaluate
+    from onnxsat.errors import SettingsError
+    from onnxsat.html import check_html_path, write_page
+    from onnxsat.html.prune import BenchPruneSection, bench_prune_page
     from onnxsat.model_io import load_model, write_text_atomic
-    from onnxsat.pruning.bench import bench_prune, dataset_for, to_markdown
+    from onnxsat.pruning.bench import bench_prune, dataset_for, evaluation_for, to_markdown
 
-    sections = []
+    if args.samples is not None and args.samples < 1:
+        raise SettingsError(f"--samples must be at least 1, got {args.samples}")
+    if args.html:
+        check_html_path(args.html, args.models)
+    sections, pages = [], []
     for path in args.models:
         model = load_model(path)
-        evaluation = dataset_for(model, args.data, args.samples)
+        evaluation = evaluation_for(model, args.data, args.samples)
         calibration = dataset_for(model, args.calibration or args.data, args.samples)
         rows = bench_prune(
             model,
@@ -108,14 +129,19 @@ def run_bench_prune(args: argparse.Namespace) -> int:
             reconstruct=(False,) if args.no_reconstruct else (False, True),
             rounds=args.rounds,
         )
-        if evaluation is None:
-            measured = "no accuracy measured (several inputs and no data)"
-        else:
-            kind = "accuracy" if evaluation.labels is not None else "fidelity"
-            measured = f"{kind} on {evaluation.name}"
-        section = f"## {Path(path).stem}\n\n{measured}, criterion {args.criterion}\n\n"
-        sections.append(section + to_markdown(rows))
+        labelled = evaluation.dataset is not None and evaluation.dataset.labels is not None
+        baseline = evaluate(model, evaluation.dataset).top1 if labelled else None
+        measured = (
+            f"{evaluation.kind} on {evaluation.name} ({len(evaluation.dataset or evaluation.feeds)} samples), "
+            f"criterion {args.criterion}; rel. error: median ||y - y_dense|| / ||y_dense||, cosine: mean "
+            "cosine similarity to the dense model's first output"
+        )
+        section = f"## {Path(path).stem}\n\n{measured}\n\n"
+        sections.append(section + to_markdown(rows, baseline))
+        pages.append(BenchPruneSection(Path(path).stem, measured, rows, baseline))
         print(sections[-1] + "\n", flush=True)
     if args.markdown:
         write_text_atomic("# onnxsat bench prune\n\n" + "\n\n".join(sections) + "\n", args.markdown)
+    if args.html:
+        write_page(bench_prune_page(pages), args.html)
     return 0
