@@ -351,11 +351,21 @@ def round_order(index: int, count: int) -> list[int]:
     return order
 
 
-def time_rounds(runners: Sequence[Callable[[], object]], rounds: int, warmup: int) -> list[list[float]]:
-    """Seconds per round for each runner; every round runs each once, in ``round_order``."""
+def time_rounds(
+    runners: Sequence[Callable[[], object]],
+    rounds: int,
+    warmup: int,
+    after_round: Callable[[], object] | None = None,
+) -> list[list[float]]:
+    """Seconds per round for each runner; every round runs each once, in ``round_order``.
+
+    ``after_round`` (a progress bar's tick) runs after every warm-up and timed round, outside the clock.
+    """
     for index in range(warmup):
         for which in round_order(index, len(runners)):
             runners[which]()
+        if after_round is not None:
+            after_round()
     times: list[list[float]] = [[] for _ in runners]
     gc.collect()
     was_enabled = gc.isenabled()
@@ -366,6 +376,8 @@ def time_rounds(runners: Sequence[Callable[[], object]], rounds: int, warmup: in
                 start = time.perf_counter()
                 runners[which]()
                 times[which].append(time.perf_counter() - start)
+            if after_round is not None:
+                after_round()
     finally:
         if was_enabled:
             gc.enable()
