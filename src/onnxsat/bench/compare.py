@@ -105,31 +105,12 @@ class CompareSettings:
             )
 
 
-@dataclass
-class Variant:
-    """One row: a model (original, ONNXSat's or a peer's) run under one ORT optimization level."""
+class RoundTimes:
+    """What a row timed over interleaved rounds reports; the row holds ``times`` (seconds per round)
+    and ``ratios`` (per round: the baseline's time / this row's time, above 1 = faster)."""
 
-    name: str
-    source: str
-    """``original``, ``onnxsat`` or a peer's name: which model file this row runs."""
-    level: str
-    """``off`` (ORT_DISABLE_ALL) or ``all`` (ORT_ENABLE_ALL)."""
-    status: str = "ok"
-    """``ok`` or ``skipped`` (with ``reason``)."""
-    reason: str = ""
-    nodes: int | None = None
-    optimize_seconds: float | None = None
-    max_abs_diff: float | None = None
-    outputs_match: bool | None = None
-    diff_note: str = ""
-    times: list[float] = field(default_factory=list)
-    """Seconds of each timed round."""
-    ratios: list[float] = field(default_factory=list)
-    """Per round: the baseline's time / this variant's time (above 1 = faster than the baseline)."""
-
-    @property
-    def timed(self) -> bool:
-        return self.status == "ok" and bool(self.times)
+    times: list[float]
+    ratios: list[float]
 
     @property
     def median_ms(self) -> float:
@@ -153,6 +134,33 @@ class Variant:
     def interval(self) -> tuple[float, float]:
         """Bootstrap interval (``NOISE_CONFIDENCE``) of the median ratio: how sure the speedup is."""
         return median_interval(self.ratios)
+
+
+@dataclass
+class Variant(RoundTimes):
+    """One row: a model (original, ONNXSat's or a peer's) run under one ORT optimization level."""
+
+    name: str
+    source: str
+    """``original``, ``onnxsat`` or a peer's name: which model file this row runs."""
+    level: str
+    """``off`` (ORT_DISABLE_ALL) or ``all`` (ORT_ENABLE_ALL)."""
+    status: str = "ok"
+    """``ok`` or ``skipped`` (with ``reason``)."""
+    reason: str = ""
+    nodes: int | None = None
+    optimize_seconds: float | None = None
+    max_abs_diff: float | None = None
+    outputs_match: bool | None = None
+    diff_note: str = ""
+    times: list[float] = field(default_factory=list)
+    """Seconds of each timed round."""
+    ratios: list[float] = field(default_factory=list)
+    """Per round: the baseline's time / this variant's time (above 1 = faster than the baseline)."""
+
+    @property
+    def timed(self) -> bool:
+        return self.status == "ok" and bool(self.times)
 
 
 @dataclass

@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import json
 import os
-import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
@@ -45,7 +44,7 @@ from typing import Any
 import numpy as np
 import onnxruntime as ort
 
-from onnxsat.bench.compare import median_interval, noise_band, noise_verdict, time_rounds
+from onnxsat.bench.compare import RoundTimes, median_interval, noise_band, noise_verdict, time_rounds
 from onnxsat.errors import RuntimeUnsupportedError, SettingsError
 from onnxsat.model_io import check_model, load_model, model_folder
 from onnxsat.runtime.offline import LEVELS
@@ -205,7 +204,7 @@ NOISE_LABEL = "ORT default (again)"
 
 
 @dataclass
-class Candidate:
+class Candidate(RoundTimes):
     """One measured session: its settings, its times, its per-round ratio to ORT's default session."""
 
     settings: SessionSettings
@@ -221,19 +220,6 @@ class Candidate:
     @property
     def name(self) -> str:
         return self.label or self.settings.describe()
-
-    @property
-    def median_ms(self) -> float:
-        return statistics.median(self.times) * 1e3
-
-    @property
-    def p95_ms(self) -> float:
-        return float(np.percentile(self.times, 95)) * 1e3
-
-    @property
-    def speedup(self) -> float:
-        """Median over rounds of ORT default's time / this candidate's time (above 1: faster)."""
-        return statistics.median(self.ratios)
 
 
 @dataclass
