@@ -429,8 +429,10 @@ def _run_fuzz_opsets(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     from onnxsat.pipelines.command import add_run_parser
+    from onnxsat.profile.command import add_profile_parser
     from onnxsat.pruning.command import add_prune_parser
     from onnxsat.runtime.command import add_tune_parser
+    from onnxsat.zoo.command import add_zoo_parser
 
     parser = argparse.ArgumentParser(prog="onnxsat", description=__doc__.splitlines()[0])
     parser.add_argument("--debug", action="store_true", help="show tracebacks")
@@ -443,6 +445,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_demo(commands)
     _add_bench(commands)
     _add_fuzz(commands)
+    add_profile_parser(commands)
+    add_zoo_parser(commands)
     return parser
 
 

@@ -1,65 +1,39 @@
-"""What a pruned model costs: parameters and multiply-accumulates, read off its shapes.
+"""What a pruned model costs: parameters and MACs, counted by :mod:`onnxsat.profile.counting`.
 
-MACs count Conv, ConvTranspose, Gemm and MatMul only (everything else is a rounding error next to
-them on CNNs), per inference at the input shapes given (dynamic dims otherwise 1), so that a before /
-after ratio says how much arithmetic pruning removed.
+One counter for the whole tool, so that ``onnxsat prune``'s before / after figures are the ones
+``onnxsat profile`` shows: MACs as onnx-tool counts them (elementwise ops included), per inference at
+the input shapes given, dynamic dims otherwise 1 (pruning is measured, not profiled for a user, so
+it does not stop to ask for them).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-import numpy as np
 import onnx
 
-from onnxsat.pruning.graph import attr, infer_shapes
+from onnxsat.profile.counting import parameter_count, profile_model
+from onnxsat.profile.shapes import ShapesUnknownError
 from onnxsat.verify import DEFAULT_DYNAMIC_DIM
 
-
-def parameter_count(model: onnx.ModelProto) -> int:
-    """Elements in the initializers (weights, biases, and the few small constants)."""
-    return sum(int(np.prod(t.dims, dtype=np.int64)) for t in model.graph.initializer)
+__all__ = ["mac_count", "parameter_count"]
 
 
 def mac_count(model: onnx.ModelProto, input_shapes: Mapping[str, Sequence[int]] | None = None) -> int | None:
-    """MACs of the Conv/ConvTranspose/Gemm/MatMul nodes, or None when a shape they need is unknown."""
-    fixed = _with_fixed_inputs(model, input_shapes or {})
-    shapes = infer_shapes(fixed)
-    for tensor in fixed.graph.initializer:
-        shapes[tensor.name] = list(tensor.dims)
-    total = 0
-    for node in fixed.graph.node:
-        if node.op_type not in ("Conv", "ConvTranspose", "Gemm", "MatMul") or node.domain not in ("", "ai.onnx"):
-            continue
-        data, weight = shapes.get(node.input[0]), shapes.get(node.input[1])
-        out = shapes.get(node.output[0])
-        if data is None or weight is None or out is None or not all(isinstance(d, int) for d in (*data, *out)):
-            return None
-        if node.op_type == "Conv":
-            total += int(np.prod(out)) * int(np.prod(weight[1:]))
-        elif node.op_type == "ConvTranspose":
-            total += int(np.prod(data)) * int(np.prod(weight[1:]))
-        elif node.op_type == "Gemm":
-            total += int(np.prod(out)) * int(data[0] if attr(node, "transA", 0) else data[1])
-        else:
-            total += int(np.prod(out)) * int(data[-1])
-    return total
+    """MACs of one inference, or None when shape inference cannot tell a shape (no ONNX Runtime run here)."""
+    try:
+        return profile_model(model, _all_input_shapes(model, input_shapes or {}), allow_onnxruntime=False).macs
+    except ShapesUnknownError:
+        return None
 
 
-def _with_fixed_inputs(model: onnx.ModelProto, input_shapes: Mapping[str, Sequence[int]]) -> onnx.ModelProto:
-    """A copy whose graph inputs have fixed dims: the given shapes, else symbolic dims set to 1."""
-    fixed = onnx.ModelProto()
-    fixed.CopyFrom(model)
-    del fixed.graph.value_info[:]
-    for value in fixed.graph.input:
-        if not value.type.HasField("tensor_type"):
+def _all_input_shapes(model: onnx.ModelProto, given: Mapping[str, Sequence[int]]) -> dict[str, list[int]]:
+    """``given``, plus every other input's declared shape with its dynamic dims set to 1."""
+    initializers = {t.name for t in model.graph.initializer}
+    shapes = {name: list(shape) for name, shape in given.items()}
+    for value in model.graph.input:
+        if value.name in shapes or value.name in initializers or not value.type.tensor_type.HasField("shape"):
             continue
         dims = value.type.tensor_type.shape.dim
-        given = input_shapes.get(value.name)
-        for position, dim in enumerate(dims):
-            size = given[position] if given is not None and position < len(given) else None
-            if size is None and dim.HasField("dim_value"):
-                continue
-            dim.Clear()
-            dim.dim_value = size if size is not None else DEFAULT_DYNAMIC_DIM
-    return fixed
+        shapes[value.name] = [d.dim_value if d.HasField("dim_value") else DEFAULT_DYNAMIC_DIM for d in dims]
+    return shapes

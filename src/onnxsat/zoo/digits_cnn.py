@@ -26,6 +26,7 @@ from threadpoolctl import threadpool_limits
 
 from onnxsat.data.metrics import evaluate, run_logits
 from onnxsat.data.sources import DIGITS, Dataset, load_dataset
+from onnxsat.profile.counting import parameter_count
 
 IR_VERSION = 9
 OPSET = 17
@@ -98,11 +99,6 @@ def train(seed: int = 0, epochs: int = EPOCHS) -> tuple[onnx.ModelProto, dict[st
         "loss_per_epoch": losses,
     }
     return model, stats
-
-
-def parameter_count(model: onnx.ModelProto) -> int:
-    """Number of weights and biases in the model's initializers."""
-    return sum(int(np.prod(tensor.dims)) for tensor in model.graph.initializer)
 
 
 def to_onnx(params: dict[str, np.ndarray]) -> onnx.ModelProto:

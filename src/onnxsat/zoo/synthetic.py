@@ -1,4 +1,4 @@
-"""Models built in-process with ``onnx.helper``: the demo CNN and the scale benchmark's graphs.
+"""Models built in-process with ``onnx.helper``: the demo CNN, the seed's SimpleClassifier, scale-benchmark graphs.
 
 Weights are seeded random values; BatchNormalization variances are positive and its statistics are
 perturbed away from the identity so that folding them is a real computation, not a no-op.
@@ -78,6 +78,40 @@ def demo_cnn(seed: int = 0, batch: int | str = 1) -> onnx.ModelProto:
     x = helper.make_tensor_value_info("input", TensorProto.FLOAT, [batch, 3, 64, 64])
     y = helper.make_tensor_value_info("logits", TensorProto.FLOAT, [batch, 10])
     return b.model("demo_cnn", x, y)
+
+
+def simple_classifier(seed: int = 0, batch: int | str = 1) -> onnx.ModelProto:
+    """The seed's SimpleClassifier (PyTorch's "60 Minute Blitz" CIFAR-10 CNN), built without PyTorch.
+
+    3x32x32 input -> Conv 5x5 (3->6) -> Relu -> MaxPool 2 -> Conv 5x5 (6->16) -> Relu -> MaxPool 2 ->
+    Flatten -> Gemm (400->120) -> Relu -> Gemm (120->84) -> Relu -> Gemm (84->10). Weights and biases
+    are seeded random values (PyTorch's default init scale); 62,006 parameters, as in the seed's
+    Table 1. ``x.view(-1, 400)`` is written as Flatten, which adds no shape initializer.
+    """
+    b = _Builder(seed)
+
+    def linear(x: str, name: str, c_in: int, c_out: int, relu: bool) -> str:
+        scale = c_in**-0.5
+        y = b.node(
+            "Gemm",
+            [x, b.weight(f"{name}_w", c_out, c_in, scale=scale), b.weight(f"{name}_b", c_out, scale=scale)],
+            name,
+            transB=1,
+        )
+        return b.node("Relu", [y], f"{name}_relu") if relu else y
+
+    h = "input"
+    for name, c_in, c_out in (("conv1", 3, 6), ("conv2", 6, 16)):
+        scale = (c_in * 25) ** -0.5
+        w, bias = b.weight(f"{name}_w", c_out, c_in, 5, 5, scale=scale), b.weight(f"{name}_b", c_out, scale=scale)
+        h = b.node("Relu", [b.node("Conv", [h, w, bias], name)], f"{name}_relu")
+        h = b.node("MaxPool", [h], f"{name}_pool", kernel_shape=[2, 2], strides=[2, 2])
+    h = b.node("Flatten", [h], "flatten", axis=1)
+    h = linear(linear(h, "fc1", 400, 120, relu=True), "fc2", 120, 84, relu=True)
+    linear(h, "logits", 84, 10, relu=False)
+    x = helper.make_tensor_value_info("input", TensorProto.FLOAT, [batch, 3, 32, 32])
+    y = helper.make_tensor_value_info("logits", TensorProto.FLOAT, [batch, 10])
+    return b.model("simple_classifier", x, y)
 
 
 def conv_bn_relu_chain(blocks: int, channels: int = 4, size: int = 8, seed: int = 0) -> onnx.ModelProto:

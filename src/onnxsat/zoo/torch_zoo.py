@@ -31,8 +31,9 @@ if TYPE_CHECKING:
     import torch
 
 INSTALL_HINT = (
-    "PyTorch is needed for the exported-model zoo: pip install torch torchvision onnxscript "
-    "(CPU build: pip install torch --index-url https://download.pytorch.org/whl/cpu)"
+    "PyTorch is needed for the exported-model zoo: pip install '.[zoo]' or pip install torch torchvision "
+    "(offline CPU wheel: pip install /opt/wheels/torch-2.13.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl; "
+    "or pip install torch --index-url https://download.pytorch.org/whl/cpu)"
 )
 
 #: Highest ai.onnx opset and IR version ONNX Runtime 1.31 loads; exports above them are refused.

@@ -1,0 +1,354 @@
+"""MACs, parameters and memory of an ONNX model, per node (layer) and in total: ONNXSat's one counter.
+
+How each figure is counted
+--------------------------
+Shapes are static, at the input shapes the user fixed (see :mod:`onnxsat.profile.shapes`). Only the
+main graph's nodes are layers; a node holding subgraphs (If, Loop, Scan) counts its own outputs only.
+
+**MACs** follow onnx-tool 1.0 (``onnx_tool.Graph.profile``, the profiler behind the seed's Table 1),
+so figures compare with published ones. onnx-tool counts "instructions": every elementwise op too,
+with transcendental functions weighted by the cost of their vectorised approximation. Per node:
+
+- Conv, ConvTranspose: ``output elements x prod(weight dims[1:])``, plus one add per output element
+  when a bias is given. For Conv that is ``N*Cout*H*W * Cin/group*kH*kW`` (+ ``N*Cout*H*W``).
+  ConvTranspose uses the same formula on its own output (onnx-tool's choice, not the textbook count).
+- Gemm: ``output elements x K`` (K from B, honouring transB) + output elements when C is given.
+  MatMul: ``output elements x B's second-to-last dim``.
+- Per output element: Relu, Add, Sub, Mul, Mod, Min, Max, Neg, Abs, Ceil, Sign, CumSum, Hardmax,
+  comparisons and logic (Equal, Less, Greater, ..., And, Or, Not, Xor, Round, Floor, NonZero) 1;
+  Clip, PRelu, LeakyRelu, QuantizeLinear, DequantizeLinear, ImageScaler 2; HardSigmoid 4;
+  HardSwish 5; Div, Reciprocal 4; InstanceNormalization 7; Sqrt 24; Exp, Sigmoid, Pow 32;
+  LpNormalization 33; Gelu 34; Elu 35; Softmax 36; Sin, Cos 39; Log 43; Atan 64; Tanh 76;
+  Softplus 76; LogSoftmax 80; BatchNormalization 31; LRN ``37 + size``; Sum ``inputs - 1``.
+  Broadcasting counts the output, whatever the inputs' sizes.
+- MaxPool, AveragePool: ``output elements x kernel elements``. GlobalAveragePool: input elements
+  + 4 x output elements. ReduceMean/Sum/Prod/Min/Max: input elements; ReduceL2: 25 x input elements.
+  LayerNormalization: ``7 x elements + 29 x elements / (size of the normalized axis)``.
+  Resize/Upsample: 0 (nearest), 4 (linear) or 8 (cubic) per output element. Einsum: the product
+  of every distinct index's size over both operands.
+- 0 for data movement and the ops onnx-tool prices at nothing: Reshape, Transpose, Concat, Slice,
+  Gather, Pad, Expand, Cast, Identity, Dropout, Where, Erf, TopK, ArgMax, ... (:data:`FREE_OPS`).
+- ONNX Runtime's ``com.microsoft`` ops that ONNXSat and ORT's optimizers write (onnx-tool cannot
+  profile them at all: it has no shape rule for them): FusedConv as Conv, FusedGemm as Gemm,
+  FusedMatMul as MatMul (K from A, honouring transA), the fused activation not counted, as the
+  seed's Table 1 counted them, so a Conv+Relu fusion shows the Relu's MACs as a reduction although
+  the kernel still applies it in registers; Gelu, FastGelu 34 and BiasGelu 35 per output element;
+  SkipLayerNormalization as LayerNormalization plus one add per element for each of skip and bias.
+- Anything else counts 0 and is listed in ``ModelProfile.uncounted_ops`` so a report can say so.
+
+**Parameters**: the elements of every initializer of the main graph, dense and sparse (a sparse
+initializer counts its dense size), whether or not a node reads it. A layer's parameters are the
+initializers it is the first node to read. Constant nodes are not parameters (as in onnx-tool).
+
+**Memory** (the seed's definition, also onnx-tool's): per layer, the bytes of the initializers it is
+the first to read (weights; a sparse one as stored, values plus indices) plus the bytes of every
+tensor it outputs (activations); a Constant node's output counts nothing, as its value is a weight.
+The model's memory is the sum over layers: the bytes every weight and every intermediate would take
+if none were freed or reused, not a runtime's peak.
+
+Differences from onnx-tool (checked in ``tests/profile/test_onnx_tool.py``)
+---------------------------------------------------------------------------
+- Parameters: onnx-tool counts only initializers some node reads; ONNXSat counts all of them (the
+  issue's definition). They agree on every model without unread initializers.
+- Scalars: a 0-d tensor has one element here and none in onnx-tool (its ``volume(())`` is 0), so a
+  scalar initializer (Clip's bounds, say) adds 1 parameter and its bytes here, and a scalar output
+  its bytes and, for an elementwise op, its MACs.
+- Dropout's mask before opset 10 has its input's type (float32, as the spec says) here; onnx-tool
+  sizes it as bool, 1 byte an element, whatever the opset.
+- 3-D pooling: onnx-tool multiplies only the first kernel dim (a slip in its 2-D code path); ONNXSat
+  multiplies every kernel dim. Bias: onnx-tool adds the bias MACs whenever a Conv/Gemm has three
+  input slots, even an empty one; ONNXSat only for a named bias.
+- LSTM, GRU and onnx-tool's own pseudo-ops (MHA, GQA, Rope, ...) have no rule here: counted 0 and
+  listed as uncounted. Recurrent nets are not what ONNXSat rewrites.
+- onnx-tool refuses models with dynamic inputs and com.microsoft ops; ONNXSat profiles both.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import onnx
+from onnx import TensorProto
+
+from onnxsat.profile.shapes import MICROSOFT, Shapes, TensorFacts, resolve_shapes
+
+_PER_ELEMENT: dict[str, int] = {
+    **dict.fromkeys(
+        ("Relu", "Add", "Sub", "Mul", "Mod", "Min", "Max", "Neg", "Abs", "Ceil", "Sign", "CumSum", "Hardmax"), 1
+    ),
+    **dict.fromkeys(("Less", "LessOrEqual", "Greater", "GreaterOrEqual", "Equal", "Round", "Floor", "NonZero"), 1),
+    **dict.fromkeys(("And", "Or", "Not", "Xor"), 1),
+    **dict.fromkeys(("Clip", "PRelu", "LeakyRelu", "QuantizeLinear", "DequantizeLinear", "ImageScaler"), 2),
+    **{"HardSigmoid": 4, "HardSwish": 5, "Div": 4, "Reciprocal": 4, "InstanceNormalization": 7, "Sqrt": 24},
+    **{"Exp": 32, "Sigmoid": 32, "Pow": 32, "LpNormalization": 33, "Gelu": 34, "Elu": 35, "Softmax": 36},
+    **{"Sin": 39, "Cos": 39, "Log": 43, "Atan": 64, "Tanh": 76, "Softplus": 76, "LogSoftmax": 80},
+    "BatchNormalization": 31,
+}
+"""onnx-tool's cost per output element (its ``op_mac`` times its ``ratio``) of elementwise-like ops."""
+
+_MICROSOFT_PER_ELEMENT = {"Gelu": 34, "FastGelu": 34, "BiasGelu": 35}
+
+FREE_OPS = frozenset(
+    {
+        *("Identity", "Constant", "ConstantOfShape", "Shape", "Size", "Cast", "CastLike", "Reshape", "Flatten"),
+        *("Squeeze", "Unsqueeze", "Transpose", "Concat", "Split", "Slice", "Gather", "GatherElements", "GatherND"),
+        *("Pad", "Expand", "Tile", "Dropout", "Where", "Erf", "Trilu", "Range", "OneHot", "DepthToSpace"),
+        *("SpaceToDepth", "ScatterND", "ScatterElements", "TopK", "ArgMax", "ArgMin", "Compress"),
+    }
+)
+"""Standard ops that cost 0 MACs by definition (data movement) or by onnx-tool's pricing."""
+
+_REDUCTIONS = {"ReduceMean": 1, "ReduceSum": 1, "ReduceProd": 1, "ReduceMin": 1, "ReduceMax": 1, "ReduceL2": 25}
+_FOUR_BIT = {TensorProto.INT4, TensorProto.UINT4, getattr(TensorProto, "FLOAT4E2M1", TensorProto.INT4)}
+
+
+@dataclass(frozen=True)
+class LayerProfile:
+    """One node's figures."""
+
+    name: str
+    op_type: str
+    domain: str
+    macs: int
+    params: int
+    weight_bytes: int
+    output_bytes: int
+    output_shapes: tuple[tuple[int, ...], ...]
+
+    @property
+    def memory_bytes(self) -> int:
+        """Weights first read here plus the outputs written here (the seed's per-layer memory)."""
+        return self.weight_bytes + self.output_bytes
+
+    @property
+    def kind(self) -> str:
+        """``Conv``, or ``com.microsoft.FusedConv`` for an op outside the standard domain."""
+        return op_kind(self.domain, self.op_type)
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "name": self.name,
+            "op_type": self.kind,
+            "macs": self.macs,
+            "params": self.params,
+            "memory_bytes": self.memory_bytes,
+            "weight_bytes": self.weight_bytes,
+            "output_bytes": self.output_bytes,
+            "output_shapes": [list(s) for s in self.output_shapes],
+        }
+
+
+@dataclass(frozen=True)
+class ModelProfile:
+    """Every layer's figures, the model's parameter count, and how the shapes were obtained."""
+
+    layers: tuple[LayerProfile, ...]
+    params: int
+    input_shapes: dict[str, list[int]]
+    shape_method: str
+    uncounted_ops: tuple[str, ...]
+
+    @property
+    def macs(self) -> int:
+        return sum(layer.macs for layer in self.layers)
+
+    @property
+    def memory_bytes(self) -> int:
+        return sum(layer.memory_bytes for layer in self.layers)
+
+    @property
+    def op_counts(self) -> dict[str, int]:
+        """Nodes per op type, most frequent first (ties by name)."""
+        counts = Counter(layer.kind for layer in self.layers)
+        return dict(sorted(counts.items(), key=lambda item: (-item[1], item[0])))
+
+    def to_dict(self) -> dict[str, object]:
+        """The JSON form: ``{"total": {...}, "layers": [...], ...}``."""
+        return {
+            "total": {"macs": self.macs, "params": self.params, "memory_bytes": self.memory_bytes},
+            "layers": [layer.to_dict() for layer in self.layers],
+            "op_counts": self.op_counts,
+            "nodes": len(self.layers),
+            "input_shapes": self.input_shapes,
+            "shape_method": self.shape_method,
+            "uncounted_ops": list(self.uncounted_ops),
+        }
+
+
+def op_kind(domain: str, op_type: str) -> str:
+    return op_type if domain in ("", "ai.onnx") else f"{domain}.{op_type}"
+
+
+def parameter_count(model: onnx.ModelProto) -> int:
+    """Elements of every initializer of the main graph (a sparse one at its dense size)."""
+    dense = sum(math.prod(t.dims) for t in model.graph.initializer)
+    return dense + sum(math.prod(s.dims) for s in model.graph.sparse_initializer)
+
+
+def profile_model(
+    model: onnx.ModelProto,
+    input_shapes: Mapping[str, Sequence[int]] | None = None,
+    *,
+    allow_onnxruntime: bool = True,
+    base_dir: Path | None = None,
+) -> ModelProfile:
+    """Profile every node of ``model``'s main graph (see the module doc for what is counted).
+
+    ``input_shapes`` fixes inputs with dynamic dims (required for them). ``allow_onnxruntime`` and
+    ``base_dir`` are passed to :func:`onnxsat.profile.shapes.resolve_shapes`.
+    """
+    shapes = resolve_shapes(model, input_shapes, allow_onnxruntime=allow_onnxruntime, base_dir=base_dir)
+    weights = _weights(model)
+    seen: set[str] = set()
+    layers = []
+    uncounted: set[str] = set()
+    for index, node in enumerate(model.graph.node):
+        params = weight_bytes = 0
+        for name in _reads(node):
+            if name in weights and name not in seen:
+                seen.add(name)
+                params += weights[name][0]
+                weight_bytes += weights[name][1]
+        outputs = [shapes.tensors[name] for name in node.output if name]
+        output_bytes = 0 if node.op_type == "Constant" else sum(_nbytes(f) for f in outputs)
+        macs = node_macs(node, shapes)
+        if macs is None:
+            uncounted.add(op_kind(node.domain, node.op_type))
+        layers.append(
+            LayerProfile(
+                name=node.name or f"{node.op_type}_{index}",
+                op_type=node.op_type,
+                domain=node.domain,
+                macs=macs or 0,
+                params=params,
+                weight_bytes=weight_bytes,
+                output_bytes=output_bytes,
+                output_shapes=tuple(f.shape for f in outputs),
+            )
+        )
+    return ModelProfile(tuple(layers), parameter_count(model), shapes.inputs, shapes.method, tuple(sorted(uncounted)))
+
+
+def _weights(model: onnx.ModelProto) -> dict[str, tuple[int, int]]:
+    """Initializer name -> (elements, bytes as stored)."""
+    weights = {
+        t.name: (math.prod(t.dims), _nbytes(TensorFacts(tuple(t.dims), t.data_type))) for t in model.graph.initializer
+    }
+    for sparse in model.graph.sparse_initializer:
+        values, indices = sparse.values, sparse.indices
+        stored = _nbytes(TensorFacts(tuple(values.dims), values.data_type))
+        stored += _nbytes(TensorFacts(tuple(indices.dims), indices.data_type))
+        weights[values.name] = (math.prod(sparse.dims), stored)
+    return weights
+
+
+def _reads(node: onnx.NodeProto) -> list[str]:
+    """Names a node reads: its inputs, then whatever its subgraphs read from outside them."""
+    names = [name for name in node.input if name]
+    for attribute in node.attribute:
+        graphs = [attribute.g] if attribute.type == onnx.AttributeProto.GRAPH else list(attribute.graphs)
+        for graph in graphs:
+            for inner in graph.node:
+                names.extend(_reads(inner))
+    return names
+
+
+def _nbytes(facts: TensorFacts) -> int:
+    """Bytes of a tensor's data: elements x element size (4-bit types packed two a byte, strings 0)."""
+    elements = math.prod(facts.shape)
+    if facts.elem_type in _FOUR_BIT:
+        return (elements + 1) // 2
+    if facts.elem_type in (TensorProto.STRING, TensorProto.UNDEFINED):
+        return 0
+    return elements * onnx.helper.tensor_dtype_to_np_dtype(facts.elem_type).itemsize
+
+
+def _attribute(node: onnx.NodeProto, name: str, default: object) -> object:
+    for attribute in node.attribute:
+        if attribute.name == name:
+            return onnx.helper.get_attribute_value(attribute)
+    return default
+
+
+def _int(node: onnx.NodeProto, name: str, default: int) -> int:
+    value = _attribute(node, name, default)
+    return value if isinstance(value, int) else default
+
+
+def _text(node: onnx.NodeProto, name: str, default: str) -> str:
+    value = _attribute(node, name, None)
+    return value.decode() if isinstance(value, bytes) else default
+
+
+def node_macs(node: onnx.NodeProto, shapes: Shapes) -> int | None:
+    """MACs of one node by the rules in the module doc; None when there is no rule for its op."""
+
+    def shape(index: int) -> tuple[int, ...]:
+        return shapes.tensors[node.input[index]].shape
+
+    def given(index: int) -> bool:
+        return len(node.input) > index and bool(node.input[index])
+
+    out = math.prod(shapes.tensors[node.output[0]].shape) if node.output and node.output[0] else 0
+    op = node.op_type
+    if node.domain == MICROSOFT:
+        if op in ("FusedConv", "FusedGemm"):
+            op = op.removeprefix("Fused")
+        elif op == "FusedMatMul":
+            a = shape(0)
+            return out * (a[-2] if _int(node, "transA", 0) else a[-1])
+        elif op in _MICROSOFT_PER_ELEMENT:
+            return out * _MICROSOFT_PER_ELEMENT[op]
+        elif op == "SkipLayerNormalization":
+            return _layer_norm(shape(0), -1) + out * (1 + given(3))
+        else:
+            return None
+    elif node.domain not in ("", "ai.onnx"):
+        return None
+    if op in FREE_OPS:
+        return 0
+    if op in _PER_ELEMENT:
+        return out * _PER_ELEMENT[op]
+    if op in ("Conv", "ConvTranspose"):
+        return out * math.prod(shape(1)[1:]) + (out if given(2) else 0)
+    if op == "Gemm":
+        weight = shape(1)
+        return out * (weight[-1] if _int(node, "transB", 0) else weight[-2]) + (out if given(2) else 0)
+    if op == "MatMul":
+        weight = shape(1)
+        return out * weight[-2] if len(weight) > 1 else out
+    if op == "Sum":
+        return out * (len(node.input) - 1)
+    if op == "LRN":
+        return out * (37 + _int(node, "size", 0))
+    if op in ("MaxPool", "AveragePool"):
+        kernel = _attribute(node, "kernel_shape", [])
+        return out * math.prod(kernel if isinstance(kernel, list) else [])
+    if op == "GlobalAveragePool":
+        return math.prod(shape(0)) + 4 * out
+    if op in _REDUCTIONS:
+        return math.prod(shape(0)) * _REDUCTIONS[op]
+    if op == "LayerNormalization":
+        return _layer_norm(shape(0), _int(node, "axis", -1))
+    if op in ("Resize", "Upsample"):
+        return out * {"linear": 4, "cubic": 8}.get(_text(node, "mode", "nearest"), 0)
+    if op == "Einsum":
+        return _einsum(_text(node, "equation", ""), [shape(i) for i in range(len(node.input)) if given(i)])
+    return None
+
+
+def _layer_norm(shape: tuple[int, ...], axis: int) -> int:
+    elements = math.prod(shape)
+    return 7 * elements + 29 * (elements // shape[axis] if shape[axis] else 0)
+
+
+def _einsum(equation: str, operands: list[tuple[int, ...]]) -> int:
+    """Product of every distinct index's size over the operands (onnx-tool's rule for two operands)."""
+    sizes: dict[str, int] = {}
+    for letters, dims in zip(equation.replace(" ", "").split("->")[0].split(","), operands, strict=False):
+        sizes.update(zip(letters, dims, strict=False))
+    return math.prod(sizes.values())

@@ -1,0 +1,104 @@
+"""``onnxsat profile``: tables, JSON, the side-by-side comparison and bad input, through the CLI."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import onnx
+import pytest
+from profile_models import conv_relu
+
+from onnxsat.cli import main
+from onnxsat.zoo.digits_cnn import bundled_digits_cnn
+
+
+@pytest.fixture
+def pair(tmp_path: Path) -> tuple[Path, Path]:
+    """Conv + Relu, and the same as one FusedConv."""
+    original, fused = tmp_path / "original.onnx", tmp_path / "fused.onnx"
+    onnx.save(conv_relu(), str(original))
+    onnx.save(conv_relu(fused=True), str(fused))
+    return original, fused
+
+
+def test_json_schema(pair: tuple[Path, Path], capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["profile", str(pair[0]), "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["total"] == {"macs": 23_200, "params": 224, "memory_bytes": 4 * (224 + 1600)}
+    assert [layer["name"] for layer in result["layers"]] == ["conv", "relu"]
+    conv = result["layers"][0]
+    assert conv == {
+        "name": "conv",
+        "op_type": "Conv",
+        "macs": 22_400,
+        "params": 224,
+        "memory_bytes": 4 * (224 + 800),
+        "weight_bytes": 4 * 224,
+        "output_bytes": 4 * 800,
+        "output_shapes": [[1, 8, 10, 10]],
+    }
+    assert result["op_counts"] == {"Conv": 1, "Relu": 1} and result["input_shapes"] == {"x": [1, 3, 10, 10]}
+
+
+def test_compare_json_is_the_seed_table_one(pair: tuple[Path, Path], capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["profile", str(pair[0]), "--compare", str(pair[1]), "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    first, second = result["models"]
+    assert (first["model"], second["model"]) == (str(pair[0]), str(pair[1]))
+    assert second["total"] == {"macs": 22_400, "params": 224, "memory_bytes": 4 * (224 + 800)}
+    comparison = result["comparison"]
+    assert comparison["fused_percent"] == pytest.approx(50.0)  # 1 of the original's 2 nodes is gone
+    assert comparison["macs_reduction_percent"] == pytest.approx(100 * 800 / 23_200)
+    assert comparison["params_reduction_percent"] == 0.0
+    assert comparison["memory_bytes_reduction_percent"] == pytest.approx(100 * 800 / (224 + 1600))
+
+
+def test_compare_table(pair: tuple[Path, Path], capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["profile", str(pair[0]), "--compare", str(pair[1])]) == 0
+    out = capsys.readouterr().out
+    assert "50.00% fused" in out and "3.45% less" in out and "43.86% less" in out
+    assert "Relu 1 -> 0" in out and "com.microsoft.FusedConv 0 -> 1" in out
+
+
+def test_table_of_the_digits_cnn_with_its_dynamic_batch_given(capsys: pytest.CaptureFixture[str]) -> None:
+    model = str(bundled_digits_cnn())
+    assert main(["profile", model, "--input-shape", "input:1,1,8,8", "--layers", "2"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith(f"{model}: inputs input [1,1,8,8]")
+    rows = [line.split()[0] for line in lines[2:5]]
+    assert rows == ["conv2", "fc1", "..."]  # the two heaviest layers, in graph order
+    assert lines[-2].split()[:3] == ["total", "9", "nodes"] and lines[-2].split()[-3:] == [
+        "345,866",
+        "38,282",
+        "182,352",
+    ]
+    assert lines[-1] == "op types: Relu 3, Conv 2, Gemm 2, Flatten 1, MaxPool 1"
+
+
+@pytest.mark.parametrize(
+    ("content", "code", "message"),
+    [(None, 3, "not found"), (b"not a model at all", 4, "not a readable ONNX model")],
+)
+def test_bad_files(
+    content: bytes | None, code: int, message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "model.onnx"
+    if content is not None:
+        path.write_bytes(content)
+    assert main(["profile", str(path)]) == code
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1
+
+
+def test_dynamic_shapes_without_input_shape_name_the_input(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["profile", str(bundled_digits_cnn())]) == 9
+    err = capsys.readouterr().err
+    assert "cannot be inferred without the input shapes" in err and "--input-shape input:1,1,8,8" in err
+
+
+def test_bad_options(pair: tuple[Path, Path], capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["profile", str(pair[0]), "--layers", "-1"]) == 9
+    assert main(["profile", str(pair[0]), "--input-shape", "nope:1,2"]) == 9
+    err = capsys.readouterr().err
+    assert "--layers must be 0 or more" in err and "inputs the model does not have: nope (inputs: x)" in err

@@ -1,0 +1,115 @@
+"""Per-node MACs, parameters and memory on graphs small enough to count by hand."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import helper, numpy_helper
+from profile_models import conv_relu, model, weight
+
+from onnxsat.errors import SettingsError
+from onnxsat.profile.counting import profile_model
+from onnxsat.profile.shapes import INFERENCE, ORT_RUN, ShapesUnknownError
+from onnxsat.pruning.cost import mac_count
+from onnxsat.zoo.synthetic import simple_classifier
+
+
+def test_conv_macs_params_and_memory() -> None:
+    profile = profile_model(conv_relu())
+    conv, relu = profile.layers
+    outputs = 8 * 10 * 10
+    assert conv.macs == outputs * 3 * 3 * 3 + outputs  # Cout*H*W * Cin*k*k, plus one add per output for the bias
+    assert conv.params == 8 * 3 * 3 * 3 + 8
+    assert conv.weight_bytes == 4 * conv.params and conv.output_bytes == 4 * outputs
+    assert conv.memory_bytes == 4 * (224 + 800)
+    assert (relu.macs, relu.params, relu.memory_bytes) == (outputs, 0, 4 * outputs)
+    assert (profile.macs, profile.params, profile.memory_bytes) == (22_400 + 800, 224, 4 * (224 + 1600))
+    assert profile.op_counts == {"Conv": 1, "Relu": 1} and profile.shape_method == INFERENCE
+
+
+def test_conv_without_bias_and_grouped() -> None:
+    node = helper.make_node("Conv", ["x", "w"], ["y"], "dw", group=4)
+    (layer,) = profile_model(model([node], [("x", [2, 4, 6, 6])], ["y"], [weight("w", 4, 1, 3, 3)])).layers
+    assert layer.output_shapes == ((2, 4, 4, 4),)
+    assert layer.macs == 2 * 4 * 4 * 4 * (1 * 3 * 3)
+
+
+def test_gemm_and_matmul() -> None:
+    gemm = helper.make_node("Gemm", ["a", "w", "c"], ["g"], "gemm", transB=1)
+    matmul = helper.make_node("MatMul", ["t", "m"], ["p"], "matmul")
+    profile = profile_model(
+        model(
+            [gemm, matmul],
+            [("a", [2, 16]), ("t", [2, 3, 5])],
+            ["g", "p"],
+            [weight("w", 4, 16), weight("c", 4), weight("m", 5, 7)],
+        )
+    )
+    assert [layer.macs for layer in profile.layers] == [2 * 4 * 16 + 2 * 4, 2 * 3 * 7 * 5]
+    assert [layer.params for layer in profile.layers] == [4 * 16 + 4, 5 * 7]
+
+
+def test_elementwise_ops_count_the_broadcast_output() -> None:
+    nodes = [
+        helper.make_node("Add", ["x", "bias"], ["a"], "add"),
+        helper.make_node("Sigmoid", ["a"], ["s"], "sigmoid"),
+        helper.make_node("Div", ["s", "x"], ["d"], "div"),
+        helper.make_node("Sum", ["d", "a", "s"], ["y"], "sum"),
+        helper.make_node("Reshape", ["y", "shape"], ["r"], "reshape"),
+    ]
+    shape = numpy_helper.from_array(np.array([6], np.int64), "shape")
+    profile = profile_model(model(nodes, [("x", [2, 3])], ["r"], [weight("bias", 3), shape]))
+    assert [layer.macs for layer in profile.layers] == [6, 6 * 32, 6 * 4, 6 * 2, 0]
+    assert profile.params == 3 + 1
+
+
+def test_seed_table_1_simple_classifier_original_row() -> None:
+    """The seed's Table 1 reports 671,050 MACs, 62,006 params, 308,032 bytes for its SimpleClassifier."""
+    profile = profile_model(simple_classifier())
+    assert (profile.macs, profile.params, profile.memory_bytes) == (671_050, 62_006, 308_032)
+
+
+def test_fused_conv_counts_like_conv_and_its_shapes_come_from_inference() -> None:
+    plain, fused = profile_model(conv_relu()), profile_model(conv_relu(fused=True))
+    assert fused.shape_method == INFERENCE
+    assert fused.op_counts == {"com.microsoft.FusedConv": 1}
+    assert fused.macs == plain.layers[0].macs  # the activation is not counted, as in the seed's Table 1
+    assert fused.memory_bytes == plain.memory_bytes - plain.layers[1].memory_bytes
+    assert fused.layers[0].output_shapes == ((1, 8, 10, 10),)
+
+
+def test_contrib_op_without_a_twin_is_shaped_by_one_onnxruntime_run() -> None:
+    node = helper.make_node("FusedMatMul", ["a", "b"], ["y"], "fmm", domain="com.microsoft", transA=1)
+    relu = helper.make_node("Relu", ["y"], ["z"], "relu")
+    contrib = model([node, relu], [("a", [5, 3])], ["z"], [weight("b", 5, 4)], microsoft=True)
+    profile = profile_model(contrib)
+    assert profile.shape_method == ORT_RUN
+    assert profile.layers[0].output_shapes == ((3, 4),)
+    assert [layer.macs for layer in profile.layers] == [3 * 4 * 5, 3 * 4]
+    with pytest.raises(ShapesUnknownError, match="'y'"):
+        profile_model(contrib, allow_onnxruntime=False)
+
+
+def test_dynamic_inputs_need_shapes_named() -> None:
+    dynamic = model([helper.make_node("Relu", ["pixel_values"], ["y"], "relu")], [("pixel_values", ["N", 3])], ["y"])
+    with pytest.raises(ShapesUnknownError, match="--input-shape pixel_values:1,3"):
+        profile_model(dynamic)
+    assert profile_model(dynamic, {"pixel_values": [4, 3]}).macs == 12
+    with pytest.raises(SettingsError, match="does not fit"):
+        profile_model(dynamic, {"pixel_values": [4, 5]})
+
+
+def test_unread_initializers_and_constants() -> None:
+    constant = helper.make_node("Constant", [], ["k"], "k", value=numpy_helper.from_array(np.ones(3, np.float32)))
+    add = helper.make_node("Add", ["x", "k"], ["y"], "add")
+    profile = profile_model(model([constant, add], [("x", [3])], ["y"], [weight("unused", 10)]))
+    assert profile.params == 10  # Constant nodes are not parameters; unread initializers are
+    assert [layer.memory_bytes for layer in profile.layers] == [0, 12]
+    assert sum(layer.params for layer in profile.layers) == 0
+
+
+def test_pruning_cost_uses_the_profile_with_dynamic_dims_as_one() -> None:
+    dynamic = conv_relu()
+    dynamic.graph.input[0].type.tensor_type.shape.dim[0].dim_param = "batch"
+    assert mac_count(dynamic) == profile_model(conv_relu()).macs
+    assert mac_count(dynamic, {"x": [2, 3, 10, 10]}) == 2 * profile_model(conv_relu()).macs
