@@ -39,6 +39,7 @@ def _add_optimize(commands: argparse._SubParsersAction) -> None:
         "measured (ONNX Runtime micro-benchmarks, cached per machine)",
     )
     parser.add_argument("--report", metavar="PATH", help="also write the report as JSON")
+    parser.add_argument("--html", metavar="PATH", help="also write the report as one self-contained HTML page")
     parser.add_argument(
         "--input-shape",
         action="append",
@@ -73,6 +74,8 @@ def _add_optimize(commands: argparse._SubParsersAction) -> None:
 def _run_optimize(args: argparse.Namespace) -> int:
     from onnxsat.eqsat.saturate import SaturationLimits
     from onnxsat.errors import SettingsError, VerificationFailedError
+    from onnxsat.html import check_html_path, write_page
+    from onnxsat.html.optimize import optimize_page_from_files
     from onnxsat.latency import compare_latency_levels
     from onnxsat.model_io import check_report_path, write_text_atomic
     from onnxsat.optimize import OptimizeOptions, optimize
@@ -91,17 +94,23 @@ def _run_optimize(args: argparse.Namespace) -> int:
     )
     if args.report:
         check_report_path(args.report, args.model, args.output)
+    if args.html:
+        check_html_path(args.html, [args.model], [args.output, args.report])
     try:
         report = optimize(args.model, args.output, options, report_path=None)
     except VerificationFailedError as error:
         print(error.report.to_table())  # type: ignore[attr-defined]
         if args.report:
             write_text_atomic(error.report.to_json() + "\n", args.report)  # type: ignore[attr-defined]
+        if args.html:
+            write_page(optimize_page_from_files(error.report), args.html)  # type: ignore[attr-defined]
         raise
     if args.latency:
         report.latency = compare_latency_levels(Path(args.model), Path(args.output), options.input_shapes)
     if args.report:
         write_text_atomic(report.to_json() + "\n", args.report)
+    if args.html:
+        write_page(optimize_page_from_files(report), args.html)
     print(report.to_table())
     if not report.verification or not report.verification.ok:
         print("onnxsat: warning: verification failed; the result was written because of --force", file=sys.stderr)
@@ -138,11 +147,14 @@ def _add_sparsify(commands: argparse._SubParsersAction) -> None:
     parser.add_argument("--min-sparsity", type=percent, default=0.5, help="COO only at or above this (default 0.5)")
     parser.add_argument("--input-shape", action="append", default=[], metavar="NAME:D1,D2,...")
     parser.add_argument("--report", metavar="PATH", help="also write the report as JSON")
+    parser.add_argument("--html", metavar="PATH", help="also write the report as one self-contained HTML page")
     parser.add_argument("--force", action="store_true", help="write the result even if verification fails")
     parser.set_defaults(handler=_run_sparsify)
 
 
 def _run_sparsify(args: argparse.Namespace) -> int:
+    from onnxsat.html import check_html_path, with_page
+    from onnxsat.html.sparsify import sparsify_page
     from onnxsat.passes import print_report
     from onnxsat.sparsity.pipeline import SparsifyOptions, sparsify
     from onnxsat.verify import parse_input_shapes
@@ -164,7 +176,12 @@ def _run_sparsify(args: argparse.Namespace) -> int:
         std=args.std,
         input_shapes=parse_input_shapes(args.input_shape),
     )
-    return print_report(lambda: sparsify(args.model, args.output, options, args.report, force=args.force))
+    if args.html:
+        check_html_path(args.html, [args.model], [args.output, args.report])
+    run = with_page(
+        lambda: sparsify(args.model, args.output, options, args.report, force=args.force), args.html, sparsify_page
+    )
+    return print_report(run)
 
 
 def _add_demo(commands: argparse._SubParsersAction) -> None:
@@ -227,11 +244,14 @@ def _add_bench_experiment(which: argparse._SubParsersAction) -> None:
     parser.add_argument("--target", default="ort", help="experiment 1: ONNXSat's target (default ort)")
     parser.add_argument("--input-shape", action="append", default=[], metavar="NAME:D1,D2,...")
     parser.add_argument("--out", required=True, help="folder for the PNG plots, CSV, Markdown and settings")
+    parser.add_argument("--html", metavar="PATH", help="also write the write-up and plots as one HTML page")
     parser.set_defaults(handler=_run_bench_experiment)
 
 
 def _run_bench_experiment(args: argparse.Namespace) -> int:
     from onnxsat.bench.sparsity import SparsityExperimentSettings, experiment_three, experiment_two
+    from onnxsat.html import check_html_path, write_page
+    from onnxsat.html.bench import experiment_page
 
     if args.number == 1:
         return _run_experiment_one(args)
@@ -250,7 +270,12 @@ def _run_bench_experiment(args: argparse.Namespace) -> int:
     )
     if args.levels:
         settings.levels = args.levels
+    if args.html:
+        check_html_path(args.html, args.models)
     result = (experiment_two if args.number == 2 else experiment_three)(settings)
+    if args.html:
+        figures = [(path.name, path.read_bytes()) for path in result.paths if path.suffix == ".png"]
+        write_page(experiment_page(result.markdown, figures), args.html)
     print(result.markdown)
     return 0
 
@@ -306,6 +331,7 @@ def _add_bench_compare(which: argparse._SubParsersAction) -> None:
     )
     compare.add_argument("--csv", metavar="PATH", help="also write every row as CSV")
     compare.add_argument("--markdown", metavar="PATH", help="also write the tables as Markdown")
+    compare.add_argument("--html", metavar="PATH", help="also write the tables and charts as one HTML page")
     compare.add_argument("--keep", metavar="DIR", help="save each variant's model here for inspection")
     compare.add_argument(
         "--session-settings",
@@ -340,6 +366,7 @@ def _run_bench_compare(args: argparse.Namespace) -> int:
         cost_model=args.cost,
         csv_path=args.csv,
         markdown_path=args.markdown,
+        html_path=args.html,
         keep=args.keep,
         session_settings=args.session_settings,
     )
@@ -432,6 +459,7 @@ def build_parser() -> argparse.ArgumentParser:
     from onnxsat.profile.command import add_profile_parser
     from onnxsat.pruning.command import add_prune_parser
     from onnxsat.runtime.command import add_tune_parser
+    from onnxsat.show.command import add_show_egraph_parser, add_show_parser
     from onnxsat.zoo.command import add_zoo_parser
 
     parser = argparse.ArgumentParser(prog="onnxsat", description=__doc__.splitlines()[0])
@@ -447,6 +475,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_fuzz(commands)
     add_profile_parser(commands)
     add_zoo_parser(commands)
+    add_show_parser(commands)
+    add_show_egraph_parser(commands)
     return parser
 
 

@@ -68,3 +68,9 @@ class DataError(OnnxSatError):
     model does not take, or with labels outside the model's classes."""
 
     exit_code = 12
+
+
+class MissingToolError(OnnxSatError):
+    """A system program a command needs is not installed (Graphviz's ``dot`` for pictures of graphs)."""
+
+    exit_code = 13

@@ -743,6 +743,7 @@ def run_compare(
     cost_model: str | None = None,
     csv_path: str | None = None,
     markdown_path: str | None = None,
+    html_path: str | None = None,
     keep: str | None = None,
     registry: Mapping[str, peer_registry.PeerFunction] | None = None,
     session_settings: str | None = None,
@@ -761,7 +762,7 @@ def run_compare(
         settings.threads = settings.session.intra_op_num_threads  # 0: ORT's choice, as in the CSV's column
     for model in models:
         model_io.check_input_path(model)
-    _check_outputs_paths(models, csv_path, markdown_path)
+    _check_outputs_paths(models, csv_path, markdown_path, html_path)
     settings.keep_dir = model_io.output_folder(keep, "--keep")
 
     environment = f"environment: {environment_line()}"
@@ -785,6 +786,11 @@ def run_compare(
         model_io.write_text_atomic(to_csv(comparisons, settings), csv_path)
     if markdown_path is not None:
         model_io.write_text_atomic(to_markdown(comparisons, settings, environment), markdown_path)
+    if html_path is not None:
+        from onnxsat.html import write_page
+        from onnxsat.html.bench import compare_page
+
+        write_page(compare_page(comparisons, settings, environment), html_path)
     failed = [c.label for c in comparisons if not c.onnxsat_ok]
     if failed:
         print(f"ONNXSat failed or does not match the original on: {', '.join(failed)}")
