@@ -92,7 +92,7 @@ def dataset_for(model: onnx.ModelProto, spec: str | None, samples: int | None) -
     if spec is None:
         count = samples or RANDOM_SAMPLES
         rows = [random_inputs(model, None, seed)[inputs[0].name] for seed in range(count)]
-        return Dataset(np.concatenate(rows), None, f"random ({count} seeded normal inputs)")
+        return Dataset(np.concatenate(rows), None, "random seeded normal inputs")
     return load_dataset(spec, input_dims(model), limit=samples)
 
 
@@ -103,7 +103,7 @@ def evaluation_for(model: onnx.ModelProto, spec: str | None, samples: int | None
         return Evaluation(dataset, [], dataset.name)
     count = samples or RANDOM_SAMPLES
     feeds = [random_inputs(model, None, seed) for seed in range(count)]
-    return Evaluation(None, feeds, f"random ({count} seeded feeds of every input)")
+    return Evaluation(None, feeds, "random seeded feeds of every input")
 
 
 def first_outputs(model: onnx.ModelProto, evaluation: Evaluation) -> np.ndarray:

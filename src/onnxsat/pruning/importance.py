@@ -33,12 +33,13 @@ times any per-channel gain between them. So
   channel feeds each of them), 1 when there are none.
 
 **Why the square root.** The plain product ``P * G * L`` is the first-order estimate, and on
-random-weight models it is as good as this. In a trained network it is not: a ReLU unit that died
-early in training gets no gradient from then on, so its root filter stays at its initial scale while
-live filters grow (the root norm ranks the dead units lowest), but its leaf slice keeps its
-initial-scale weights too, which are as large as many live units'. In the digits CNN 20-35 of fc1's 64
-units are dead (five training seeds); the root L1 puts all but one of them among its lowest scores,
-``P * L`` only 14-31 of them, so tree-level pruned live units where single-node pruned dead ones.
+random-weight models it does as well as this (output errors within a few hundredths, either way). In
+a trained network it does not: a ReLU unit that died early in training gets no gradient from then on,
+so its root filter stays at its initial scale while live filters grow (the root norm ranks the dead
+units lowest), but its leaf slice keeps its initial-scale weights too, which are as large as many
+live units'. In the digits CNN 20-35 of fc1's 64 units are dead (five training seeds); the root L1
+puts all but one of them among its lowest scores, ``P * L`` only 14-31 of them, so tree-level pruned
+live units where single-node pruned dead ones.
 Weighting the leaves half as much as the activation path in the log-score (``sqrt(L)``) keeps
 their information (a channel the next layer barely reads still scores low) without letting their
 initial-scale noise override the root.
@@ -51,15 +52,16 @@ biases 77.7/39.2/22.8%), raw norms added 87.4/59.1/33.4%; L2 single 96.4/78.4/57
 94.0/67.6/52.8%, this 82.6/56.1/30.9%. The same order holds on digits-train. So on these trained CNNs
 single-node keeps more accuracy than any tree-level form tried at 0.3 and 0.5 (tree-level wins only
 L1 at 0.7); with ``--reconstruct`` tree-level has the lower output error in 11 of 12 settings. On
-random-weight zoo models (median relative output error on random inputs) tree-level keeps more at
-0.3 (SqueezeNet 0.89 vs 0.95, ViT 0.70 vs 0.77, MobileNetV2 0.54 vs 0.55, ResNet-18 0.73 vs 0.74)
-and the forms are within a few hundredths of each other above that. ``benchmarks/prune_digits.md``
+random-weight zoo models (``bench prune``, median relative output error on 64 random inputs, L1)
+tree-level keeps more at 0.3 on seven of eight (SqueezeNet 0.89 vs 0.95, ViT 0.70 vs 0.77, VGG-11
+0.82 vs 0.83, MobileNetV2 0.54 vs 0.55, ResNet-18 0.73 vs 0.74, ResNet-50, BERT; GoogLeNet 0.454 vs
+0.446), and above 0.3 the two are within a few hundredths, either way. ``benchmarks/prune_digits.md``
 (per seed) and ``prune_*.md`` hold the tables.
 
 **Attention heads.** A head group's channels are heads: every member's row for head ``h`` holds the
 ``D`` features of that head (``block = D``), so a head scores the sum over its features, here of the Q,
-K and V projection columns (``P``, summed over the three roots) times the output projection's rows
-(``L``); single-node mode scores the Q, K and V columns only.
+K and V projection columns (``P``, summed over the three roots) times the square root of the output
+projection's rows (``L``); single-node mode scores the Q, K and V columns only.
 
 Every member counts, as in the paper, but a channel that any stage zeroes (a zero filter, or a next
 layer that ignores it) scores zero, which a sum would hide behind the other members. Additive members
