@@ -43,3 +43,16 @@ def test_experiment_one_bad_settings_are_one_line(tmp_path: Path, capfd: pytest.
     assert "unknown ORT level 'max'" in capfd.readouterr().err
     assert main([*base, "--models", str(tmp_path / "missing.onnx")]) == 3
     assert main([*base, "--models", str(model), "--rounds", "0"]) == 9
+
+
+def test_without_models_experiment_one_builds_its_own_into_out(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert main(["bench", "experiment", "1", "--rounds", "2", "--warmup", "0"]) == 0
+    out = tmp_path / "out" / "experiment1"
+    built = sorted(p.stem for p in (out / "models").glob("*.onnx"))
+    assert {"digits_cnn", "simple_classifier", "demo_cnn"} <= set(built)
+    with (out / "experiment1.csv").open() as handle:
+        models = {row["model"] for row in csv.DictReader(handle)}
+    assert models == set(built)  # the onnx package's IR-3 models too: their weights are optimized as constants

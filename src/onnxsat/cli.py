@@ -10,9 +10,13 @@ import argparse
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from onnxsat.arguments import float_list, percent
 from onnxsat.errors import OnnxSatError, OutOfMemoryError
+
+if TYPE_CHECKING:
+    from onnxsat.bench.sparsity.common import ExperimentResult
 
 
 def _add_optimize(commands: argparse._SubParsersAction) -> None:
@@ -225,7 +229,13 @@ def _add_bench_experiment(which: argparse._SubParsersAction) -> None:
         "in budget",
     )
     parser.add_argument("number", type=int, choices=(1, 2, 3), help="which experiment")
-    parser.add_argument("--models", nargs="+", required=True, metavar="MODEL", help=".onnx files (never modified)")
+    parser.add_argument(
+        "--models",
+        nargs="+",
+        metavar="MODEL",
+        help=".onnx files (never modified); default: built-in models (1: digits CNN, SimpleClassifier, demo CNN, "
+        "onnx's SqueezeNet and ShuffleNet; 2, 3: the digits CNN on its held-out digits)",
+    )
     parser.add_argument(
         "--methods", nargs="+", choices=METHODS, default=["relative"], help="experiment 3 uses the first"
     )
@@ -243,36 +253,40 @@ def _add_bench_experiment(which: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--target", default="ort", help="experiment 1: ONNXSat's target (default ort)")
     parser.add_argument("--input-shape", action="append", default=[], metavar="NAME:D1,D2,...")
-    parser.add_argument("--out", required=True, help="folder for the PNG plots, CSV, Markdown and settings")
+    parser.add_argument("--out", help="folder for the PNG plots, CSV, Markdown and settings (default out/experimentN)")
     parser.add_argument("--html", metavar="PATH", help="also write the write-up and plots as one HTML page")
     parser.set_defaults(handler=_run_bench_experiment)
 
 
 def _run_bench_experiment(args: argparse.Namespace) -> int:
+    from onnxsat.bench.default_models import DEFAULT_DATA, experiment_models
     from onnxsat.bench.sparsity import SparsityExperimentSettings, experiment_three, experiment_two
     from onnxsat.html import check_html_path, write_page
     from onnxsat.html.bench import experiment_page
 
-    if args.number == 1:
-        return _run_experiment_one(args)
-    settings = SparsityExperimentSettings(
-        models=[Path(m) for m in args.models],
-        out=Path(args.out),
-        methods=args.methods,
-        data=args.data,
-        samples=args.samples,
-        budget=args.budget,
-        metric=args.metric,
-        threads=args.threads,
-        rounds=args.rounds,
-        warmup=args.warmup,
-        batch_size=args.batch_size,
-    )
-    if args.levels:
-        settings.levels = args.levels
+    out = Path(args.out or f"out/experiment{args.number}")
+    models = [Path(m) for m in args.models] if args.models else experiment_models(args.number, out)
     if args.html:
-        check_html_path(args.html, args.models)
-    result = (experiment_two if args.number == 2 else experiment_three)(settings)
+        check_html_path(args.html, models)
+    if args.number == 1:
+        result = _experiment_one(args, models, out)
+    else:
+        settings = SparsityExperimentSettings(
+            models=models,
+            out=out,
+            methods=args.methods,
+            data=args.data or (None if args.models else DEFAULT_DATA),
+            samples=args.samples,
+            budget=args.budget,
+            metric=args.metric,
+            threads=args.threads,
+            rounds=args.rounds,
+            warmup=args.warmup,
+            batch_size=args.batch_size,
+        )
+        if args.levels:
+            settings.levels = args.levels
+        result = (experiment_two if args.number == 2 else experiment_three)(settings)
     if args.html:
         figures = [(path.name, path.read_bytes()) for path in result.paths if path.suffix == ".png"]
         write_page(experiment_page(result.markdown, figures), args.html)
@@ -280,13 +294,13 @@ def _run_bench_experiment(args: argparse.Namespace) -> int:
     return 0
 
 
-def _run_experiment_one(args: argparse.Namespace) -> int:
+def _experiment_one(args: argparse.Namespace, models: list[Path], out: Path) -> ExperimentResult:
     from onnxsat.bench.fusion import FusionSettings, experiment_one
     from onnxsat.verify import parse_input_shapes
 
     settings = FusionSettings(
-        models=[Path(m) for m in args.models],
-        out=Path(args.out),
+        models=models,
+        out=out,
         threads=args.threads,
         rounds=args.rounds,
         warmup=args.warmup,
@@ -295,8 +309,7 @@ def _run_experiment_one(args: argparse.Namespace) -> int:
         target=args.target,
         input_shapes=parse_input_shapes(args.input_shape),
     )
-    print(experiment_one(settings).markdown)
-    return 0
+    return experiment_one(settings)
 
 
 def _add_bench_compare(which: argparse._SubParsersAction) -> None:

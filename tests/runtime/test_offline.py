@@ -14,6 +14,7 @@ from onnxsat.model_io import load_model, model_folder
 from onnxsat.report import op_counts
 from onnxsat.runtime.offline import LAYOUT_WARNING, optimize_offline
 from onnxsat.verify import verify
+from onnxsat.zoo import bundled
 
 SHAPES = {"x": [2, 3, 8, 8]}
 
@@ -67,3 +68,16 @@ def test_a_model_ort_cannot_load_is_one_runtime_error() -> None:
     with pytest.raises(RuntimeUnsupportedError, match=r"cannot load the model to optimize it: .*NoSuchOp") as caught:
         optimize_offline(model, "basic")
     assert "\n" not in str(caught.value)
+
+
+def test_weights_listed_as_inputs_are_optimized_as_constants() -> None:
+    # onnx's light SqueezeNet is IR 3: its 52 weights are graph inputs too, which ORT would keep as inputs
+    path = bundled.bundled_models().get("squeezenet")
+    if path is None:
+        pytest.skip("this onnx build ships no light models")
+    model = onnx.load(str(path))
+    optimized, notices = optimize_offline(model, "extended")
+    assert "52 weights listed as graph inputs (IR 3) were optimized as constants" in notices
+    assert [v.name for v in optimized.graph.input] == ["data_0"]
+    assert len(optimized.graph.node) < len(model.graph.node)
+    assert verify(model, optimized).ok

@@ -16,8 +16,11 @@ Design choices, and why:
   vector width by this ORT build. Another machine or ORT version may run it slower or not at all.
 - ORT lists every domain it knows in the written model's opset imports; the ones no node uses are
   dropped, so other tools do not trip over domains (``ai.onnx.training``) they have never heard of.
-- ORT once wrote, for an IR-3 model, a file that still required folded-away weights as inputs
-  (ORT_FINDINGS.md, finding 10): a result needing inputs the original did not is refused.
+- Weights listed as graph inputs (IR 3 exports, such as the models bundled with the onnx package) are
+  inputs a caller may override, so ORT neither folds them nor writes a model that runs without them
+  (ORT_FINDINGS.md, finding 10). They are optimized as the constants they are: a copy lists them as
+  initializers only (IR version raised to 4, the first that allows it) and a notice says so. A result
+  that still needs inputs the original did not is refused.
 """
 
 from __future__ import annotations
@@ -75,6 +78,22 @@ def _drop_unused_domains(model: onnx.ModelProto) -> None:
     model.opset_import.extend(kept)
 
 
+def _weights_as_constants(model: onnx.ModelProto) -> tuple[onnx.ModelProto, list[str]]:
+    """``model``, or a copy whose initializers are no longer listed as graph inputs, and a notice."""
+    initializers = {t.name for t in model.graph.initializer}
+    listed = [v for v in model.graph.input if v.name in initializers]
+    if not listed:
+        return model, []
+    copy = onnx.ModelProto()
+    copy.CopyFrom(model)
+    for index in reversed(range(len(copy.graph.input))):
+        if copy.graph.input[index].name in initializers:
+            del copy.graph.input[index]
+    copy.ir_version = max(copy.ir_version, 4)
+    notice = f"{len(listed)} weights listed as graph inputs (IR {model.ir_version}) were optimized as constants"
+    return copy, [notice]
+
+
 def optimize_offline(
     model: onnx.ModelProto, level: str, base_dir: Path | None = None
 ) -> tuple[onnx.ModelProto, list[str]]:
@@ -88,6 +107,7 @@ def optimize_offline(
     external = has_external_data(model)
     if external and base_dir is None:
         raise SettingsError("the model keeps its weights in external data: give base_dir, the folder they are in")
+    model, notices = _weights_as_constants(model)
     with tempfile.TemporaryDirectory(prefix="onnxsat-ort-") as folder:
         target = Path(folder) / "optimized.onnx"
         try:
@@ -107,7 +127,7 @@ def optimize_offline(
             f"ONNX Runtime's offline model requires inputs the original does not: {', '.join(sorted(extra))} "
             "(weights listed as graph inputs in an old IR version?); not using it"
         )
-    notices = [f"ORT {level}: {len(model.graph.node)} -> {len(optimized.graph.node)} nodes"]
+    notices.insert(0, f"ORT {level}: {len(model.graph.node)} -> {len(optimized.graph.node)} nodes")
     contrib = sorted({n.domain for n in optimized.graph.node if n.domain in _CONTRIB_DOMAINS})
     if contrib:
         notices.append(f"the result uses ONNX Runtime's own ops ({', '.join(contrib)}): only ONNX Runtime runs it")
