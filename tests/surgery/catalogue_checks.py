@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+import interface_models
 import numpy as np
 import onnx
-import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
 
 from onnxsat.surgery.surgeon import Surgeon, SurgeryOutcome
@@ -50,8 +50,7 @@ def feeds(model: onnx.ModelProto, seed: int = 0) -> dict[str, np.ndarray]:
 
 
 def run(model: onnx.ModelProto, inputs: Mapping[str, np.ndarray]) -> list[np.ndarray]:
-    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-    return session.run(None, dict(inputs))
+    return interface_models.run(model, dict(inputs))
 
 
 def applied(surgeon: Surgeon, model: onnx.ModelProto) -> SurgeryOutcome:

@@ -7,8 +7,8 @@ import math
 
 import numpy as np
 import onnx
-import onnxruntime as ort
 import pytest
+from interface_models import checked, make_model, run, value
 from onnx import TensorProto, helper, numpy_helper
 
 from onnxsat.surgery.surgeon import SurgeryError, build_surgeon
@@ -24,37 +24,8 @@ from onnxsat.surgery.surgeons.decompositions import (
 RNG = np.random.default_rng(11)
 
 
-def value(name: str, shape: list[int | str] | None, elem: int = TensorProto.FLOAT) -> onnx.ValueInfoProto:
-    return helper.make_tensor_value_info(name, elem, shape)
-
-
-def make_model(
-    nodes: list[onnx.NodeProto],
-    inputs: list[onnx.ValueInfoProto],
-    outputs: list[onnx.ValueInfoProto],
-    initializer: list[onnx.TensorProto] = (),
-    opset: int = 17,
-) -> onnx.ModelProto:
-    graph = helper.make_graph(nodes, "g", inputs, outputs, initializer=initializer)
-    imports = [helper.make_opsetid("", opset), helper.make_opsetid("com.microsoft", 1)]
-    return helper.make_model(graph, opset_imports=imports, ir_version=10)
-
-
-def run(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
-    """The model's outputs in ONNX Runtime with its graph optimizations off (our graph, not ORT's rewrite)."""
-    options = ort.SessionOptions()
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
-    return session.run(None, feeds)
-
-
 def op_types(model: onnx.ModelProto) -> list[str]:
     return [node.op_type for node in model.graph.node]
-
-
-def checked(model: onnx.ModelProto) -> onnx.ModelProto:
-    onnx.checker.check_model(model, full_check=True)
-    return model
 
 
 def erf_model(elem: int = TensorProto.FLOAT) -> onnx.ModelProto:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 import onnx
-import onnxruntime as ort
 import pytest
+from interface_models import checked, make_model, run, value
 from onnx import TensorProto, helper, numpy_helper
 
 from onnxsat.surgery.surgeon import SurgeryError, build_surgeon
@@ -25,38 +25,10 @@ X = RNG.standard_normal((2, 3)).astype(np.float32)
 Y = RNG.standard_normal((2, 3)).astype(np.float32)
 
 
-def value(name: str, shape: list[int | str] | None = (2, 3), elem: int = TensorProto.FLOAT) -> onnx.ValueInfoProto:
-    return helper.make_tensor_value_info(name, elem, shape)
-
-
-def make_model(
-    nodes: list[onnx.NodeProto],
-    inputs: list[onnx.ValueInfoProto],
-    outputs: list[onnx.ValueInfoProto],
-    initializer: list[onnx.TensorProto] = (),
-    ir_version: int = 10,
-) -> onnx.ModelProto:
-    graph = helper.make_graph(nodes, "g", inputs, outputs, initializer=initializer)
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=ir_version)
-
-
-def run(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
-    """The model's outputs in ONNX Runtime with its graph optimizations off (our graph, not ORT's rewrite)."""
-    options = ort.SessionOptions()
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
-    return session.run(None, feeds)
-
-
 def add_model() -> onnx.ModelProto:
     """The document's running example: add_output = Add(input1, input2)."""
     node = helper.make_node("Add", ["input1", "input2"], ["add_output"], name="AddNode")
     return make_model([node], [value("input1"), value("input2")], [value("add_output")])
-
-
-def checked(model: onnx.ModelProto) -> onnx.ModelProto:
-    onnx.checker.check_model(model, full_check=True)
-    return model
 
 
 def test_rename_inputs_document_example() -> None:

@@ -4,29 +4,12 @@ from __future__ import annotations
 
 import numpy as np
 import onnx
-import onnxruntime as ort
 import pytest
+from interface_models import make_model, run
 from onnx import TensorProto, helper
 
 from onnxsat.surgery.surgeon import SurgeryError, build_surgeon
 from onnxsat.surgery.surgeons.shapes import InferShapes, RemoveShapes, static_dims, tensor_types
-
-
-def make_model(
-    nodes: list[onnx.NodeProto],
-    inputs: list[onnx.ValueInfoProto],
-    outputs: list[onnx.ValueInfoProto],
-    value_info: list[onnx.ValueInfoProto] = (),
-) -> onnx.ModelProto:
-    graph = helper.make_graph(nodes, "test-model", inputs, outputs, value_info=value_info)
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=10)
-
-
-def run(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
-    options = ort.SessionOptions()
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
-    return session.run(None, feeds)
 
 
 def float_input(name: str, shape: list[int | str] | None) -> onnx.ValueInfoProto:
@@ -40,7 +23,7 @@ def add_relu(value_info: list[onnx.ValueInfoProto] = (), output_shape: list[int]
         helper.make_node("Relu", ["intermediate"], ["output1"], name="Relu"),
     ]
     inputs = [float_input("input1", [1]), float_input("input2", [1])]
-    return make_model(nodes, inputs, [float_input("output1", output_shape)], value_info)
+    return make_model(nodes, inputs, [float_input("output1", output_shape)], value_info=value_info)
 
 
 FEEDS = {"input1": np.array([0.5], np.float32), "input2": np.array([-2.0], np.float32)}
