@@ -175,7 +175,8 @@ def test_exact_surgeries_are_compared_under_the_old_names_and_inexact_ones_are_o
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 8])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 8])],
     )
-    onnx.save(helper.make_model(erf, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), str(tmp_path / "erf.onnx"))
+    erf_model = helper.make_model(erf, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    onnx.save(erf_model, str(tmp_path / "erf.onnx"))
     inexact = [{"type": "surgeries", "surgeries": [{"surgeon": "ReplaceErfWithTanh"}]}]
     assert main(["run", str(write(tmp_path, pipeline(inexact, input_model="erf.onnx")))]) == 0
     assert "outputs not compared with the input (a surgeon changes numerics)" in capsys.readouterr().out

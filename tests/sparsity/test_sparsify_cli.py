@@ -204,6 +204,7 @@ def test_a_result_that_fails_verification_is_written_only_with_force(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
 ) -> None:
     from onnxsat.errors import RuntimeUnsupportedError
+
     verification = sys.modules["onnxsat.verify"]
 
     def refuse(*args: object, **kwargs: object) -> None:
