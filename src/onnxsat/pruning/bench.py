@@ -35,7 +35,7 @@ from onnxsat.data.sources import Dataset, load_dataset
 from onnxsat.errors import SettingsError
 from onnxsat.pruning.cost import mac_count, parameter_count
 from onnxsat.pruning.pipeline import PruneOptions, prune_model
-from onnxsat.sparsity.search import input_dims
+from onnxsat.sparsity.search import input_dims, random_dataset
 from onnxsat.verify import random_inputs, session
 
 DEFAULT_RATES = (0.3, 0.5, 0.7)
@@ -90,9 +90,7 @@ def dataset_for(model: onnx.ModelProto, spec: str | None, samples: int | None) -
             raise SettingsError(f"--data needs a model with one input; this one has {len(inputs)}")
         return None
     if spec is None:
-        count = samples or RANDOM_SAMPLES
-        rows = [random_inputs(model, None, seed)[inputs[0].name] for seed in range(count)]
-        return Dataset(np.concatenate(rows), None, "random seeded normal inputs")
+        return random_dataset(model, samples or RANDOM_SAMPLES)
     return load_dataset(spec, input_dims(model), limit=samples)
 
 

@@ -29,6 +29,7 @@ from onnxsat.sparsity.search import (
     data_input,
     input_dims,
     pruner,
+    random_dataset,
     search_per_layer,
     search_uniform,
 )
@@ -102,10 +103,7 @@ def _dataset(model: onnx.ModelProto, options: SparsifyOptions) -> Dataset | None
     if options.data is None:
         return None
     if options.data == "random":
-        name = data_input(model).name
-        count = options.limit or RANDOM_CALIBRATION_SAMPLES
-        samples = [random_inputs(model, options.input_shapes, seed)[name] for seed in range(count)]
-        return Dataset(np.concatenate(samples), None, f"random ({count} seeded normal inputs)")
+        return random_dataset(model, options.limit or RANDOM_CALIBRATION_SAMPLES, options.input_shapes)
     dataset = load_dataset(options.data, input_dims(model), limit=options.limit, mean=options.mean, std=options.std)
     return Dataset(dataset.inputs, None, f"{dataset.name} (fidelity)") if options.fidelity else dataset
 

@@ -32,7 +32,7 @@ from onnxsat.data.sources import Dataset
 from onnxsat.errors import DataError, SettingsError
 from onnxsat.sparsity.methods import PruneResult, prune_masks
 from onnxsat.sparsity.targets import PrunableWeight
-from onnxsat.verify import session
+from onnxsat.verify import DEFAULT_DYNAMIC_DIM, random_inputs, session
 
 METRICS = ("top1", "top5")
 
@@ -56,6 +56,21 @@ def batch_size_for(model: onnx.ModelProto, requested: int) -> int:
     """``requested``, or the model's batch size when its input fixes one (exports often fix it to 1)."""
     dims = input_dims(model)
     return (dims[0] if dims else None) or requested
+
+
+def random_dataset(
+    model: onnx.ModelProto, count: int, input_shapes: Mapping[str, list[int]] | None = None, first_seed: int = 0
+) -> Dataset:
+    """``count`` seeded standard-normal samples of the data input (``verify.random_inputs``, one seed per
+    call), unlabelled: what calibration and fidelity use when the user gives no data. A model whose
+    batch dim is fixed gets whole batches (``count`` rounded down to a multiple of it, at least one)."""
+    name, dims = data_input(model).name, input_dims(model)
+    given = (input_shapes or {}).get(name)
+    rest = list(given[1:]) if given else [d if d is not None else DEFAULT_DYNAMIC_DIM for d in dims[1:]]
+    per_call = (dims[0] if dims else None) or 1
+    calls = max(1, count // per_call)
+    chunks = [random_inputs(model, {name: [per_call, *rest]}, first_seed + index)[name] for index in range(calls)]
+    return Dataset(np.concatenate(chunks), None, f"random ({calls * per_call} seeded normal inputs)")
 
 
 class Evaluator:

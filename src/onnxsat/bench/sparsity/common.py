@@ -31,9 +31,8 @@ from onnxsat.data.metrics import Accuracy
 from onnxsat.data.sources import Dataset, load_dataset
 from onnxsat.errors import SettingsError
 from onnxsat.sparsity.methods import METHODS
-from onnxsat.sparsity.search import METRICS, data_input, input_dims
+from onnxsat.sparsity.search import METRICS, input_dims, random_dataset
 from onnxsat.sparsity.targets import PrunableWeight, prunable_weights
-from onnxsat.verify import DEFAULT_DYNAMIC_DIM, random_inputs
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -142,23 +141,12 @@ def sample_count(settings: SparsityExperimentSettings, batch: int | None, label:
     return count
 
 
-def random_dataset(model: onnx.ModelProto, count: int) -> Dataset:
-    """``count`` seeded standard-normal samples (``verify.random_inputs``), unlabelled."""
-    name, dims = data_input(model).name, input_dims(model)
-    rest = [d if d is not None else DEFAULT_DYNAMIC_DIM for d in dims[1:]]
-    per_call = dims[0] or count
-    chunks = [
-        random_inputs(model, {name: [per_call, *rest]}, RANDOM_SEED + index)[name] for index in range(count // per_call)
-    ]
-    return Dataset(np.concatenate(chunks), None, f"random normal inputs (seed {RANDOM_SEED})")
-
-
 def experiment_dataset(model: onnx.ModelProto, settings: SparsityExperimentSettings, label: str) -> Dataset:
     """The samples both experiments measure a model on: the data spec's, or seeded random inputs."""
     batch = fixed_batch(model)
     count = sample_count(settings, batch, label)
     if settings.data is None:
-        return random_dataset(model, count)
+        return random_dataset(model, count, first_seed=RANDOM_SEED)
     dataset = load_dataset(settings.data, input_dims(model), limit=count)
     usable = len(dataset) // (batch or 1) * (batch or 1)
     if usable == 0:
