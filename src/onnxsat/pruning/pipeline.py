@@ -28,6 +28,7 @@ from onnxsat.pruning.library import load_library
 from onnxsat.pruning.reconstruct import reconstruct
 from onnxsat.pruning.report import GroupReport, PruneReport
 from onnxsat.pruning.trees import ChannelGroup, Forest, build_groups
+from onnxsat.pruning.unfuse import fused_count, split_fused
 from onnxsat.sparsity.search import batch_size_for, data_input, input_dims
 from onnxsat.verify import VerificationResult, random_inputs, run_model
 
@@ -99,8 +100,9 @@ def parse_rates(specs: Sequence[str]) -> dict[str, float]:
 def association_trees(
     model: onnx.ModelProto, library: str | Path | None = None, base_dir: Path | None = None
 ) -> tuple[onnx.ModelProto, GraphIndex, Forest]:
-    """The Constant-free working copy of ``model``, its lookups, and its channel groups."""
-    work = constants_as_initializers(model)
+    """The working copy of ``model`` (Constants as initializers, ORT's fused ops split: see ``unfuse``),
+    its lookups, and its channel groups."""
+    work = constants_as_initializers(split_fused(model)[0])
     index = GraphIndex(work, base_dir)
     return work, index, build_groups(work, load_library(library), index)
 
@@ -187,6 +189,9 @@ def prune_model(
     work, index, forest = association_trees(model, options.library, base_dir)
     plan = _plan(forest, options)
     report = PruneReport(input=source, output=None, criterion=options.criterion, mode=options.mode, rate=options.rate)
+    fused, left = fused_count(model), fused_count(work)
+    if fused:
+        report.notes.append(f"{fused - left} of {fused} ORT fused ops split into op + activation to be pruned")
     batches = None
     if options.criterion == "hrank" or options.reconstruct:
         batches, report.data = calibration_batches(work, options, dataset)
