@@ -59,6 +59,7 @@ import onnxruntime as ort
 from onnxsat import model_io
 from onnxsat.bench import peers as peer_registry
 from onnxsat.bench.scale import environment_line
+from onnxsat.bench.writing import model_labels
 from onnxsat.errors import OnnxSatError, RuntimeUnsupportedError, SettingsError
 from onnxsat.external_data import has_external_data
 from onnxsat.verify import Reference, Tolerance, compare_outputs, parse_input_shapes, reference_run, session
@@ -258,7 +259,8 @@ def load_whole(path: str | Path) -> onnx.ModelProto:
     return model
 
 
-def _describe_inputs(feeds: Mapping[str, np.ndarray]) -> str:
+def describe_inputs(feeds: Mapping[str, np.ndarray]) -> str:
+    """The inputs a measurement ran on, as its table's header says them: ``x [1,3,8,8] float32``."""
     return ", ".join(f"{name} [{','.join(map(str, a.shape))}] {a.dtype}" for name, a in feeds.items()) or "none"
 
 
@@ -452,7 +454,7 @@ def compare_model(
     original = load_whole(path)
     reference = reference_run(original, settings.input_shapes)  # raises if ORT cannot run the input
     tolerance = Tolerance().for_model(original)
-    result = ModelComparison(str(path), label or Path(path).name, _describe_inputs(reference.feeds), tolerance)
+    result = ModelComparison(str(path), label or Path(path).name, describe_inputs(reference.feeds), tolerance)
     result.constant_outputs = all(_constant(output) for output in reference.outputs)
 
     models: dict[str, onnx.ModelProto] = {"original": original}
@@ -727,12 +729,6 @@ def _check_outputs_paths(models: Sequence[str], *outputs: str | None) -> None:
             model_io.check_output_path(model, output)
 
 
-def _labels(paths: Sequence[str]) -> list[str]:
-    """File stems, numbered when two models share one (they name the --keep files and the table)."""
-    stems = [Path(p).stem for p in paths]
-    return [f"{i + 1}-{s}" if stems.count(s) > 1 else s for i, s in enumerate(stems)]
-
-
 def run_compare(
     models: Sequence[str],
     input_shapes: Sequence[str] = (),
@@ -774,7 +770,7 @@ def run_compare(
         "in rotating order"
     )
     comparisons = []
-    for path, label in zip(models, _labels(models), strict=True):
+    for path, label in zip(models, model_labels(models), strict=True):
         print(flush=True)
         comparison = compare_model(path, settings, registry, label)
         comparisons.append(comparison)

@@ -43,7 +43,7 @@ from onnxsat.bench.writing import (
     settings_json,
 )
 from onnxsat.errors import SettingsError
-from onnxsat.verify import random_inputs, session
+from onnxsat.verify import Tolerance, compare_outputs, random_inputs, session
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -223,7 +223,8 @@ def _measure(
     one, _ = _feeds(original, settings, 1)
     many, batch = _feeds(original, settings, settings.batch_size)
     expected = sessions[0].run(None, one)
-    diffs = [_max_diff(expected, s.run(None, one)) for s in sessions]
+    names = [o.name for o in original.graph.output]
+    diffs = [_max_diff(names, expected, s.run(None, one)) for s in sessions]
     timings = []
     for feeds in (one, many):
         runners = [lambda s=s, feeds=feeds: s.run(None, feeds) for s in sessions]
@@ -262,11 +263,10 @@ def _measure(
     return fact, rows
 
 
-def _max_diff(expected: Sequence[np.ndarray], actual: Sequence[np.ndarray]) -> float:
-    pairs = zip(expected, actual, strict=True)
-    return max(
-        (float(np.max(np.abs(np.asarray(a, np.float64) - b))) if np.size(a) else 0.0 for a, b in pairs), default=0.0
-    )
+def _max_diff(names: Sequence[str], expected: Sequence[np.ndarray], actual: Sequence[np.ndarray]) -> float:
+    """The largest absolute output difference (``verify.compare_outputs``: infinite for a changed shape)."""
+    comparisons = compare_outputs(names, expected, actual, Tolerance())
+    return max((c.max_abs_diff for c in comparisons), default=0.0)
 
 
 def _write_up(rows: list[FusionRow], settings: FusionSettings, env: dict[str, object]) -> str:

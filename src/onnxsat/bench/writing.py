@@ -49,7 +49,7 @@ def environment_line(env: dict[str, object]) -> str:
     )
 
 
-def model_labels(paths: Sequence[Path]) -> list[str]:
+def model_labels(paths: Sequence[str | Path]) -> list[str]:
     """File stems, numbered when two models share one."""
     stems = [Path(p).stem for p in paths]
     return [f"{i + 1}-{s}" if stems.count(s) > 1 else s for i, s in enumerate(stems)]

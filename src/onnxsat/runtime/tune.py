@@ -41,10 +41,9 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import onnxruntime as ort
 
-from onnxsat.bench.compare import RoundTimes, median_interval, noise_band, noise_verdict, time_rounds
+from onnxsat.bench.compare import RoundTimes, describe_inputs, median_interval, noise_band, noise_verdict, time_rounds
 from onnxsat.errors import RuntimeUnsupportedError, SettingsError
 from onnxsat.model_io import check_model, load_model, model_folder
 from onnxsat.runtime.offline import LEVELS
@@ -280,10 +279,6 @@ class TuneResult:
         ]
 
 
-def _describe_inputs(feeds: Mapping[str, np.ndarray]) -> str:
-    return ", ".join(f"{name} [{','.join(map(str, a.shape))}] {a.dtype}" for name, a in feeds.items()) or "none"
-
-
 def tune(
     model_path: str | os.PathLike[str],
     input_shapes: Mapping[str, Sequence[int]] | None = None,
@@ -339,4 +334,4 @@ def tune(
         candidate.ratios = [b / t for b, t in zip(times[0], own, strict=True)]
     measured = sorted((c for c in candidates if c.status == "ok"), key=lambda c: (-c.speedup, c.median_ms))
     skipped = [c for c in candidates if c.status != "ok"]
-    return TuneResult(str(path), _describe_inputs(reference.feeds), rounds, warmup, measured + skipped, default, noise)
+    return TuneResult(str(path), describe_inputs(reference.feeds), rounds, warmup, measured + skipped, default, noise)
