@@ -157,7 +157,7 @@ def _add_sparsify(commands: argparse._SubParsersAction) -> None:
 
 
 def _run_sparsify(args: argparse.Namespace) -> int:
-    from onnxsat.html import check_html_path, with_page
+    from onnxsat.html import with_page
     from onnxsat.html.sparsify import sparsify_page
     from onnxsat.passes import print_report
     from onnxsat.sparsity.pipeline import SparsifyOptions, sparsify
@@ -180,10 +180,12 @@ def _run_sparsify(args: argparse.Namespace) -> int:
         std=args.std,
         input_shapes=parse_input_shapes(args.input_shape),
     )
-    if args.html:
-        check_html_path(args.html, [args.model], [args.output, args.report])
     run = with_page(
-        lambda: sparsify(args.model, args.output, options, args.report, force=args.force), args.html, sparsify_page
+        lambda: sparsify(args.model, args.output, options, args.report, force=args.force),
+        args.html,
+        sparsify_page,
+        [args.model],
+        [args.output, args.report],
     )
     return print_report(run)
 

@@ -8,7 +8,8 @@ check the path before any work (``check_html_path``) and write the page last, at
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import TypeVar
 
 from onnxsat.errors import VerificationFailedError
@@ -19,11 +20,19 @@ __all__ = ["Page", "check_html_path", "with_page", "write_page"]
 R = TypeVar("R")
 
 
-def with_page(run: Callable[[], R], path: str | None, page_of: Callable[[R], Page]) -> Callable[[], R]:
+def with_page(
+    run: Callable[[], R],
+    path: str | None,
+    page_of: Callable[[R], Page],
+    inputs: Sequence[str | Path] = (),
+    outputs: Sequence[str | Path | None] = (),
+) -> Callable[[], R]:
     """``run`` that also writes ``page_of(report)`` to ``path`` (when given), from the report it returns or
-    the one a :class:`VerificationFailedError` carries."""
+    the one a :class:`VerificationFailedError` carries. The path is checked now, before ``run`` does any
+    work, against the command's ``inputs`` and ``outputs`` (``check_html_path``)."""
     if path is None:
         return run
+    check_html_path(path, inputs, outputs)
 
     def run_and_write() -> R:
         try:

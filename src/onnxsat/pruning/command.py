@@ -46,7 +46,7 @@ def add_prune_parser(commands: argparse._SubParsersAction) -> None:
 
 def run_prune(args: argparse.Namespace) -> int:
     from onnxsat.errors import SettingsError
-    from onnxsat.html import check_html_path, with_page
+    from onnxsat.html import with_page
     from onnxsat.html.prune import prune_page
     from onnxsat.passes import print_report
     from onnxsat.pruning.pipeline import PruneOptions, parse_rates, prune, show_trees
@@ -72,10 +72,12 @@ def run_prune(args: argparse.Namespace) -> int:
         mean=args.mean,
         std=args.std,
     )
-    if args.html:
-        check_html_path(args.html, [args.model], [args.output, args.report])
     run = with_page(
-        lambda: prune(args.model, args.output, options, args.report, force=args.force), args.html, prune_page
+        lambda: prune(args.model, args.output, options, args.report, force=args.force),
+        args.html,
+        prune_page,
+        [args.model],
+        [args.output, args.report],
     )
     return print_report(run)
 
