@@ -12,6 +12,7 @@ from onnxsat.pruning.importance import (
     fpgm_scores,
     group_scores,
     member_matrix,
+    ranked_maps,
     select_kept,
 )
 from onnxsat.pruning.pipeline import association_trees
@@ -43,6 +44,47 @@ def test_tree_level_and_single_node_rank_channels_differently() -> None:
     weights = {t.name: onnx.numpy_helper.to_array(t) for t in pruned_single.graph.initializer}
     assert weights["c1_w"][:, 0, 0, 0].tolist() == [2, 3, 4]
     assert single_report.groups[0].kept == 3
+
+
+def test_hrank_ranks_the_maps_the_next_layer_reads() -> None:
+    """After the activation (and the residual Add with its Relu), not the raw Conv output."""
+    b = Builder()
+    r1 = b.node("Relu", [b.conv("c1", "x", 3, 4)], "r1")
+    normalized = b.node("BatchNormalization", [b.conv("c2", r1, 4, 3), *bn_params(b, "bn", 3)], "bn")
+    r2 = b.node("Relu", [b.node("Add", [normalized, b.conv("c4", r1, 4, 3)], "add")], "r2")
+    model = b.model([b.node("MaxPool", [r2], "pool", kernel_shape=[2, 2], strides=[2, 2]), b.conv("c3", r2, 3, 2)])
+    work, _, forest = association_trees(model)
+    first_outputs = {node.name: node.output[0] for node in work.graph.node}
+    maps = {root: tensor for g in forest.groups for root, tensor in ranked_maps(g, first_outputs).items()}
+    assert maps["c1"] == "r1"
+    assert maps["c2"] == maps["c4"] == "r2"  # through BN, the residual Add and its Relu; pool and c3 read r2
+    assert maps["c3"] == "c3"  # a graph output: nothing after it
+
+
+def bn_params(b: Builder, name: str, channels: int) -> list[str]:
+    """Identity BatchNormalization parameters: scale 1, shift 0, mean 0, variance 1."""
+    ones, zeros = np.ones(channels, np.float32), np.zeros(channels, np.float32)
+    values = {"scale": ones, "shift": zeros, "mean": zeros, "var": ones}
+    return [b.const(f"{name}_{part}", value) for part, value in values.items()]
+
+
+def test_hrank_prunes_a_channel_its_activation_silences() -> None:
+    """Channel 3 has the largest filter but a bias that keeps it below zero, so its Relu maps are all
+    zero (rank 0): HRank prunes it first, where the raw Conv maps (full rank for every channel) tied."""
+    b = Builder()
+    weight = (np.random.default_rng(1).normal(size=(4, 3, 3, 3)) * [[[[1]]], [[[1]]], [[[1]]], [[[3]]]]).astype(
+        np.float32
+    )
+    conv = b.node(
+        "Conv",
+        ["x", b.const("c1_w", weight), b.const("c1_b", np.array([0, 0, 0, -1e3], np.float32))],
+        "c1",
+        pads=[1] * 4,
+    )
+    model = b.model([b.conv("c2", b.node("Relu", [conv], "r1"), 4, 2)])
+    pruned, _ = prune(model, rate=0.25, criterion="hrank", single_node=True)
+    kept_bias = {t.name: onnx.numpy_helper.to_array(t) for t in pruned.graph.initializer}["c1_b"]
+    assert kept_bias.tolist() == [0, 0, 0]
 
 
 def test_member_matrix_takes_blocks_at_an_offset() -> None:

@@ -6,9 +6,13 @@ positions for each channel, every other axis flattened), scored per channel:
 - ``l1``: sum of |w|; ``l2``: Euclidean norm;
 - ``fpgm``: sum of Euclidean distances to every other channel's vector (a channel near the geometric
   median is replaceable by the others: lowest score, pruned first);
-- ``hrank``: the average rank of the root's output feature maps over calibration data
-  (``feature_ranks``) for roots whose output is a map at least 2x2 (Conv); L1 for Gemm/MatMul roots and
-  every other member.
+- ``hrank``: the average rank of the channel's feature maps over calibration data (``feature_ranks``)
+  where they are maps at least 2x2 (Conv); L1 for Gemm/MatMul roots and every other member. The maps
+  ranked are the ones the next layer reads (``ranked_maps``): the root's output carried through the
+  activation, normalization and residual Add right after it, as HRank's reference code ranks ReLU
+  outputs. The raw Conv output with its bias is almost always full rank: on the digits CNN every
+  channel of both convolutions averaged rank 7.96 or 8.00 of 8, so HRank tied everywhere and the
+  stable sort pruned the lowest channel indices.
 
 A member with one value per channel (a BatchNormalization scale) has no vector for FPGM, so it is
 scored by magnitude (L1). Each member's scores are divided by their mean over the group's channels
@@ -82,7 +86,8 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 
-from onnxsat.pruning.trees import GAIN, LEAF, ROOT, ChannelGroup, ChannelSlice
+from onnxsat.op_kinds import ELEMENTWISE_UNARY
+from onnxsat.pruning.trees import GAIN, LEAF, ROOT, ChannelGroup, ChannelSlice, TreeEdge
 from onnxsat.verify import session, with_outputs
 
 CRITERIA = ("l1", "l2", "fpgm", "hrank")
@@ -170,13 +175,41 @@ def select_kept(scores: np.ndarray, rate: float, multiple: int = 1) -> np.ndarra
     return np.sort(order[count:])
 
 
+MAP_KEEPING = frozenset(
+    {*ELEMENTWISE_UNARY, "Identity", "Dropout", "BatchNormalization", "InstanceNormalization"}
+    | {"Add", "Sub", "Mul", "Div", "PRelu", "Sum", "Max", "Min", "Mean"}
+)
+"""Ops that keep a channel's feature map in place, value for value (activations, per-channel constants,
+normalization, residual merges): HRank follows a root's output through them to the map it ranks."""
+
+
+def ranked_maps(group: ChannelGroup, outputs: Mapping[str, str]) -> dict[str, str]:
+    """For each root of ``group``, the tensor whose maps HRank ranks (``outputs``: node -> first output).
+
+    From the root, the tree is followed while the current node has exactly one child and that child
+    keeps the map (``MAP_KEEPING``); the first tensor read by anything else (a pool, the next layer, two
+    consumers) is ranked. Conv -> Relu -> Conv ranks the Relu output; a residual block's last Conv ranks
+    the Relu after the Add, as HRank's reference code does.
+    """
+    children: dict[str, list[TreeEdge]] = {}
+    for edge in group.edges:
+        children.setdefault(edge.parent, []).append(edge)
+    maps = {}
+    for root in group.roots:
+        node = root.node
+        while len(children.get(node, [])) == 1 and children[node][0].op_type in MAP_KEEPING:
+            node = children[node][0].child
+        maps[root.node] = outputs.get(node, root.output)
+    return maps
+
+
 def feature_ranks(
     model: onnx.ModelProto,
     outputs: Mapping[str, str],
     batches: Iterable[dict[str, np.ndarray]],
     base_dir: Path | None = None,
 ) -> dict[str, np.ndarray]:
-    """HRank: for each root (``outputs``: root node -> its output tensor) whose output is ``[N, C, H, W]``
+    """HRank: for each root (``outputs``: root node -> the tensor ranked, see ``ranked_maps``) whose maps are ``[N, C, H, W]``
     with H, W >= 2, the rank of each channel's HxW map averaged over every calibration sample.
 
     The outputs are exposed as extra graph outputs of a copy and computed by ONNX Runtime batch by batch;

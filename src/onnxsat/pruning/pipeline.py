@@ -22,8 +22,8 @@ from onnxsat.errors import InvalidModelError, RuntimeUnsupportedError, SettingsE
 from onnxsat.passes import run_pass
 from onnxsat.pruning.apply import apply_pruning
 from onnxsat.pruning.cost import mac_count, parameter_count
-from onnxsat.pruning.graph import GraphIndex, constants_as_initializers
-from onnxsat.pruning.importance import CRITERIA, feature_ranks, group_scores, select_kept
+from onnxsat.pruning.graph import GraphIndex, constants_as_initializers, node_label
+from onnxsat.pruning.importance import CRITERIA, feature_ranks, group_scores, ranked_maps, select_kept
 from onnxsat.pruning.library import load_library
 from onnxsat.pruning.reconstruct import reconstruct
 from onnxsat.pruning.report import GroupReport, PruneReport
@@ -166,7 +166,8 @@ def choose_channels(
     ranks = None
     if options.criterion == "hrank":
         assert batches is not None
-        outputs = {r.node: r.output for g in pruned for r in g.roots}
+        first_outputs = {node_label(node): node.output[0] for node in index.model.graph.node if node.output}
+        outputs = {root: tensor for g in pruned for root, tensor in ranked_maps(g, first_outputs).items()}
         ranks = feature_ranks(index.model, outputs, batches, index.base_dir)
     kept = {}
     for group in pruned:
