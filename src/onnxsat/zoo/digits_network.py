@@ -118,11 +118,11 @@ def loss_and_grads(
     loss, d_logits = _softmax_cross_entropy(logits, labels)
     grads: dict[str, np.ndarray] = {}
     d_relu3 = _affine_grads(params, "fc2", d_logits, saved, grads)
-    d_fc1 = _hidden_backward(params, "fc1", d_relu3, saved, grads)
+    d_fc1 = _hidden_backward("fc1", d_relu3, saved, grads)
     d_pooled = _affine_grads(params, "fc1", d_fc1, saved, grads).reshape(len(x), *_POOLED_SHAPE)
-    d_conv2 = _hidden_backward(params, "conv2", maxpool_backward(d_pooled, saved.pool_choice), saved, grads)
+    d_conv2 = _hidden_backward("conv2", maxpool_backward(d_pooled, saved.pool_choice), saved, grads)
     d_cols2 = _affine_grads(params, "conv2", conv_rows(d_conv2), saved, grads)
-    d_conv1 = _hidden_backward(params, "conv1", col2im(d_cols2, saved.relus["conv1"].shape), saved, grads)
+    d_conv1 = _hidden_backward("conv1", col2im(d_cols2, saved.relus["conv1"].shape), saved, grads)
     _affine_grads(params, "conv1", conv_rows(d_conv1), saved, grads)
     return loss, grads, saved.batch_statistics
 
@@ -156,9 +156,7 @@ def _hidden(params: dict[str, np.ndarray], layer: str, z: np.ndarray, train: boo
     return saved.relus[layer]
 
 
-def _hidden_backward(
-    params: dict[str, np.ndarray], layer: str, d_relu: np.ndarray, saved: Activations, grads: dict[str, np.ndarray]
-) -> np.ndarray:
+def _hidden_backward(layer: str, d_relu: np.ndarray, saved: Activations, grads: dict[str, np.ndarray]) -> np.ndarray:
     """The adjoint of :func:`_hidden`: the gradient of the layer's pre-activation, BN gradients into ``grads``."""
     d_z = d_relu * (saved.relus[layer] > 0)
     bn = BATCHNORM_OF[layer]
