@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from onnxsat.arguments import float_list, percent
+from onnxsat.arguments import DYNAMIC_DIMS_ARE_ONE, add_input_shape_option, float_list, percent
 from onnxsat.errors import OnnxSatError, OutOfMemoryError
 
 if TYPE_CHECKING:
@@ -44,13 +44,7 @@ def _add_optimize(commands: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--report", metavar="PATH", help="also write the report as JSON")
     parser.add_argument("--html", metavar="PATH", help="also write the report as one self-contained HTML page")
-    parser.add_argument(
-        "--input-shape",
-        action="append",
-        default=[],
-        metavar="NAME:D1,D2,...",
-        help="shape for an input with dynamic dims (repeatable; default: dynamic dims are 1)",
-    )
+    add_input_shape_option(parser, DYNAMIC_DIMS_ARE_ONE)
     parser.add_argument("--rtol", type=float, default=tolerance.rtol, help="relative tolerance of the verification")
     parser.add_argument("--atol", type=float, default=tolerance.atol, help="absolute tolerance of the verification")
     parser.add_argument("--force", action="store_true", help="write the result even if verification fails")
@@ -149,7 +143,7 @@ def _add_sparsify(commands: argparse._SubParsersAction) -> None:
     parser.add_argument("--exclude", nargs="+", default=[], metavar="NAME", help="weights or nodes to leave dense")
     parser.add_argument("--sparse-initializers", action="store_true", help="store sparse weights in COO form")
     parser.add_argument("--min-sparsity", type=percent, default=0.5, help="COO only at or above this (default 0.5)")
-    parser.add_argument("--input-shape", action="append", default=[], metavar="NAME:D1,D2,...")
+    add_input_shape_option(parser)
     parser.add_argument("--report", metavar="PATH", help="also write the report as JSON")
     parser.add_argument("--html", metavar="PATH", help="also write the report as one self-contained HTML page")
     parser.add_argument("--force", action="store_true", help="write the result even if verification fails")
@@ -254,7 +248,7 @@ def _add_bench_experiment(which: argparse._SubParsersAction) -> None:
         "--ort-level", default="all", help="experiment 1: ORT's offline level, basic/extended/all (default all)"
     )
     parser.add_argument("--target", default="ort", help="experiment 1: ONNXSat's target (default ort)")
-    parser.add_argument("--input-shape", action="append", default=[], metavar="NAME:D1,D2,...")
+    add_input_shape_option(parser)
     parser.add_argument("--out", help="folder for the PNG plots, CSV, Markdown and settings (default out/experimentN)")
     parser.add_argument("--html", metavar="PATH", help="also write the write-up and plots as one HTML page")
     parser.set_defaults(handler=_run_bench_experiment)
@@ -323,13 +317,7 @@ def _add_bench_compare(which: argparse._SubParsersAction) -> None:
         help="time ONNXSat's result against the original under ORT and against other ONNX optimizers, side by side",
     )
     compare.add_argument("models", nargs="+", metavar="MODEL", help=".onnx files (never modified)")
-    compare.add_argument(
-        "--input-shape",
-        action="append",
-        default=[],
-        metavar="NAME=D1,D2,...",
-        help="shape for an input with dynamic dims (repeatable; default: dynamic dims are 1)",
-    )
+    add_input_shape_option(compare, DYNAMIC_DIMS_ARE_ONE, metavar="NAME=D1,D2,...")
     compare.add_argument("--threads", type=int, default=1, help="ORT intra-op threads of every session (default 1)")
     compare.add_argument(
         "--pairs",

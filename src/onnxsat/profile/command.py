@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from onnxsat.arguments import add_input_shape_option
+
 DEFAULT_LAYERS = 20
 
 
@@ -16,13 +18,7 @@ def add_profile_parser(commands: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--compare", metavar="OTHER", help="a second model (e.g. the optimized one): the seed's Table 1 side by side"
     )
-    parser.add_argument(
-        "--input-shape",
-        action="append",
-        default=[],
-        metavar="NAME:D1,D2,...",
-        help="shape for an input with dynamic dims (repeatable; required for each such input)",
-    )
+    add_input_shape_option(parser, "shape for an input with dynamic dims (repeatable; required for each such input)")
     parser.add_argument("--json", action="store_true", help="print JSON (every layer) instead of tables")
     parser.add_argument(
         "--layers",

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import argparse
 
-from onnxsat.arguments import float_list, percent
+from onnxsat.arguments import add_input_shape_option, float_list, percent
 from onnxsat.pruning.importance import CRITERIA
 
 
@@ -35,7 +35,7 @@ def add_prune_parser(commands: argparse._SubParsersAction) -> None:
     parser.add_argument("--mean", type=float_list, help="per-channel mean subtracted from images scaled to [0, 1]")
     parser.add_argument("--std", type=float_list, help="per-channel std images are divided by")
     parser.add_argument("--library", metavar="JSON", help='extra node attribute library: {"OpType": "category"}')
-    parser.add_argument("--input-shape", action="append", default=[], metavar="NAME:D1,D2,...")
+    add_input_shape_option(parser)
     parser.add_argument("--show-trees", action="store_true", help="print the node association trees and stop")
     parser.add_argument("--trees-image", metavar="PATH", help="with --show-trees: also draw them (PNG, SVG)")
     parser.add_argument("--report", metavar="PATH", help="also write the report as JSON")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from onnxsat.arguments import DYNAMIC_DIMS_ARE_ONE, add_input_shape_option
 from onnxsat.runtime.tune import DEFAULT_ROUNDS, DEFAULT_WARMUP
 
 
@@ -19,13 +20,7 @@ def add_tune_parser(commands: argparse._SubParsersAction) -> None:
         help="measure ONNX Runtime session settings (threads, execution mode, level, providers) side by side",
     )
     parser.add_argument("model", help="input .onnx file (never modified)")
-    parser.add_argument(
-        "--input-shape",
-        action="append",
-        default=[],
-        metavar="NAME:D1,D2,...",
-        help="shape for an input with dynamic dims (repeatable; default: dynamic dims are 1)",
-    )
+    add_input_shape_option(parser, DYNAMIC_DIMS_ARE_ONE)
     parser.add_argument(
         "--rounds",
         type=int,
