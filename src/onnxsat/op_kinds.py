@@ -1,6 +1,23 @@
-"""Families of ONNX op types that several parts of ONNXSat treat alike, named once."""
+"""Families of ONNX op types, and the standard domain, that several parts of ONNXSat treat alike, named once."""
 
 from __future__ import annotations
+
+import onnx
+
+DEFAULT_DOMAINS = ("", "ai.onnx")
+"""The standard ONNX domain's two spellings."""
+
+
+def qualified_op(domain: str, op_type: str, separator: str = "::") -> str:
+    """``Conv`` in the standard domain, ``com.microsoft::FusedConv`` (or with another ``separator``) elsewhere:
+    how reports, counts and pictures name an op so a contrib op is never mistaken for a standard one."""
+    return op_type if domain in DEFAULT_DOMAINS else f"{domain}{separator}{op_type}"
+
+
+def default_opset_version(model: onnx.ModelProto, missing: int = 1) -> int:
+    """The standard-domain opset ``model`` imports (the first such import), ``missing`` when it has none."""
+    return next((entry.version for entry in model.opset_import if entry.domain in DEFAULT_DOMAINS), missing)
+
 
 ELEMENTWISE_UNARY = (
     "Relu",

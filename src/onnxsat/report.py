@@ -8,14 +8,13 @@ from dataclasses import asdict, dataclass, field
 
 import onnx
 
+from onnxsat.op_kinds import qualified_op
 from onnxsat.verify import VerificationResult
 
 
 def op_counts(model: onnx.ModelProto) -> Counter[str]:
     """Nodes per op type in the main graph (``domain::Op`` outside the default domain)."""
-    return Counter(
-        f"{n.domain}::{n.op_type}" if n.domain not in ("", "ai.onnx") else n.op_type for n in model.graph.node
-    )
+    return Counter(qualified_op(n.domain, n.op_type) for n in model.graph.node)
 
 
 @dataclass

@@ -22,6 +22,7 @@ import numpy as np
 import onnx
 
 from onnxsat.eqsat.rules import TARGETS
+from onnxsat.op_kinds import DEFAULT_DOMAINS, qualified_op
 from onnxsat.optimize import OptimizeOptions, optimize_model
 from onnxsat.verify import OutputComparison, Tolerance, compare_outputs, random_inputs, run_model
 
@@ -96,7 +97,7 @@ def _bitwise_differences(names: Sequence[str], expected: Sequence[np.ndarray], a
 
 def _foreign_ops(model: onnx.ModelProto) -> set[str]:
     """Ops outside the standard ONNX domain (a model may bring its own; "portable" must add none)."""
-    return {f"{n.domain}::{n.op_type}" for n in model.graph.node if n.domain not in ("", "ai.onnx")}
+    return {qualified_op(n.domain, n.op_type) for n in model.graph.node if n.domain not in DEFAULT_DOMAINS}
 
 
 def check_target(

@@ -74,6 +74,7 @@ from pathlib import Path
 import onnx
 from onnx import TensorProto
 
+from onnxsat.op_kinds import DEFAULT_DOMAINS, qualified_op
 from onnxsat.profile.shapes import MICROSOFT, Shapes, TensorFacts, resolve_shapes
 
 _PER_ELEMENT: dict[str, int] = {
@@ -127,7 +128,7 @@ class LayerProfile:
     @property
     def kind(self) -> str:
         """``Conv``, or ``com.microsoft.FusedConv`` for an op outside the standard domain."""
-        return op_kind(self.domain, self.op_type)
+        return qualified_op(self.domain, self.op_type, ".")
 
     def to_dict(self) -> dict[str, object]:
         return {
@@ -179,10 +180,6 @@ class ModelProfile:
         }
 
 
-def op_kind(domain: str, op_type: str) -> str:
-    return op_type if domain in ("", "ai.onnx") else f"{domain}.{op_type}"
-
-
 def parameter_count(model: onnx.ModelProto) -> int:
     """Elements of every initializer of the main graph (a sparse one at its dense size)."""
     dense = sum(math.prod(t.dims) for t in model.graph.initializer)
@@ -217,7 +214,7 @@ def profile_model(
         output_bytes = 0 if node.op_type == "Constant" else sum(_nbytes(f) for f in outputs)
         macs = node_macs(node, shapes)
         if macs is None:
-            uncounted.add(op_kind(node.domain, node.op_type))
+            uncounted.add(qualified_op(node.domain, node.op_type, "."))
         layers.append(
             LayerProfile(
                 name=node.name or f"{node.op_type}_{index}",
@@ -307,7 +304,7 @@ def node_macs(node: onnx.NodeProto, shapes: Shapes) -> int | None:
             return _layer_norm(shape(0), -1) + out * (1 + given(3))
         else:
             return None
-    elif node.domain not in ("", "ai.onnx"):
+    elif node.domain not in DEFAULT_DOMAINS:
         return None
     if op in FREE_OPS:
         return 0

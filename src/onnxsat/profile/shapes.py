@@ -31,6 +31,7 @@ import onnx
 
 from onnxsat.errors import SettingsError
 from onnxsat.external_data import has_external_data, structure_view
+from onnxsat.op_kinds import default_opset_version
 
 MICROSOFT = "com.microsoft"
 
@@ -161,7 +162,7 @@ def _add_dropout_masks(model: onnx.ModelProto, facts: dict[str, TensorFacts]) ->
     Its type is the input's before opset 10 and bool from then on. Filled in by rule so that a mask
     nobody reads does not cost an ONNX Runtime run of the whole model.
     """
-    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
+    opset = default_opset_version(model, missing=0)
     for node in model.graph.node:
         if node.op_type != "Dropout" or node.domain not in ("", "ai.onnx") or len(node.output) < 2:
             continue

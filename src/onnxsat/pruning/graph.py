@@ -15,6 +15,7 @@ import onnx
 from onnx import numpy_helper
 
 from onnxsat.external_data import has_external_data, structure_view, tensor_value
+from onnxsat.op_kinds import default_opset_version
 from onnxsat.pruning.layout import Dim
 
 
@@ -87,7 +88,7 @@ class GraphIndex:
                 if name:
                     self.consumers.setdefault(name, []).append((index, slot))
         self.subgraph_names = _subgraph_references(graph)
-        self.opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 1)
+        self.opset = default_opset_version(model)
         self.shapes = infer_shapes(model)
         self._values: dict[str, np.ndarray] = {}
 

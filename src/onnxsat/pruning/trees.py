@@ -57,6 +57,7 @@ import numpy as np
 import onnx
 
 from onnxsat.errors import SettingsError
+from onnxsat.op_kinds import DEFAULT_DOMAINS, qualified_op
 from onnxsat.pruning.graph import GraphIndex, attr, node_label
 from onnxsat.pruning.layout import Layout, Segment, Split, merge_axis, normalize_axis, split_axis
 from onnxsat.pruning.library import BUILTIN, NEXT_NO_PROCESS, NEXT_PROCESS, PRUNED, STOP_PROCESS
@@ -75,7 +76,6 @@ STATISTIC = "statistic"
 """BatchNormalization running mean/variance: sliced with the channels, but not weights to score."""
 LEAF = "leaf"
 
-DEFAULT_DOMAINS = ("", "ai.onnx")
 ELEMENTWISE = frozenset({"Add", "Sub", "Mul", "Div", "PRelu", "Sum", "Max", "Min", "Mean", "Pow"})
 KEEPS_SPLIT = frozenset({"Transpose", "Unsqueeze", "Squeeze", "Identity", "Cast", "Dropout"})
 """Ops that move a pending split channel axis without deciding which of its dims the channels follow."""
@@ -391,7 +391,7 @@ class _Walk:
         label = node_label(node)
         category = self.library.get(node.op_type) if node.domain in DEFAULT_DOMAINS else None
         if category is None:
-            op = node.op_type if node.domain in DEFAULT_DOMAINS else f"{node.domain}.{node.op_type}"
+            op = qualified_op(node.domain, node.op_type, ".")
             raise SettingsError(
                 f"node {label!r} ({op}) reads pruned channels, but the node attribute library does not know "
                 f"{op}; give its category with --library"

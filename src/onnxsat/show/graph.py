@@ -26,6 +26,8 @@ from dataclasses import dataclass, field
 
 import onnx
 
+from onnxsat.op_kinds import qualified_op
+
 FUSED_COLOUR = "#f4a261"
 FUSED_BORDER = "#b5541c"
 REMOVED_COLOUR = "#e5e5e5"
@@ -75,7 +77,7 @@ def _dims(value: onnx.ValueInfoProto | onnx.TensorProto) -> str:
 
 def op_label(node: onnx.NodeProto) -> str:
     """The op type as the report counts it: ``domain::Op`` outside the default domain."""
-    return f"{node.domain}::{node.op_type}" if node.domain not in ("", "ai.onnx") else node.op_type
+    return qualified_op(node.domain, node.op_type)
 
 
 def _node_label(node: onnx.NodeProto, weights: Mapping[str, onnx.TensorProto]) -> str:

@@ -10,6 +10,7 @@ from onnx import TensorProto, helper
 from onnxsat.eqsat.facts import subgraph_captures
 from onnxsat.fuzz.graphs.builder import DOUBLE
 from onnxsat.fuzz.graphs.control import FUNCTION_DOMAIN
+from onnxsat.op_kinds import default_opset_version
 
 
 def op_types(model: onnx.ModelProto) -> set[str]:
@@ -33,7 +34,7 @@ def pattern_census(model: onnx.ModelProto) -> Counter[str]:
     inputs = {v.name for v in graph.input}
     initializers = {t.name: t for t in graph.initializer if t.name not in inputs}
     static = set(initializers) | {n.output[0] for n in graph.node if n.op_type == "Constant"}
-    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
+    opset = default_opset_version(model, missing=0)
     tags: Counter[str] = Counter()
 
     def made_by(name: str, *ops: str) -> onnx.NodeProto | None:

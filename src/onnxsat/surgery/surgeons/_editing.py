@@ -13,17 +13,13 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
+from onnxsat.op_kinds import default_opset_version
 from onnxsat.surgery.graph_edit import constant_value, producers, unique_name, used_names
 
 # The opset from which each op takes ``axes`` as its second input instead of an attribute.
 AXES_INPUT_SINCE = {"Squeeze": 13, "Unsqueeze": 13, "ReduceSum": 13, "ReduceMax": 18}
 
 Shape = list[int | str | None]
-
-
-def opset_version(model: onnx.ModelProto) -> int:
-    """The default-domain opset the model imports."""
-    return next((entry.version for entry in model.opset_import if entry.domain in ("", "ai.onnx")), 1)
 
 
 def inferred_value_infos(model: onnx.ModelProto, trust_outputs: bool = True) -> dict[str, onnx.ValueInfoProto]:
@@ -108,7 +104,7 @@ class Splice:
 
     def __init__(self, model: onnx.ModelProto) -> None:
         self.graph = model.graph
-        self.opset = opset_version(model)
+        self.opset = default_opset_version(model)
         self.taken = used_names(self.graph)
         self._before: dict[int, list[onnx.NodeProto]] = {}
         self._after: dict[int, list[onnx.NodeProto]] = {}

@@ -16,6 +16,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
+from onnxsat.op_kinds import DEFAULT_DOMAINS, default_opset_version
 from onnxsat.surgery.graph_edit import (
     constant_value,
     consumers,
@@ -27,18 +28,12 @@ from onnxsat.surgery.graph_edit import (
 from onnxsat.surgery.surgeon import Surgeon, SurgeryError, SurgeryOutcome, register
 from onnxsat.surgery.surgeons.shapes import static_dims, tensor_types
 
-_ONNX = ("", "ai.onnx")
 _MS = "com.microsoft"
 _FLOATS = {TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.DOUBLE, TensorProto.BFLOAT16}
 _INT64_MAX = 2**63 - 1
 
 ERF_TANH_SCALE = 605 / 503
 """The a in erf(x) ~ tanh(a*x) (Olive's constant; 1.2028, within 0.001 of the minimax choice)."""
-
-
-def _opset(model: onnx.ModelProto) -> int:
-    """The default-domain opset the model imports."""
-    return next((entry.version for entry in model.opset_import if entry.domain in _ONNX), 1)
 
 
 def _attribute(node: onnx.NodeProto, name: str, default: float | int) -> float | int:
@@ -144,7 +139,7 @@ class ReplaceErfWithTanh(Surgeon):
         replacements: dict[int, list[onnx.NodeProto]] = {}
         untyped = 0
         for index, node in enumerate(graph.node):
-            if node.op_type != "Erf" or node.domain not in _ONNX:
+            if node.op_type != "Erf" or node.domain not in DEFAULT_DOMAINS:
                 continue
             elem_type = _elem_type(types, node.input[0])
             if elem_type not in _FLOATS:
@@ -191,7 +186,7 @@ class DecomposeQuickGelu(Surgeon):
             elem_type = _elem_type(types, node.input[0])
             if elem_type not in _FLOATS:
                 continue
-            emit = _Emitter(graph, _prefix(node), _opset(result), taken)
+            emit = _Emitter(graph, _prefix(node), default_opset_version(result), taken)
             alpha = emit.constant("alpha", float(_attribute(node, "alpha", 1.702)), elem_type)
             gate = emit.op("Sigmoid", [emit.op("Mul", [node.input[0], alpha], "mul1")], "sigmoid")
             emit.op("Mul", [node.input[0], gate], "mul2")
@@ -225,7 +220,7 @@ class DecomposeRotaryEmbedding(Surgeon):
         for index, node in enumerate(graph.node):
             if node.op_type != "RotaryEmbedding" or node.domain != _MS:
                 continue
-            emit = _Emitter(graph, _prefix(node), _opset(result), taken)
+            emit = _Emitter(graph, _prefix(node), default_opset_version(result), taken)
             reason = self._decompose(node, types, emit)
             if reason:
                 skipped.append(f"{_prefix(node)}: {reason}")
@@ -356,14 +351,14 @@ class RMSNormToL2Norm(Surgeon):
         replacements: dict[int, list[onnx.NodeProto]] = {}
         replaced: list[onnx.NodeProto] = []
         for node in list(graph.node):
-            match = self._match(graph, node) if node.op_type == "Pow" and node.domain in _ONNX else None
+            match = self._match(graph, node) if node.op_type == "Pow" and node.domain in DEFAULT_DOMAINS else None
             if match is None:
                 continue
             chain, weight_mul, weight = match
             width = _width(types, node.input[0], numpy_helper.to_array(initializers(graph)[weight]))
             if width is None:
                 continue
-            emit = _Emitter(graph, _prefix(node), _opset(result), taken)
+            emit = _Emitter(graph, _prefix(node), default_opset_version(result), taken)
             normalized = _l2norm(emit, node.input[0])
             reader = consumers(graph)[chain[-1].output[0]][0]
             reader.input[:] = [normalized if name == chain[-1].output[0] else name for name in reader.input]
@@ -484,7 +479,7 @@ class SimplifiedLayerNormToL2Norm(Surgeon):
             width = _width(types, node.input[0], numpy_helper.to_array(initializers(graph)[weight]))
             if width is None:
                 continue
-            emit = _Emitter(graph, _prefix(node), _opset(result), taken)
+            emit = _Emitter(graph, _prefix(node), default_opset_version(result), taken)
             x = node.input[0]
             if skip:
                 x = emit.op("Add", node.input[:2], "Add")
@@ -507,7 +502,7 @@ class SimplifiedLayerNormToL2Norm(Surgeon):
         """Whether the node is in its expected domain, normalizes the last axis, has an initializer scale
         and leaves its statistics outputs (mean, inv_std_var) unread."""
         skip = node.op_type == "SkipSimplifiedLayerNormalization"
-        if node.domain not in ((_MS,) if skip else (*_ONNX, _MS)):
+        if node.domain not in ((_MS,) if skip else (*DEFAULT_DOMAINS, _MS)):
             return False
         axis = int(_attribute(node, "axis", -1))
         rank = len(static_dims(types.get(node.input[0])) or [])
