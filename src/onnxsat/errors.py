@@ -74,3 +74,9 @@ class MissingToolError(OnnxSatError):
     """A system program a command needs is not installed (Graphviz's ``dot`` for pictures of graphs)."""
 
     exit_code = 13
+
+
+class MissingExtraError(OnnxSatError):
+    """A command needs an optional part of ONNXSat that is not installed (``pip install 'onnxsat[report]'``)."""
+
+    exit_code = 14
