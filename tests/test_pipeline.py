@@ -7,7 +7,7 @@ import sys
 
 import onnx
 
-from onnxsat.optimize import OptimizeOptions, optimize_model
+from onnxsat.eqsat.optimizer import OptimizeOptions, optimize_model
 from onnxsat.zoo.synthetic import conv_bn_relu_chain, demo_cnn, densenet_like
 
 
@@ -60,9 +60,7 @@ def test_report_table_and_json_carry_the_figures() -> None:
 
 
 def test_search_limits_stop_cleanly_and_say_which() -> None:
-    from onnxsat.eqsat.saturate import SaturationLimits
-
-    options = OptimizeOptions(limits=SaturationLimits(max_iterations=1))
+    options = OptimizeOptions(max_iterations=1)
     _, report = optimize_model(demo_cnn(), options)
     assert report.egraph["stop_reason"] == "iteration limit (1)"
     assert report.verification is not None and report.verification.ok

@@ -1,51 +1,74 @@
 """ONNXSat: make a pre-trained ONNX model smaller and faster without retraining, and prove it did no harm.
 
 import onnxsat
-report = onnxsat.optimize("in.onnx", "out.onnx")            # fuse, verify, write
+report = onnxsat.optimize("in.onnx", "out.onnx")                      # fuse, verify, write
 report = onnxsat.optimize("in.onnx", "out.onnx", target="portable", report="report.json")
+report = onnxsat.sparsify("in.onnx", "out.onnx", max_drop=0.01, data="digits-test", sparsity=None)
+report = onnxsat.prune("in.onnx", "out.onnx", rate=0.3, reconstruct=True, data="digits-train")
+report = onnxsat.run_pipeline("pipeline.yaml")
 """
 
 from __future__ import annotations
 
-from pathlib import Path
+import importlib
+from typing import TYPE_CHECKING, Any
 
 from onnxsat.errors import OnnxSatError, VerificationFailedError
-from onnxsat.optimize import OptimizeOptions, optimize_model
-from onnxsat.report import OptimizeReport
-from onnxsat.verify import Tolerance, VerificationResult, verify
 
 __version__ = "0.1.0"
 
+_LAZY = {
+    "optimize": "onnxsat.api",
+    "sparsify": "onnxsat.api",
+    "prune": "onnxsat.api",
+    "run_pipeline": "onnxsat.api",
+    "OptimizeOptions": "onnxsat.eqsat.optimizer",
+    "optimize_model": "onnxsat.eqsat.optimizer",
+    "OptimizeReport": "onnxsat.report",
+    "SparsifyOptions": "onnxsat.sparsity.pipeline",
+    "PruneOptions": "onnxsat.pruning.pipeline",
+    "Tolerance": "onnxsat.verification",
+    "VerificationResult": "onnxsat.verification",
+    "verify": "onnxsat.verification",
+}
+"""Public name -> the module defining it, imported on first use: the optimizer's engine (egglog) takes
+about 0.4 s to import and pulls in graphviz, which a script that only sparsifies or prunes never needs."""
 
-def optimize(
-    input_path: str | Path,
-    output_path: str | Path,
-    *,
-    target: str = "ort",
-    report: str | Path | None = None,
-    input_shapes: dict[str, list[int]] | None = None,
-    rtol: float = Tolerance.rtol,
-    atol: float = Tolerance.atol,
-    force: bool = False,
-) -> OptimizeReport:
-    """Optimize ``input_path`` into ``output_path``; verified against the original before writing."""
-    from onnxsat.optimize import optimize as run
 
-    options = OptimizeOptions(
-        target=target, input_shapes=input_shapes or {}, tolerance=Tolerance(rtol, atol), force=force
-    )
-    return run(input_path, output_path, options, report_path=report)
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        value = getattr(importlib.import_module(_LAZY[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'onnxsat' has no attribute {name!r}")
 
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_LAZY])
+
+
+if TYPE_CHECKING:
+    from onnxsat.api import optimize, prune, run_pipeline, sparsify
+    from onnxsat.eqsat.optimizer import OptimizeOptions, optimize_model
+    from onnxsat.pruning.pipeline import PruneOptions
+    from onnxsat.report import OptimizeReport
+    from onnxsat.sparsity.pipeline import SparsifyOptions
+    from onnxsat.verification import Tolerance, VerificationResult, verify
 
 __all__ = [
     "OnnxSatError",
     "OptimizeOptions",
     "OptimizeReport",
+    "PruneOptions",
+    "SparsifyOptions",
     "Tolerance",
     "VerificationFailedError",
     "VerificationResult",
     "__version__",
     "optimize",
     "optimize_model",
+    "prune",
+    "run_pipeline",
+    "sparsify",
     "verify",
 ]

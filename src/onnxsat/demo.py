@@ -5,10 +5,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from onnxsat.api import optimize, sparsify
 from onnxsat.latency import compare_latency_levels
 from onnxsat.model_io import save_model
-from onnxsat.optimize import OptimizeOptions, optimize
-from onnxsat.sparsity.pipeline import SparsifyOptions, sparsify
 from onnxsat.zoo.digits_cnn import bundled_digits_cnn
 from onnxsat.zoo.synthetic import demo_cnn
 
@@ -19,15 +18,15 @@ def run_demo(output_dir: str) -> int:
     original_path, optimized_path = folder / "demo_cnn.onnx", folder / "demo_cnn.opt.onnx"
     save_model(demo_cnn(), original_path)
     print(f"built {original_path}: a small CNN with Conv+BN+Relu, Conv+BN+Clip, depthwise Conv, MaxPool, Gemm+Relu\n")
-    report = optimize(original_path, optimized_path, OptimizeOptions(target="ort"), report_path=folder / "report.json")
+    report = optimize(original_path, optimized_path, target="ort", report=folder / "report.json")
     report.latency = compare_latency_levels(original_path, optimized_path)
     (folder / "report.json").write_text(report.to_json() + "\n")
     print(report.to_table())
     print(f"\nwrote {optimized_path} and {folder / 'report.json'}")
     if report.latency[0].speedup < 1.02:
         print(
-            "note: under ORT_ENABLE_ALL, ONNX Runtime performs these same fusions itself, so the seed's five\n"
-            "fusions gain little there; the ORT_DISABLE_ALL line shows what they buy on their own."
+            "note: under ORT_ENABLE_ALL, ONNX Runtime performs these same fusions itself, so the fusions\n"
+            "above gain little there; the ORT_DISABLE_ALL line shows what they buy on their own."
         )
     _sparsify_demo(folder)
     return 0
@@ -36,8 +35,16 @@ def run_demo(output_dir: str) -> int:
 def _sparsify_demo(folder: Path) -> None:
     """Second job: how sparse the bundled trained digits CNN can go within one point of held-out top-1."""
     print("\n" + "-" * 100 + "\n")
-    options = SparsifyOptions(method="relative", sparsity=None, max_drop=0.01, metric="top1", data="digits-test")
     target = folder / "digits_cnn.sparse.onnx"
-    report = sparsify(bundled_digits_cnn(), target, options, report_path=folder / "sparsify_report.json")
+    report = sparsify(
+        bundled_digits_cnn(),
+        target,
+        method="relative",
+        sparsity=None,
+        max_drop=0.01,
+        metric="top1",
+        data="digits-test",
+        report=folder / "sparsify_report.json",
+    )
     print(report.to_table())
     print(f"\nwrote {target} and {folder / 'sparsify_report.json'}")

@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from dataclasses import asdict, dataclass, field
+from typing import Any
 
 import onnx
 
 from onnxsat.op_kinds import qualified_op
-from onnxsat.verify import VerificationResult
+from onnxsat.passes.base import ReportBase
+from onnxsat.verification import VerificationResult
 
 
 def op_counts(model: onnx.ModelProto) -> Counter[str]:
@@ -30,7 +31,7 @@ class LatencyComparison:
 
 
 @dataclass
-class OptimizeReport:
+class OptimizeReport(ReportBase):
     input: str
     output: str | None
     target: str
@@ -46,11 +47,12 @@ class OptimizeReport:
     latency: list[LatencyComparison] = field(default_factory=list)
     written: bool = False
 
-    def to_dict(self) -> dict[str, object]:
+    def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
-    def to_json(self) -> str:
-        return json.dumps(self.to_dict(), indent=2, sort_keys=True, default=str)
+    def record_phase(self, name: str, seconds: float) -> None:
+        """Loading comes first among the phases, saving last."""
+        self.phases = {name: seconds, **self.phases} if name == "load" else {**self.phases, name: seconds}
 
     def to_table(self) -> str:
         lines = [f"ONNXSat optimize  {self.input} -> {self.output or '(not written)'}"]

@@ -1,4 +1,4 @@
-"""Reading a pipeline file (JSON or YAML) and checking all of it before any pass runs.
+"""Pipeline files (JSON or YAML): read, every key checked before any pass runs, then run by the runner.
 
 A pipeline that fails in its fifth pass after minutes of saturation because of a typo in that pass
 wastes the user's time, so every key of every pass and surgeon is checked first, and each problem is
@@ -20,7 +20,9 @@ import yaml
 from onnxsat import model_io
 from onnxsat.config_check import checked_keys
 from onnxsat.errors import InputNotFoundError, OnnxSatError, SettingsError
-from onnxsat.pipelines.steps import STEPS, Step
+from onnxsat.passes import Pass, catalogue
+from onnxsat.runner import PipelineReport, RunSettings, run
+from onnxsat.verification import Tolerance
 
 
 @dataclass
@@ -51,7 +53,7 @@ class Pipeline:
     input_path: Path
     output_path: Path
     report_path: Path | None
-    steps: list[tuple[str, Step]]
+    steps: list[tuple[str, Pass]]
     """(place in the file, pass) in order."""
 
 
@@ -118,10 +120,44 @@ def _key_of(error: OnnxSatError) -> str:
     return "input_model: " if isinstance(error, InputNotFoundError) else ""
 
 
-def _step(entry: Any, place: str) -> tuple[str, Step]:
+def _step(entry: Any, place: str) -> tuple[str, Pass]:
     if not isinstance(entry, dict):
         raise SettingsError(f"{place}: expected a mapping with a 'type' key, got {type(entry).__name__}")
+    passes = catalogue()
     kind = entry.get("type")
-    if kind not in STEPS:
-        raise SettingsError(f"{place}.type: unknown pass {kind!r}; known: {', '.join(STEPS)}")
-    return place, STEPS[kind].build(entry, place)
+    if kind not in passes:
+        raise SettingsError(f"{place}.type: unknown pass {kind!r}; known: {', '.join(sorted(passes))}")
+    return place, passes[kind].from_config(entry, place)
+
+
+def run_pipeline(pipeline: Pipeline, force: bool = False) -> PipelineReport:
+    """Run ``pipeline`` and write its output; ``force`` (or the file's ``force``) writes a failing result.
+
+    Raises :class:`VerificationFailedError` (with ``.report``) when a pass fails and nothing is forced.
+    """
+    settings = pipeline.settings
+    run_settings = RunSettings(
+        input_shapes={name: list(dims) for name, dims in settings.input_shapes.items()},
+        tolerance=Tolerance(settings.rtol, settings.atol),
+        data=settings.data,
+        force=force or settings.force,
+    )
+    return run(
+        pipeline.input_path,
+        pipeline.output_path,
+        pipeline.steps,
+        run_settings,
+        pipeline.report_path,
+        pipeline=str(pipeline.source),
+    )
+
+
+def run_pipeline_file(
+    path: str | Path,
+    input_model: str | Path | None = None,
+    output_model: str | Path | None = None,
+    report: str | Path | None = None,
+    force: bool = False,
+) -> PipelineReport:
+    """Read, check and run the pipeline file at ``path`` (the other arguments override its paths)."""
+    return run_pipeline(read_pipeline(path, input_model, output_model, report), force)

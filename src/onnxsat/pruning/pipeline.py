@@ -19,7 +19,7 @@ import onnx
 from onnxsat import model_io
 from onnxsat.data.sources import Dataset, load_dataset
 from onnxsat.errors import InvalidModelError, RuntimeUnsupportedError, SettingsError
-from onnxsat.passes import run_pass
+from onnxsat.options import float_list, option, percent
 from onnxsat.pruning.apply import apply_pruning
 from onnxsat.pruning.cost import mac_count, parameter_count
 from onnxsat.pruning.graph import GraphIndex, constants_as_initializers, node_label
@@ -30,7 +30,7 @@ from onnxsat.pruning.report import GroupReport, PruneReport
 from onnxsat.pruning.trees import ChannelGroup, Forest, build_groups
 from onnxsat.pruning.unfuse import fused_count, split_fused
 from onnxsat.sparsity.search import batch_size_for, data_input, input_dims
-from onnxsat.verify import VerificationResult, random_inputs, run_model
+from onnxsat.verification import VerificationResult, random_inputs, run_model
 
 RANDOM_CALIBRATION_SAMPLES = 16
 """Seeded normal inputs used for HRank or reconstruction when no data is given (said in the report)."""
@@ -38,27 +38,41 @@ RANDOM_CALIBRATION_SAMPLES = 16
 
 @dataclass
 class PruneOptions:
-    rate: float = 0.5
+    """The prune pass's settings: ``onnxsat prune``'s flags, the ``prune`` pipeline keys, keywords."""
+
+    rate: float = option(0.5, type=percent, help="fraction of each group's channels to remove")
     """Fraction of each group's channels to remove (floor, at least one channel kept; see channel_multiple)."""
-    criterion: str = "l1"
-    single_node: bool = False
+    criterion: str = option("l1", choices=lambda: CRITERIA, help="channel importance (default l1)")
+    single_node: bool = option(False, help="score root filters only, not the whole tree")
     """Score root filters only, instead of the whole tree (the paper's baseline)."""
-    exclude: list[str] = field(default_factory=list)
+    exclude: list[str] = option(default_factory=list, metavar="NAME", help="root nodes whose group stays whole")
     """Root node (or weight) names whose whole group stays intact."""
-    rates: dict[str, float] = field(default_factory=dict)
+    rates: dict[str, float] = option(
+        default_factory=dict,
+        nargs="+",
+        metavar="NAME=RATE",
+        parse=lambda specs: parse_rates(specs),
+        help="per-root-node rates",
+    )
     """Per root node (or weight) name: the rate for its group (the smallest when a group's roots differ)."""
-    reconstruct: bool = False
-    data: str | None = None
+    reconstruct: bool = option(False, help="refit the next layers by least squares")
+    channel_multiple: int = option(
+        8, help="round kept channel counts up to multiples of this (ORT's blocked layouts; 1: exact rate)"
+    )
+    """Kept channel counts are rounded up to multiples of this where the original count is one (1: off)."""
+    data: str | None = option(None, help="calibration data for hrank/--reconstruct: digits, a folder, CIFAR, an .npz")
     """Calibration data for HRank and reconstruction, as ``load_dataset`` takes it; None: random inputs."""
-    limit: int | None = None
-    library: str | Path | None = None
+    limit: int | None = option(None, type=int, help="use at most this many calibration samples")
+    mean: Sequence[float] | None = option(
+        None, type=float_list, help="per-channel mean subtracted from images scaled to [0, 1]"
+    )
+    std: Sequence[float] | None = option(None, type=float_list, help="per-channel std images are divided by")
+    library: str | Path | None = option(
+        None, metavar="JSON", help='extra node attribute library: {"OpType": "category"}'
+    )
     """A JSON file extending the node attribute library."""
     input_shapes: dict[str, list[int]] = field(default_factory=dict)
-    mean: Sequence[float] | None = None
-    std: Sequence[float] | None = None
     batch_size: int = 32
-    channel_multiple: int = 8
-    """Kept channel counts are rounded up to multiples of this where the original count is one (1: off)."""
 
     def check(self) -> None:
         _check_rate(self.rate, "--rate")
@@ -110,11 +124,11 @@ def association_trees(
 def _plan(forest: Forest, options: PruneOptions) -> dict[int, tuple[float, str]]:
     """Per group: the rate to prune it at and its status (pruned, excluded, unprunable: why)."""
     names = {name for g in forest.groups for r in g.roots for name in (r.node, r.weight)}
-    for option, given in (("--exclude", options.exclude), ("--rates", list(options.rates))):
+    for flag, given in (("--exclude", options.exclude), ("--rates", list(options.rates))):
         unknown = [name for name in given if name not in names]
         if unknown:
             raise SettingsError(
-                f"{option} {unknown[0]!r} names no root node (Conv, ConvTranspose, Gemm, MatMul) of the model"
+                f"{flag} {unknown[0]!r} names no root node (Conv, ConvTranspose, Gemm, MatMul) of the model"
             )
     plan: dict[int, tuple[float, str]] = {}
     for group in forest.groups:
@@ -241,21 +255,6 @@ def check_pruned(
                 False, error=f"output {output.name!r} changed from {np.shape(want)} to {np.shape(got)}"
             )
     return VerificationResult(True)
-
-
-def prune(
-    input_path: str | Path,
-    output_path: str | Path,
-    options: PruneOptions,
-    report_path: str | Path | None = None,
-    force: bool = False,
-) -> PruneReport:
-    """Prune the model at ``input_path`` into ``output_path`` (see ``passes.run_pass``)."""
-
-    def transform(model: onnx.ModelProto, source: str, base_dir: Path) -> tuple[onnx.ModelProto, PruneReport]:
-        return prune_model(model, options, source=source, base_dir=base_dir)
-
-    return run_pass(input_path, output_path, transform, "the pruned model", report_path, force)
 
 
 def show_trees(input_path: str | Path, library: str | Path | None = None, image: str | Path | None = None) -> str:

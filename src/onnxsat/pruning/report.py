@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict, dataclass, field
+from typing import Any
 
-from onnxsat.verify import VerificationResult
+from onnxsat.passes.base import ReportBase
+from onnxsat.verification import VerificationResult
 
 
 @dataclass
@@ -35,7 +36,7 @@ class LeafFit:
 
 
 @dataclass
-class PruneReport:
+class PruneReport(ReportBase):
     input: str
     output: str | None
     criterion: str
@@ -53,8 +54,8 @@ class PruneReport:
     seconds: float = 0.0
     written: bool = False
 
-    def to_json(self) -> str:
-        return json.dumps(asdict(self), indent=2, sort_keys=True, default=str)
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
 
     def to_table(self) -> str:
         lines = [f"ONNXSat prune  {self.input} -> {self.output or '(not written)'}"]

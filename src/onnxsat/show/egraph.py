@@ -222,7 +222,7 @@ def egraph_picture(
     from onnxsat.eqsat.encode import encode
     from onnxsat.eqsat.rules import applicable, rulesets_for
     from onnxsat.eqsat.saturate import SaturationLimits, saturate
-    from onnxsat.optimize import _shape_inferred
+    from onnxsat.eqsat.optimizer import _shape_inferred
 
     model_io.check_model(model)
     encoded = encode(model, _shape_inferred(model), base_dir)

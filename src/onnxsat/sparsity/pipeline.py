@@ -18,11 +18,12 @@ import onnx
 from onnxsat.data.sources import Dataset, load_dataset
 from onnxsat.errors import SettingsError
 from onnxsat.external_data import tensor_value
-from onnxsat.passes import run_pass
+from onnxsat.options import float_list, option, percent
 from onnxsat.sparsity.calibration import channel_norms
 from onnxsat.sparsity.methods import METHODS, PruneResult, check_sparsity, prune_masks
 from onnxsat.sparsity.report import SparsifyReport
 from onnxsat.sparsity.search import (
+    METRICS,
     Evaluator,
     Pruner,
     batch_size_for,
@@ -35,7 +36,7 @@ from onnxsat.sparsity.search import (
 )
 from onnxsat.sparsity.storage import to_sparse_initializers, with_masks
 from onnxsat.sparsity.targets import PrunableWeight, prunable_weights, select
-from onnxsat.verify import Tolerance, check_and_run, random_inputs, verify
+from onnxsat.verification import Tolerance, check_and_run, random_inputs, verify
 
 RANDOM_CALIBRATION_SAMPLES = 32
 PER_LAYER_METHODS = frozenset({"relative", "calibrated"})
@@ -43,25 +44,35 @@ PER_LAYER_METHODS = frozenset({"relative", "calibrated"})
 
 @dataclass
 class SparsifyOptions:
-    method: str = "relative"
-    sparsity: float | None = 0.5
+    """The sparsify pass's settings: ``onnxsat sparsify``'s flags, the ``sparsify`` pipeline keys, keywords."""
+
+    method: str = option("relative", choices=lambda: METHODS, help="how weights are scored (default relative)")
+    sparsity: float | None = option(
+        0.5, cli_default=None, type=percent, help="fraction of prunable weights to zero, e.g. 0.5 or 50%%"
+    )
     """The level to reach; None with ``max_drop`` (the search chooses it)."""
-    max_drop: float | None = None
+    max_drop: float | None = option(None, type=percent, help="search the highest sparsity whose drop stays within this")
     """Largest allowed drop of ``metric`` as a fraction (0.01 = one point), or None for no search."""
-    metric: str = "top1"
-    data: str | None = None
+    metric: str = option("top1", choices=lambda: METRICS, help="metric of the budget (default top1)")
+    data: str | None = option(
+        None, help="digits, an image folder, a CIFAR-10 batches folder, an .npz (inputs, labels), or random"
+    )
     """A dataset spec for ``load_dataset``, or ``random`` (seeded normal inputs: fidelity only)."""
-    limit: int | None = None
-    fidelity: bool = False
+    fidelity: bool = option(False, help="ignore labels: agreement with the dense model")
     """Ignore the data's labels: measure agreement with the dense model (data from another task)."""
-    per_layer: bool = True
+    limit: int | None = option(None, type=int, help="use at most this many samples of the data")
+    mean: Sequence[float] | None = option(
+        None, type=float_list, help="per-channel mean subtracted from images scaled to [0, 1]"
+    )
+    std: Sequence[float] | None = option(None, type=float_list, help="per-channel std images are divided by")
+    per_layer: bool = option(
+        True, flag="--uniform-only", negate=True, help="budget search: one level for every layer only"
+    )
     """With a budget and a per-layer method: also try sensitivity-guided per-layer levels."""
-    step: float = 0.05
-    exclude: list[str] = field(default_factory=list)
-    sparse_initializers: bool = False
-    min_sparsity: float = 0.5
-    mean: Sequence[float] | None = None
-    std: Sequence[float] | None = None
+    step: float = option(0.05, type=percent, help="budget search: level step (default 0.05)")
+    exclude: list[str] = option(default_factory=list, metavar="NAME", help="weights or nodes to leave dense")
+    sparse_initializers: bool = option(False, help="store sparse weights in COO form")
+    min_sparsity: float = option(0.5, type=percent, help="COO only at or above this (default 0.5)")
     batch_size: int = 64
     input_shapes: dict[str, list[int]] = field(default_factory=dict)
 
@@ -189,18 +200,3 @@ def _search(
     report.search["trail"] = trail
     report.accuracy = best.accuracy
     return best.pruned
-
-
-def sparsify(
-    input_path: str | Path,
-    output_path: str | Path,
-    options: SparsifyOptions,
-    report_path: str | Path | None = None,
-    force: bool = False,
-) -> SparsifyReport:
-    """Sparsify the model at ``input_path`` into ``output_path`` (see ``passes.run_pass``)."""
-
-    def transform(model: onnx.ModelProto, source: str, base_dir: Path) -> tuple[onnx.ModelProto, SparsifyReport]:
-        return sparsify_model(model, options, source=source, base_dir=base_dir)
-
-    return run_pass(input_path, output_path, transform, "the sparsified model", report_path, force)

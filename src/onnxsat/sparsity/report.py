@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict, dataclass, field
+from typing import Any
 
 from onnxsat.data.metrics import Accuracy
+from onnxsat.passes.base import ReportBase
 from onnxsat.sparsity.methods import LayerSparsity
-from onnxsat.verify import VerificationResult
+from onnxsat.verification import VerificationResult
 
 
 @dataclass
-class SparsifyReport:
+class SparsifyReport(ReportBase):
     input: str
     output: str | None
     method: str
@@ -35,12 +36,12 @@ class SparsifyReport:
     seconds: float = 0.0
     written: bool = False
 
-    def to_json(self) -> str:
+    def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
         for layer, entry in zip(self.layers, data["layers"], strict=True):
             entry["sparsity"] = layer.sparsity
             entry["size"] = layer.size
-        return json.dumps(data, indent=2, sort_keys=True, default=str)
+        return data
 
     def to_table(self) -> str:
         lines = [f"ONNXSat sparsify  {self.input} -> {self.output or '(not written)'}"]

@@ -51,7 +51,7 @@ from onnxsat.sparsity.pipeline import SparsifyOptions, sparsify_model
 from onnxsat.sparsity.report import SparsifyReport
 from onnxsat.sparsity.storage import to_sparse_initializers
 from onnxsat.sparsity.targets import PrunableWeight
-from onnxsat.verify import session
+from onnxsat.verification import session
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure

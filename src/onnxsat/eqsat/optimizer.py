@@ -1,7 +1,6 @@
-"""The optimize pass end to end: load, encode, saturate, extract, decode, verify, save.
+"""The equality-saturation optimizer on one in-memory model: check, encode, saturate, extract, decode, verify.
 
-Timed phase by phase for the report. The input file is only read; the result is written only when
-it passes verification (or the caller forces it), and always atomically.
+Timed phase by phase for the report. Reading and writing files is the runner's job (``onnxsat.runner``).
 """
 
 from __future__ import annotations
@@ -16,29 +15,60 @@ from pathlib import Path
 import onnx
 
 from onnxsat import model_io
-from onnxsat.eqsat.costs import DEFAULT_COST_MODEL, get_cost_model
+from onnxsat.eqsat.costs import COST_MODELS, DEFAULT_COST_MODEL, get_cost_model
 from onnxsat.eqsat.decode import decode
 from onnxsat.eqsat.encode import encode
 from onnxsat.eqsat.extract import extract
 from onnxsat.eqsat.facts import count_dead_nodes
 from onnxsat.eqsat.frozen import freeze
-from onnxsat.eqsat.rules import applicable, rulesets_for
+from onnxsat.eqsat.rules import TARGETS, applicable, rulesets_for
 from onnxsat.eqsat.saturate import SaturationLimits, egraph_size, saturate
-from onnxsat.errors import VerificationFailedError
+from onnxsat.errors import SettingsError
+from onnxsat.options import option
 from onnxsat.report import OptimizeReport, op_counts
-from onnxsat.verify import DEFAULT_RUN_TIMEOUT, Tolerance, reference_run, verify
+from onnxsat.verification import DEFAULT_RUN_TIMEOUT, Tolerance, reference_run, verify
+
+_LIMITS = SaturationLimits()
 
 
 @dataclass
 class OptimizeOptions:
-    target: str = "ort"
-    cost_model: str = DEFAULT_COST_MODEL
+    """The eqsat pass's settings: ``onnxsat optimize``'s flags, the ``eqsat`` pipeline keys, keywords."""
+
+    target: str = option(
+        "ort",
+        choices=lambda: sorted(TARGETS),
+        help="ort: may emit com.microsoft fused ops; portable: standard ONNX only",
+    )
+    cost_model: str = option(
+        DEFAULT_COST_MODEL,
+        flag="--cost",
+        choices=lambda: sorted(COST_MODELS),
+        help="cost model for extraction: uniform (fewest nodes), analytic (flops and bytes), "
+        "measured (ONNX Runtime micro-benchmarks, cached per machine)",
+    )
+    max_iterations: int = option(_LIMITS.max_iterations, help="stop the e-graph search after this many iterations")
+    max_enodes: int = option(_LIMITS.max_enodes, help="stop the e-graph search when it holds this many e-nodes")
+    max_seconds: float = option(_LIMITS.max_seconds, help="stop the e-graph search after this many seconds")
+    max_memory_mib: float = option(
+        _LIMITS.max_memory_mib, help="stop the e-graph search when the process's resident memory exceeds this"
+    )
     input_shapes: Mapping[str, Sequence[int]] = field(default_factory=dict)
     tolerance: Tolerance = field(default_factory=Tolerance)
-    limits: SaturationLimits = field(default_factory=SaturationLimits)
     force: bool = False
     run_timeout: float = DEFAULT_RUN_TIMEOUT
     """Seconds each verification run under ONNX Runtime may take."""
+
+    @property
+    def limits(self) -> SaturationLimits:
+        return SaturationLimits(self.max_iterations, self.max_enodes, self.max_seconds, self.max_memory_mib)
+
+    def check(self) -> None:
+        rulesets_for(self.target)
+        if self.cost_model not in COST_MODELS:
+            raise SettingsError(f"unknown cost model {self.cost_model!r}; choose from {', '.join(sorted(COST_MODELS))}")
+        if self.run_timeout <= 0:
+            raise SettingsError(f"--run-timeout must be positive (got {self.run_timeout:g})")
 
 
 class _Phases:
@@ -142,44 +172,3 @@ def optimize_model(
     report.verification = result
     report.phases = phases.seconds
     return decoded.model, report
-
-
-def optimize(
-    input_path: str | Path,
-    output_path: str | Path,
-    options: OptimizeOptions | None = None,
-    report_path: str | Path | None = None,
-) -> OptimizeReport:
-    """Optimize the model at ``input_path`` into ``output_path`` and return the report.
-
-    Raises an :class:`~onnxsat.errors.OnnxSatError` for bad input; raises
-    :class:`VerificationFailedError` (with ``.report``) when the result does not match the original
-    and ``options.force`` is not set, in which case nothing is written.
-    """
-    options = options or OptimizeOptions()
-    phases = _Phases()
-    model_io.check_input_path(input_path)
-    target = model_io.check_output_path(input_path, output_path)
-    if report_path is not None:
-        model_io.check_report_path(report_path, input_path, output_path)
-    with phases("load"):
-        model = model_io.load_model(input_path)
-    base_dir = model_io.model_folder(input_path)
-    model_io.check_data_path(target, model, base_dir)
-    optimized, report = optimize_model(model, options, source=str(input_path), phases=phases, base_dir=base_dir)
-    verified = report.verification is not None and report.verification.ok
-    if verified or options.force:
-        with phases("save"):
-            model_io.save_model(optimized, target, base_dir)
-        report.output = str(target)
-        report.written = True
-    report.phases = phases.seconds
-    if report_path is not None:
-        model_io.write_text_atomic(report.to_json() + "\n", report_path)
-    if not verified and not options.force:
-        error = VerificationFailedError(
-            "the optimized model does not match the original; nothing was written (use --force to write it anyway)"
-        )
-        error.report = report  # type: ignore[attr-defined]
-        raise error
-    return report

@@ -1,0 +1,58 @@
+"""Running a pass for the command line: check the report paths first, run through the runner, then
+print the report and write its JSON and HTML forms, also when verification refused the result."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable
+from typing import Any
+
+from onnxsat.api import run_file
+from onnxsat.errors import VerificationFailedError
+from onnxsat.html import check_html_path, write_page
+from onnxsat.model_io import check_report_path, write_text_atomic
+from onnxsat.passes.base import Pass
+from onnxsat.verification import Tolerance, parse_input_shapes
+
+PageBuilder = Callable[[Any], Any]
+
+
+def run_and_print(
+    args: argparse.Namespace,
+    step: Pass,
+    page: PageBuilder | None = None,
+    tolerance: Tolerance | None = None,
+    run_timeout: float | None = None,
+    after: Callable[[Any], None] | None = None,
+) -> int:
+    """Run ``step`` from ``args.model`` to ``args.output`` and print its report; ``page`` builds the
+    ``--html`` page from the report, ``after`` adds to a written report before it is printed (latency).
+
+    Returns 8 when a failing result was written because of ``--force``.
+    """
+    if args.report:
+        check_report_path(args.report, args.model, args.output)
+    if args.html:
+        check_html_path(args.html, [args.model], [args.output, args.report])
+    shapes = parse_input_shapes(args.input_shape)
+    try:
+        report = run_file(step, args.model, args.output, None, shapes, tolerance, args.force, run_timeout)
+    except VerificationFailedError as error:
+        _emit(args, error.report, page)  # type: ignore[attr-defined]
+        raise
+    if after is not None:
+        after(report)
+    _emit(args, report, page)
+    if not report.verification or not report.verification.ok:
+        print("onnxsat: warning: verification failed; the result was written because of --force", file=sys.stderr)
+        return VerificationFailedError.exit_code
+    return 0
+
+
+def _emit(args: argparse.Namespace, report: Any, page: PageBuilder | None) -> None:
+    print(report.to_text())
+    if args.report:
+        write_text_atomic(report.to_json() + "\n", args.report)
+    if args.html and page is not None:
+        write_page(page(report), args.html)

@@ -1,0 +1,38 @@
+"""``onnxsat prune``: the prune pass from file to file, or the association trees with ``--show-trees``."""
+
+from __future__ import annotations
+
+import argparse
+
+from onnxsat.commands.arguments import add_input_shape_option, add_report_arguments
+from onnxsat.commands.printing import run_and_print
+from onnxsat.errors import SettingsError
+from onnxsat.html.prune import prune_page
+from onnxsat.options import add_arguments, from_arguments
+from onnxsat.passes.prune import PrunePass
+from onnxsat.pruning.pipeline import PruneOptions, show_trees
+
+ORDER = 30
+
+
+def add_parser(commands: argparse._SubParsersAction) -> None:
+    parser = commands.add_parser(
+        "prune", help="remove whole channels (structured pruning along node association trees)"
+    )
+    parser.add_argument("model", help="input .onnx file (never modified)")
+    parser.add_argument("-o", "--output", help="where to write the pruned model (not needed with --show-trees)")
+    add_arguments(parser, PruneOptions)
+    add_input_shape_option(parser)
+    parser.add_argument("--show-trees", action="store_true", help="print the node association trees and stop")
+    parser.add_argument("--trees-image", metavar="PATH", help="with --show-trees: also draw them (PNG, SVG)")
+    add_report_arguments(parser)
+    parser.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.show_trees:
+        print(show_trees(args.model, args.library, args.trees_image))
+        return 0
+    if args.output is None:
+        raise SettingsError("give -o/--output for the pruned model (or --show-trees to only list the trees)")
+    return run_and_print(args, PrunePass(from_arguments(PruneOptions, args)), prune_page)

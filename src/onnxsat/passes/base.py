@@ -1,0 +1,182 @@
+"""What a pass is: one capability applied to one model, returning the new model and a report.
+
+Every capability of ONNXSat (eqsat, sparsify, prune, surgeries, ORT's optimizers, sparse storage,
+verify) is a :class:`Pass`. The runner (``onnxsat.runner``) does the rest once for all of them: load,
+check, run the passes in order, write atomically only what verified, write the report. The command
+line, the Python API and pipeline files all build passes and hand them to the runner.
+
+A pass is a class registered under its ``kind`` (the ``type`` of a pipeline entry) with
+:func:`register_pass`, in the module of ``onnxsat.passes`` that defines it; importing the package
+registers them all.
+"""
+
+from __future__ import annotations
+
+import json
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, ClassVar, Protocol, TypeVar
+
+import onnx
+
+from onnxsat.config_check import checked_keys
+from onnxsat.errors import SettingsError
+from onnxsat.options import RUN_SETTINGS
+from onnxsat.verification import Tolerance, VerificationResult, verify
+
+
+@dataclass
+class Model:
+    """A model and the folder its external data is read from (None: all of it is in the proto)."""
+
+    proto: onnx.ModelProto
+    base_dir: Path | None = None
+    source: str = "<memory>"
+    """Where it was read from, for reports."""
+
+    def with_proto(self, proto: onnx.ModelProto) -> Model:
+        """The same model's place, holding ``proto``: a result keeps reading unfolded weights from there."""
+        return replace(self, proto=proto)
+
+
+class Report(Protocol):
+    """What every pass report offers: its verification, where it was written, and its three forms."""
+
+    output: str | None
+    written: bool
+    verification: VerificationResult | None
+
+    def to_dict(self) -> dict[str, Any]: ...
+
+    def to_json(self) -> str: ...
+
+    def to_table(self) -> str: ...
+
+
+class ReportBase:
+    """``to_json`` and ``to_text`` from ``to_dict`` and ``to_table``, the same for every report type."""
+
+    sort_json_keys: ClassVar[bool] = True
+
+    def to_dict(self) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def to_table(self) -> str:
+        raise NotImplementedError
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2, sort_keys=self.sort_json_keys, default=str)
+
+    def to_text(self) -> str:
+        return self.to_table()
+
+    def record_phase(self, name: str, seconds: float) -> None:
+        """Time the runner spent on this report's behalf (``load``, ``save``), for reports that show phases."""
+
+
+@dataclass
+class PassContext:
+    """What every pass of one run sees: the run's shared settings and the model ``verify`` compares against.
+
+    ``reference`` starts as the run's input and becomes each lossy pass's result (sparsify, prune, a
+    surgeon that changes numerics): after a deliberate loss, the next check is that nothing *else*
+    changed the outputs.
+    """
+
+    base_dir: Path | None
+    input_shapes: dict[str, list[int]] = field(default_factory=dict)
+    tolerance: Tolerance = field(default_factory=Tolerance)
+    data: str | None = None
+    """Data for the passes that take it, unless a pass names its own."""
+    reference: onnx.ModelProto | None = None
+    reference_name: str = "the input model"
+    source: str = "<memory>"
+    run_timeout: float | None = None
+    """Seconds each verification run under ONNX Runtime may take (None: the verifier's default)."""
+
+
+@dataclass
+class PassResult:
+    """One pass's result: the model, what it checked, a few lines saying what it did, and its report."""
+
+    model: onnx.ModelProto
+    verification: VerificationResult | None
+    notices: list[str] = field(default_factory=list)
+    rebase: bool = False
+    """Later ``verify`` passes compare against this result (a deliberate loss, or a new interface)."""
+    report: Any = None
+    """The pass's own report object (:class:`Report`), if it has one."""
+
+    @property
+    def ok(self) -> bool:
+        return self.verification is not None and self.verification.ok
+
+    @property
+    def details(self) -> dict[str, Any]:
+        return self.report.to_dict() if self.report is not None else {}
+
+
+class Pass(ABC):
+    """Base of every pass. ``kind`` names it in pipeline files; ``result_name`` in messages."""
+
+    kind: ClassVar[str]
+    result_name: ClassVar[str] = "the result"
+    """How a refusal names the result: "the sparsified model failed verification; nothing was written"."""
+
+    @classmethod
+    def from_config(cls, config: Mapping[str, Any], place: str) -> Pass:
+        """The pass a pipeline entry describes (``config`` without its ``type``), every key checked.
+
+        Passes that are dataclasses take their fields as keys; passes with an options dataclass
+        (``options_class``) take its fields, except the settings the run shares.
+        """
+        options_class = getattr(cls, "options_class", None)
+        if options_class is not None:
+            kwargs = checked_keys(options_class, config, place, f"the {cls.kind} pass", ("type",), RUN_SETTINGS)
+            instance = cls(options_class(**kwargs))  # type: ignore[call-arg]
+        else:
+            instance = cls(**checked_keys(cls, config, place, f"the {cls.kind} pass", ignore=("type",)))
+        instance.check(place)
+        return instance
+
+    def check(self, place: str) -> None:  # noqa: B027  (most passes have nothing beyond the types to check)
+        """Raise a SettingsError naming ``place`` for settings the types alone do not rule out (before
+        anything runs)."""
+
+    @abstractmethod
+    def run(self, model: Model, context: PassContext) -> PassResult:
+        """The pass applied to ``model`` (never modified)."""
+
+    def refusal(self) -> str:
+        """The message when this pass's result fails verification and nothing is forced."""
+        return f"{self.result_name} failed verification; nothing was written"
+
+
+def run_check(place: str, check: Callable[[], object]) -> None:
+    """Run ``check()`` and prefix a SettingsError it raises with ``place``."""
+    try:
+        check()
+    except SettingsError as error:
+        raise SettingsError(f"{place}: {error}") from None
+
+
+def lossless(context: PassContext, before: Model, after: onnx.ModelProto, notices: list[str]) -> PassResult:
+    """A result that must compute what ``before`` computed, compared on the run's seeded inputs."""
+    result = verify(before.proto, after, context.input_shapes, context.tolerance, base_dir=before.base_dir)
+    return PassResult(after, result, notices)
+
+
+PASSES: dict[str, type[Pass]] = {}
+"""Pass kind (the ``type`` key of a pipeline entry) -> its class, in registration order."""
+
+P = TypeVar("P", bound=type[Pass])
+
+
+def register_pass(cls: P) -> P:
+    """Class decorator: make ``cls`` a pass of pipeline files under ``cls.kind``."""
+    if cls.kind in PASSES:
+        raise TypeError(f"two passes of kind {cls.kind!r}: {PASSES[cls.kind].__name__} and {cls.__name__}")
+    PASSES[cls.kind] = cls
+    return cls

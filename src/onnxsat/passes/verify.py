@@ -1,0 +1,28 @@
+"""``verify``: compare the model with the reference (the run's input, or the last lossy pass's result)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from onnxsat.passes.base import Model, Pass, PassContext, PassResult, register_pass
+from onnxsat.verification import Tolerance, verify
+
+
+@register_pass
+@dataclass
+class VerifyPass(Pass):
+    kind: ClassVar[str] = "verify"
+    rtol: float | None = None
+    atol: float | None = None
+
+    def run(self, model: Model, context: PassContext) -> PassResult:
+        tolerance = Tolerance(
+            rtol=context.tolerance.rtol if self.rtol is None else self.rtol,
+            atol=context.tolerance.atol if self.atol is None else self.atol,
+        )
+        assert context.reference is not None
+        result = verify(context.reference, model.proto, context.input_shapes, tolerance, base_dir=model.base_dir)
+        worst = max((c.max_abs_diff for c in result.outputs), default=0.0)
+        notices = [f"against {context.reference_name}: largest output difference {worst:.3g}"]
+        return PassResult(model.proto, result, notices)

@@ -1,0 +1,189 @@
+"""The one runner: load, check, run passes, gate on verification, write atomically, report.
+
+Every model-writing entry point goes through :func:`run`: ``onnxsat optimize|sparsify|prune|run``, the
+Python API (``onnxsat.optimize(...)`` and friends) and pipeline files. The input file is only read. Nothing
+is written until every pass has run and verified (unless forced): a failing pass stops the run, later
+passes do not run, and the output path is untouched. The report goes to ``report_path`` as JSON also when
+verification refused the result, since that is when it is read.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from onnxsat import model_io
+from onnxsat.errors import OnnxSatError, VerificationFailedError
+from onnxsat.passes.base import Model, Pass, PassContext, PassResult, ReportBase
+from onnxsat.verification import Tolerance
+
+
+@dataclass
+class RunSettings:
+    """What every pass of a run shares: sizes for dynamic input dims, the tolerance of lossless checks,
+    the data for the passes that take it, and whether a failing result is written anyway."""
+
+    input_shapes: dict[str, list[int]] = field(default_factory=dict)
+    tolerance: Tolerance = field(default_factory=Tolerance)
+    data: str | None = None
+    force: bool = False
+    run_timeout: float | None = None
+
+
+@dataclass
+class StepRecord:
+    place: str
+    kind: str
+    seconds: float
+    ok: bool
+    """The pass's own verification passed (for lossy passes: the result passes the checker and runs)."""
+    notices: list[str] = field(default_factory=list)
+    verification: dict[str, Any] | None = None
+    details: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class PipelineReport(ReportBase):
+    """A run of several passes: each pass's checks, notices and own report, in order."""
+
+    sort_json_keys = False
+
+    pipeline: str
+    input: str
+    output: str
+    steps: list[StepRecord] = field(default_factory=list)
+    not_run: list[str] = field(default_factory=list)
+    """Passes skipped because an earlier one failed verification."""
+    written: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return all(step.ok for step in self.steps) and not self.not_run
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def to_table(self) -> str:
+        lines = [f"pipeline {self.pipeline}: {self.input} -> {self.output}"]
+        for step in self.steps:
+            status = "ok" if step.ok else "FAILED verification"
+            lines.append(f"{step.place:<11} {step.kind:<20} {step.seconds:>8.2f} s  {status}")
+            lines.extend(f"    {notice}" for notice in step.notices)
+            if not step.ok and step.verification:
+                lines.append(f"    {_failure(step.verification)}")
+        lines.extend(f"{place:<11} not run (an earlier pass failed)" for place in self.not_run)
+        lines.append(f"written: {self.output}" if self.written else "nothing was written")
+        return "\n".join(lines)
+
+
+def _failure(verification: dict[str, Any]) -> str:
+    if verification.get("error"):
+        return str(verification["error"])
+    bad = [o for o in verification.get("outputs", []) if not o["ok"]]
+    return "; ".join(f"{o['name']}: max abs diff {o['max_abs_diff']:.3g}" for o in bad) or "failed"
+
+
+def run(
+    input_path: str | Path,
+    output_path: str | Path,
+    passes: Sequence[tuple[str, Pass]],
+    settings: RunSettings | None = None,
+    report_path: str | Path | None = None,
+    pipeline: str | None = None,
+) -> Any:
+    """Run ``passes`` ((place, pass) pairs, in order) on the model at ``input_path``; write ``output_path``.
+
+    Returns the report: the single pass's own report when ``pipeline`` is None and there is one pass,
+    else a :class:`PipelineReport` naming ``pipeline``. Raises :class:`VerificationFailedError` (with
+    ``.report``) when a pass's result fails verification and nothing is forced; nothing is written then.
+    """
+    settings = settings or RunSettings()
+    model_io.check_input_path(input_path)
+    target = model_io.check_output_path(input_path, output_path)
+    if report_path is not None:
+        model_io.check_report_path(report_path, input_path, output_path)
+    start = time.perf_counter()
+    proto = model_io.load_model(input_path)
+    load_seconds = time.perf_counter() - start
+    base_dir = model_io.model_folder(input_path)
+    if not (passes and getattr(passes[0][1], "checks_input", False)):
+        model_io.check_model(proto)
+    model_io.check_data_path(target, proto, base_dir)
+    model = Model(proto, base_dir, str(input_path))
+    context = PassContext(
+        base_dir=base_dir,
+        input_shapes={name: list(dims) for name, dims in settings.input_shapes.items()},
+        tolerance=settings.tolerance,
+        data=settings.data,
+        reference=proto,
+        source=str(input_path),
+        run_timeout=settings.run_timeout,
+    )
+    pipeline_report = PipelineReport(pipeline or "", str(input_path), str(target))
+    steps: list[tuple[str, Pass, PassResult]] = []
+    for index, (place, step) in enumerate(passes):
+        begun = time.perf_counter()
+        try:
+            result = step.run(model, context)
+        except OnnxSatError as error:
+            if pipeline is None:
+                raise
+            raise type(error)(f"{place} ({step.kind}): {error}") from None
+        steps.append((place, step, result))
+        pipeline_report.steps.append(_record(place, step, result, time.perf_counter() - begun))
+        model = model.with_proto(result.model)
+        if result.rebase:
+            context.reference, context.reference_name = result.model, f"the result of {place} ({step.kind})"
+        if not result.ok and not settings.force:
+            pipeline_report.not_run = [later for later, _ in passes[index + 1 :]]
+            break
+    ok = pipeline_report.ok
+    single = steps[0][2].report if pipeline is None and len(passes) == 1 else None
+    if single is not None:
+        single.record_phase("load", load_seconds)
+    if ok or settings.force:
+        start = time.perf_counter()
+        model_io.save_model(model.proto, target, base_dir)
+        pipeline_report.written = True
+        for _, _, result in steps:
+            if result.report is not None:
+                result.report.output, result.report.written = str(target), True
+        if single is not None:
+            single.record_phase("save", time.perf_counter() - start)
+    report = single if single is not None else pipeline_report
+    if report_path is not None:
+        model_io.write_text_atomic(report.to_json() + "\n", report_path)
+    if not ok and not settings.force:
+        failed = next((place, step) for place, step, result in steps if not result.ok)
+        message = failed[1].refusal() if single is not None else f"{failed[0]} failed verification; nothing was written"
+        error = VerificationFailedError(message)
+        error.report = report  # type: ignore[attr-defined]
+        raise error
+    return report
+
+
+def _record(place: str, step: Pass, result: PassResult, seconds: float) -> StepRecord:
+    verification = result.verification
+    return StepRecord(
+        place,
+        step.kind,
+        seconds,
+        result.ok,
+        result.notices,
+        verification.to_dict() if verification is not None else None,
+        result.details,
+    )
+
+
+def run_one(
+    step: Pass,
+    input_path: str | Path,
+    output_path: str | Path,
+    settings: RunSettings | None = None,
+    report_path: str | Path | None = None,
+) -> Any:
+    """One pass run from file to file; returns the pass's own report (see :func:`run`)."""
+    return run(input_path, output_path, [(step.kind, step)], settings, report_path)
