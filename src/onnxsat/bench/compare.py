@@ -8,7 +8,7 @@ difference larger than what this machine's noise alone produces?
 Design choices, and why:
 
 - One process, every session created before any is timed, one fixed intra-op thread (printed) and
-  spinning off (``verify.session``): an idle session beside a running one then steals no cores, and
+  spinning off (``timing.timing_session``): an idle session beside a running one then steals no cores, and
   every variant sees the same machine state. Separate processes would each see their own frequency,
   cache and memory-placement luck.
 - Rounds, not blocks: each timed round runs every variant once, in an order that rotates and
