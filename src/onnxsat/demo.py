@@ -7,7 +7,7 @@ from pathlib import Path
 
 from onnxsat.latency import compare_latency_levels
 from onnxsat.model_io import save_model
-from onnxsat.optimize import OptimizeOptions, optimize
+from onnxsat.eqsat.optimizer import OptimizeOptions, optimize
 from onnxsat.sparsity.pipeline import SparsifyOptions, sparsify
 from onnxsat.zoo.digits_cnn import bundled_digits_cnn
 from onnxsat.zoo.synthetic import demo_cnn

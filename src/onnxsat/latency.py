@@ -18,7 +18,7 @@ import onnxruntime as ort
 from onnxsat.model_io import load_model
 from onnxsat.report import LatencyComparison
 from onnxsat.timing import ratios_to, time_rounds, timing_session
-from onnxsat.verify import random_inputs
+from onnxsat.verification import random_inputs
 
 if TYPE_CHECKING:
     from onnxsat.runtime.tune import SessionSettings

@@ -43,7 +43,7 @@ import onnxruntime as ort
 
 from onnxsat import model_io
 from onnxsat.external_data import has_external_data
-from onnxsat.verify import session
+from onnxsat.verification import session
 
 if TYPE_CHECKING:  # verify.session takes them; runtime.tune (above this module) defines them
     from onnxsat.runtime.tune import SessionSettings

@@ -39,7 +39,7 @@ from test_fusions import (
     vi,
 )
 
-from onnxsat.optimize import optimize_model
+from onnxsat.eqsat.optimizer import optimize_model
 from onnxsat.zoo.synthetic import demo_cnn
 
 CONV_RELU = "Conv+Relu -> com.microsoft::FusedConv"

@@ -16,7 +16,7 @@ import pytest
 from eqsat_helpers import session
 from onnx import numpy_helper
 
-from onnxsat.optimize import OptimizeOptions, optimize_model
+from onnxsat.eqsat.optimizer import OptimizeOptions, optimize_model
 from onnxsat.zoo.bundled import bundled_models
 
 LIGHT = bundled_models()

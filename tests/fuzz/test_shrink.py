@@ -11,7 +11,7 @@ from onnxsat.eqsat import weights
 from onnxsat.fuzz.differential import FAILED, check_model
 from onnxsat.fuzz.graphs import generate_model
 from onnxsat.fuzz.shrink import cleanup, shrink
-from onnxsat.optimize import OptimizeOptions, optimize_model
+from onnxsat.eqsat.optimizer import OptimizeOptions, optimize_model
 
 
 def valid(model: onnx.ModelProto) -> bool:

@@ -17,7 +17,7 @@ from onnxsat.html import Page, with_page, write_page
 from onnxsat.html.sparsify import sparsify_page
 from onnxsat.sparsity.methods import LayerSparsity
 from onnxsat.sparsity.report import SparsifyReport
-from onnxsat.verify import VerificationResult
+from onnxsat.verification import VerificationResult
 from onnxsat.zoo.synthetic import demo_cnn
 
 pytestmark = pytest.mark.xdist_group("html_pages")  # the pages and the browser run once, on one worker

@@ -184,7 +184,7 @@ def test_a_reshape_target_computed_at_run_time_keeps_the_heads_whole() -> None:
 
 def test_a_computed_reshape_target_folded_by_onnxsat_optimize_is_handled() -> None:
     """With static shapes, ONNXSat's constant folding turns Shape -> Slice -> Concat into a literal target."""
-    from onnxsat.optimize import optimize_model
+    from onnxsat.eqsat.optimizer import optimize_model
 
     folded, _ = optimize_model(attention_model(4, target="computed"))
     group = head_group(folded)

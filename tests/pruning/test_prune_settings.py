@@ -110,7 +110,7 @@ def test_prune_writes_a_file_and_a_report_never_over_the_input(tmp_path: Path) -
 
 def test_failed_verification_writes_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from onnxsat.pruning import pipeline
-    from onnxsat.verify import VerificationResult
+    from onnxsat.verification import VerificationResult
 
     source, target = tmp_path / "in.onnx", tmp_path / "out.onnx"
     onnx.save(chain(), str(source))

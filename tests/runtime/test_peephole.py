@@ -16,7 +16,7 @@ from onnxsat.model_io import load_model, model_folder
 from onnxsat.report import op_counts
 from onnxsat.runtime import peephole as peephole_module
 from onnxsat.runtime.peephole import peephole
-from onnxsat.verify import verify
+from onnxsat.verification import verify
 
 
 def bias_built_at_run_time() -> onnx.ModelProto:

@@ -14,7 +14,7 @@ from onnxsat.errors import SettingsError
 from onnxsat.model_io import check_model, load_model, model_folder
 from onnxsat.report import op_counts
 from onnxsat.runtime.transformers import guess_model_type, optimize_transformer
-from onnxsat.verify import verify
+from onnxsat.verification import verify
 
 
 def test_layer_norm_and_gelu_are_fused_and_match() -> None:

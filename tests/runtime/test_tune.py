@@ -23,7 +23,7 @@ from onnxsat.cli import main
 from onnxsat.errors import SettingsError
 from onnxsat.latency import compare_latency
 from onnxsat.runtime.tune import DEFAULT_LABEL, NOISE_LABEL, SessionSettings, candidate_grid, tune
-from onnxsat.verify import random_inputs, session
+from onnxsat.verification import random_inputs, session
 
 FAST = ["--rounds", "3", "--warmup", "1"]
 

@@ -155,7 +155,7 @@ def test_per_layer_levels_need_a_per_layer_method() -> None:
 
 def test_fused_ops_onnxsat_writes_are_targets_too() -> None:
     """An ``onnxsat optimize --target ort`` result carries FusedConv/FusedGemm: their weights are pruned."""
-    from onnxsat.optimize import optimize_model
+    from onnxsat.eqsat.optimizer import optimize_model
     from onnxsat.zoo.synthetic import demo_cnn
 
     optimized, _ = optimize_model(demo_cnn())

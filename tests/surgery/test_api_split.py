@@ -10,7 +10,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from onnxsat.errors import SettingsError
 from onnxsat.surgery.api import Surgery, SurgeryError, format_differences
-from onnxsat.verify import random_inputs, run_model
+from onnxsat.verification import random_inputs, run_model
 
 RNG = np.random.default_rng(1)
 

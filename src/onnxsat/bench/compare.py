@@ -59,7 +59,7 @@ from onnxsat.bench.writing import model_labels
 from onnxsat.errors import OnnxSatError, RuntimeUnsupportedError, SettingsError
 from onnxsat.html import Page, write_page
 from onnxsat.html.charts import grouped_bars
-from onnxsat.optimize import OptimizeOptions, optimize_model
+from onnxsat.eqsat.optimizer import OptimizeOptions, optimize_model
 from onnxsat.runtime.tune import SessionSettings
 from onnxsat.timing import (
     LEVELS,
@@ -76,7 +76,7 @@ from onnxsat.timing import (
     time_rounds,
     timing_session,
 )
-from onnxsat.verify import Reference, Tolerance, compare_outputs, parse_input_shapes, reference_run
+from onnxsat.verification import Reference, Tolerance, compare_outputs, parse_input_shapes, reference_run
 
 DEFAULT_PAIRS = 30
 """Timed rounds per model: with ~10 variants, enough for a steady median in about a minute on ResNet-50."""

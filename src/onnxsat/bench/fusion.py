@@ -38,7 +38,7 @@ from onnxsat.eqsat.rules import rulesets_for
 from onnxsat.errors import SettingsError
 from onnxsat.extras import require
 from onnxsat.html.charts import new_figure
-from onnxsat.optimize import OptimizeOptions, optimize_model
+from onnxsat.eqsat.optimizer import OptimizeOptions, optimize_model
 from onnxsat.runtime.offline import LEVELS, optimize_offline
 from onnxsat.timing import (
     environment,
@@ -51,7 +51,7 @@ from onnxsat.timing import (
     time_rounds,
     timing_session,
 )
-from onnxsat.verify import Tolerance, compare_outputs, random_inputs
+from onnxsat.verification import Tolerance, compare_outputs, random_inputs
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure

@@ -29,7 +29,7 @@ import onnxruntime as ort
 from onnxsat.errors import SettingsError
 from onnxsat.model_io import load_model
 from onnxsat.timing import environment_line
-from onnxsat.verify import Tolerance, compare_outputs, random_inputs, session
+from onnxsat.verification import Tolerance, compare_outputs, random_inputs, session
 from onnxsat.zoo.large import write_large_model
 
 GOAL_RATIO = 1.5

@@ -31,7 +31,7 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 
 from onnxsat.errors import SettingsError
-from onnxsat.optimize import OptimizeOptions, optimize_model
+from onnxsat.eqsat.optimizer import OptimizeOptions, optimize_model
 from onnxsat.timing import environment_line
 from onnxsat.zoo.synthetic import conv_bn_relu_chain, densenet_like
 

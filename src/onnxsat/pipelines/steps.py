@@ -22,7 +22,7 @@ from onnxsat.errors import SettingsError
 from onnxsat.pipelines.context import Context, StepOutcome
 from onnxsat.surgery.graph_edit import copy_model, rename_tensor
 from onnxsat.surgery.surgeon import Surgeon, build_surgeon
-from onnxsat.verify import Tolerance, check_and_run, verify
+from onnxsat.verification import Tolerance, check_and_run, verify
 
 
 class Step(ABC):
@@ -148,7 +148,7 @@ class EqsatStep(Step):
 
         from onnxsat.eqsat.costs import DEFAULT_COST_MODEL
         from onnxsat.eqsat.saturate import SaturationLimits
-        from onnxsat.optimize import OptimizeOptions, optimize_model
+        from onnxsat.eqsat.optimizer import OptimizeOptions, optimize_model
 
         limits = SaturationLimits()
         chosen = {"max_iterations": self.max_iterations, "max_enodes": self.max_enodes, "max_seconds": self.max_seconds}

@@ -36,7 +36,7 @@ from onnxsat.pruning.cost import mac_count, parameter_count
 from onnxsat.pruning.pipeline import PruneOptions, prune_model
 from onnxsat.sparsity.search import input_dims, random_dataset
 from onnxsat.timing import ratios_to, time_rounds, timing_session
-from onnxsat.verify import random_inputs, session
+from onnxsat.verification import random_inputs, session
 
 DEFAULT_RATES = (0.3, 0.5, 0.7)
 RANDOM_SAMPLES = 64

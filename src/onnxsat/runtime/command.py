@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from onnxsat.arguments import DYNAMIC_DIMS_ARE_ONE, add_input_shape_option
+from onnxsat.commands.arguments import DYNAMIC_DIMS_ARE_ONE, add_input_shape_option
 from onnxsat.errors import SettingsError
 from onnxsat.model_io import check_input_path, check_output_path, write_text_atomic
 from onnxsat.runtime.tune import (
@@ -21,7 +21,7 @@ from onnxsat.runtime.tune import (
     candidate_grid,
     tune,
 )
-from onnxsat.verify import parse_input_shapes
+from onnxsat.verification import parse_input_shapes
 
 
 def add_tune_parser(commands: argparse._SubParsersAction) -> None:

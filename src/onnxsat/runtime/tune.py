@@ -58,7 +58,7 @@ from onnxsat.timing import (
     ratios_to,
     time_rounds,
 )
-from onnxsat.verify import Tolerance, compare_outputs, reference_run, session, tidy_ort_message
+from onnxsat.verification import Tolerance, compare_outputs, reference_run, session, tidy_ort_message
 
 SESSION_LEVELS = {"disabled": ort.GraphOptimizationLevel.ORT_DISABLE_ALL, **LEVELS}
 """Graph optimization levels by name, as a settings file spells them."""

@@ -32,7 +32,7 @@ from onnxsat.eqsat.encode import encode
 from onnxsat.eqsat.rules import applicable, rulesets_for
 from onnxsat.eqsat.saturate import SaturationLimits, saturate
 from onnxsat.errors import SettingsError
-from onnxsat.optimize import _shape_inferred
+from onnxsat.eqsat.optimizer import _shape_inferred
 
 DEFAULT_MAX_NODES = 8
 """Model nodes drawn by default: a Conv+BN+Relu block and a few more; past ten the picture is a wall."""

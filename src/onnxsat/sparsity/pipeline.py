@@ -35,7 +35,7 @@ from onnxsat.sparsity.search import (
 )
 from onnxsat.sparsity.storage import to_sparse_initializers, with_masks
 from onnxsat.sparsity.targets import PrunableWeight, prunable_weights, select
-from onnxsat.verify import Tolerance, check_and_run, random_inputs, verify
+from onnxsat.verification import Tolerance, check_and_run, random_inputs, verify
 
 RANDOM_CALIBRATION_SAMPLES = 32
 PER_LAYER_METHODS = frozenset({"relative", "calibrated"})

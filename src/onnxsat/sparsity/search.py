@@ -32,7 +32,7 @@ from onnxsat.data.sources import Dataset
 from onnxsat.errors import DataError, SettingsError
 from onnxsat.sparsity.methods import PruneResult, prune_masks
 from onnxsat.sparsity.targets import PrunableWeight
-from onnxsat.verify import DEFAULT_DYNAMIC_DIM, random_inputs, session
+from onnxsat.verification import DEFAULT_DYNAMIC_DIM, random_inputs, session
 
 METRICS = ("top1", "top5")
 
