@@ -28,12 +28,11 @@ from onnxsat.bench.compare import (
     ONNXSAT_ALL,
     ONNXSAT_OFF,
     ORIGINAL_OFF,
-    noise_band,
     parse_shape_specs,
-    round_order,
 )
 from onnxsat.cli import main
 from onnxsat.errors import SettingsError
+from onnxsat.timing import noise_band, round_order
 
 FAST = ["--pairs", "3", "--warmup", "1"]
 
@@ -130,7 +129,7 @@ def tiny_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def full_run(tiny_file: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[int, str, Path]:
     """One run with the real peer registry (each peer runs, or is skipped if not installed)."""
     out = tmp_path_factory.mktemp("out")
-    argv = ["bench", "compare", tiny_file, *FAST, "--input-shape", "x=2,3,8,8"]
+    argv = ["bench", "compare", tiny_file, *FAST, "--input-shape", "x:2,3,8,8"]
     argv += ["--csv", out / "r.csv", "--markdown", out / "r.md", "--keep", out / "keep"]
     rc, text = run_cli(argv)
     return rc, text, out
@@ -242,13 +241,13 @@ def test_missing_model_file_is_one_line_and_exit_3(tmp_path: Path, capfd: pytest
     assert "Traceback" not in out + err
 
 
-@pytest.mark.parametrize("spec", ["x=1,a,8,8", "x", "=1,2", "x=-1,3"])
+@pytest.mark.parametrize("spec", ["x:1,a,8,8", "x", ":1,2", "x:-1,3", "x=1,3,8,8"])
 def test_bad_shape_spec_is_one_line_and_exit_9(spec: str, tiny_file: Path, capfd: pytest.CaptureFixture[str]) -> None:
     capfd.readouterr()
     rc = main(["bench", "compare", str(tiny_file), "--input-shape", spec, *FAST])
     out, err = capfd.readouterr()
     assert rc == 9
-    assert err.count("\n") == 1 and "--input-shape expects NAME=D1,D2" in err
+    assert err.count("\n") == 1 and "--input-shape expects NAME:D1,D2" in err
     assert out == ""  # refused before any work
 
 
@@ -256,7 +255,7 @@ def test_bad_settings_are_refused(tiny_file: Path, capfd: pytest.CaptureFixture[
     capfd.readouterr()
     assert main(["bench", "compare", str(tiny_file), "--pairs", "0"]) == 9
     assert main(["bench", "compare", str(tiny_file), "--threads", "0"]) == 9
-    assert main(["bench", "compare", str(tiny_file), "--input-shape", "nope=1,3,8,8", *FAST]) == 9
+    assert main(["bench", "compare", str(tiny_file), "--input-shape", "nope:1,3,8,8", *FAST]) == 9
     assert main(["bench", "compare", str(tiny_file), "--cost", "no-such-cost-model", *FAST]) == 9
     _, err = capfd.readouterr()
     assert err.count("\n") == 4 and "no-such-cost-model" in err
@@ -265,14 +264,16 @@ def test_bad_settings_are_refused(tiny_file: Path, capfd: pytest.CaptureFixture[
 # ---------------------------------------------------------------------------------------------- the parts
 
 
-def test_shape_specs_take_equals_or_colon() -> None:
-    assert parse_shape_specs(["x=1,3,224,224", "input:0=2,5", "y:4"]) == {
+def test_shape_specs_are_spelled_name_colon_dims_as_everywhere() -> None:
+    assert parse_shape_specs(["x:1,3,224,224", "input:0:2,5", "y:4"]) == {
         "x": [1, 3, 224, 224],
         "input:0": [2, 5],
         "y": [4],
     }
     with pytest.raises(SettingsError):
-        parse_shape_specs(["x=1,b"])
+        parse_shape_specs(["x:1,b"])
+    with pytest.raises(SettingsError, match="write x:1,3,224,224"):
+        parse_shape_specs(["x=1,3,224,224"])
 
 
 @pytest.mark.parametrize("count", [1, 2, 5, 9])

@@ -1,14 +1,14 @@
-"""Side-by-side latency of two models under ONNX Runtime, measured the way ORT_FINDINGS.md says is steady.
+"""Side-by-side latency of two model files under ONNX Runtime (``onnxsat optimize --latency``).
 
-Both sessions live in one process with one intra-op thread and spinning off; runs are interleaved in
-ABBA order after a warm-up, and the speedup is the median of per-pair ratios, which is steadier than
-a ratio of medians when the machine's speed drifts.
+Both sessions live in one process and are timed by ``timing.time_rounds``, the loop every ONNXSat
+benchmark uses: one intra-op thread, spinning off, interleaved ABBA rounds after a warm-up, and the
+speedup is the median of per-round ratios, which is steadier than a ratio of medians when the
+machine's speed drifts (see ``onnxsat.timing`` for the measurements behind each choice).
 """
 
 from __future__ import annotations
 
 import statistics
-import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -17,7 +17,8 @@ import onnxruntime as ort
 
 from onnxsat.model_io import load_model
 from onnxsat.report import LatencyComparison
-from onnxsat.verification import random_inputs, session
+from onnxsat.timing import ratios_to, time_rounds, timing_session
+from onnxsat.verification import random_inputs
 
 if TYPE_CHECKING:
     from onnxsat.runtime.tune import SessionSettings
@@ -33,40 +34,22 @@ def compare_latency(
     warmup: int = 10,
     settings: SessionSettings | None = None,
 ) -> LatencyComparison:
-    """Median latency of each model file and the median per-pair speedup (original / optimized).
+    """Median latency of each model file and the median per-round speedup (original / optimized).
 
     Sessions load the files themselves, so external data is read from each model's own folder.
     ``settings`` (from ``onnxsat tune``) replace ``threads`` in both sessions, as in ``verify.session``.
     """
     feeds = random_inputs(load_model(original), input_shapes)
-    sessions = [
-        session(original, level, threads, settings=settings),
-        session(optimized, level, threads, settings=settings),
-    ]
-    for _ in range(warmup):
-        for sess in sessions:
-            sess.run(None, feeds)
-
-    def timed(sess: ort.InferenceSession) -> float:
-        start = time.perf_counter()
-        sess.run(None, feeds)
-        return time.perf_counter() - start
-
-    times: tuple[list[float], list[float]] = ([], [])
-    ratios = []
-    for index in range(pairs):
-        order = (0, 1) if index % 2 == 0 else (1, 0)  # ABBA: alternate who goes first
-        measured = {which: timed(sessions[which]) for which in order}
-        times[0].append(measured[0])
-        times[1].append(measured[1])
-        ratios.append(measured[0] / measured[1])
+    sessions = [timing_session(path, level, threads, settings) for path in (Path(original), Path(optimized))]
+    runners = [lambda sess=sess: sess.run(None, feeds) for sess in sessions]
+    before, after = time_rounds(runners, pairs, warmup)
     return LatencyComparison(
         ort_level=level.name,
         threads=threads,
         pairs=pairs,
-        original_ms=statistics.median(times[0]) * 1e3,
-        optimized_ms=statistics.median(times[1]) * 1e3,
-        speedup=statistics.median(ratios),
+        original_ms=statistics.median(before) * 1e3,
+        optimized_ms=statistics.median(after) * 1e3,
+        speedup=statistics.median(ratios_to(before, after)),
     )
 
 

@@ -9,8 +9,8 @@ import pytest
 from eqsat_helpers import check_and_compare, op_types
 from rule_builders import Graph, assert_fired, assert_not_fired, assert_unchanged, optimized
 
-from onnxsat.eqsat.rules.layout_sinking import has_layout_chain
 from onnxsat.eqsat.optimizer import OptimizeOptions, optimize_model
+from onnxsat.eqsat.rules.layout_sinking import has_layout_chain
 
 UNARY = "unary(layout) -> layout(unary)"
 SCALAR = "binary(layout, scalar) -> layout(binary)"

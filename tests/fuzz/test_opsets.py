@@ -22,6 +22,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
+from onnxsat.eqsat.optimizer import OptimizeOptions, optimize_model
 from onnxsat.eqsat.rules import TARGETS
 from onnxsat.errors import RuntimeUnsupportedError
 from onnxsat.fuzz import opsets
@@ -36,7 +37,6 @@ from onnxsat.fuzz.opsets import (
     ort_load_error,
     run_opset_sweep,
 )
-from onnxsat.eqsat.optimizer import OptimizeOptions, optimize_model
 from onnxsat.verification import random_inputs, run_model
 from onnxsat.zoo.synthetic import demo_cnn
 

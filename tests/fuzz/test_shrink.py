@@ -8,10 +8,10 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from onnxsat.eqsat import weights
+from onnxsat.eqsat.optimizer import OptimizeOptions, optimize_model
 from onnxsat.fuzz.differential import FAILED, check_model
 from onnxsat.fuzz.graphs import generate_model
 from onnxsat.fuzz.shrink import cleanup, shrink
-from onnxsat.eqsat.optimizer import OptimizeOptions, optimize_model
 
 
 def valid(model: onnx.ModelProto) -> bool:

@@ -8,7 +8,7 @@ difference larger than what this machine's noise alone produces?
 Design choices, and why:
 
 - One process, every session created before any is timed, one fixed intra-op thread (printed) and
-  spinning off (``verify.session``): an idle session beside a running one then steals no cores, and
+  spinning off (``timing.timing_session``): an idle session beside a running one then steals no cores, and
   every variant sees the same machine state. Separate processes would each see their own frequency,
   cache and memory-placement luck.
 - Rounds, not blocks: each timed round runs every variant once, in an order that rotates and
@@ -40,17 +40,14 @@ from __future__ import annotations
 
 import contextlib
 import csv
-import gc
 import io
 import logging
 import math
-import statistics
 import time
 import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numpy as np
 import onnx
@@ -58,14 +55,28 @@ import onnxruntime as ort
 
 from onnxsat import model_io
 from onnxsat.bench import peers as peer_registry
-from onnxsat.bench.scale import environment_line
 from onnxsat.bench.writing import model_labels
+from onnxsat.eqsat.optimizer import OptimizeOptions, optimize_model
 from onnxsat.errors import OnnxSatError, RuntimeUnsupportedError, SettingsError
-from onnxsat.external_data import has_external_data
-from onnxsat.verification import Reference, Tolerance, compare_outputs, parse_input_shapes, reference_run, session
-
-if TYPE_CHECKING:
-    from onnxsat.runtime.tune import SessionSettings
+from onnxsat.html import Page, write_page
+from onnxsat.html.charts import grouped_bars
+from onnxsat.runtime.tune import SessionSettings
+from onnxsat.timing import (
+    LEVELS,
+    NOISE_CONFIDENCE,
+    NoiseBand,
+    RoundTimes,
+    describe_inputs,
+    environment_line,
+    geometric_mean,
+    load_whole,
+    noise_band,
+    noise_verdict,
+    ratios_to,
+    time_rounds,
+    timing_session,
+)
+from onnxsat.verification import Reference, Tolerance, compare_outputs, parse_input_shapes, reference_run
 
 DEFAULT_PAIRS = 30
 """Timed rounds per model: with ~10 variants, enough for a steady median in about a minute on ResNet-50."""
@@ -77,12 +88,6 @@ BASELINE = "original, ORT all"
 NOISE = "original, ORT all (again)"
 ONNXSAT_OFF = "onnxsat, ORT off"
 ONNXSAT_ALL = "onnxsat, ORT all"
-
-NOISE_CONFIDENCE = 0.90
-"""Coverage of the bootstrap interval of the noise session's median ratio."""
-BOOTSTRAP_SAMPLES = 2000
-
-_LEVELS = {"off": ort.GraphOptimizationLevel.ORT_DISABLE_ALL, "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL}
 
 
 @dataclass
@@ -104,37 +109,6 @@ class CompareSettings:
                 f"--threads and --pairs must be at least 1 and --warmup at least 0 "
                 f"(got {self.threads}, {self.pairs}, {self.warmup})"
             )
-
-
-class RoundTimes:
-    """What a row timed over interleaved rounds reports; the row holds ``times`` (seconds per round)
-    and ``ratios`` (per round: the baseline's time / this row's time, above 1 = faster)."""
-
-    times: list[float]
-    ratios: list[float]
-
-    @property
-    def median_ms(self) -> float:
-        return statistics.median(self.times) * 1e3
-
-    @property
-    def p95_ms(self) -> float:
-        return float(np.percentile(self.times, 95)) * 1e3
-
-    @property
-    def speedup(self) -> float:
-        return statistics.median(self.ratios)
-
-    @property
-    def ratio_spread(self) -> tuple[float, float]:
-        """5th and 95th percentile of the per-round ratios: how much single rounds scatter."""
-        low, high = np.percentile(self.ratios, [5, 95])
-        return float(low), float(high)
-
-    @property
-    def interval(self) -> tuple[float, float]:
-        """Bootstrap interval (``NOISE_CONFIDENCE``) of the median ratio: how sure the speedup is."""
-        return median_interval(self.ratios)
 
 
 @dataclass
@@ -162,41 +136,6 @@ class Variant(RoundTimes):
     @property
     def timed(self) -> bool:
         return self.status == "ok" and bool(self.times)
-
-
-@dataclass
-class NoiseBand:
-    """What a second session of the very same model measures: the speedup an unchanged model gets."""
-
-    median: float
-    interval: tuple[float, float]
-    """Bootstrap interval (``NOISE_CONFIDENCE``) of the median per-round ratio."""
-    rounds: tuple[float, float]
-    """5th and 95th percentile of the per-round ratios."""
-
-    @property
-    def half_width(self) -> float:
-        """Log-scale distance from 1.0 that the noise session reached: the band is [e^-w, e^w]."""
-        return max(abs(math.log(self.interval[0])), abs(math.log(self.interval[1])), abs(math.log(self.median)))
-
-    @property
-    def bounds(self) -> tuple[float, float]:
-        return math.exp(-self.half_width), math.exp(self.half_width)
-
-    def contains(self, speedup: float) -> bool:
-        return abs(math.log(speedup)) <= self.half_width
-
-
-def noise_verdict(interval: tuple[float, float], noise: NoiseBand) -> str:
-    """``faster`` or ``slower`` only when ``interval`` (of a median speedup) lies wholly outside ``noise``'s
-    band, else ``within noise``."""
-    low, high = interval
-    band_low, band_high = noise.bounds
-    if low > band_high:
-        return "faster"
-    if high < band_low:
-        return "slower"
-    return "within noise"
 
 
 @dataclass
@@ -239,29 +178,18 @@ class ModelComparison:
 
 
 def parse_shape_specs(specs: Sequence[str]) -> dict[str, list[int]]:
-    """``["x=1,3,224,224"]`` -> ``{"x": [1, 3, 224, 224]}``; ``x:1,3,224,224`` (as in ``optimize``) too."""
+    """``["x:1,3,224,224"]`` -> ``{"x": [1, 3, 224, 224]}``, as every command spells ``--input-shape``
+    (``verify.parse_input_shapes``); the ``x=1,3,224,224`` this command once took is refused with the fix."""
     shapes: dict[str, list[int]] = {}
     for spec in specs:
-        name, sep, dims = spec.rpartition("=")
         try:
-            shapes.update(parse_input_shapes([f"{name}:{dims}" if sep else spec]))
+            shapes.update(parse_input_shapes([spec]))
         except SettingsError:
-            raise SettingsError(f"--input-shape expects NAME=D1,D2,... with sizes >= 0 (got {spec!r})") from None
+            name, sep, dims = spec.rpartition("=")
+            if not sep or not name:
+                raise
+            raise SettingsError(f"--input-shape expects NAME:D1,D2,... (got {spec!r}; write {name}:{dims})") from None
     return shapes
-
-
-def load_whole(path: str | Path) -> onnx.ModelProto:
-    """The model with every weight in memory, after ONNXSat's own checks (path, format, data references)."""
-    model = model_io.load_model(path)
-    if has_external_data(model):
-        onnx.load_external_data_for_model(model, str(model_io.model_folder(path)))
-    model_io.check_model(model)
-    return model
-
-
-def describe_inputs(feeds: Mapping[str, np.ndarray]) -> str:
-    """The inputs a measurement ran on, as its table's header says them: ``x [1,3,8,8] float32``."""
-    return ", ".join(f"{name} [{','.join(map(str, a.shape))}] {a.dtype}" for name, a in feeds.items()) or "none"
 
 
 def _one_line(error: BaseException) -> str:
@@ -294,8 +222,6 @@ def _copy(model: onnx.ModelProto) -> onnx.ModelProto:
 
 def run_onnxsat(model: onnx.ModelProto, settings: CompareSettings) -> tuple[onnx.ModelProto, float]:
     """ONNXSat's result for ``model`` and the wall time of ``optimize_model`` (its verification included)."""
-    from onnxsat.eqsat.optimizer import OptimizeOptions, optimize_model
-
     options = OptimizeOptions(target=settings.target, input_shapes=settings.input_shapes)
     if settings.cost_model is not None:
         options.cost_model = settings.cost_model
@@ -344,70 +270,6 @@ def peer_versions(registry: Mapping[str, peer_registry.PeerFunction]) -> str:
         package = version.split(" ")[0] if version else ""
         parts.append(version if package == name else f"{name} ({version or 'built in'})")
     return ", ".join(parts) or "none"
-
-
-# -------------------------------------------------------------------------------------------- timing
-
-
-def round_order(index: int, count: int) -> list[int]:
-    """Which variant runs when in round ``index``: rotated by one each round, reversed every other cycle.
-
-    Over ``2 * count`` rounds every variant runs in every position, and before and after every other.
-    """
-    shift = index % count
-    order = list(range(shift, count)) + list(range(shift))
-    if (index // count) % 2 == 1:
-        order.reverse()
-    return order
-
-
-def time_rounds(
-    runners: Sequence[Callable[[], object]],
-    rounds: int,
-    warmup: int,
-    after_round: Callable[[], object] | None = None,
-) -> list[list[float]]:
-    """Seconds per round for each runner; every round runs each once, in ``round_order``.
-
-    ``after_round`` (a progress bar's tick) runs after every warm-up and timed round, outside the clock.
-    """
-    for index in range(warmup):
-        for which in round_order(index, len(runners)):
-            runners[which]()
-        if after_round is not None:
-            after_round()
-    times: list[list[float]] = [[] for _ in runners]
-    gc.collect()
-    was_enabled = gc.isenabled()
-    gc.disable()  # a collection inside one variant's run would be charged to it
-    try:
-        for index in range(rounds):
-            for which in round_order(index, len(runners)):
-                start = time.perf_counter()
-                runners[which]()
-                times[which].append(time.perf_counter() - start)
-            if after_round is not None:
-                after_round()
-    finally:
-        if was_enabled:
-            gc.enable()
-    return times
-
-
-def median_interval(ratios: Sequence[float], seed: int = 0) -> tuple[float, float]:
-    """Bootstrap interval (``NOISE_CONFIDENCE``, seeded) of the median of ``ratios``."""
-    values = np.asarray(ratios, dtype=np.float64)
-    rng = np.random.default_rng(seed)
-    medians = np.median(values[rng.integers(0, len(values), size=(BOOTSTRAP_SAMPLES, len(values)))], axis=1)
-    tail = (1 - NOISE_CONFIDENCE) / 2 * 100
-    low, high = np.percentile(medians, [tail, 100 - tail])
-    return float(low), float(high)
-
-
-def noise_band(ratios: Sequence[float], seed: int = 0) -> NoiseBand:
-    """The noise session's median ratio, a bootstrap interval of that median, and its per-round spread."""
-    p5, p95 = np.percentile(ratios, [5, 95])
-    return NoiseBand(float(np.median(ratios)), median_interval(ratios, seed), (float(p5), float(p95)))
 
 
 # ------------------------------------------------------------------------------------------ the bench
@@ -491,7 +353,7 @@ def compare_model(
         variant.nodes = len(model.graph.node)
         variant.optimize_seconds = seconds.get(variant.source)
         try:
-            sess = session(model, _LEVELS[variant.level], settings.threads, settings=settings.session)
+            sess = timing_session(model, LEVELS[variant.level], settings.threads, settings.session)
             feeds = _feeds_for(sess, reference.feeds)
             outputs = sess.run(None, feeds)
         except Exception as error:  # ORT raises several unrelated types
@@ -510,15 +372,11 @@ def compare_model(
     baseline_times = times[[v.name for v in timed].index(BASELINE)]
     for variant, own in zip(timed, times, strict=True):
         variant.times = own
-        variant.ratios = [b / t for b, t in zip(baseline_times, own, strict=True)]
+        variant.ratios = ratios_to(baseline_times, own)
     noise = result.variant(NOISE)
     if noise is not None and noise.timed:
         result.noise = noise_band(noise.ratios)
     return result
-
-
-def geometric_mean(values: Sequence[float]) -> float:
-    return math.exp(sum(math.log(v) for v in values) / len(values))
 
 
 # -------------------------------------------------------------------------------------------- output
@@ -626,8 +484,6 @@ def summary_lines(comparisons: Sequence[ModelComparison]) -> list[str]:
 
 
 def settings_line(settings: CompareSettings) -> str:
-    from onnxsat.eqsat.optimizer import OptimizeOptions
-
     cost = settings.cost_model or f"{OptimizeOptions().cost_model} (the default)"
     sessions = f"intra-op threads {settings.threads} (inter-op 1, spinning off)"
     if settings.session is not None:
@@ -718,6 +574,94 @@ def to_markdown(comparisons: Sequence[ModelComparison], settings: CompareSetting
     return "\n".join(lines)
 
 
+def _page_row(comparison: ModelComparison, variant: Variant) -> tuple[object, ...]:
+    diff = None if variant.max_abs_diff is None else f"{variant.max_abs_diff:.1e}"
+    if variant.outputs_match is False:
+        diff = f"{diff or ''} MISMATCH {variant.diff_note}".strip()
+    if variant.status != "ok":
+        return (variant.name, None, None, None, None, None, None, f"skipped: {variant.reason}", None)
+    if not variant.timed:
+        return (variant.name, variant.nodes, variant.optimize_seconds, None, None, None, None, "", diff)
+    low, high = variant.interval
+    return (
+        variant.name,
+        variant.nodes,
+        variant.optimize_seconds,
+        variant.median_ms,
+        variant.p95_ms,
+        f"{variant.speedup:.3f}x",
+        f"{low:.3f}-{high:.3f}",
+        comparison.verdict(variant),
+        diff,
+    )
+
+
+def compare_page(comparisons: Sequence[ModelComparison], settings: CompareSettings, environment: str) -> Page:
+    page = Page("ONNXSat bench compare", environment)
+    page.paragraph(settings_line(settings))
+    page.paragraph(
+        'Speedup: median over rounds of ("original, ORT all" time / variant time); every round runs each session '
+        "once, in rotating order.",
+        note=True,
+    )
+    header = [
+        "variant",
+        "nodes",
+        "optimize s",
+        "median ms",
+        "p95 ms",
+        "speedup",
+        f"{NOISE_CONFIDENCE:.0%} CI",
+        "verdict",
+        "max |diff|",
+    ]
+    for comparison in comparisons:
+        page.heading(f"{comparison.label}")
+        page.paragraph(f"{comparison.path}: inputs {comparison.inputs}")
+        page.table(
+            header,
+            [_page_row(comparison, v) for v in comparison.variants],
+            bad_rows=[i for i, v in enumerate(comparison.variants) if v.outputs_match is False],
+        )
+        page.paragraph(noise_line(comparison), note=True)
+        if comparison.constant_outputs:
+            page.paragraph(
+                "Warning: every output of the original is one value repeated on these inputs, so output "
+                "differences show little.",
+                note=True,
+            )
+        timed = [v for v in comparison.variants if v.timed]
+        if timed:
+            page.figure(
+                grouped_bars(
+                    [v.name for v in timed],
+                    {"speedup": [v.speedup for v in timed]},
+                    '"original, ORT all" time / variant time',
+                    f"{comparison.label}: speedup per variant",
+                    reference=1.0,
+                ),
+                alt=f"bar chart of speedup per variant for {comparison.label}",
+            )
+    summary = speedup_summary(comparisons)
+    if summary:
+        page.heading("Summary")
+        page.table(["variant", "geometric mean speedup", "models"], [(n, f"{m:.3f}x", c) for n, m, c in summary])
+        page.figure(
+            grouped_bars(
+                [name for name, _, _ in summary],
+                {"geometric mean speedup": [mean for _, mean, _ in summary]},
+                "speedup",
+                "Geometric mean speedup over the models",
+                reference=1.0,
+            ),
+            alt="bar chart of the geometric mean speedup per variant",
+        )
+    failed = [c.label for c in comparisons if not c.onnxsat_ok]
+    if failed:
+        page.status(False, f"ONNXSat failed or does not match the original on: {', '.join(failed)}")
+    return page
+
+
 # ---------------------------------------------------------------------------------------------- entry
 
 
@@ -752,8 +696,6 @@ def run_compare(
     settings = CompareSettings(threads, pairs, warmup, target, cost_model, parse_shape_specs(input_shapes))
     settings.check()
     if session_settings is not None:
-        from onnxsat.runtime.tune import SessionSettings
-
         settings.session = SessionSettings.load(session_settings)
         settings.threads = settings.session.intra_op_num_threads  # 0: ORT's choice, as in the CSV's column
     for model in models:
@@ -783,9 +725,6 @@ def run_compare(
     if markdown_path is not None:
         model_io.write_text_atomic(to_markdown(comparisons, settings, environment), markdown_path)
     if html_path is not None:
-        from onnxsat.html import write_page
-        from onnxsat.html.bench import compare_page
-
         write_page(compare_page(comparisons, settings, environment), html_path)
     failed = [c.label for c in comparisons if not c.onnxsat_ok]
     if failed:

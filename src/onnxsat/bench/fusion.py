@@ -1,11 +1,11 @@
 """Experiment 1, "what does operator fusion give?": baseline, ONNXSat, ORT offline, ONNXSat + ORT offline.
 
-The seed's design, kept: every optimization is applied *offline* (ONNXSat's rewrites; ORT's own graph
-optimizer saving its result, at ``ort_level``, "all" by default as in the seed), and every session runs
-with ORT's online optimizations **disabled**, so each model is timed exactly as it was saved and the
-optimizing itself is never timed. The seed's flaws, fixed: every timed run is one inference on one batch
-and every one is timed (the seed timed only the last batch); the variants are interleaved round by round
-after a warm-up (``compare.time_rounds``), so drift hits all of them alike; threads are fixed and printed.
+Design: every optimization is applied *offline* (ONNXSat's rewrites; ORT's own graph optimizer saving
+its result, at ``ort_level``, "all" by default), and every session runs with ORT's online optimizations
+**disabled**, so each model is timed exactly as it was saved and the optimizing itself is never timed.
+Every timed run is one inference on one batch and every one is timed (not only the last batch of a
+loop); the variants are interleaved round by round after a warm-up (``timing.time_rounds``), so drift
+hits all of them alike; threads are fixed and printed.
 
 Figures per model and variant:
 
@@ -20,6 +20,8 @@ Figures per model and variant:
 from __future__ import annotations
 
 import statistics
+import sys
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -30,20 +32,26 @@ import onnx
 import onnxruntime as ort
 
 from onnxsat import model_io
-from onnxsat.bench.compare import load_whole, median_interval, noise_band, noise_verdict, time_rounds
 from onnxsat.bench.sparsity.common import ExperimentResult
-from onnxsat.bench.writing import (
-    csv_text,
+from onnxsat.bench.writing import csv_text, markdown_table, model_labels, save_figure, settings_json
+from onnxsat.eqsat.optimizer import OptimizeOptions, optimize_model
+from onnxsat.eqsat.rules import rulesets_for
+from onnxsat.errors import SettingsError
+from onnxsat.extras import require
+from onnxsat.html.charts import new_figure
+from onnxsat.runtime.offline import LEVELS, optimize_offline
+from onnxsat.timing import (
     environment,
     environment_line,
-    markdown_table,
-    model_labels,
-    new_figure,
-    save_figure,
-    settings_json,
+    load_whole,
+    median_interval,
+    noise_band,
+    noise_verdict,
+    ratios_to,
+    time_rounds,
+    timing_session,
 )
-from onnxsat.errors import SettingsError
-from onnxsat.verification import Tolerance, compare_outputs, random_inputs, session
+from onnxsat.verification import Tolerance, compare_outputs, random_inputs
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -68,16 +76,13 @@ class FusionSettings:
     batch_size: int = 16
     """Batch of the throughput runs (a model with a fixed batch dim runs at that batch instead)."""
     ort_level: str = "all"
-    """ORT's offline level for the "ort offline" variants: basic, extended or all (the seed's)."""
+    """ORT's offline level for the "ort offline" variants: basic, extended or all (the default)."""
     target: str = "ort"
     """ONNXSat's target: ``ort`` may emit com.microsoft fused ops, ``portable`` standard ONNX only."""
     input_shapes: dict[str, list[int]] = field(default_factory=dict)
     """Sizes for dynamic dims other than the batch."""
 
     def check(self) -> None:
-        from onnxsat.eqsat.rules import rulesets_for
-        from onnxsat.runtime.offline import LEVELS
-
         if not self.models:
             raise SettingsError("give at least one model")
         for option, value in {
@@ -132,8 +137,7 @@ Progress = Callable[[str], None]
 
 def experiment_one(settings: FusionSettings, progress: Progress | None = None) -> ExperimentResult:
     """Measure every model's four variants; write plots, CSV, Markdown and settings into ``settings.out``."""
-    from tqdm import tqdm
-
+    tqdm = require("tqdm", "bench experiment's progress bar").tqdm
     settings.check()
     out = model_io.output_folder(str(settings.out), "--out")
     assert out is not None
@@ -162,8 +166,6 @@ def experiment_one(settings: FusionSettings, progress: Progress | None = None) -
 
 
 def _stderr(line: str) -> None:
-    import sys
-
     print(line, file=sys.stderr, flush=True)
 
 
@@ -171,11 +173,6 @@ def _variants(
     original: onnx.ModelProto, settings: FusionSettings
 ) -> tuple[dict[str, onnx.ModelProto], dict[str, float]]:
     """The four models, and how long each optimization took (not part of any timing)."""
-    import time
-
-    from onnxsat.eqsat.optimizer import OptimizeOptions, optimize_model
-    from onnxsat.runtime.offline import optimize_offline
-
     seconds: dict[str, float] = {}
     start = time.perf_counter()
     fused, report = optimize_model(
@@ -219,7 +216,9 @@ def _measure(
     models, seconds = _variants(original, settings)
     off = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     names = [*VARIANTS, NOISE_PROBE]
-    sessions = [session(models[name if name != NOISE_PROBE else BASELINE], off, settings.threads) for name in names]
+    sessions = [
+        timing_session(models[name if name != NOISE_PROBE else BASELINE], off, settings.threads) for name in names
+    ]
     one, _ = _feeds(original, settings, 1)
     many, batch = _feeds(original, settings, settings.batch_size)
     expected = sessions[0].run(None, one)
@@ -230,8 +229,8 @@ def _measure(
         runners = [lambda s=s, feeds=feeds: s.run(None, feeds) for s in sessions]
         timings.append(time_rounds(runners, settings.rounds, settings.warmup, lambda: tick(1)))
     latency, throughput = timings
-    ratios = [[b / t for b, t in zip(latency[0], own, strict=True)] for own in latency]
-    batch_ratios = [[b / t for b, t in zip(throughput[0], own, strict=True)] for own in throughput]
+    ratios = [ratios_to(latency[0], own) for own in latency]
+    batch_ratios = [ratios_to(throughput[0], own) for own in throughput]
     noise = noise_band(ratios[-1])
     rows = []
     for index, name in enumerate(VARIANTS):
@@ -277,7 +276,7 @@ def _write_up(rows: list[FusionRow], settings: FusionSettings, env: dict[str, ob
         f"{settings.target}); every session runs with ORT's online optimizations disabled, {settings.threads} "
         f"thread(s), {settings.rounds} interleaved rounds after {settings.warmup} warm-up rounds. Speedup: median "
         "per-round ratio against the baseline, 90% bootstrap interval, judged against a second baseline session.",
-        f"{environment_line(env)}",
+        f"environment: {environment_line(env)}",
         "",
     ]
     header = ["model", "variant", "nodes", "median ms", "p95 ms", "speedup", "90% CI", "vs noise"]

@@ -24,6 +24,14 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import onnxruntime as ort
+
+from onnxsat.errors import SettingsError
+from onnxsat.model_io import load_model
+from onnxsat.timing import environment_line
+from onnxsat.verification import Tolerance, compare_outputs, random_inputs, session
+from onnxsat.zoo.large import write_large_model
+
 GOAL_RATIO = 1.5
 
 
@@ -77,11 +85,6 @@ def _digest(path: Path) -> str:
 def _outputs_match(original: Path, optimized: Path) -> bool:
     """Run both files under ORT (optimizations off) on the same inputs, one session alive at a time,
     and compare them as the verification gate does, on a seed the gate did not use."""
-    import onnxruntime as ort
-
-    from onnxsat.model_io import load_model
-    from onnxsat.verification import Tolerance, compare_outputs, random_inputs, session
-
     model = load_model(original)
     feeds = random_inputs(model, seed=7)
     expected, actual = (
@@ -94,8 +97,6 @@ def _outputs_match(original: Path, optimized: Path) -> bool:
 
 def measure_large_model(folder: Path, target_bytes: int) -> LargeModelResult:
     """Build the model in ``folder``, optimize it in a child process, and check the result."""
-    from onnxsat.zoo.large import write_large_model
-
     source, output, report = folder / "large.onnx", folder / "out" / "large.opt.onnx", folder / "report.json"
     output.parent.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
@@ -130,9 +131,6 @@ def measure_large_model(folder: Path, target_bytes: int) -> LargeModelResult:
 
 def run_large_benchmark(size_gb: float, folder: str | None) -> int:
     """Print the measurement; exit 0 when the result is correct (the memory goal is reported in words)."""
-    from onnxsat.bench.scale import environment_line
-    from onnxsat.errors import SettingsError
-
     if size_gb <= 0:
         raise SettingsError(f"--size-gb must be positive (got {size_gb})")
     print(f"ONNXSat large-model benchmark ({environment_line()})", flush=True)

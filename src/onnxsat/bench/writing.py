@@ -1,7 +1,8 @@
-"""What every benchmark that writes files shares: the environment it ran in, Markdown tables, figures.
+"""What every benchmark that writes files shares: Markdown tables, PNG files, CSV rows, settings JSON.
 
 Experiments 1-3 write the same kinds of files (PNG plots, a Markdown table, the run's settings with the
-environment), so the writers live here once.
+environment), so the writers live here once. The environment itself is ``timing.environment`` (what a
+timing depends on), and figures are made by ``html.charts.new_figure`` (one Agg canvas for pages and files).
 """
 
 from __future__ import annotations
@@ -9,11 +10,8 @@ from __future__ import annotations
 import csv
 import io
 import json
-import os
-import platform
 from collections.abc import Sequence
 from dataclasses import asdict, fields
-from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -21,32 +19,6 @@ from onnxsat import model_io
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
-
-
-def environment() -> dict[str, object]:
-    """Versions and CPUs that the figures depend on."""
-    versions = {}
-    for package in ("onnxruntime", "onnx", "numpy", "matplotlib"):
-        try:
-            versions[package] = metadata.version(package)
-        except metadata.PackageNotFoundError:
-            versions[package] = None
-    usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
-    return {
-        "python": platform.python_version(),
-        "machine": platform.machine(),
-        "cpu_count": os.cpu_count(),
-        "usable_cpus": usable,
-        **versions,
-    }
-
-
-def environment_line(env: dict[str, object]) -> str:
-    packages = ", ".join(f"{name} {env[name]}" for name in ("onnxruntime", "onnx", "numpy", "matplotlib"))
-    return (
-        f"environment: python {env['python']}, {env['cpu_count']} CPUs ({env['usable_cpus']} usable), "
-        f"{env['machine']}; {packages}"
-    )
 
 
 def model_labels(paths: Sequence[str | Path]) -> list[str]:
@@ -71,16 +43,6 @@ def save_figure(figure: Figure, path: Path) -> None:
     buffer = io.BytesIO()
     figure.savefig(buffer, format="png", dpi=120)
     write_bytes(buffer.getvalue(), path)
-
-
-def new_figure(width: float, height: float) -> Figure:
-    """A matplotlib figure on the Agg canvas: no pyplot, so no global backend or state is touched."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
-    figure = Figure(figsize=(width, height), layout="constrained")
-    FigureCanvasAgg(figure)
-    return figure
 
 
 def csv_text(rows: Sequence[object], kind: type) -> str:

@@ -38,8 +38,7 @@ def _add_bench_experiment(which: argparse._SubParsersAction) -> None:
 
     parser = which.add_parser(
         "experiment",
-        help="the seed's experiments: 1 operator fusion, 2 accuracy drop vs sparsity, 3 latency of the sparsest "
-        "in budget",
+        help="experiments: 1 operator fusion, 2 accuracy drop vs sparsity, 3 latency of the sparsest in budget",
     )
     parser.add_argument("number", type=int, choices=(1, 2, 3), help="which experiment")
     parser.add_argument(
@@ -134,7 +133,7 @@ def _add_bench_compare(which: argparse._SubParsersAction) -> None:
         help="time ONNXSat's result against the original under ORT and against other ONNX optimizers, side by side",
     )
     compare.add_argument("models", nargs="+", metavar="MODEL", help=".onnx files (never modified)")
-    add_input_shape_option(compare, DYNAMIC_DIMS_ARE_ONE, metavar="NAME=D1,D2,...")
+    add_input_shape_option(compare, DYNAMIC_DIMS_ARE_ONE)
     compare.add_argument("--threads", type=int, default=1, help="ORT intra-op threads of every session (default 1)")
     compare.add_argument(
         "--pairs",

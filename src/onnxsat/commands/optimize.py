@@ -7,9 +7,9 @@ from pathlib import Path
 
 from onnxsat.commands.arguments import DYNAMIC_DIMS_ARE_ONE, add_input_shape_option, add_model_arguments
 from onnxsat.commands.printing import run_and_print
+from onnxsat.eqsat.optimizer import OptimizeOptions
 from onnxsat.html.optimize import optimize_page_from_files
 from onnxsat.latency import compare_latency_levels
-from onnxsat.eqsat.optimizer import OptimizeOptions
 from onnxsat.options import add_arguments, from_arguments
 from onnxsat.passes.eqsat import EqsatPass
 from onnxsat.report import OptimizeReport

@@ -1,108 +1,13 @@
-"""``onnxsat bench compare --html`` and ``bench experiment --html``: the benchmark tables and their charts."""
+"""``bench experiment --html``: a benchmark's Markdown write-up and its plots as a page.
+
+``bench compare --html`` builds its page in ``bench/compare.py`` (bench sits above html: a page module
+renders what it is given and imports no benchmark)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from onnxsat.bench.compare import (
-    NOISE_CONFIDENCE,
-    CompareSettings,
-    ModelComparison,
-    Variant,
-    noise_line,
-    settings_line,
-    speedup_summary,
-)
-from onnxsat.html.charts import grouped_bars
 from onnxsat.html.page import Page
-
-
-def _row(comparison: ModelComparison, variant: Variant) -> tuple[object, ...]:
-    diff = None if variant.max_abs_diff is None else f"{variant.max_abs_diff:.1e}"
-    if variant.outputs_match is False:
-        diff = f"{diff or ''} MISMATCH {variant.diff_note}".strip()
-    if variant.status != "ok":
-        return (variant.name, None, None, None, None, None, None, f"skipped: {variant.reason}", None)
-    if not variant.timed:
-        return (variant.name, variant.nodes, variant.optimize_seconds, None, None, None, None, "", diff)
-    low, high = variant.interval
-    return (
-        variant.name,
-        variant.nodes,
-        variant.optimize_seconds,
-        variant.median_ms,
-        variant.p95_ms,
-        f"{variant.speedup:.3f}x",
-        f"{low:.3f}-{high:.3f}",
-        comparison.verdict(variant),
-        diff,
-    )
-
-
-def compare_page(comparisons: Sequence[ModelComparison], settings: CompareSettings, environment: str) -> Page:
-    page = Page("ONNXSat bench compare", environment)
-    page.paragraph(settings_line(settings))
-    page.paragraph(
-        'Speedup: median over rounds of ("original, ORT all" time / variant time); every round runs each session '
-        "once, in rotating order.",
-        note=True,
-    )
-    header = [
-        "variant",
-        "nodes",
-        "optimize s",
-        "median ms",
-        "p95 ms",
-        "speedup",
-        f"{NOISE_CONFIDENCE:.0%} CI",
-        "verdict",
-        "max |diff|",
-    ]
-    for comparison in comparisons:
-        page.heading(f"{comparison.label}")
-        page.paragraph(f"{comparison.path}: inputs {comparison.inputs}")
-        page.table(
-            header,
-            [_row(comparison, v) for v in comparison.variants],
-            bad_rows=[i for i, v in enumerate(comparison.variants) if v.outputs_match is False],
-        )
-        page.paragraph(noise_line(comparison), note=True)
-        if comparison.constant_outputs:
-            page.paragraph(
-                "Warning: every output of the original is one value repeated on these inputs, so output "
-                "differences show little.",
-                note=True,
-            )
-        timed = [v for v in comparison.variants if v.timed]
-        if timed:
-            page.figure(
-                grouped_bars(
-                    [v.name for v in timed],
-                    {"speedup": [v.speedup for v in timed]},
-                    '"original, ORT all" time / variant time',
-                    f"{comparison.label}: speedup per variant",
-                    reference=1.0,
-                ),
-                alt=f"bar chart of speedup per variant for {comparison.label}",
-            )
-    summary = speedup_summary(comparisons)
-    if summary:
-        page.heading("Summary")
-        page.table(["variant", "geometric mean speedup", "models"], [(n, f"{m:.3f}x", c) for n, m, c in summary])
-        page.figure(
-            grouped_bars(
-                [name for name, _, _ in summary],
-                {"geometric mean speedup": [mean for _, mean, _ in summary]},
-                "speedup",
-                "Geometric mean speedup over the models",
-                reference=1.0,
-            ),
-            alt="bar chart of the geometric mean speedup per variant",
-        )
-    failed = [c.label for c in comparisons if not c.onnxsat_ok]
-    if failed:
-        page.status(False, f"ONNXSat failed or does not match the original on: {', '.join(failed)}")
-    return page
 
 
 def _split_row(line: str) -> list[str]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from onnxsat.bench.writing import new_figure
+from onnxsat.extras import require
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -17,6 +17,20 @@ if TYPE_CHECKING:
 COLOURS = ("#4c78a8", "#f58518", "#54a24b", "#e45756", "#72b7b2", "#b279a2")
 MAX_BARS = 60
 """Bars per chart before the rest are left out (the table beside it still lists every row)."""
+
+
+def new_figure(width: float, height: float) -> Figure:
+    """A matplotlib figure on the Agg canvas: no pyplot, so no global backend or state is touched.
+
+    matplotlib is optional (extra ``report``) and imported here, when a figure is drawn: a command that
+    draws nothing runs without it, and one that does says which extra to install.
+    """
+    backend = require("matplotlib.backends.backend_agg", "plots and --html pages")
+    figure = require("matplotlib.figure", "plots and --html pages").Figure(
+        figsize=(width, height), layout="constrained"
+    )
+    backend.FigureCanvasAgg(figure)
+    return figure
 
 
 def grouped_bars(

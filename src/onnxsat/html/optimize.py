@@ -10,6 +10,7 @@ from onnxsat.html.charts import grouped_bars
 from onnxsat.html.graphs import add_comparison
 from onnxsat.html.page import Page
 from onnxsat.html.verification import add_verification
+from onnxsat.model_io import load_model
 from onnxsat.report import OptimizeReport
 
 
@@ -93,7 +94,5 @@ def _int(value: object) -> int | None:
 def optimize_page_from_files(report: OptimizeReport) -> Page:
     """``optimize_page`` with the models read back from the report's paths (structure only: external
     weights stay on disk); the result only if it was written."""
-    from onnxsat.model_io import load_model
-
     optimized = load_model(report.output) if report.written and report.output else None
     return optimize_page(report, load_model(report.input), optimized)

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 from onnxsat.html.charts import grouped_bars, horizontal_bars
 from onnxsat.html.page import Page
 from onnxsat.html.verification import add_verification
-from onnxsat.pruning.bench import BenchRow
 from onnxsat.pruning.report import PruneReport
 
 
@@ -76,17 +76,34 @@ def _kept(values: dict[str, int] | dict[str, int | None]) -> str:
     return f"{after / before:.1%}" if before and after is not None else "–"
 
 
+class BenchPruneRow(Protocol):
+    """What the page shows of one ``bench prune`` setting (``pruning.bench.BenchRow`` has these fields).
+
+    A protocol, not an import: ``pruning.bench`` is a benchmark, above the pages, and a page renders
+    what it is given without importing the code that measured it."""
+
+    rate: float
+    mode: str
+    reconstruct: bool
+    params: float
+    macs: float | None
+    speedup: float | None
+    top1: float | None
+    error: float
+    cosine: float
+
+
 @dataclass
 class BenchPruneSection:
     """One model of ``bench prune``: its rows, what they were measured on, and the dense top-1 if labelled."""
 
     model: str
     measured: str
-    rows: list[BenchRow]
+    rows: Sequence[BenchPruneRow]
     baseline_top1: float | None = None
 
 
-def _setting(row: BenchRow) -> str:
+def _setting(row: BenchPruneRow) -> str:
     return f"{row.rate:g} {row.mode}{' +refit' if row.reconstruct else ''}"
 
 

@@ -5,7 +5,7 @@ in memory and measured against the dense original:
 
 - params and MACs from ``cost.py``;
 - latency: ONNX Runtime with all graph optimizations, one intra-op thread, dense and pruned sessions
-  timed in interleaved rounds (``bench.compare.time_rounds``); the figure is the median over rounds
+  timed in interleaved rounds (``timing.time_rounds``); the figure is the median over rounds
   of dense time / pruned time in the same round, which cancels drift between rounds;
 - top-1: accuracy on labelled evaluation data, or without labels top-1 fidelity (agreement with the
   dense model's predictions);
@@ -29,13 +29,13 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 
-from onnxsat.bench.compare import time_rounds
 from onnxsat.data.metrics import evaluate, run_logits
 from onnxsat.data.sources import Dataset, load_dataset
 from onnxsat.errors import SettingsError
 from onnxsat.pruning.cost import mac_count, parameter_count
 from onnxsat.pruning.pipeline import PruneOptions, prune_model
 from onnxsat.sparsity.search import input_dims, random_dataset
+from onnxsat.timing import ratios_to, time_rounds, timing_session
 from onnxsat.verification import random_inputs, session
 
 DEFAULT_RATES = (0.3, 0.5, 0.7)
@@ -134,10 +134,10 @@ def latency_ratio(
 ) -> float:
     """Median over interleaved rounds of dense time / pruned time (ORT all optimizations, one thread)."""
     level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    sessions = [session(dense, level, threads=1), session(pruned, level, threads=1)]
+    sessions = [timing_session(dense, level, threads=1), timing_session(pruned, level, threads=1)]
     runners = [lambda s=s: s.run(None, feeds) for s in sessions]
     times = time_rounds(runners, rounds, warmup)
-    return statistics.median(d / p for d, p in zip(times[0], times[1], strict=True))
+    return statistics.median(ratios_to(times[0], times[1]))
 
 
 def bench_prune(

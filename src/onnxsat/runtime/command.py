@@ -11,7 +11,17 @@ import argparse
 from pathlib import Path
 
 from onnxsat.commands.arguments import DYNAMIC_DIMS_ARE_ONE, add_input_shape_option
-from onnxsat.runtime.tune import DEFAULT_ROUNDS, DEFAULT_WARMUP
+from onnxsat.errors import SettingsError
+from onnxsat.model_io import check_input_path, check_output_path, write_text_atomic
+from onnxsat.runtime.tune import (
+    DEFAULT_LABEL,
+    DEFAULT_ROUNDS,
+    DEFAULT_WARMUP,
+    SessionSettings,
+    candidate_grid,
+    tune,
+)
+from onnxsat.verification import parse_input_shapes
 
 
 def add_tune_parser(commands: argparse._SubParsersAction) -> None:
@@ -38,11 +48,6 @@ def add_tune_parser(commands: argparse._SubParsersAction) -> None:
 
 
 def run_tune(args: argparse.Namespace) -> int:
-    from onnxsat.errors import SettingsError
-    from onnxsat.model_io import check_input_path, check_output_path, write_text_atomic
-    from onnxsat.runtime.tune import DEFAULT_LABEL, SessionSettings, candidate_grid, tune
-    from onnxsat.verification import parse_input_shapes
-
     if args.rounds < 1 or args.warmup < 0:
         raise SettingsError(f"--rounds must be at least 1 and --warmup at least 0 (got {args.rounds}, {args.warmup})")
     shapes = parse_input_shapes(args.input_shape)

@@ -18,7 +18,8 @@ Design choices, and why:
   dropped, so other tools do not trip over domains (``ai.onnx.training``) they have never heard of.
 - Weights listed as graph inputs (IR 3 exports, such as the models bundled with the onnx package) are
   inputs a caller may override, so ORT neither folds them nor writes a model that runs without them
-  (ORT_FINDINGS.md, finding 10). They are optimized as the constants they are: a copy lists them as
+  (an ORT-optimized file of an IR-3 model still listed the folded-away weights as required inputs
+  and would not run). They are optimized as the constants they are: a copy lists them as
   initializers only (IR version raised to 4, the first that allows it) and a notice says so. A result
   that still needs inputs the original did not is refused.
 """

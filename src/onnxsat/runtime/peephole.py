@@ -3,7 +3,8 @@
 Olive's OnnxPeepholeOptimizer runs these two; ONNXSat offers them as a pass rather than re-implementing
 their rules. They matter where ONNX Runtime does not fold: an export with ``optimize=False`` builds
 Conv biases through ``Expand(CastLike(...))`` chains that only onnxscript's constant folding removes,
-which then lets ORT fuse Conv+BN (ORT_FINDINGS.md, finding 5).
+which then lets ORT fuse Conv+BN (measured with ONNX Runtime 1.31: ORT all alone ran such exports
+at 1.00x of ORT off; onnxscript's optimizer then ORT all, 1.57x on ResNet-18 and 2.87x on MobileNetV2).
 
 Design choices, and why:
 
@@ -16,7 +17,8 @@ Design choices, and why:
 - The notices give the node count before and after, and warn about what ORT would otherwise have to
   redo: nodes computing only from weights (onnxoptimizer writes its BN-into-Conv fold that way) and
   weights left listed as graph inputs, which ORT treats as overridable and cannot constant-fold
-  (ORT_FINDINGS.md, findings 7 and 8).
+  (onnxoptimizer raises IR 3 to 4 but keeps them listed; its Q/K/V merge left as a runtime Concat ran
+  ViT at 0.90x under ORT off).
 """
 
 from __future__ import annotations

@@ -9,23 +9,26 @@ optimization level, and the execution providers this ORT build has. Each candida
 Design choices, and why:
 
 - Measured, not guessed, and side by side: every candidate's session lives in one process, and each
-  timed round runs every session once in a rotating order (``bench.compare.round_order``), after
-  warm-up rounds. The speedup is the median over rounds of (ORT default time / candidate time) *in
-  that round*, which cancels drift that a ratio of two medians would keep (ORT_FINDINGS.md, 9).
+  timed round runs every session once in a rotating order (``timing.time_rounds``), after warm-up
+  rounds. The speedup is the median over rounds of (ORT default time / candidate time) *in that
+  round*, which cancels drift that a ratio of two medians would keep: identical graphs timed in
+  separate passes differed by 5-8%, the median of interleaved per-round ratios by 2%.
 - The reference is ORT's default session (``SessionOptions()``: intra-op 0 = ORT's choice, level
   all, sequential), measured in the same rounds. A second default session is the noise probe: its
   ratio would be 1.0 on a quiet machine, so its bootstrap interval says which differences are real.
 - Spinning is off in every session, the default included: with several sessions alive, idle
-  sessions' spinning threads steal the cores from the running one and inflate its time up to 2x
-  (ORT_FINDINGS.md, 9). ``to_session_options`` keeps it off, so a deployment runs what was measured.
+  sessions' spinning threads steal the cores from the running one and inflated its time up to 2x
+  (ONNX Runtime 1.31, two vCPUs). ``to_session_options`` keeps it off, so a deployment runs what was
+  measured.
 - Each candidate's outputs are compared with the model's run under ORT off on the same seeded inputs
   (``verify.random_inputs``; ``--input-shape`` sizes dynamic dims): a candidate that is fast because
   a fusion changed the numbers beyond tolerance is ranked last, never chosen.
 - The default grid is small (about a dozen candidates on two cores, so a small model tunes in
   seconds): optimization levels basic/extended/all, intra-op threads 1, powers of two and the core
-  count, sequential and parallel (2 inter-op threads). ``full=True`` adds level ``disabled`` (ORT all
-  made BERT slower than no optimization, ORT_FINDINGS.md, 3), every intra-op count up to the cores
-  and every inter-op count.
+  count, sequential and parallel (2 inter-op threads). ``full=True`` adds level ``disabled`` (with
+  ONNX Runtime 1.31, level all ran a BERT-base export at 0.91x the speed of no optimization: its fused
+  SkipLayerNormalization took 614 us where Add + LayerNormalization took 104 us at [1,128,768]),
+  every intra-op count up to the cores and every inter-op count.
 - Providers: CPU, and each other provider this build has, with CPU as fallback for the ops it lacks.
   AzureExecutionProvider is left out: it sends requests to a remote endpoint and runs nothing here.
 - Every candidate's session is alive at once, with its own copy of pre-packed weights: a model
@@ -43,10 +46,18 @@ from typing import Any
 
 import onnxruntime as ort
 
-from onnxsat.bench.compare import RoundTimes, describe_inputs, median_interval, noise_band, noise_verdict, time_rounds
 from onnxsat.errors import RuntimeUnsupportedError, SettingsError
 from onnxsat.model_io import check_model, load_model, model_folder
 from onnxsat.runtime.offline import LEVELS
+from onnxsat.timing import (
+    RoundTimes,
+    describe_inputs,
+    median_interval,
+    noise_band,
+    noise_verdict,
+    ratios_to,
+    time_rounds,
+)
 from onnxsat.verification import Tolerance, compare_outputs, reference_run, session, tidy_ort_message
 
 SESSION_LEVELS = {"disabled": ort.GraphOptimizationLevel.ORT_DISABLE_ALL, **LEVELS}
@@ -331,7 +342,7 @@ def tune(
     times = time_rounds(runners, rounds, warmup)
     for candidate, own in zip(timed, times, strict=True):
         candidate.times = own
-        candidate.ratios = [b / t for b, t in zip(times[0], own, strict=True)]
+        candidate.ratios = ratios_to(times[0], own)
     measured = sorted((c for c in candidates if c.status == "ok"), key=lambda c: (-c.speedup, c.median_ms))
     skipped = [c for c in candidates if c.status != "ok"]
     return TuneResult(str(path), describe_inputs(reference.feeds), rounds, warmup, measured + skipped, default, noise)

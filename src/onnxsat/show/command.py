@@ -10,6 +10,13 @@ import argparse
 import json
 from pathlib import Path
 
+from onnxsat import model_io
+from onnxsat.eqsat.rules import TARGETS
+from onnxsat.errors import SettingsError
+from onnxsat.show.egraph import DEFAULT_MAX_NODES, check_size, egraph_picture
+from onnxsat.show.graph import compare_dot, model_dot
+from onnxsat.show.render import picture_format, render
+
 DEFAULT_MAX_GRAPH_NODES = 1500
 """Nodes per graph ``show`` draws by default: Graphviz lays out a ResNet-50 (about 120 nodes) in a
 second, a 1,500-node transformer in under a minute; larger graphs take minutes and print as a smear."""
@@ -37,9 +44,6 @@ def add_show_parser(commands: argparse._SubParsersAction) -> None:
 
 
 def add_show_egraph_parser(commands: argparse._SubParsersAction) -> None:
-    from onnxsat.eqsat.rules import TARGETS
-    from onnxsat.show.egraph import DEFAULT_MAX_NODES
-
     parser = commands.add_parser(
         "show-egraph", help="draw the e-graph of a small model after equality saturation (PNG or SVG)"
     )
@@ -60,8 +64,6 @@ def add_show_egraph_parser(commands: argparse._SubParsersAction) -> None:
 
 def _fusions(report_path: str) -> dict[str, int]:
     """The ``fusions`` of an ``onnxsat optimize --report`` file."""
-    from onnxsat.errors import SettingsError
-
     try:
         data = json.loads(Path(report_path).read_text(encoding="utf-8"))
         fusions = data["fusions"]
@@ -73,8 +75,6 @@ def _fusions(report_path: str) -> dict[str, int]:
 
 
 def _check_graph_size(model_path: str, nodes: int, limit: int) -> None:
-    from onnxsat.errors import SettingsError
-
     if nodes > limit:
         raise SettingsError(
             f"{model_path} has {nodes} nodes; `show` draws at most {limit} (laying out more takes minutes and "
@@ -83,11 +83,6 @@ def _check_graph_size(model_path: str, nodes: int, limit: int) -> None:
 
 
 def run_show(args: argparse.Namespace) -> int:
-    from onnxsat import model_io
-    from onnxsat.errors import SettingsError
-    from onnxsat.show.graph import compare_dot, model_dot
-    from onnxsat.show.render import picture_format, render
-
     fmt = picture_format(args.output)
     inputs = [args.model] if args.compare is None else [args.model, args.compare]
     for path in inputs:
@@ -116,10 +111,6 @@ def run_show(args: argparse.Namespace) -> int:
 
 
 def run_show_egraph(args: argparse.Namespace) -> int:
-    from onnxsat import model_io
-    from onnxsat.show.egraph import check_size, egraph_picture
-    from onnxsat.show.render import picture_format, render
-
     fmt = picture_format(args.output)
     model_io.check_output_path(args.model, args.output)
     model = model_io.load_model(args.model)

@@ -1,4 +1,4 @@
-"""The e-graph of a small model after saturation, as Graphviz DOT (the seed's Figure 1).
+"""The e-graph of a small model after saturation, as Graphviz DOT: its terms grouped into e-classes.
 
 The model goes through exactly what ``optimize_model`` does before extraction: ``encode`` (with shape
 inference), the target's applicable rule sets, ``saturate`` under the default limits. The e-graph is then
@@ -8,7 +8,7 @@ egglog 13's public ``display`` only opens a viewer, so the layer below it is use
 
 Drawn as egglog draws it (``raw``), every table is there: the analysis relations (shapes, flags, op
 kinds) outnumber the terms ten to one and a three-node model fills a screen. The default view keeps what
-Figure 1 shows, the terms and their equivalence classes, reachable from the graph's outputs:
+an e-graph figure shows, the terms and their equivalence classes, reachable from the graph's outputs:
 
 - each e-class of tensors or nodes is a dotted frame, titled with the tensor's name when it has one
   (the ``Tensor.ref`` handle the encoder gives each named tensor); each e-node a solid box inside it;
@@ -27,6 +27,11 @@ from pathlib import Path
 
 import onnx
 
+from onnxsat import model_io
+from onnxsat.eqsat.encode import encode
+from onnxsat.eqsat.optimizer import _shape_inferred
+from onnxsat.eqsat.rules import applicable, rulesets_for
+from onnxsat.eqsat.saturate import SaturationLimits, saturate
 from onnxsat.errors import SettingsError
 
 DEFAULT_MAX_NODES = 8
@@ -218,12 +223,6 @@ def egraph_picture(
 ) -> EGraphPicture:
     """Encode and saturate ``model`` as ``optimize_model`` does, then draw the e-graph (``base_dir``: the
     folder of the model's external data, read by the rules that fold weights)."""
-    from onnxsat import model_io
-    from onnxsat.eqsat.encode import encode
-    from onnxsat.eqsat.rules import applicable, rulesets_for
-    from onnxsat.eqsat.saturate import SaturationLimits, saturate
-    from onnxsat.eqsat.optimizer import _shape_inferred
-
     model_io.check_model(model)
     encoded = encode(model, _shape_inferred(model), base_dir)
     rulesets = applicable(rulesets_for(target), model.graph, bool(encoded.facts.parallel_pairs))

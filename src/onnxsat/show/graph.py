@@ -1,7 +1,7 @@
 """A model's main graph as Graphviz DOT: one box per node, one edge per tensor, weights inside the boxes.
 
-The picture answers "what does this model compute, and what did optimizing it change" (the seed's
-Figure 2), so it shows what a reader needs for that and nothing more:
+The picture answers "what does this model compute, and what did optimizing it change", so it shows
+what a reader needs for that and nothing more:
 
 - a node is a box with its op type (``domain::`` outside the default domain), its name and, folded into
   the box, the initializers it reads with their shapes: a weight is part of the op, not a step of the

@@ -1,4 +1,4 @@
-"""The seed write-up's experiments 2 and 3, measured correctly: how sparse, and what sparsity gives.
+"""Experiments 2 and 3 of ``bench experiment``: how sparse a model can go, and what sparsity gives.
 
 - **Experiment 2** (:mod:`.experiment2`, "how sparse can we go?"): every model, method and level, pruned and
   scored for top-1 and top-5 (or fidelity to the dense model without labels).
@@ -9,7 +9,7 @@
 Settings decided deliberately (and written to ``experiment*_settings.json``):
 
 - The baseline and every pruned variant run under the same ORT level (all optimizations: how the
-  models would be deployed). The seed mixed levels between experiments.
+  models would be deployed), in both experiments: a ratio between two levels would measure the level.
 - Drops are baseline minus pruned, as fractions; the markdown shows them as points (0.01 = 1 point).
 - Sparsity is zeros / elements over the prunable weights (Conv, ConvTranspose, Gemm, MatMul weights);
   biases and other tensors are not counted. The reached sparsity is reported beside the requested level.

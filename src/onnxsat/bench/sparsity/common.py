@@ -20,19 +20,14 @@ import onnx
 from onnx import numpy_helper
 
 from onnxsat import model_io
-from onnxsat.bench.writing import (
-    csv_text,
-    environment,
-    model_labels,
-    save_figure,
-    settings_json,
-)
+from onnxsat.bench.writing import csv_text, model_labels, save_figure, settings_json
 from onnxsat.data.metrics import Accuracy
 from onnxsat.data.sources import Dataset, load_dataset
 from onnxsat.errors import SettingsError
 from onnxsat.sparsity.methods import METHODS
 from onnxsat.sparsity.search import METRICS, input_dims, random_dataset
 from onnxsat.sparsity.targets import PrunableWeight, prunable_weights
+from onnxsat.timing import environment
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -41,7 +36,7 @@ if TYPE_CHECKING:
     from onnxsat.bench.sparsity.experiment3 import TimingRow
 
 DEFAULT_LEVELS = tuple(round(0.10 + 0.05 * step, 2) for step in range(16))
-"""10% to 85% in steps of 5%: the seed's sweep."""
+"""10% to 85% in steps of 5%: the sparsity levels experiment 2 sweeps by default."""
 RANDOM_SEED = 0
 """Seed of the standard-normal inputs used when no data is given."""
 
@@ -67,7 +62,7 @@ class SparsityExperimentSettings:
     """A ``load_dataset`` spec; None: seeded random inputs (``samples`` of them) and fidelity to the dense model."""
     samples: int = 256
     budget: float = 0.05
-    """Largest allowed drop of ``metric``, a fraction (0.05 = 5 points): the seed's."""
+    """Largest allowed drop of ``metric``, a fraction (0.05 = 5 points)."""
     metric: str = "top5"
     levels: list[float] = field(default_factory=lambda: list(DEFAULT_LEVELS))
     threads: int = 1

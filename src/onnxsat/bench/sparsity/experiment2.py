@@ -2,10 +2,9 @@
 
 For every model, method and level, prune with :func:`~onnxsat.sparsity.methods.prune_masks` and measure
 top-1 and top-5 against the data's labels (or, without data or labels, fidelity to the dense model's own
-predictions). The seed timed nothing here but measured only the relative method, rounded drops to whole
-points and built a new session per level; this version runs every method asked for, keeps fractions exact,
-and scores every level through one :class:`~onnxsat.sparsity.search.Evaluator` per model (pruned weights fed
-as inputs).
+predictions). Every method asked for is run, drops are kept as exact fractions (not rounded to whole
+points), and every level is scored through one :class:`~onnxsat.sparsity.search.Evaluator` per model (pruned
+weights fed as inputs) instead of a new session per level.
 """
 
 from __future__ import annotations
@@ -17,9 +16,6 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from tqdm import tqdm
-
-from onnxsat.bench.compare import load_whole
 from onnxsat.bench.sparsity.common import (
     experiment_dataset,
     fixed_batch,
@@ -30,11 +26,14 @@ from onnxsat.bench.sparsity.common import (
     targets_of,
     weights_of,
 )
-from onnxsat.bench.writing import environment_line, markdown_table, new_figure
+from onnxsat.bench.writing import markdown_table
 from onnxsat.data.metrics import Accuracy
+from onnxsat.extras import require
+from onnxsat.html.charts import new_figure
 from onnxsat.sparsity.calibration import channel_norms
 from onnxsat.sparsity.methods import prune_masks
 from onnxsat.sparsity.search import Evaluator, data_input
+from onnxsat.timing import environment_line, load_whole
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -115,6 +114,7 @@ def sweep_model(
         norms = channel_norms(model, targets, ({name: inputs} for inputs, _ in dataset.batches(batch)))
     rows = []
     steps = [(method, level) for method in settings.methods for level in settings.levels]
+    tqdm = require("tqdm", "bench experiment's progress bar").tqdm
     for method, level in tqdm(steps, desc=f"experiment 2: {label}", unit="level", leave=False, disable=None):
         pruned = prune_masks(method, targets, weights, level, norms)
         _, accuracy = evaluator.drop(pruned.masks)
@@ -186,7 +186,7 @@ def sweep_markdown(
     lines = [
         "# Experiment 2: accuracy change vs unstructured sparsity (no retraining)",
         "",
-        environment_line(env),
+        f"environment: {environment_line(env)}",
         "",
         f"settings: methods {', '.join(settings.methods)}; {len(settings.levels)} levels "
         f"{', '.join(level_text(v) for v in settings.levels)}; data {settings.data or 'none (seeded random inputs)'}, "

@@ -1,12 +1,11 @@
 """Experiment 3, "what does sparsity give?": the sparsest model inside the budget, timed against the dense one.
 
-The seed hard-coded the levels found by experiment 2, timed only the last batch of each run, disabled ORT's
-optimizations and compared different models. Here the budget search of
-:func:`~onnxsat.sparsity.pipeline.sparsify_model` finds the sparsest model inside the budget, then the dense
-model, the pruned model (dense storage) and the pruned model with sparse initializers are timed under ONNX
-Runtime with every graph optimization (the level the baseline and every variant run under: how the models
-would be deployed), a fixed number of threads, all sessions created before any is timed, interleaved rounds
-after warm-up (``time_rounds``).
+The budget search of :func:`~onnxsat.sparsity.pipeline.sparsify_model` finds the sparsest model inside
+the budget (no levels hard-coded from an earlier run), then the dense model, the pruned model (dense
+storage) and the pruned model with sparse initializers are timed under ONNX Runtime with every graph
+optimization (the level the baseline and every variant run under: how the models would be deployed), a
+fixed number of threads, all sessions created before any is timed, every run of every round timed (not only
+the last batch), interleaved rounds after warm-up (``timing.time_rounds``).
 
 Speed ratios are medians over rounds of (dense time / variant time) *in that round*, which cancels drift; a
 second session of the dense model is timed as a noise probe, and a ratio is "faster" or "slower" only when
@@ -26,15 +25,6 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 
-from onnxsat.bench.compare import (
-    NOISE_CONFIDENCE,
-    NoiseBand,
-    load_whole,
-    median_interval,
-    noise_band,
-    noise_verdict,
-    time_rounds,
-)
 from onnxsat.bench.sparsity.common import (
     experiment_dataset,
     fixed_batch,
@@ -44,14 +34,27 @@ from onnxsat.bench.sparsity.common import (
     run_experiment,
     targets_of,
 )
-from onnxsat.bench.writing import environment_line, markdown_table, new_figure
+from onnxsat.bench.writing import markdown_table
 from onnxsat.data.metrics import Accuracy, evaluate, run_logits
 from onnxsat.data.sources import Dataset
+from onnxsat.extras import require
+from onnxsat.html.charts import new_figure
 from onnxsat.sparsity.pipeline import SparsifyOptions, sparsify_model
 from onnxsat.sparsity.report import SparsifyReport
 from onnxsat.sparsity.storage import to_sparse_initializers
 from onnxsat.sparsity.targets import PrunableWeight
-from onnxsat.verification import session
+from onnxsat.timing import (
+    NOISE_CONFIDENCE,
+    NoiseBand,
+    environment_line,
+    load_whole,
+    median_interval,
+    noise_band,
+    noise_verdict,
+    ratios_to,
+    time_rounds,
+    timing_session,
+)
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -163,8 +166,7 @@ def time_sessions(
     sessions: dict[str, ort.InferenceSession], feeds: dict[str, np.ndarray], settings: SparsityExperimentSettings
 ) -> Timing:
     """Interleaved rounds over every session (``time_rounds``); ratios are per round, against the dense one."""
-    from tqdm import tqdm
-
+    tqdm = require("tqdm", "bench experiment's progress bar").tqdm
     names = list(sessions)
     runners = [lambda s=sessions[name]: s.run(None, feeds) for name in names]
     batch = len(next(iter(feeds.values())))
@@ -172,7 +174,7 @@ def time_sessions(
     with tqdm(total=total, desc=f"experiment 3: batch {batch}", unit="round", leave=False, disable=None) as bar:
         measured = time_rounds(runners, settings.rounds, settings.warmup, lambda: bar.update(1))
     times = dict(zip(names, measured, strict=True))
-    ratios = {name: [d / t for d, t in zip(times[DENSE], own, strict=True)] for name, own in times.items()}
+    ratios = {name: ratios_to(times[DENSE], own) for name, own in times.items()}
     return Timing(batch, times, ratios, noise_band(ratios[NOISE_PROBE]))
 
 
@@ -263,8 +265,8 @@ def measure_model(
         f"experiment 3: {label}: {report.overall:.2%} sparsity ({report.search.get('chosen')}), search change "
         f"{points(search_drop)} pts, {report.seconds:.1f} s"
     )
-    sessions = {name: session(models[name], _ALL, settings.threads) for name in (DENSE, PRUNED, SPARSE)}
-    sessions[NOISE_PROBE] = session(dense, _ALL, settings.threads)
+    sessions = {name: timing_session(models[name], _ALL, settings.threads) for name in (DENSE, PRUNED, SPARSE)}
+    sessions[NOISE_PROBE] = timing_session(dense, _ALL, settings.threads)
     model_input = sessions[DENSE].get_inputs()[0]
     dtype = _ORT_DTYPES.get(model_input.type, np.float32)
     batch = fixed_batch(dense)
@@ -356,7 +358,7 @@ def speed_markdown(
     lines = [
         "# Experiment 3: what the sparsity found inside the budget gives under ONNX Runtime (CPU)",
         "",
-        environment_line(env),
+        f"environment: {environment_line(env)}",
         "",
         f"settings: budget search with {settings.methods[0]} (uniform scan by 5% then bisection, and per-layer "
         f"levels; the sparsest inside wins), top-{k} drop at most {settings.budget * 100:.4g} points, data "
@@ -477,7 +479,7 @@ def model_notes(fact: SearchFacts, rows: Sequence[TimingRow], settings: Sparsity
 
 HOW = {
     "timing": "CPUExecutionProvider, ORT_ENABLE_ALL, intra-op threads as set, inter-op 1, spinning off; "
-    "onnxsat.bench.compare.time_rounds (rotating order, gc off); ratios = dense time / variant time per round"
+    "onnxsat.timing.time_rounds (rotating order, gc off); ratios = dense time / variant time per round"
 }
 """How the variants were timed, as the settings JSON says."""
 
