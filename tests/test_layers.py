@@ -3,11 +3,11 @@
 Every ``onnxsat`` import in every module is read from the source (module level and inside functions:
 a function-level import hides a cycle from Python, not from this test; ``if TYPE_CHECKING:`` imports
 are left out, since they never run). Modules are grouped into units, mostly the top-level subpackage
-or module; ``pruning.bench`` (a benchmark), ``pruning.command`` (a command) and ``pruning.report`` (a
+or module; ``pruning.bench`` (a benchmark) and ``pruning.report`` (a
 report) are their own units, since they sit on different layers of one package.
 
 The layers, top to bottom: commands and benchmarks (``bench``, ``pruning.bench``, ``runtime``'s
-``tune``) above ``html`` pages above reports (``report``, ``pruning.report``, ``sparsity``, ``verify``);
+``tune``) above ``html`` pages above reports (``report``, ``pruning.report``, ``sparsity``, ``verification``);
 ``timing`` is the measuring library the benchmarks, ``tune`` and ``latency`` share.
 
 Run as a script (``python tests/test_layers.py``) it prints every cycle between units with the imports
@@ -26,13 +26,13 @@ from pathlib import Path
 import onnxsat
 
 PACKAGE = Path(onnxsat.__file__).parent
-SPLIT = ("onnxsat.pruning.bench", "onnxsat.pruning.command", "onnxsat.pruning.report")
+SPLIT = ("onnxsat.pruning.bench", "onnxsat.pruning.report")
 """Modules that are units of their own (see the module doc)."""
 MEASURING = ("bench", "runtime", "html", "timing", "latency", "report", "pruning.bench")
 """The units whose layering this test holds (the measuring code and what it renders)."""
 BELOW_PAGES = ("bench", "pruning.bench", "html")
 """What no lower layer may import: the benchmarks and the pages."""
-LOWER = ("report", "pruning.report", "sparsity", "verify", "timing", "latency", "eqsat", "optimize", "passes")
+LOWER = ("core", "report", "pruning.report", "sparsity", "verification", "timing", "latency", "eqsat", "passes")
 """Units below the pages: none of them imports a benchmark or a page."""
 
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from onnxsat.core import Pass
 from onnxsat.eqsat.optimizer import OptimizeOptions
-from onnxsat.passes.base import Pass
 from onnxsat.passes.eqsat import EqsatPass
 from onnxsat.passes.prune import PrunePass
 from onnxsat.passes.sparsify import SparsifyPass

@@ -8,8 +8,8 @@ from typing import Any
 
 import onnx
 
+from onnxsat.core import ReportBase
 from onnxsat.op_kinds import qualified_op
-from onnxsat.passes.base import ReportBase
 from onnxsat.verification import VerificationResult
 
 

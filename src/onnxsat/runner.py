@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from onnxsat import model_io
+from onnxsat.core import Model, Pass, PassContext, PassResult, ReportBase
 from onnxsat.errors import OnnxSatError, VerificationFailedError
-from onnxsat.passes.base import Model, Pass, PassContext, PassResult, ReportBase
 from onnxsat.verification import Tolerance
 
 

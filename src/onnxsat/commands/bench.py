@@ -4,13 +4,26 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import TYPE_CHECKING
 
+from onnxsat.bench.compare import DEFAULT_PAIRS, DEFAULT_WARMUP, run_compare
+from onnxsat.bench.default_models import DEFAULT_DATA, experiment_models
+from onnxsat.bench.fusion import FusionSettings, experiment_one
+from onnxsat.bench.large import run_large_benchmark
+from onnxsat.bench.scale import run_scale_benchmark
+from onnxsat.bench.sparsity import SparsityExperimentSettings, experiment_three, experiment_two
+from onnxsat.bench.sparsity.common import ExperimentResult
 from onnxsat.commands.arguments import DYNAMIC_DIMS_ARE_ONE, add_input_shape_option, float_list, percent
+from onnxsat.data.metrics import evaluate
+from onnxsat.eqsat.rules import TARGETS
+from onnxsat.errors import SettingsError
+from onnxsat.html import check_html_path, write_page
+from onnxsat.html.bench import experiment_page
+from onnxsat.html.prune import BenchPruneSection, bench_prune_page
+from onnxsat.model_io import load_model, write_text_atomic
+from onnxsat.pruning.bench import bench_prune, dataset_for, evaluation_for, to_markdown
 from onnxsat.pruning.importance import CRITERIA
-
-if TYPE_CHECKING:
-    from onnxsat.bench.sparsity.common import ExperimentResult
+from onnxsat.sparsity.methods import METHODS
+from onnxsat.verification import parse_input_shapes
 
 ORDER = 70
 
@@ -34,7 +47,6 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
 
 
 def _add_bench_experiment(which: argparse._SubParsersAction) -> None:
-    from onnxsat.sparsity.methods import METHODS
 
     parser = which.add_parser(
         "experiment",
@@ -71,10 +83,6 @@ def _add_bench_experiment(which: argparse._SubParsersAction) -> None:
 
 
 def _run_bench_experiment(args: argparse.Namespace) -> int:
-    from onnxsat.bench.default_models import DEFAULT_DATA, experiment_models
-    from onnxsat.bench.sparsity import SparsityExperimentSettings, experiment_three, experiment_two
-    from onnxsat.html import check_html_path, write_page
-    from onnxsat.html.bench import experiment_page
 
     out = Path(args.out or f"out/experiment{args.number}")
     models = [Path(m) for m in args.models] if args.models else experiment_models(args.number, out)
@@ -107,8 +115,6 @@ def _run_bench_experiment(args: argparse.Namespace) -> int:
 
 
 def _experiment_one(args: argparse.Namespace, models: list[Path], out: Path) -> ExperimentResult:
-    from onnxsat.bench.fusion import FusionSettings, experiment_one
-    from onnxsat.verification import parse_input_shapes
 
     settings = FusionSettings(
         models=models,
@@ -125,8 +131,6 @@ def _experiment_one(args: argparse.Namespace, models: list[Path], out: Path) -> 
 
 
 def _add_bench_compare(which: argparse._SubParsersAction) -> None:
-    from onnxsat.bench.compare import DEFAULT_PAIRS, DEFAULT_WARMUP
-    from onnxsat.eqsat.rules import TARGETS
 
     compare = which.add_parser(
         "compare",
@@ -161,19 +165,16 @@ def _add_bench_compare(which: argparse._SubParsersAction) -> None:
 
 
 def _run_bench_scale(args: argparse.Namespace) -> int:
-    from onnxsat.bench.scale import run_scale_benchmark
 
     return run_scale_benchmark(args.blocks, args.dense_layers)
 
 
 def _run_bench_large(args: argparse.Namespace) -> int:
-    from onnxsat.bench.large import run_large_benchmark
 
     return run_large_benchmark(args.size_gb, args.dir)
 
 
 def _run_bench_compare(args: argparse.Namespace) -> int:
-    from onnxsat.bench.compare import run_compare
 
     return run_compare(
         args.models,
@@ -213,14 +214,6 @@ def _add_bench_prune(which: argparse._SubParsersAction) -> None:
 
 
 def _run_bench_prune(args: argparse.Namespace) -> int:
-    from pathlib import Path
-
-    from onnxsat.data.metrics import evaluate
-    from onnxsat.errors import SettingsError
-    from onnxsat.html import check_html_path, write_page
-    from onnxsat.html.prune import BenchPruneSection, bench_prune_page
-    from onnxsat.model_io import load_model, write_text_atomic
-    from onnxsat.pruning.bench import bench_prune, dataset_for, evaluation_for, to_markdown
 
     if args.samples is not None and args.samples < 1:
         raise SettingsError(f"--samples must be at least 1, got {args.samples}")

@@ -9,10 +9,10 @@ from collections.abc import Callable
 from typing import Any
 
 from onnxsat.api import run_file
+from onnxsat.core import Pass
 from onnxsat.errors import VerificationFailedError
 from onnxsat.html import check_html_path, write_page
 from onnxsat.model_io import check_report_path, write_text_atomic
-from onnxsat.passes.base import Pass
 from onnxsat.verification import Tolerance, parse_input_shapes
 
 PageBuilder = Callable[[Any], Any]

@@ -1,6 +1,55 @@
-"""``onnxsat profile``: MACs, parameters and memory per layer (``onnxsat.profile.command``)."""
+"""``onnxsat profile MODEL [--compare OTHER]``: parse, load, profile, print."""
 
-from onnxsat.profile.command import add_profile_parser as add_parser
+from __future__ import annotations
+
+import argparse
+
+from onnxsat.commands.arguments import add_input_shape_option
+from onnxsat.errors import SettingsError
+from onnxsat.model_io import load_model, model_folder
+from onnxsat.profile.counting import profile_model
+from onnxsat.profile.table import Comparison, comparison_json, comparison_table, profile_json, profile_table
+from onnxsat.verification import parse_input_shapes
+
+DEFAULT_LAYERS = 20
 
 ORDER = 80
-__all__ = ["ORDER", "add_parser"]
+
+
+def add_parser(commands: argparse._SubParsersAction) -> None:
+    parser = commands.add_parser(
+        "profile",
+        help="MACs, parameters and memory (weights + activations) per layer and in total; two models side by side",
+    )
+    parser.add_argument("model", help=".onnx file (never modified)")
+    parser.add_argument(
+        "--compare", metavar="OTHER", help="a second model (e.g. the optimized one): the seed's Table 1 side by side"
+    )
+    add_input_shape_option(parser, "shape for an input with dynamic dims (repeatable; required for each such input)")
+    parser.add_argument("--json", action="store_true", help="print JSON (every layer) instead of tables")
+    parser.add_argument(
+        "--layers",
+        type=int,
+        default=DEFAULT_LAYERS,
+        metavar="N",
+        help="tables show the N layers with the most MACs, in graph order (default %(default)d; 0: totals only)",
+    )
+    parser.set_defaults(handler=run_profile)
+
+
+def run_profile(args: argparse.Namespace) -> int:
+
+    if args.layers < 0:
+        raise SettingsError(f"--layers must be 0 or more (got {args.layers})")
+    shapes = parse_input_shapes(args.input_shape)
+    profile = profile_model(load_model(args.model), shapes, base_dir=model_folder(args.model))
+    if args.compare is None:
+        print(profile_json(profile, args.model) if args.json else profile_table(profile, args.model, args.layers))
+        return 0
+    other = profile_model(load_model(args.compare), shapes, base_dir=model_folder(args.compare))
+    comparison = Comparison(profile, other)
+    if args.json:
+        print(comparison_json(comparison, args.model, args.compare))
+    else:
+        print(comparison_table(comparison, args.model, args.compare, args.layers))
+    return 0

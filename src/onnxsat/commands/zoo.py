@@ -1,6 +1,79 @@
-"""``onnxsat zoo``: build the built-in and bundled models as files (``onnxsat.zoo.command``)."""
+"""``onnxsat zoo build [NAMES...] --out DIR [--list]``: write zoo models into a folder.
 
-from onnxsat.zoo.command import add_zoo_parser as add_parser
+Every name is checked before anything is built, so a typo or a missing PyTorch stops the command
+before it writes half a zoo. With no names, every model this install can build is written; the
+PyTorch ones are skipped, with a warning saying how to get them, when PyTorch is missing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+import onnx
+
+from onnxsat.errors import OutputPathError, SettingsError
+from onnxsat.profile.counting import parameter_count
+from onnxsat.zoo.catalogue import zoo_models
+from onnxsat.zoo.torch_zoo import INSTALL_HINT
 
 ORDER = 90
-__all__ = ["ORDER", "add_parser"]
+
+
+def add_parser(commands: argparse._SubParsersAction) -> None:
+    parser = commands.add_parser("zoo", help="build the model zoo: real architectures with seeded weights")
+    which = parser.add_subparsers(dest="zoo", required=True)
+    build = which.add_parser("build", help="write zoo models as OUT/<name>.onnx (all of them if no name is given)")
+    build.add_argument("names", nargs="*", metavar="NAME", help="models to build (see --list)")
+    build.add_argument("--out", help="folder to write into (created if missing)")
+    build.add_argument("--list", action="store_true", help="list the models and where each comes from, build nothing")
+    build.add_argument("--seed", type=int, default=0, help="seed of the random weights (default 0)")
+    build.set_defaults(handler=run_zoo_build)
+
+
+def run_zoo_build(args: argparse.Namespace) -> int:
+
+    models = zoo_models()
+    unknown = [name for name in args.names if name not in models]
+    if unknown:
+        raise SettingsError(f"unknown zoo model {', '.join(map(repr, unknown))}; known models: {', '.join(models)}")
+    wanted = [models[name] for name in args.names] if args.names else list(models.values())
+    missing = {m.name: m.missing_packages() for m in wanted}
+    if args.list:
+        for model in wanted:
+            note = f"  [needs {' and '.join(missing[model.name])}, not installed]" if missing[model.name] else ""
+            print(f"{model.name:24} {model.source:16} {model.description}{note}")
+        return 0
+    if args.out is None:
+        raise SettingsError("zoo build needs --out DIR (or --list)")
+    unbuildable = [name for name, packages in missing.items() if packages]
+    if unbuildable and args.names:
+        needed = sorted({p for name in unbuildable for p in missing[name]})
+        raise SettingsError(f"cannot build {', '.join(unbuildable)} without {' and '.join(needed)}: {INSTALL_HINT}")
+    if unbuildable:
+        print(f"onnxsat: warning: skipping {len(unbuildable)} PyTorch models; {INSTALL_HINT}", file=sys.stderr)
+        wanted = [m for m in wanted if not missing[m.name]]
+    out = writable_folder(args.out)
+    for model in wanted:
+        path = model.write(out, args.seed)
+        size = path.stat().st_size
+        params = parameter_count(onnx.load(str(path), load_external_data=False))
+        print(f"{model.name:24} {size / 2**20:9.2f} MiB {params:>13,} params  {path}")
+    return 0
+
+
+def writable_folder(text: str) -> Path:
+    """``text`` as a folder that exists (created if needed) and can be written, or an OutputPathError."""
+
+    folder = Path(text)
+    if folder.exists() and not folder.is_dir():
+        raise OutputPathError(f"--out is not a folder: {folder}")
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise OutputPathError(f"cannot create --out folder {folder}: {error.strerror or error}") from None
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise OutputPathError(f"--out folder is not writable: {folder}")
+    return folder

@@ -1,6 +1,6 @@
 """The passes: one module per capability, each registering its pass classes where they are defined.
 
-``base`` says what a pass is; :func:`catalogue` imports every other module here, which registers its
+``onnxsat.core`` says what a pass is; :func:`catalogue` imports every module here, which registers its
 passes, so a new pass is a new module (or class) in this folder and nothing else to edit.
 """
 
@@ -9,14 +9,13 @@ from __future__ import annotations
 import importlib
 import pkgutil
 
-from onnxsat.passes.base import PASSES, Model, Pass, PassContext, PassResult, register_pass
+from onnxsat.core import PASSES, Model, Pass, PassContext, PassResult, register_pass
 
 
 def catalogue() -> dict[str, type[Pass]]:
     """Every registered pass by kind (importing the modules of this package registers them)."""
     for module in pkgutil.iter_modules(__path__):
-        if module.name != "base":
-            importlib.import_module(f"{__name__}.{module.name}")
+        importlib.import_module(f"{__name__}.{module.name}")
     return dict(PASSES)
 
 

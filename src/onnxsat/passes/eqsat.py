@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import ClassVar
 
+from onnxsat.core import Model, Pass, PassContext, PassResult, register_pass, run_check
 from onnxsat.eqsat.optimizer import OptimizeOptions, optimize_model
-from onnxsat.passes.base import Model, Pass, PassContext, PassResult, register_pass, run_check
 
 
 @register_pass

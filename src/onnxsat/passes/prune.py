@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import ClassVar
 
-from onnxsat.passes.base import Model, Pass, PassContext, PassResult, register_pass, run_check
+from onnxsat.core import Model, Pass, PassContext, PassResult, register_pass, run_check
 from onnxsat.pruning.pipeline import PruneOptions, prune_model
 
 

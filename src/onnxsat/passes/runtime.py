@@ -7,8 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
+from onnxsat.core import Model, Pass, PassContext, PassResult, lossless, register_pass
 from onnxsat.errors import SettingsError
-from onnxsat.passes.base import Model, Pass, PassContext, PassResult, lossless, register_pass
 from onnxsat.runtime.offline import LEVELS, optimize_offline
 from onnxsat.runtime.peephole import TOOLS, peephole
 from onnxsat.runtime.transformers import OPT_LEVELS, optimize_transformer

@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
+from onnxsat.core import Model, Pass, PassContext, PassResult, register_pass
 from onnxsat.errors import SettingsError
-from onnxsat.passes.base import Model, Pass, PassContext, PassResult, register_pass
 from onnxsat.sparsity.storage import to_sparse_initializers
 from onnxsat.surgery.graph_edit import copy_model
 from onnxsat.verification import Tolerance, verify

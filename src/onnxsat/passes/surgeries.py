@@ -13,8 +13,8 @@ from typing import Any, ClassVar
 
 import onnx
 
+from onnxsat.core import Model, Pass, PassContext, PassResult, lossless, register_pass
 from onnxsat.errors import SettingsError
-from onnxsat.passes.base import Model, Pass, PassContext, PassResult, lossless, register_pass
 from onnxsat.surgery.graph_edit import copy_model, rename_tensor
 from onnxsat.surgery.surgeon import Surgeon, build_surgeon
 from onnxsat.verification import check_and_run

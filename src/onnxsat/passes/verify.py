@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from onnxsat.passes.base import Model, Pass, PassContext, PassResult, register_pass
+from onnxsat.core import Model, Pass, PassContext, PassResult, register_pass
 from onnxsat.verification import Tolerance, verify
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from onnxsat.passes.base import ReportBase
+from onnxsat.core import ReportBase
 from onnxsat.verification import VerificationResult
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from onnxsat.core import ReportBase
 from onnxsat.data.metrics import Accuracy
-from onnxsat.passes.base import ReportBase
 from onnxsat.sparsity.methods import LayerSparsity
 from onnxsat.verification import VerificationResult
 

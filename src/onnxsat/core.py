@@ -1,4 +1,4 @@
-"""What a pass is: one capability applied to one model, returning the new model and a report.
+"""The pass core: what a model, a pass and a report are. Every capability builds on this module.
 
 Every capability of ONNXSat (eqsat, sparsify, prune, surgeries, ORT's optimizers, sparse storage,
 verify) is a :class:`Pass`. The runner (``onnxsat.runner``) does the rest once for all of them: load,
@@ -6,8 +6,8 @@ check, run the passes in order, write atomically only what verified, write the r
 line, the Python API and pipeline files all build passes and hand them to the runner.
 
 A pass is a class registered under its ``kind`` (the ``type`` of a pipeline entry) with
-:func:`register_pass`, in the module of ``onnxsat.passes`` that defines it; importing the package
-registers them all.
+:func:`register_pass`, in the module of ``onnxsat.passes`` that defines it; ``passes.catalogue()``
+imports them all. Reports derive from :class:`ReportBase`, so each has the same three forms.
 """
 
 from __future__ import annotations
