@@ -13,13 +13,17 @@ whether the count is chosen per layer or for the whole model (Ashouri, Abdelrahm
   measured on calibration data (a small weight on a loud channel matters more than on a quiet one).
 
 Counts are exact: ``round(s * n)`` elements per layer (or overall for the global methods), ties at the
-threshold broken by position, already-zero weights counted (they score 0 and go first). The seed's
-percentile-and-``<`` version missed the requested level whenever values tied.
+threshold broken by position, already-zero weights counted (they score 0 and go first). A percentile
+threshold compared with ``<`` would miss the requested level whenever values tie at the threshold.
+
+Each method is a :class:`SparsityMethod` registered in :data:`METHODS` at the end of this module: a
+per-layer method supplies the score its layers are cut on, a global one the reference span of every
+layer. A new method is one more registered object here, plus its test.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -27,8 +31,46 @@ import numpy as np
 from onnxsat.errors import SettingsError
 from onnxsat.sparsity.targets import PrunableWeight
 
-METHODS = ("flat", "triangular", "relative", "calibrated")
-GLOBAL_METHODS = frozenset({"flat", "triangular"})
+LayerScores = Callable[[PrunableWeight, np.ndarray, Mapping[str, np.ndarray] | None], np.ndarray]
+"""(weight, its flat |w|, activation norms per weight or None) -> the flat scores its lowest are cut on."""
+References = Callable[[list[float]], np.ndarray]
+"""The layers' weight spans (max w - min w, in layer order) -> each layer's reference span."""
+
+
+@dataclass(frozen=True)
+class SparsityMethod:
+    """How one method chooses the zeros: per layer (``layer_scores``) or by one cut over the whole model
+    on |w| / the layer's reference span (``references``)."""
+
+    name: str
+    layer_scores: LayerScores | None = None
+    references: References | None = None
+    needs_activations: bool = False
+    """Scores use activation norms measured on calibration data (``sparsity.calibration``)."""
+
+    @property
+    def per_layer(self) -> bool:
+        """Levels may differ per layer (the budget search's per-layer mode applies)."""
+        return self.layer_scores is not None
+
+
+METHODS: dict[str, SparsityMethod] = {}
+"""Method name -> method, in registration order (the order ``--method`` lists them)."""
+
+
+def register_method(method: SparsityMethod) -> SparsityMethod:
+    if (method.layer_scores is None) == (method.references is None):
+        raise TypeError(f"sparsity method {method.name} needs exactly one of layer_scores and references")
+    if method.name in METHODS:
+        raise TypeError(f"two sparsity methods named {method.name}")
+    METHODS[method.name] = method
+    return method
+
+
+def get_method(name: str) -> SparsityMethod:
+    if name not in METHODS:
+        raise SettingsError(f"unknown method {name!r}; choose from {', '.join(METHODS)}")
+    return METHODS[name]
 
 
 @dataclass(frozen=True)
@@ -53,7 +95,7 @@ class LayerSparsity:
 
 
 @dataclass
-class PruneResult:
+class MaskResult:
     """Per-layer masks (True = set to zero) and what they reach."""
 
     method: str
@@ -109,34 +151,30 @@ def triangular_references(spans: list[float]) -> np.ndarray:
     return np.linspace(spans[0], spans[-1], num=len(spans))
 
 
-def prune_masks(
+def sparsity_masks(
     method: str,
     targets: list[PrunableWeight],
     weights: Mapping[str, np.ndarray],
     sparsity: float | Mapping[str, float],
     channel_norms: Mapping[str, np.ndarray] | None = None,
-) -> PruneResult:
+) -> MaskResult:
     """Masks for ``method`` at ``sparsity`` (one level, or for per-layer methods a level per weight name)."""
-    if method not in METHODS:
-        raise SettingsError(f"unknown method {method!r}; choose from {', '.join(METHODS)}")
+    chosen = get_method(method)
     if not targets:
         raise SettingsError("the model has no prunable weights (Conv, ConvTranspose, Gemm or MatMul initializers)")
     levels = {t.name: sparsity.get(t.name, 0.0) for t in targets} if isinstance(sparsity, Mapping) else None
-    if levels is not None and method in GLOBAL_METHODS:
-        raise SettingsError(f"per-layer levels need a per-layer method (relative or calibrated), not {method}")
+    if levels is not None and not chosen.per_layer:
+        per_layer = ", ".join(name for name, m in METHODS.items() if m.per_layer)
+        raise SettingsError(f"per-layer levels need a per-layer method ({per_layer}), not {method}")
     magnitudes = {t.name: np.abs(np.asarray(weights[t.name], dtype=np.float64)).ravel() for t in targets}
-    result = PruneResult(method=method, layers=[], masks={})
-    if method in GLOBAL_METHODS:
-        assert isinstance(sparsity, float | int)
-        _global_masks(method, targets, weights, magnitudes, float(sparsity), result)
+    result = MaskResult(method=method, layers=[], masks={})
+    if chosen.layer_scores is None:
+        assert isinstance(sparsity, float | int) and chosen.references is not None
+        _global_masks(chosen, targets, weights, magnitudes, float(sparsity), result)
     else:
         for target in targets:
             level = levels[target.name] if levels is not None else float(sparsity)  # type: ignore[arg-type]
-            scores = magnitudes[target.name]
-            if method == "calibrated":
-                if channel_norms is None or target.name not in channel_norms:
-                    raise SettingsError(f"the calibrated method needs activation norms for {target.name!r}")
-                scores = scores * channel_norms[target.name][target.channel_of_elements()].ravel()
+            scores = chosen.layer_scores(target, magnitudes[target.name], channel_norms)
             result.masks[target.name] = smallest(scores, round(check_sparsity(level) * scores.size))
     for target in targets:
         mask, value = result.masks[target.name], magnitudes[target.name]
@@ -155,17 +193,18 @@ def prune_masks(
 
 
 def _global_masks(
-    method: str,
+    method: SparsityMethod,
     targets: list[PrunableWeight],
     weights: Mapping[str, np.ndarray],
     magnitudes: Mapping[str, np.ndarray],
     sparsity: float,
-    result: PruneResult,
+    result: MaskResult,
 ) -> None:
     """Flat and triangular: one cut over every layer's |w| / reference, reaching ``sparsity`` overall."""
     check_sparsity(sparsity)
     spans = [_span(np.asarray(weights[t.name], dtype=np.float64)) for t in targets]
-    references = np.full(len(targets), min(spans)) if method == "flat" else triangular_references(spans)
+    assert method.references is not None
+    references = method.references(spans)
     references = np.where(references > 0, references, 1.0)  # an all-constant layer: plain |w|
     normalized = np.concatenate([magnitudes[t.name] / r for t, r in zip(targets, references, strict=True)])
     mask = smallest(normalized, round(sparsity * normalized.size))
@@ -174,9 +213,23 @@ def _global_masks(
     if fraction > 1.0:
         result.notes.append(
             f"reaching {sparsity:.1%} needs a threshold of {fraction:.2f}x the reference span: beyond the "
-            f"{method} method's bound of 1x (the layers' weight ranges are narrow for this level)"
+            f"{method.name} method's bound of 1x (the layers' weight ranges are narrow for this level)"
         )
     offset = 0
     for target in targets:
         result.masks[target.name] = mask[offset : offset + target.size]
         offset += target.size
+
+
+def _calibrated_scores(
+    target: PrunableWeight, magnitudes: np.ndarray, channel_norms: Mapping[str, np.ndarray] | None
+) -> np.ndarray:
+    if channel_norms is None or target.name not in channel_norms:
+        raise SettingsError(f"the calibrated method needs activation norms for {target.name!r}")
+    return magnitudes * channel_norms[target.name][target.channel_of_elements()].ravel()
+
+
+register_method(SparsityMethod("flat", references=lambda spans: np.full(len(spans), min(spans))))
+register_method(SparsityMethod("triangular", references=triangular_references))
+register_method(SparsityMethod("relative", layer_scores=lambda target, magnitudes, norms: magnitudes))
+register_method(SparsityMethod("calibrated", layer_scores=_calibrated_scores, needs_activations=True))

@@ -20,16 +20,16 @@ from onnxsat.errors import SettingsError
 from onnxsat.external_data import tensor_value
 from onnxsat.options import float_list, option, percent
 from onnxsat.sparsity.calibration import channel_norms
-from onnxsat.sparsity.methods import METHODS, PruneResult, check_sparsity, prune_masks
+from onnxsat.sparsity.methods import METHODS, MaskResult, check_sparsity, get_method, sparsity_masks
 from onnxsat.sparsity.report import SparsifyReport
 from onnxsat.sparsity.search import (
     METRICS,
     Evaluator,
-    Pruner,
+    MaskMaker,
     batch_size_for,
     data_input,
     input_dims,
-    pruner,
+    mask_maker,
     random_dataset,
     search_per_layer,
     search_uniform,
@@ -39,7 +39,6 @@ from onnxsat.sparsity.targets import PrunableWeight, prunable_weights, select
 from onnxsat.verification import Tolerance, check_and_run, random_inputs, verify
 
 RANDOM_CALIBRATION_SAMPLES = 32
-PER_LAYER_METHODS = frozenset({"relative", "calibrated"})
 
 
 @dataclass
@@ -77,8 +76,7 @@ class SparsifyOptions:
     input_shapes: dict[str, list[int]] = field(default_factory=dict)
 
     def check(self) -> None:
-        if self.method not in METHODS:
-            raise SettingsError(f"unknown method {self.method!r}; choose from {', '.join(METHODS)}")
+        get_method(self.method)
         if self.sparsity is not None:
             check_sparsity(self.sparsity)
         check_sparsity(self.min_sparsity, "--min-sparsity")
@@ -132,21 +130,21 @@ def sparsify_model(
     dataset = _dataset(model, options)
     report = SparsifyReport(input=source, output=None, method=options.method, requested=options.sparsity)
     norms = None
-    if options.method == "calibrated":
+    if get_method(options.method).needs_activations:
         norms = channel_norms(model, targets, _calibration_batches(model, dataset, options))
         if dataset is None:
             report.notes.append(
                 f"calibrated on {RANDOM_CALIBRATION_SAMPLES} seeded random inputs: give --data for real activations"
             )
-    prune = pruner(options.method, targets, weights, norms)
+    masks_at = mask_maker(options.method, targets, weights, norms)
     if dataset is not None:
         evaluator = Evaluator(model, targets, weights, dataset, options.metric, options.batch_size)
         report.data, report.metric, report.baseline = dataset.name, options.metric, evaluator.baseline
     if options.max_drop is not None:
-        result = _search(evaluator, prune, targets, options, report)
+        result = _search(evaluator, masks_at, targets, options, report)
     else:
         assert options.sparsity is not None
-        result = prune_masks(options.method, targets, weights, options.sparsity, norms)
+        result = sparsity_masks(options.method, targets, weights, options.sparsity, norms)
         if dataset is not None:
             report.accuracy = evaluator.drop(result.masks)[1]
     report.layers, report.overall = result.layers, result.sparsity
@@ -175,16 +173,20 @@ def _initializer_value(model: onnx.ModelProto, target: PrunableWeight, base_dir:
 
 
 def _search(
-    evaluator: Evaluator, prune: Pruner, targets: list[PrunableWeight], options: SparsifyOptions, report: SparsifyReport
-) -> PruneResult:
+    evaluator: Evaluator,
+    masks_at: MaskMaker,
+    targets: list[PrunableWeight],
+    options: SparsifyOptions,
+    report: SparsifyReport,
+) -> MaskResult:
     """The budget search: uniform, then per-layer if asked and the method allows it; the sparser wins."""
     assert options.max_drop is not None
     report.max_drop = options.max_drop
-    best = search_uniform(evaluator, prune, options.max_drop, options.step)
+    best = search_uniform(evaluator, masks_at, options.max_drop, options.step)
     report.search["uniform"] = {"level": best.levels, "sparsity": best.pruned.sparsity, "drop": best.drop}
     trail = best.trail
-    if options.per_layer and options.method in PER_LAYER_METHODS and len(targets) > 1:
-        per_layer, curves = search_per_layer(evaluator, prune, targets, options.max_drop, options.step)
+    if options.per_layer and get_method(options.method).per_layer and len(targets) > 1:
+        per_layer, curves = search_per_layer(evaluator, masks_at, targets, options.max_drop, options.step)
         report.search["sensitivity"] = curves
         if per_layer is not None:
             report.search["per_layer"] = {

@@ -30,7 +30,7 @@ import onnxruntime as ort
 from onnxsat.data.metrics import Accuracy, fidelity, topk_accuracy
 from onnxsat.data.sources import Dataset
 from onnxsat.errors import DataError, SettingsError
-from onnxsat.sparsity.methods import PruneResult, prune_masks
+from onnxsat.sparsity.methods import MaskResult, sparsity_masks
 from onnxsat.sparsity.targets import PrunableWeight
 from onnxsat.verification import DEFAULT_DYNAMIC_DIM, random_inputs, session
 
@@ -140,7 +140,7 @@ class Evaluator:
         return float(np.linalg.norm(logits - self.reference) / max(np.linalg.norm(self.reference), 1e-12))
 
 
-Pruner = Callable[[float | Mapping[str, float]], PruneResult]
+MaskMaker = Callable[[float | Mapping[str, float]], MaskResult]
 
 
 @dataclass
@@ -148,32 +148,32 @@ class SearchResult:
     """The chosen level(s) and every evaluation the search made, in order."""
 
     levels: float | dict[str, float]
-    pruned: PruneResult
+    pruned: MaskResult
     accuracy: Accuracy
     drop: float
     trail: list[tuple[str, float, float]] = field(default_factory=list)
     """(what was tried, overall sparsity, drop) per evaluation."""
 
 
-def pruner(
+def mask_maker(
     method: str,
     targets: list[PrunableWeight],
     weights: Mapping[str, np.ndarray],
     norms: Mapping[str, np.ndarray] | None,
-) -> Pruner:
-    return lambda levels: prune_masks(method, targets, weights, levels, norms)
+) -> MaskMaker:
+    return lambda levels: sparsity_masks(method, targets, weights, levels, norms)
 
 
 def search_uniform(
-    evaluator: Evaluator, prune: Pruner, budget: float, step: float = 0.05, resolution: float = 0.005
+    evaluator: Evaluator, masks_at: MaskMaker, budget: float, step: float = 0.05, resolution: float = 0.005
 ) -> SearchResult:
     """The highest single level within ``budget`` (scan by ``step``, then bisect to ``resolution``)."""
     trail: list[tuple[str, float, float]] = []
-    best: tuple[float, PruneResult, Accuracy, float] | None = None
+    best: tuple[float, MaskResult, Accuracy, float] | None = None
 
     def attempt(level: float) -> bool:
         nonlocal best
-        result = prune(level)
+        result = masks_at(level)
         drop, accuracy = evaluator.drop(result.masks)
         trail.append((f"uniform {level:.3f}", result.sparsity, drop))
         if drop <= budget and (best is None or result.sparsity > best[1].sparsity):
@@ -192,13 +192,13 @@ def search_uniform(
             middle = (low + high) / 2
             low, high = (middle, high) if attempt(middle) else (low, middle)
     if best is None:  # nothing inside the budget: the unpruned model is the answer
-        result = prune(0.0)
+        result = masks_at(0.0)
         return SearchResult(0.0, result, evaluator.baseline, 0.0, trail)
     return SearchResult(best[0], best[1], best[2], best[3], trail)
 
 
 def sensitivities(
-    evaluator: Evaluator, prune: Pruner, targets: list[PrunableWeight], step: float = 0.05
+    evaluator: Evaluator, masks_at: MaskMaker, targets: list[PrunableWeight], step: float = 0.05
 ) -> dict[str, list[tuple[float, float]]]:
     """Per layer, (level, logit distortion) with only that layer pruned, made non-decreasing (a level
     never counts as safer than a lower one)."""
@@ -206,7 +206,7 @@ def sensitivities(
     for target in targets:
         curve: list[tuple[float, float]] = []
         for level in np.round(np.arange(step, 1.0, step), 6):
-            result = prune({target.name: float(level)})
+            result = masks_at({target.name: float(level)})
             distortion = evaluator.distortion({target.name: result.masks[target.name]})
             curve.append((float(level), max(distortion, curve[-1][1] if curve else 0.0)))
         curves[target.name] = curve
@@ -220,7 +220,7 @@ def levels_within(curves: Mapping[str, list[tuple[float, float]]], tolerance: fl
 
 def search_per_layer(
     evaluator: Evaluator,
-    prune: Pruner,
+    masks_at: MaskMaker,
     targets: list[PrunableWeight],
     budget: float,
     step: float = 0.05,
@@ -232,7 +232,7 @@ def search_per_layer(
     A grid, not a bisection: accuracy moves in steps of one sample and is not monotone in the
     tolerance, so a bisection can stop on a dip; each grid point costs one evaluation.
     """
-    curves = sensitivities(evaluator, prune, targets, step)
+    curves = sensitivities(evaluator, masks_at, targets, step)
     positive = [d for curve in curves.values() for _, d in curve if d > 0]
     if not positive:
         return None, curves
@@ -241,7 +241,7 @@ def search_per_layer(
     best: SearchResult | None = None
     for tolerance in grid:
         levels = levels_within(curves, float(tolerance))
-        result = prune(levels)
+        result = masks_at(levels)
         drop, accuracy = evaluator.drop(result.masks)
         trail.append((f"per-layer tolerance {tolerance:.4g}", result.sparsity, drop))
         if drop <= budget and (best is None or result.sparsity > best.pruned.sparsity):

@@ -1,6 +1,6 @@
 """Experiment 2, "how sparse can we go?": accuracy change vs unstructured sparsity, no retraining.
 
-For every model, method and level, prune with :func:`~onnxsat.sparsity.methods.prune_masks` and measure
+For every model, method and level, zero weights with :func:`~onnxsat.sparsity.methods.sparsity_masks` and measure
 top-1 and top-5 against the data's labels (or, without data or labels, fidelity to the dense model's own
 predictions). Every method asked for is run, drops are kept as exact fractions (not rounded to whole
 points), and every level is scored through one :class:`~onnxsat.sparsity.search.Evaluator` per model (pruned
@@ -31,7 +31,7 @@ from onnxsat.data.metrics import Accuracy
 from onnxsat.extras import require
 from onnxsat.html.charts import new_figure
 from onnxsat.sparsity.calibration import channel_norms
-from onnxsat.sparsity.methods import prune_masks
+from onnxsat.sparsity.methods import sparsity_masks
 from onnxsat.sparsity.search import Evaluator, data_input
 from onnxsat.timing import environment_line, load_whole
 
@@ -116,7 +116,7 @@ def sweep_model(
     steps = [(method, level) for method in settings.methods for level in settings.levels]
     tqdm = require("tqdm", "bench experiment's progress bar").tqdm
     for method, level in tqdm(steps, desc=f"experiment 2: {label}", unit="level", leave=False, disable=None):
-        pruned = prune_masks(method, targets, weights, level, norms)
+        pruned = sparsity_masks(method, targets, weights, level, norms)
         _, accuracy = evaluator.drop(pruned.masks)
         row = LevelRow(
             label,
