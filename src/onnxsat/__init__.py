@@ -25,8 +25,8 @@ _LAZY = {
     "OptimizeOptions": "onnxsat.eqsat.optimizer",
     "optimize_model": "onnxsat.eqsat.optimizer",
     "OptimizeReport": "onnxsat.report",
-    "SparsifyOptions": "onnxsat.sparsity.pipeline",
-    "PruneOptions": "onnxsat.pruning.pipeline",
+    "SparsifyOptions": "onnxsat.sparsity.sparsify",
+    "PruneOptions": "onnxsat.pruning.prune",
     "Tolerance": "onnxsat.verification",
     "VerificationResult": "onnxsat.verification",
     "verify": "onnxsat.verification",
@@ -50,9 +50,9 @@ def __dir__() -> list[str]:
 if TYPE_CHECKING:
     from onnxsat.api import optimize, prune, run_pipeline, sparsify
     from onnxsat.eqsat.optimizer import OptimizeOptions, optimize_model
-    from onnxsat.pruning.pipeline import PruneOptions
+    from onnxsat.pruning.prune import PruneOptions
     from onnxsat.report import OptimizeReport
-    from onnxsat.sparsity.pipeline import SparsifyOptions
+    from onnxsat.sparsity.sparsify import SparsifyOptions
     from onnxsat.verification import Tolerance, VerificationResult, verify
 
 __all__ = [

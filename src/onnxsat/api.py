@@ -16,12 +16,12 @@ from onnxsat.passes.eqsat import EqsatPass
 from onnxsat.passes.prune import PrunePass
 from onnxsat.passes.sparsify import SparsifyPass
 from onnxsat.pipelines.file import run_pipeline_file
-from onnxsat.pruning.pipeline import PruneOptions
+from onnxsat.pruning.prune import PruneOptions
 from onnxsat.pruning.report import PruneReport
 from onnxsat.report import OptimizeReport
 from onnxsat.runner import PipelineReport, RunSettings, run_one
-from onnxsat.sparsity.pipeline import SparsifyOptions
 from onnxsat.sparsity.report import SparsifyReport
+from onnxsat.sparsity.sparsify import SparsifyOptions
 from onnxsat.verification import DEFAULT_RUN_TIMEOUT, Tolerance
 
 PathLike = str | Path

@@ -10,7 +10,7 @@ import pytest
 from onnx import helper, numpy_helper
 from pruning_helpers import Builder, assert_rate_zero_is_identity, prune, run, shape_of
 
-from onnxsat.pruning.pipeline import PruneOptions, association_trees, prune_model
+from onnxsat.pruning.prune import PruneOptions, association_trees, prune_model
 from onnxsat.pruning.trees import ChannelGroup, format_trees
 
 B, S, E = 2, 5, 16

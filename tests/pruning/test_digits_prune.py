@@ -9,7 +9,7 @@ from pruning_helpers import Builder, feeds, prune, run
 
 from onnxsat.data.metrics import evaluate
 from onnxsat.data.sources import DIGITS, Dataset, load_dataset
-from onnxsat.pruning.pipeline import PruneOptions, prune_model
+from onnxsat.pruning.prune import PruneOptions, prune_model
 from onnxsat.zoo.digits_cnn import DIGITS_SPLIT, bundled_digits_cnn, test_split
 
 

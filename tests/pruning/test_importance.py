@@ -15,7 +15,7 @@ from onnxsat.pruning.importance import (
     ranked_maps,
     select_kept,
 )
-from onnxsat.pruning.pipeline import association_trees
+from onnxsat.pruning.prune import association_trees
 from onnxsat.pruning.trees import ChannelSlice
 
 

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import onnx
 import pytest
-from onnxsat.pruning.command import add_prune_parser
 from pruning_helpers import Builder
 
+from onnxsat.commands.prune import add_parser as add_prune_parser
 from onnxsat.errors import SettingsError
 
 

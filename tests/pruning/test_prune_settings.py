@@ -1,4 +1,4 @@
-"""Options, the library, bad input, files and the tree listing (pipeline.py, library.py, trees.py display)."""
+"""Options, the library, bad input, files and the tree listing (prune.py, library.py, trees.py display)."""
 
 from __future__ import annotations
 
@@ -10,11 +10,11 @@ import onnx
 import pytest
 from pruning_helpers import Builder, kept, prune, shape_of
 
+from onnxsat.api import prune as prune_file
 from onnxsat.errors import SettingsError, VerificationFailedError
 from onnxsat.pruning.layout import merge_axis
 from onnxsat.pruning.library import BUILTIN, load_library
-from onnxsat.pruning.pipeline import PruneOptions, association_trees, parse_rates, prune_model, show_trees
-from onnxsat.pruning.pipeline import prune as prune_file
+from onnxsat.pruning.prune import PruneOptions, association_trees, parse_rates, prune_model, show_trees
 from onnxsat.pruning.trees import format_trees, render_trees
 
 
@@ -97,7 +97,7 @@ def test_per_root_rates_and_exclusion() -> None:
 def test_prune_writes_a_file_and_a_report_never_over_the_input(tmp_path: Path) -> None:
     source, target, report_path = tmp_path / "in.onnx", tmp_path / "out.onnx", tmp_path / "report.json"
     onnx.save(chain(), str(source))
-    report = prune_file(source, target, PruneOptions(rate=0.5), report_path)
+    report = prune_file(source, target, PruneOptions(rate=0.5), report=report_path)
     assert report.written and report.params["pruned"] < report.params["original"]
     assert "verification PASSED" in report.to_table()
     assert json.loads(report_path.read_text())["groups"][0]["kept"] == 4
@@ -109,12 +109,12 @@ def test_prune_writes_a_file_and_a_report_never_over_the_input(tmp_path: Path) -
 
 
 def test_failed_verification_writes_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from onnxsat.pruning import pipeline
+    from onnxsat.pruning import prune as pruning_module
     from onnxsat.verification import VerificationResult
 
     source, target = tmp_path / "in.onnx", tmp_path / "out.onnx"
     onnx.save(chain(), str(source))
-    monkeypatch.setattr(pipeline, "check_pruned", lambda *args: VerificationResult(False, error="broken"))
+    monkeypatch.setattr(pruning_module, "check_pruned", lambda *args: VerificationResult(False, error="broken"))
     with pytest.raises(VerificationFailedError):
         prune_file(source, target, PruneOptions())
     assert not target.exists()

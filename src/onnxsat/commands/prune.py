@@ -10,7 +10,7 @@ from onnxsat.errors import SettingsError
 from onnxsat.html.prune import prune_page
 from onnxsat.options import add_arguments, from_arguments
 from onnxsat.passes.prune import PrunePass
-from onnxsat.pruning.pipeline import PruneOptions, show_trees
+from onnxsat.pruning.prune import PruneOptions, show_trees
 
 ORDER = 30
 

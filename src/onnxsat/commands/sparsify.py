@@ -9,7 +9,7 @@ from onnxsat.commands.printing import run_and_print
 from onnxsat.html.sparsify import sparsify_page
 from onnxsat.options import add_arguments, from_arguments
 from onnxsat.passes.sparsify import SparsifyPass
-from onnxsat.sparsity.pipeline import SparsifyOptions
+from onnxsat.sparsity.sparsify import SparsifyOptions
 
 ORDER = 20
 

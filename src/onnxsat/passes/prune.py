@@ -6,7 +6,7 @@ from dataclasses import dataclass, replace
 from typing import ClassVar
 
 from onnxsat.core import Model, Pass, PassContext, PassResult, register_pass, run_check
-from onnxsat.pruning.pipeline import PruneOptions, prune_model
+from onnxsat.pruning.prune import PruneOptions, prune_model
 
 
 @register_pass

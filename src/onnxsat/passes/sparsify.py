@@ -6,7 +6,7 @@ from dataclasses import dataclass, replace
 from typing import ClassVar
 
 from onnxsat.core import Model, Pass, PassContext, PassResult, register_pass, run_check
-from onnxsat.sparsity.pipeline import SparsifyOptions, sparsify_model
+from onnxsat.sparsity.sparsify import SparsifyOptions, sparsify_model
 
 
 @register_pass

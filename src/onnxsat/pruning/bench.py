@@ -33,7 +33,7 @@ from onnxsat.data.metrics import evaluate, run_logits
 from onnxsat.data.sources import Dataset, load_dataset
 from onnxsat.errors import SettingsError
 from onnxsat.pruning.cost import mac_count, parameter_count
-from onnxsat.pruning.pipeline import PruneOptions, prune_model
+from onnxsat.pruning.prune import PruneOptions, prune_model
 from onnxsat.sparsity.search import input_dims, random_dataset
 from onnxsat.timing import ratios_to, time_rounds, timing_session
 from onnxsat.verification import random_inputs, session

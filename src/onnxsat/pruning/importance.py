@@ -83,18 +83,44 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
 import onnx
 import onnxruntime as ort
 
+from onnxsat.errors import SettingsError
 from onnxsat.op_kinds import ELEMENTWISE_UNARY
 from onnxsat.pruning.trees import GAIN, LEAF, ROOT, ChannelGroup, ChannelSlice, TreeEdge
 from onnxsat.verification import session, with_outputs
 
-CRITERIA = ("l1", "l2", "fpgm", "hrank")
+
+@dataclass(frozen=True)
+class Criterion:
+    """How a channel's importance is read from one member's ``[channels, features]`` weights, and whether
+    root channels are instead ranked on the feature maps they produce (HRank: needs calibration data)."""
+
+    name: str
+    member_scores: Callable[[np.ndarray], np.ndarray]
+    ranks_roots: bool = False
+
+
+CRITERIA: dict[str, Criterion] = {}
+"""Criterion name -> criterion, in registration order (the order ``--criterion`` lists them)."""
+
+
+def register_criterion(criterion: Criterion) -> Criterion:
+    if criterion.name in CRITERIA:
+        raise TypeError(f"two pruning criteria named {criterion.name}")
+    CRITERIA[criterion.name] = criterion
+    return criterion
+
+
+def get_criterion(name: str) -> Criterion:
+    if name not in CRITERIA:
+        raise SettingsError(f"unknown criterion {name!r}; choose from {', '.join(CRITERIA)}")
+    return CRITERIA[name]
 
 
 def member_matrix(value: np.ndarray, piece: ChannelSlice, channels: int) -> np.ndarray:
@@ -105,19 +131,32 @@ def member_matrix(value: np.ndarray, piece: ChannelSlice, channels: int) -> np.n
 
 
 def member_scores(matrix: np.ndarray, criterion: str) -> np.ndarray:
-    """One member's per-channel scores under ``criterion`` (``hrank`` is handled by the caller)."""
-    if criterion == "l2":
-        return np.sqrt(np.sum(matrix * matrix, axis=1))
-    if criterion == "fpgm" and matrix.shape[1] > 1:
-        return fpgm_scores(matrix)
+    """One member's per-channel scores under ``criterion`` (root ranks for HRank are the caller's)."""
+    return get_criterion(criterion).member_scores(matrix)
+
+
+def l1_scores(matrix: np.ndarray) -> np.ndarray:
     return np.sum(np.abs(matrix), axis=1)
 
 
+def l2_scores(matrix: np.ndarray) -> np.ndarray:
+    return np.sqrt(np.sum(matrix * matrix, axis=1))
+
+
 def fpgm_scores(matrix: np.ndarray) -> np.ndarray:
-    """Sum of Euclidean distances from each row to every other row (small: near the geometric median)."""
+    """Sum of Euclidean distances from each row to every other row (small: near the geometric median);
+    L1 for single-feature rows, where every distance is a difference of two numbers."""
+    if matrix.shape[1] <= 1:
+        return l1_scores(matrix)
     squares = np.sum(matrix * matrix, axis=1)
     distances = squares[:, None] + squares[None, :] - 2.0 * (matrix @ matrix.T)
     return np.sum(np.sqrt(np.maximum(distances, 0.0)), axis=1)
+
+
+register_criterion(Criterion("l1", l1_scores))
+register_criterion(Criterion("l2", l2_scores))
+register_criterion(Criterion("fpgm", fpgm_scores))
+register_criterion(Criterion("hrank", l1_scores, ranks_roots=True))
 
 
 def normalized(scores: np.ndarray) -> np.ndarray:
@@ -137,17 +176,18 @@ def group_scores(
 
     ``value`` reads an initializer; ``ranks`` maps a root node to its feature-map ranks (``hrank``).
     """
+    chosen = get_criterion(criterion)
     stages: dict[str, list[np.ndarray]] = {ROOT: [], GAIN: [], LEAF: []}
     for piece in group.slices:
         if piece.role not in stages or (single_node and piece.role != ROOT):
             continue
-        if criterion == "hrank" and piece.role == ROOT and ranks is not None and piece.node in ranks:
+        if chosen.ranks_roots and piece.role == ROOT and ranks is not None and piece.node in ranks:
             # ranks are per output channel of the root: the slice's positions pick (and sum) this group's
             per_channel = np.asarray(ranks[piece.node], dtype=np.float64)
             scores = member_matrix(per_channel, replace(piece, axis=0), group.channels).sum(axis=1)
         else:
             matrix = member_matrix(value(piece.initializer), piece, group.channels)
-            scores = member_scores(matrix, "l1" if criterion == "hrank" else criterion)
+            scores = chosen.member_scores(matrix)
         stages[piece.role].append(normalized(scores))
     total = np.sum(stages[ROOT], axis=0) if stages[ROOT] else np.ones(group.channels)
     if stages[GAIN]:

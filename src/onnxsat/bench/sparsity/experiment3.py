@@ -1,6 +1,6 @@
 """Experiment 3, "what does sparsity give?": the sparsest model inside the budget, timed against the dense one.
 
-The budget search of :func:`~onnxsat.sparsity.pipeline.sparsify_model` finds the sparsest model inside
+The budget search of :func:`~onnxsat.sparsity.sparsify.sparsify_model` finds the sparsest model inside
 the budget (no levels hard-coded from an earlier run), then the dense model, the pruned model (dense
 storage) and the pruned model with sparse initializers are timed under ONNX Runtime with every graph
 optimization (the level the baseline and every variant run under: how the models would be deployed), a
@@ -39,8 +39,8 @@ from onnxsat.data.metrics import Accuracy, evaluate, run_logits
 from onnxsat.data.sources import Dataset
 from onnxsat.extras import require
 from onnxsat.html.charts import new_figure
-from onnxsat.sparsity.pipeline import SparsifyOptions, sparsify_model
 from onnxsat.sparsity.report import SparsifyReport
+from onnxsat.sparsity.sparsify import SparsifyOptions, sparsify_model
 from onnxsat.sparsity.storage import to_sparse_initializers
 from onnxsat.sparsity.targets import PrunableWeight
 from onnxsat.timing import (

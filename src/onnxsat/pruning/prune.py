@@ -23,7 +23,14 @@ from onnxsat.options import float_list, option, percent
 from onnxsat.pruning.apply import apply_pruning
 from onnxsat.pruning.cost import mac_count, parameter_count
 from onnxsat.pruning.graph import GraphIndex, constants_as_initializers, node_label
-from onnxsat.pruning.importance import CRITERIA, feature_ranks, group_scores, ranked_maps, select_kept
+from onnxsat.pruning.importance import (
+    CRITERIA,
+    feature_ranks,
+    get_criterion,
+    group_scores,
+    ranked_maps,
+    select_kept,
+)
 from onnxsat.pruning.library import load_library
 from onnxsat.pruning.reconstruct import reconstruct
 from onnxsat.pruning.report import GroupReport, PruneReport
@@ -80,8 +87,7 @@ class PruneOptions:
             raise SettingsError(f"--channel-multiple must be at least 1, got {self.channel_multiple}")
         for name, rate in self.rates.items():
             _check_rate(rate, f"--rates {name}")
-        if self.criterion not in CRITERIA:
-            raise SettingsError(f"unknown criterion {self.criterion!r}; choose from {', '.join(CRITERIA)}")
+        get_criterion(self.criterion)
         if self.limit is not None and self.limit < 1:
             raise SettingsError(f"--limit must be at least 1, got {self.limit}")
         if self.batch_size < 1:
@@ -178,7 +184,7 @@ def choose_channels(
     """Per pruned group, the channels kept (scored by ``options.criterion`` and mode)."""
     pruned = [g for g in forest.groups if plan[g.index][1] == "pruned"]
     ranks = None
-    if options.criterion == "hrank":
+    if get_criterion(options.criterion).ranks_roots:
         assert batches is not None
         first_outputs = {node_label(node): node.output[0] for node in index.model.graph.node if node.output}
         outputs = {root: tensor for g in pruned for root, tensor in ranked_maps(g, first_outputs).items()}
@@ -208,7 +214,7 @@ def prune_model(
     if fused:
         report.notes.append(f"{fused - left} of {fused} ORT fused ops split into op + activation to be pruned")
     batches = None
-    if options.criterion == "hrank" or options.reconstruct:
+    if get_criterion(options.criterion).ranks_roots or options.reconstruct:
         batches, report.data = calibration_batches(work, options, dataset)
         if report.data.startswith("random"):
             report.notes.append(f"calibrated on {report.data}: give --data for real activations")
