@@ -23,7 +23,9 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("model", help=".onnx file (never modified)")
     parser.add_argument(
-        "--compare", metavar="OTHER", help="a second model (e.g. the optimized one): the seed's Table 1 side by side"
+        "--compare",
+        metavar="OTHER",
+        help="a second model (e.g. the optimized one): operators fused, MACs, params and memory side by side",
     )
     add_input_shape_option(parser, "shape for an input with dynamic dims (repeatable; required for each such input)")
     parser.add_argument("--json", action="store_true", help="print JSON (every layer) instead of tables")

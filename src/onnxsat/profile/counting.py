@@ -5,8 +5,8 @@ How each figure is counted
 Shapes are static, at the input shapes the user fixed (see :mod:`onnxsat.profile.shapes`). Only the
 main graph's nodes are layers; a node holding subgraphs (If, Loop, Scan) counts its own outputs only.
 
-**MACs** follow onnx-tool 1.0 (``onnx_tool.Graph.profile``, the profiler behind the seed's Table 1),
-so figures compare with published ones. onnx-tool counts "instructions": every elementwise op too,
+**MACs** follow onnx-tool 1.0 (``onnx_tool.Graph.profile``, a widely used ONNX profiler), so
+figures compare with published ones. onnx-tool counts "instructions": every elementwise op too,
 with transcendental functions weighted by the cost of their vectorised approximation. Per node:
 
 - Conv, ConvTranspose: ``output elements x prod(weight dims[1:])``, plus one add per output element
@@ -30,8 +30,8 @@ with transcendental functions weighted by the cost of their vectorised approxima
   Gather, Pad, Expand, Cast, Identity, Dropout, Where, Erf, TopK, ArgMax, ... (:data:`FREE_OPS`).
 - ONNX Runtime's ``com.microsoft`` ops that ONNXSat and ORT's optimizers write (onnx-tool cannot
   profile them at all: it has no shape rule for them): FusedConv as Conv, FusedGemm as Gemm,
-  FusedMatMul as MatMul (K from A, honouring transA), the fused activation not counted, as the
-  seed's Table 1 counted them, so a Conv+Relu fusion shows the Relu's MACs as a reduction although
+  FusedMatMul as MatMul (K from A, honouring transA), the fused activation not counted (as the
+  op's own MACs), so a Conv+Relu fusion shows the Relu's MACs as a reduction although
   the kernel still applies it in registers; Gelu, FastGelu 34 and BiasGelu 35 per output element;
   SkipLayerNormalization as LayerNormalization plus one add per element for each of skip and bias.
 - Anything else counts 0 and is listed in ``ModelProfile.uncounted_ops`` so a report can say so.
@@ -40,7 +40,7 @@ with transcendental functions weighted by the cost of their vectorised approxima
 initializer counts its dense size), whether or not a node reads it. A layer's parameters are the
 initializers it is the first node to read. Constant nodes are not parameters (as in onnx-tool).
 
-**Memory** (the seed's definition, also onnx-tool's): per layer, the bytes of the initializers it is
+**Memory** (onnx-tool's definition): per layer, the bytes of the initializers it is
 the first to read (weights; a sparse one as stored, values plus indices) plus the bytes of every
 tensor it outputs (activations); a Constant node's output counts nothing, as its value is a weight.
 The model's memory is the sum over layers: the bytes every weight and every intermediate would take
@@ -122,7 +122,7 @@ class LayerProfile:
 
     @property
     def memory_bytes(self) -> int:
-        """Weights first read here plus the outputs written here (the seed's per-layer memory)."""
+        """Weights first read here plus the outputs written here (onnx-tool's per-layer memory)."""
         return self.weight_bytes + self.output_bytes
 
     @property

@@ -1,6 +1,6 @@
 """How a profile is shown: a text table per layer and in total, two models side by side, or JSON.
 
-The side-by-side view is the seed's Table 1: share of operators fused, MACs, parameters and memory of
+The side-by-side view compares two models (typically original and optimized): share of operators fused, MACs, parameters and memory of
 the original and the other model, and each figure's reduction.
 """
 
@@ -26,7 +26,7 @@ class Comparison:
 
     @property
     def fused_percent(self) -> float | None:
-        """Share of the original's nodes that are gone from the other (the seed's "% of operators fused")."""
+        """Share of the original's nodes that are gone from the other ("% of operators fused")."""
         return reduction_percent(len(self.original.layers), len(self.other.layers))
 
     def figures(self) -> dict[str, tuple[int, int]]:
