@@ -1,7 +1,7 @@
 """How a profile is shown: a text table per layer and in total, two models side by side, or JSON.
 
-The side-by-side view compares two models (typically original and optimized): share of operators fused, MACs, parameters and memory of
-the original and the other model, and each figure's reduction.
+The side-by-side view compares two models (typically original and optimized): share of operators
+fused, MACs, parameters and memory of each, and each figure's reduction.
 """
 
 from __future__ import annotations
