@@ -7,7 +7,7 @@
 A multi-pattern rule: two roots that share ``x``, taken from the pairs the encoder found
 (``facts.parallel_pairs``, in graph order, so each pair is merged one way). Q/K/V projections,
 Inception and SqueezeNet branches have this shape. The merged weights are constants made at decode
-time, never a Concat left in the graph to run on every inference (ORT_FINDINGS.md, item 7). Whether
+time, never a Concat of the weights left in the graph, which would run again on every inference. Whether
 the merge pays is the cost model's call: one wider product reads ``x`` once and uses the cores
 better, but the Split copies the result. Convolutions must share every attribute (kernel, strides,
 pads, dilations) and be ungrouped; the Split takes its sizes as an input, so the model's opset must

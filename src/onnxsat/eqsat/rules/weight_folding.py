@@ -1,7 +1,7 @@
 """Constant scales and shifts folded into the weights of the Conv, Gemm or MatMul next to them.
 
     Conv(x, W, b) * s    ==>  Conv(x, W * s, b * s)      s per output channel ([M,1,1], [1,M,1,1], or one value)
-    Conv(x, W, b) + t    ==>  Conv(x, W, b + t)          t per output channel (the seed's Conv+Add bias fusion)
+    Conv(x, W, b) + t    ==>  Conv(x, W, b + t)          t per output channel (the Conv+Add bias fusion)
     Gemm(a, B, c) * s    ==>  Gemm(a, B * s, c * s)      s per column (one value, [N] or [1,N]); transB = 0
     Gemm(a, B, c) + t    ==>  Gemm(a, B, c + t)          when the sum keeps Gemm's [M,N] shape
     MatMul(x, W) * s     ==>  MatMul(x, W * s)           s per column, when the product keeps its shape
