@@ -23,7 +23,16 @@ from onnxsat.eqsat.attributes import ATTRIBUTE_KERNELS, attribute_kernel
 from onnxsat.eqsat.facts import FLAG_PREDICATES, flag_predicate
 from onnxsat.eqsat.language import Args, Attrs, Tensor, args_of
 from onnxsat.eqsat.registry import RegistryError
-from onnxsat.eqsat.rules import FAMILIES, TARGETS, RuleSchedule, applicable, register_family, rulesets_for
+from onnxsat.eqsat.rules import (
+    FAMILIES,
+    TARGETS,
+    RuleSchedule,
+    activation_fusion,
+    applicable,
+    bn_folding,
+    register_family,
+    rulesets_for,
+)
 from onnxsat.eqsat.rules.families import STANDARD, family_of
 from onnxsat.eqsat.rules.patterns import attr_flag, computed, derived, value_flag
 from onnxsat.eqsat.weights import FOLDING_KERNELS, KERNELS, weight_kernel
@@ -59,8 +68,6 @@ def test_each_target_runs_the_same_families_in_the_same_order() -> None:
 
 
 def test_family_rulesets_stay_importable_from_the_package() -> None:
-    from onnxsat.eqsat.rules import activation_fusion, bn_folding
-
     assert activation_fusion is FAMILIES["activation_fusion"].ruleset
     assert bn_folding is FAMILIES["bn_folding"].ruleset
 

@@ -1,8 +1,10 @@
 """Numpy kernels for the derived constants that rules write as ``Tensor.derived(kernel, args, attrs)``.
 
-Rules only say *what* a folded weight is; the arithmetic lives here, once, and runs at decode time on
-the tensors the extractor actually kept. Kernels compute in float64 and store the result in the
-weight's dtype, so a folded float32 weight is as close to exact as float32 allows.
+Rules only say *what* a folded weight is; the arithmetic lives in a kernel, once, and runs at decode
+time on the tensors the extractor actually kept. Kernels compute in float64 and store the result in the
+weight's dtype, so a folded float32 weight is as close to exact as float32 allows. The kernels shared by
+several families are here; one family's own may sit next to its rules (``rules/lrn_decomposition.py``).
+Each registers itself with :func:`weight_kernel`.
 """
 
 from __future__ import annotations
