@@ -17,6 +17,8 @@ import numpy as np
 import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
+from onnxsat.eqsat.optimizer import OptimizeOptions, optimize_model
+from onnxsat.verification import VerificationResult, run_model
 
 from onnxsat.eqsat import weights
 from onnxsat.eqsat.decode import DecodedModel, DecodeError
@@ -24,8 +26,6 @@ from onnxsat.eqsat.rules import TARGETS, RuleSchedule, activation_fusion, bn_fol
 from onnxsat.fuzz.differential import FAILED, INVALID, PASSED, Outcome, check_model, feeds
 from onnxsat.fuzz.graph_campaign import run_graph_campaign
 from onnxsat.fuzz.graphs import generate_model, pattern_census
-from onnxsat.optimize import OptimizeOptions, optimize_model
-from onnxsat.verify import VerificationResult, run_model
 
 optimize_module = importlib.import_module("onnxsat.optimize")  # the package re-exports a function of that name
 

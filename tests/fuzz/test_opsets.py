@@ -21,6 +21,8 @@ import numpy as np
 import onnx
 import pytest
 from onnx import TensorProto, helper
+from onnxsat.eqsat.optimizer import OptimizeOptions, optimize_model
+from onnxsat.verification import random_inputs, run_model
 
 from onnxsat.eqsat.rules import TARGETS
 from onnxsat.errors import RuntimeUnsupportedError
@@ -36,8 +38,6 @@ from onnxsat.fuzz.opsets import (
     ort_load_error,
     run_opset_sweep,
 )
-from onnxsat.optimize import OptimizeOptions, optimize_model
-from onnxsat.verify import random_inputs, run_model
 from onnxsat.zoo.synthetic import demo_cnn
 
 OPSETS = list(range(FIRST_OPSET, newest_opset() + 1))

@@ -6,12 +6,12 @@ import numpy as np
 import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
+from onnxsat.eqsat.optimizer import OptimizeOptions, optimize_model
 
 from onnxsat.eqsat import weights
 from onnxsat.fuzz.differential import FAILED, check_model
 from onnxsat.fuzz.graphs import generate_model
 from onnxsat.fuzz.shrink import cleanup, shrink
-from onnxsat.optimize import OptimizeOptions, optimize_model
 
 
 def valid(model: onnx.ModelProto) -> bool:

@@ -10,12 +10,12 @@ import numpy as np
 import onnx
 import pytest
 from onnx import numpy_helper
+from onnxsat.pruning.prune import PruneOptions, prune_model
 
 from onnxsat.data.metrics import run_logits
 from onnxsat.data.sources import load_dataset
 from onnxsat.errors import OutputPathError
 from onnxsat.pruning.cost import parameter_count
-from onnxsat.pruning.pipeline import PruneOptions, prune_model
 from onnxsat.zoo import digits_cnn
 from onnxsat.zoo.batchnorm import batch_norm_backward, batch_norm_train
 from onnxsat.zoo.digits_network import forward, initial_params, loss_and_grads
