@@ -13,8 +13,15 @@ import numpy as np
 import onnx
 from onnx import helper
 
+from onnxsat.eqsat.registry import registrar
+
 AttrList = list[onnx.AttributeProto]
 AttributeKernel = Callable[[AttrList, AttrList, list[np.ndarray | None]], AttrList]
+
+ATTRIBUTE_KERNELS: dict[str, AttributeKernel] = {}
+"""Kernel name (the string a rule writes in ``Attrs.computed``) -> kernel; filled by :func:`attribute_kernel`."""
+attribute_kernel = registrar(ATTRIBUTE_KERNELS, "attribute kernel")
+"""``@attribute_kernel("name")`` registers an attribute kernel where it is defined."""
 
 
 def _ints(attrs: AttrList, name: str) -> list[int] | None:
@@ -36,6 +43,7 @@ def _replace(attrs: AttrList, *new: onnx.AttributeProto) -> AttrList:
     return [a for a in attrs if a.name not in names] + list(new)
 
 
+@attribute_kernel("compose_perm")
 def compose_perm(outer: AttrList, inner: AttrList, values: list[np.ndarray | None]) -> AttrList:
     """Transpose(perm=outer) after Transpose(perm=inner) is one Transpose with perm[j] = inner[outer[j]]."""
     perm_outer, perm_inner = _ints(outer, "perm"), _ints(inner, "perm")
@@ -61,16 +69,19 @@ def inverse_permutations(
                     yield outer, inner
 
 
+@attribute_kernel("gemm_flip_a")
 def gemm_flip_a(gemm: AttrList, _: AttrList, values: list[np.ndarray | None]) -> AttrList:
     """A transposed first operand absorbed into Gemm: toggle ``transA``."""
     return _replace(gemm, helper.make_attribute("transA", 1 - _int(gemm, "transA", 0)))
 
 
+@attribute_kernel("gemm_flip_b")
 def gemm_flip_b(gemm: AttrList, _: AttrList, values: list[np.ndarray | None]) -> AttrList:
     """A transposed second operand absorbed into Gemm: toggle ``transB``."""
     return _replace(gemm, helper.make_attribute("transB", 1 - _int(gemm, "transB", 0)))
 
 
+@attribute_kernel("add_spatial_pads")
 def add_spatial_pads(conv: AttrList, _: AttrList, values: list[np.ndarray | None]) -> AttrList:
     """A Pad's spatial pads (zero for batch and channel, checked by the rule) added to the Conv/Pool's own."""
     (pads,) = values
@@ -83,35 +94,27 @@ def add_spatial_pads(conv: AttrList, _: AttrList, values: list[np.ndarray | None
     return _replace(conv, helper.make_attribute("pads", merged))
 
 
+@attribute_kernel("add_counted_pads")
 def add_counted_pads(pool: AttrList, _: AttrList, values: list[np.ndarray | None]) -> AttrList:
     """A zero Pad taken into an AveragePool: its zeros were counted in the divisor, so the padding now is."""
     return _replace(add_spatial_pads(pool, _, values), helper.make_attribute("count_include_pad", 1))
 
 
+@attribute_kernel("last_axis")
 def last_axis(_: AttrList, __: AttrList, values: list[np.ndarray | None]) -> AttrList:
     """``axis = -1`` (the Split that separates the outputs of merged MatMuls or Gemms)."""
     return [helper.make_attribute("axis", -1)]
 
 
+@attribute_kernel("channel_axis")
 def channel_axis(_: AttrList, __: AttrList, values: list[np.ndarray | None]) -> AttrList:
     """``axis = 1`` (the Split that separates the outputs of merged convolutions)."""
     return [helper.make_attribute("axis", 1)]
 
 
+@attribute_kernel("cast_to")
 def cast_to(_: AttrList, __: AttrList, values: list[np.ndarray | None]) -> AttrList:
     """``to`` = the element type held in the single static value (a CastLike's target, known from shapes)."""
     (target,) = values
     assert target is not None
     return [helper.make_attribute("to", int(np.asarray(target).reshape(-1)[0]))]
-
-
-ATTRIBUTE_KERNELS: dict[str, AttributeKernel] = {
-    "cast_to": cast_to,
-    "compose_perm": compose_perm,
-    "gemm_flip_a": gemm_flip_a,
-    "gemm_flip_b": gemm_flip_b,
-    "add_spatial_pads": add_spatial_pads,
-    "add_counted_pads": add_counted_pads,
-    "last_axis": last_axis,
-    "channel_axis": channel_axis,
-}

@@ -17,18 +17,18 @@ import onnx
 from egglog import bindings
 from google.protobuf.message import Message
 
+import onnxsat.eqsat.rules  # noqa: F401  (registers the kernels that rule modules define next to their rules)
 from onnxsat.eqsat.activations import activation_attributes
 from onnxsat.eqsat.attributes import ATTRIBUTE_KERNELS
 from onnxsat.eqsat.encode import EncodedModel
 from onnxsat.eqsat.facts import subgraph_captures
 from onnxsat.eqsat.folding import evaluate_node
 from onnxsat.eqsat.frozen import ENode, FrozenEGraph, cons_cells
-from onnxsat.eqsat.weights import KERNELS, constant_node_value, sparse_tensor_value
+from onnxsat.eqsat.weights import FOLDING_KERNELS, KERNELS, constant_node_value, sparse_tensor_value
 from onnxsat.errors import InvalidModelError
 from onnxsat.external_data import tensor_value
 
 MICROSOFT_DOMAIN = "com.microsoft"
-_FOLDING_KERNELS = {"scale_conv_weight", "scale_convtranspose_weight"}
 
 
 class DecodeError(RuntimeError):
@@ -294,7 +294,7 @@ class _Decoder:
         self, original: onnx.NodeProto, node: onnx.NodeProto, inputs_class: bindings.Value, activation: str | None
     ) -> str | None:
         folded = any(
-            self.chosen(c).op == "TensorDerived" and self.chosen(c).literals[0] in _FOLDING_KERNELS
+            self.chosen(c).op == "TensorDerived" and self.chosen(c).literals[0] in FOLDING_KERNELS
             for c in self.args_classes(inputs_class)
         )
         if not folded and activation is None and node.op_type == original.op_type:

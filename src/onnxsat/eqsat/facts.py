@@ -19,11 +19,35 @@ from pathlib import Path
 import numpy as np
 import onnx
 
+from onnxsat.eqsat.folding import evaluate_node
+from onnxsat.eqsat.registry import register
 from onnxsat.eqsat.weights import constant_node_value
 from onnxsat.eqsat.window_pads import absorbable_pads
 from onnxsat.external_data import tensor_value
 
 FlagPredicate = Callable[[list[onnx.AttributeProto], int], bool]
+
+FLAG_PREDICATES: dict[tuple[str, str], dict[str, FlagPredicate]] = {}
+"""(domain, op_type) -> {flag name: predicate(attributes, opset of the domain)}; filled by
+:func:`flag_predicate`. The encoder asserts ``AttrFlag(attrs, name)`` for each flag that holds."""
+PURE_FLAG = "pure"
+"""The one attribute flag not computed by a predicate (see :func:`attribute_flags`)."""
+VALUE_FLAGS = frozenset({"zeros", "ones", "single", "spatial_pads"})
+"""Every flag :func:`_value_flags` can assert on a small constant (``ValueFlag(tensor, name)``)."""
+
+
+def flag_predicate(op_type: str, flag: str, domain: str = "") -> Callable[[FlagPredicate], FlagPredicate]:
+    """Register the decorated predicate as attribute flag ``flag`` of ``domain::op_type``, where it is defined."""
+
+    def decorate(predicate: FlagPredicate) -> FlagPredicate:
+        return register(FLAG_PREDICATES.setdefault((domain, op_type), {}), flag, predicate, f"{op_type} flag")
+
+    return decorate
+
+
+def attribute_flag_names() -> frozenset[str]:
+    """Every attribute flag a rule may test: the registered ones and ``pure``."""
+    return frozenset({PURE_FLAG}.union(*FLAG_PREDICATES.values()))
 
 
 def _int_attr(attrs: list[onnx.AttributeProto], name: str, default: int) -> int:
@@ -33,6 +57,7 @@ def _int_attr(attrs: list[onnx.AttributeProto], name: str, default: int) -> int:
     return default
 
 
+@flag_predicate("BatchNormalization", "inference")
 def _bn_inference(attrs: list[onnx.AttributeProto], opset: int) -> bool:
     """BatchNormalization normalizes with its stored statistics (not batch statistics)."""
     if opset < 7:
@@ -49,6 +74,7 @@ def _ints_attr(attrs: list[onnx.AttributeProto], name: str) -> list[int] | None:
     return None
 
 
+@flag_predicate("Conv", "no_padding")
 def _no_padding(attrs: list[onnx.AttributeProto], opset: int) -> bool:
     """The convolution pads nothing: a following op may be moved in front of it (BN into the next Conv)."""
     for attr in attrs:
@@ -57,51 +83,45 @@ def _no_padding(attrs: list[onnx.AttributeProto], opset: int) -> bool:
     return all(p == 0 for p in _ints_attr(attrs, "pads") or [])
 
 
+@flag_predicate("Conv", "unit_strides")
 def _unit_strides_dilations(attrs: list[onnx.AttributeProto], opset: int) -> bool:
     return all(v == 1 for v in (_ints_attr(attrs, "strides") or []) + (_ints_attr(attrs, "dilations") or []))
 
 
+@flag_predicate("Conv", "explicit_padding")
 def _explicit_padding(attrs: list[onnx.AttributeProto], opset: int) -> bool:
     """Padding given by ``pads`` (or none at all), not computed by ``auto_pad``: extra pads can be added."""
     return all(attr.s in (b"NOTSET",) for attr in attrs if attr.name == "auto_pad")
 
 
+@flag_predicate("Transpose", "identity_perm")
 def _identity_perm(attrs: list[onnx.AttributeProto], opset: int) -> bool:
     perm = _ints_attr(attrs, "perm")
     return perm is not None and perm == list(range(len(perm)))
 
 
+@flag_predicate("Transpose", "explicit_perm")
 def _explicit_perm(attrs: list[onnx.AttributeProto], opset: int) -> bool:
     return _ints_attr(attrs, "perm") is not None
 
 
+@flag_predicate("Transpose", "swap_2d")
 def _swap_2d(attrs: list[onnx.AttributeProto], opset: int) -> bool:
     """perm = [1, 0]; without ``perm`` a Transpose reverses the axes, which is the same for rank 2."""
     perm = _ints_attr(attrs, "perm")
     return perm is None or perm == [1, 0]
 
 
+@flag_predicate("Pad", "constant_mode")
 def _constant_pad(attrs: list[onnx.AttributeProto], opset: int) -> bool:
     return all(attr.s == b"constant" for attr in attrs if attr.name == "mode") and opset >= 11
 
 
+@flag_predicate("Gemm", "plain")
 def _plain_gemm(attrs: list[onnx.AttributeProto], opset: int) -> bool:
     """alpha = beta = 1: the bias and the product are added as they are."""
     return all(attr.f == 1.0 for attr in attrs if attr.name in ("alpha", "beta"))
 
-
-# (domain, op_type) -> {flag name: predicate(attributes, opset of the domain)}
-FLAG_PREDICATES: dict[tuple[str, str], dict[str, FlagPredicate]] = {
-    ("", "BatchNormalization"): {"inference": _bn_inference},
-    ("", "Conv"): {
-        "no_padding": _no_padding,
-        "unit_strides": _unit_strides_dilations,
-        "explicit_padding": _explicit_padding,
-    },
-    ("", "Transpose"): {"identity_perm": _identity_perm, "swap_2d": _swap_2d, "explicit_perm": _explicit_perm},
-    ("", "Pad"): {"constant_mode": _constant_pad},
-    ("", "Gemm"): {"plain": _plain_gemm},
-}
 
 # Integer attributes asserted even when omitted, with their defaults, so rules can match on them.
 INT_ATTRIBUTE_DEFAULTS: dict[tuple[str, str], dict[str, int]] = {
@@ -140,7 +160,7 @@ def attribute_flags(domain: str, op_type: str, attrs: list[onnx.AttributeProto],
     predicates = FLAG_PREDICATES.get((domain, op_type), {})
     flags = [name for name, holds in predicates.items() if holds(attrs, opset)]
     if domain in ("", "ai.onnx") and op_type not in NONDETERMINISTIC_OPS and not _has_subgraph(attrs):
-        flags.append("pure")
+        flags.append(PURE_FLAG)
     return sorted(flags)
 
 
@@ -419,8 +439,6 @@ def _expand_shapes(model: onnx.ModelProto, facts: GraphFacts, base_dir: Path | N
             operands = [values[name] if name else None for name in node.input]
         else:
             continue
-        from onnxsat.eqsat.folding import evaluate_node  # here: folding imports onnxruntime, facts need not
-
         try:
             (value,) = evaluate_node(node.op_type, "", list(node.attribute), operands, 1, model.opset_import)
         except Exception:  # ORT refuses the node: its shape simply stays unknown

@@ -2,8 +2,9 @@
 
 Read from egglog's frozen tables (``bindings.EGraph.freeze``) in one pass, without recursion: egglog's
 own ``extract`` turns the result into a nested Python expression and overflows the stack about a
-hundred layers deep, and its tree cost saturates on residual graphs (see ARCHITECTURE.md). With the
-snapshot, the project's extractor and decoder work per e-class, so shared tensors are handled once.
+hundred layers deep, and its tree cost, which counts a shared tensor once per path to it, saturates at
+2^64 on residual graphs. With the snapshot, the project's extractor and decoder work per e-class, so
+shared tensors are handled once.
 """
 
 from __future__ import annotations

@@ -42,7 +42,8 @@ class Attrs(Expr, egg_sort="Attrs"):
     @classmethod
     def computed(cls, kernel: StringLike, first: Attrs, second: Attrs, values: Args) -> Attrs:
         """Attributes computed at decode time by ``attributes.ATTRIBUTE_KERNELS[kernel]`` from two attribute
-        sets and the values of some static tensors (a composed permutation, a Conv's merged padding)."""
+        sets and the values of some static tensors (a composed permutation, a Conv's merged padding);
+        rules write it as ``patterns.computed``, which checks the name."""
 
     @method(egg_fn="AttrsWithActivation")
     def with_activation(self, act_op: StringLike, act_attrs: Attrs, act_args: Args) -> Attrs:
@@ -85,7 +86,8 @@ class Tensor(Expr, egg_sort="Tensor"):
     @method(egg_fn="TensorDerived")
     @classmethod
     def derived(cls, kernel: StringLike, args: Args, attrs: Attrs) -> Tensor:
-        """A constant computed at decode time by the numpy kernel named ``kernel`` (see ``weights.py``)."""
+        """A constant computed at decode time by the numpy kernel named ``kernel`` (``weights.KERNELS``);
+        rules write it as ``patterns.derived``, which checks the name."""
 
     @method(egg_fn="TensorFolded")
     @classmethod

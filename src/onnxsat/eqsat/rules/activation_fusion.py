@@ -14,6 +14,7 @@ from __future__ import annotations
 from egglog import Ruleset, String, eq, rule, ruleset, union
 
 from onnxsat.eqsat.language import Args, Attrs, Node, Tensor, is_float32, out, sole_use, static_args
+from onnxsat.eqsat.rules.families import ORT_ONLY, register_family
 
 MICROSOFT = "com.microsoft"
 
@@ -52,3 +53,6 @@ def _fuse_activation(
             static_args(act_extra),
             name=f"{producer_op}+{act_op} -> {fused_op}",
         ).then(union(y).with_(out(fused, 0)))
+
+
+register_family(activation_fusion, stage="simplify", order=130, targets=ORT_ONLY)

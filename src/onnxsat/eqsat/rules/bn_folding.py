@@ -30,7 +30,6 @@ from onnxsat.eqsat.language import (
     Node,
     Tensor,
     args_of,
-    attr_flag,
     attr_int,
     dims_of,
     foldable_batchnorm,
@@ -40,9 +39,9 @@ from onnxsat.eqsat.language import (
     sole_use,
     static_args,
     static_value,
-    value_flag,
 )
-from onnxsat.eqsat.rules.patterns import result, unique
+from onnxsat.eqsat.rules.families import STANDARD, register_family
+from onnxsat.eqsat.rules.patterns import attr_flag, derived, result, unique, value_flag
 
 bn_folding: Ruleset = ruleset(name="bn_folding")
 
@@ -84,12 +83,12 @@ def _fold_batchnorm_into_conv(
     bn_attrs: Attrs,
     bn_params: Args,
 ) -> object:
-    scale = Tensor.derived("bn_scale", args_of(gamma, var), bn_attrs)
+    scale = derived("bn_scale", args_of(gamma, var), bn_attrs)
     for conv_op, scaler in WEIGHT_SCALERS.items():
         for has_bias, conv_inputs, bias in ((False, args_of(x, w), Tensor.absent()), (True, args_of(x, w, b), b)):
             conv = Node(conv_op, "", conv_attrs, conv_inputs, conv_captures, conv_id, 1)
-            new_weight = Tensor.derived(scaler, args_of(w, scale), conv_attrs)
-            new_bias = Tensor.derived("bn_fold_bias", args_of(bias, mean, scale, beta, w), bn_attrs)
+            new_weight = derived(scaler, args_of(w, scale), conv_attrs)
+            new_bias = derived("bn_fold_bias", args_of(bias, mean, scale, beta, w), bn_attrs)
             folded = Node(conv_op, "", conv_attrs, args_of(x, new_weight, new_bias), conv_captures, conv_id, 1)
             yield rule(
                 foldable_batchnorm(y, conv_out, bn_attrs, bn_params),
@@ -117,13 +116,13 @@ def _fold_batchnorm_into_next_conv(
     bn_attrs: Attrs,
     bn_params: Args,
 ) -> object:
-    scale = Tensor.derived("bn_scale", args_of(gamma, var), bn_attrs)
-    shift = Tensor.derived("bn_shift", args_of(beta, mean, scale), bn_attrs)
-    new_weight = Tensor.derived("scale_conv_input_channels", args_of(w, scale), conv_attrs)
+    scale = derived("bn_scale", args_of(gamma, var), bn_attrs)
+    shift = derived("bn_shift", args_of(beta, mean, scale), bn_attrs)
+    new_weight = derived("scale_conv_input_channels", args_of(w, scale), conv_attrs)
     for has_bias in (False, True):
         bias = b if has_bias else Tensor.absent()
         conv_inputs = args_of(normalized, w, b) if has_bias else args_of(normalized, w)
-        new_bias = Tensor.derived("conv_input_shift_bias", args_of(bias, w, shift), conv_attrs)
+        new_bias = derived("conv_input_shift_bias", args_of(bias, w, shift), conv_attrs)
         yield rule(
             eq(y).to(result("Conv", conv_attrs, conv_inputs, conv_id)),
             foldable_batchnorm(normalized, x, bn_attrs, bn_params),
@@ -155,14 +154,14 @@ def _fold_constants_into_batchnorm(
     op_id: String,
     k: i64,
 ) -> object:
-    vector = Tensor.derived("channel_vector", args_of(c, gamma), bn_attrs)
+    vector = derived("channel_vector", args_of(c, gamma), bn_attrs)
     scaled = args_of(
-        Tensor.derived("scale_vector", args_of(gamma, vector), bn_attrs),
-        Tensor.derived("scale_vector", args_of(beta, vector), bn_attrs),
+        derived("scale_vector", args_of(gamma, vector), bn_attrs),
+        derived("scale_vector", args_of(beta, vector), bn_attrs),
         mean,
         var,
     )
-    shifted = args_of(gamma, Tensor.derived("add_channel_bias", args_of(beta, c, gamma), bn_attrs), mean, var)
+    shifted = args_of(gamma, derived("add_channel_bias", args_of(beta, c, gamma), bn_attrs), mean, var)
     for op, params in (("Mul", scaled), ("Add", shifted)):
         rewritten = result("BatchNormalization", bn_attrs, Args.cons(x, params), op_id)
         name = f"BatchNormalization+{op} -> BatchNormalization"
@@ -192,3 +191,6 @@ def _fold_constants_into_batchnorm(
                     value_flag(c, "single"),
                     name=unique(name),
                 ).then(union(y).with_(rewritten))
+
+
+register_family(bn_folding, stage="simplify", order=70, targets=STANDARD, requires_op="BatchNormalization")

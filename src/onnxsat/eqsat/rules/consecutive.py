@@ -20,7 +20,6 @@ from onnxsat.eqsat.language import (
     Dims,
     Tensor,
     args_of,
-    attr_flag,
     attr_int,
     has_shape,
     inverse_perms,
@@ -28,7 +27,8 @@ from onnxsat.eqsat.language import (
     sole_use,
     static_dims,
 )
-from onnxsat.eqsat.rules.patterns import result, unique
+from onnxsat.eqsat.rules.families import STANDARD, register_family
+from onnxsat.eqsat.rules.patterns import attr_flag, computed, result, unique
 
 consecutive: Ruleset = ruleset(name="consecutive")
 
@@ -43,9 +43,7 @@ def _transposes(y: Tensor, z: Tensor, x: Tensor, outer: Attrs, inner: Attrs, id1
         attr_flag(outer, "explicit_perm"),
         attr_flag(inner, "explicit_perm"),
         name=unique("Transpose+Transpose -> Transpose"),
-    ).then(
-        union(y).with_(result("Transpose", Attrs.computed("compose_perm", outer, inner, Args.nil()), args_of(x), id1))
-    )
+    ).then(union(y).with_(result("Transpose", computed("compose_perm", outer, inner, Args.nil()), args_of(x), id1)))
     yield rule(
         eq(y).to(result("Transpose", outer, args_of(z), id1)),
         eq(z).to(result("Transpose", inner, args_of(x), id2)),
@@ -123,3 +121,6 @@ def _followed_by(tensors: tuple[Tensor, ...], rest: Args) -> Args:
     for tensor in reversed(tensors):
         spliced = Args.cons(tensor, spliced)
     return spliced
+
+
+register_family(consecutive, stage="simplify", order=30, targets=STANDARD)

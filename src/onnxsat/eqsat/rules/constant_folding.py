@@ -34,7 +34,8 @@ from onnxsat.eqsat.language import (
     static_dims,
     static_value,
 )
-from onnxsat.eqsat.rules.patterns import plain, result, unique
+from onnxsat.eqsat.rules.families import STANDARD, register_family
+from onnxsat.eqsat.rules.patterns import computed, plain, result, unique
 
 constant_folding: Ruleset = ruleset(name="constant_folding")
 
@@ -60,7 +61,7 @@ def _fold(
     # CastLike reads its second input for its type only: with a static first input it is a constant.
     cast = plain(
         "Cast",
-        Attrs.computed("cast_to", Attrs.none(), Attrs.none(), args_of(Tensor.ints(dims_of(t)))),
+        computed("cast_to", Attrs.none(), Attrs.none(), args_of(Tensor.ints(dims_of(t)))),
         args_of(c),
         node_id,
     )
@@ -75,3 +76,6 @@ def _fold(
     yield rule(
         eq(y).to(out(shape, 0)), has_shape(x, dims), static_dims(dims), name=unique("fold: Shape -> constant")
     ).then(union(y).with_(Tensor.shape_of(dims, attrs)))
+
+
+register_family(constant_folding, stage="simplify", order=10, targets=STANDARD)

@@ -14,8 +14,9 @@ from __future__ import annotations
 
 from egglog import Ruleset, String, eq, i64, rule, ruleset, union
 
-from onnxsat.eqsat.language import Args, Attrs, Node, Tensor, attr_flag, out
-from onnxsat.eqsat.rules.patterns import unique
+from onnxsat.eqsat.language import Args, Attrs, Node, Tensor, out
+from onnxsat.eqsat.rules.families import STANDARD, register_family
+from onnxsat.eqsat.rules.patterns import attr_flag, unique
 
 cse: Ruleset = ruleset(name="cse")
 
@@ -26,3 +27,6 @@ def _same_node(y: Tensor, op: String, attrs: Attrs, inputs: Args, node_id: Strin
     yield rule(eq(y).to(out(node, i)), attr_flag(attrs, "pure"), name=unique("common subexpression")).then(
         union(y).with_(Tensor.pure_key(op, attrs, inputs, n, i))
     )
+
+
+register_family(cse, stage="simplify", order=60, targets=STANDARD)

@@ -31,9 +31,9 @@ from onnxsat.eqsat.language import (
     op_kind,
     out,
     static_args,
-    value_flag,
 )
-from onnxsat.eqsat.rules.patterns import unique
+from onnxsat.eqsat.rules.families import STANDARD, register_family
+from onnxsat.eqsat.rules.patterns import unique, value_flag
 from onnxsat.op_kinds import ELEMENTWISE_UNARY
 
 layout_sinking: Ruleset = ruleset(name="layout_sinking")
@@ -164,3 +164,12 @@ def _through_binary(
         has_shape(b, d),
         name="binary(layout, layout) -> layout(binary)",
     ).then(union(y).with_(_node(l_op, l_attrs, Args.cons(sunk, l_rest), l_id)), has_shape(sunk, d))
+
+
+register_family(
+    layout_sinking,
+    stage="simplify",
+    order=40,
+    targets=STANDARD,
+    applies=lambda model: has_layout_chain(model.graph),
+)

@@ -18,13 +18,13 @@ from onnxsat.eqsat.language import (
     Attrs,
     Tensor,
     args_of,
-    attr_flag,
     dims_of,
     has_shape,
     is_float32,
     sole_use,
 )
-from onnxsat.eqsat.rules.patterns import result, unique
+from onnxsat.eqsat.rules.families import STANDARD, register_family
+from onnxsat.eqsat.rules.patterns import attr_flag, computed, result, unique
 
 linear: Ruleset = ruleset(name="linear")
 
@@ -74,8 +74,8 @@ def _transpose_into_gemm(
 ) -> object:
     swapped = (eq(t).to(result("Transpose", t_attrs, args_of(a), t_id)), attr_flag(t_attrs, "swap_2d"))
     rank2 = has_shape(a, dims_of(d0, d1))
-    flip_a = Attrs.computed("gemm_flip_a", attrs, Attrs.none(), Args.nil())
-    flip_b = Attrs.computed("gemm_flip_b", attrs, Attrs.none(), Args.nil())
+    flip_a = computed("gemm_flip_a", attrs, Attrs.none(), Args.nil())
+    flip_b = computed("gemm_flip_b", attrs, Attrs.none(), Args.nil())
     yield rule(
         eq(y).to(result("Gemm", attrs, Args.cons(t, Args.cons(other, rest)), node_id)),
         *swapped,
@@ -90,3 +90,6 @@ def _transpose_into_gemm(
         sole_use(t),
         name=unique("Transpose+Gemm(B) -> Gemm"),
     ).then(union(y).with_(result("Gemm", flip_b, Args.cons(other, Args.cons(a, rest)), node_id)))
+
+
+register_family(linear, stage="simplify", order=100, targets=STANDARD)

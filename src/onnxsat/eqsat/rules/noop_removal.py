@@ -23,14 +23,13 @@ from onnxsat.eqsat.language import (
     Dims,
     Tensor,
     args_of,
-    attr_flag,
     attr_int,
     has_shape,
     has_type,
     static_dims,
-    value_flag,
 )
-from onnxsat.eqsat.rules.patterns import result, unique
+from onnxsat.eqsat.rules.families import STANDARD, register_family
+from onnxsat.eqsat.rules.patterns import attr_flag, result, unique, value_flag
 
 noop_removal: Ruleset = ruleset(name="noop_removal")
 
@@ -118,3 +117,6 @@ def _same_shape(
         static_dims(d),
         name=unique("Slice to own shape -> input"),
     ).then(union(y).with_(x))
+
+
+register_family(noop_removal, stage="simplify", order=20, targets=STANDARD)

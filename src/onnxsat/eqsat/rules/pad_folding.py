@@ -16,8 +16,9 @@ from __future__ import annotations
 
 from egglog import Ruleset, String, eq, rule, ruleset, union
 
-from onnxsat.eqsat.language import Args, Attrs, Tensor, args_of, attr_flag, pad_into_pool, sole_use, value_flag
-from onnxsat.eqsat.rules.patterns import result, unique
+from onnxsat.eqsat.language import Args, Attrs, Tensor, args_of, pad_into_pool, sole_use
+from onnxsat.eqsat.rules.families import STANDARD, register_family
+from onnxsat.eqsat.rules.patterns import attr_flag, computed, result, unique, value_flag
 
 pad_folding: Ruleset = ruleset(name="pad_folding")
 
@@ -35,7 +36,7 @@ def _pad_into_window_ops(
     node_id: String,
     pad_id: String,
 ) -> object:
-    merged = Attrs.computed("add_spatial_pads", attrs, Attrs.none(), args_of(pads))
+    merged = computed("add_spatial_pads", attrs, Attrs.none(), args_of(pads))
     zero_pad_forms = (
         (eq(p).to(result("Pad", pad_attrs, args_of(x, pads), pad_id)),),
         (eq(p).to(result("Pad", pad_attrs, args_of(x, pads, Tensor.absent()), pad_id)),),
@@ -67,10 +68,13 @@ def _pad_into_pools(
     pad_id: String,
 ) -> object:
     for op, kernel in (("AveragePool", "add_counted_pads"), ("MaxPool", "add_spatial_pads")):
-        merged = Attrs.computed(kernel, attrs, Attrs.none(), args_of(pads))
+        merged = computed(kernel, attrs, Attrs.none(), args_of(pads))
         yield rule(
             eq(y).to(result(op, attrs, args_of(p), node_id)),
             pad_into_pool(p),
             eq(p).to(result("Pad", pad_attrs, Args.cons(x, Args.cons(pads, tail)), pad_id)),
             name=unique(f"Pad+{op} -> {op}"),
         ).then(union(y).with_(result(op, merged, args_of(x), node_id)))
+
+
+register_family(pad_folding, stage="simplify", order=90, targets=STANDARD)

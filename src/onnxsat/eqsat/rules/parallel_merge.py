@@ -7,7 +7,7 @@
 A multi-pattern rule: two roots that share ``x``, taken from the pairs the encoder found
 (``facts.parallel_pairs``, in graph order, so each pair is merged one way). Q/K/V projections,
 Inception and SqueezeNet branches have this shape. The merged weights are constants made at decode
-time, never a Concat left in the graph to run on every inference (ORT_FINDINGS.md, item 7). Whether
+time, never a Concat of the weights left in the graph, which would run again on every inference. Whether
 the merge pays is the cost model's call: one wider product reads ``x`` once and uses the cores
 better, but the Split copies the result. Convolutions must share every attribute (kernel, strides,
 pads, dilations) and be ungrouped; the Split takes its sizes as an input, so the model's opset must
@@ -35,13 +35,14 @@ from onnxsat.eqsat.language import (
     parallel_pair,
     static_args,
 )
-from onnxsat.eqsat.rules.patterns import plain, result, unique
+from onnxsat.eqsat.rules.families import STANDARD, register_family
+from onnxsat.eqsat.rules.patterns import computed, derived, plain, result, unique
 
 parallel_merge: Ruleset = ruleset(name="parallel_merge")
 
 
 def _split(merged: Tensor, axis_kernel: str, sizes: list[i64], node_id: String) -> Node:
-    attrs = Attrs.computed(axis_kernel, Attrs.none(), Attrs.none(), Args.nil())
+    attrs = computed(axis_kernel, Attrs.none(), Attrs.none(), Args.nil())
     return Node("Split", "", attrs, args_of(merged, Tensor.ints(dims_of(*sizes))), Args.nil(), node_id, len(sizes))
 
 
@@ -80,7 +81,7 @@ def _merge_matmuls(
         chosen = roots[:count]
         sizes = [r[5] for r in chosen]
         total = sizes[0] + sizes[1] if count == 2 else sizes[0] + sizes[1] + sizes[2]
-        weight = Tensor.derived("concat_last", args_of(*(r[1] for r in chosen)), a1)
+        weight = derived("concat_last", args_of(*(r[1] for r in chosen)), a1)
         merged = out(plain("MatMul", a1, args_of(x, weight), id1), 0)
         split = _split(merged, "last_axis", sizes, id2)
         conditions = [parallel_pair(y1, y2), opset_at_least(13)]
@@ -181,9 +182,9 @@ def _merge_gemms(
         (0, "concat_last", dims_of(k, n1 + n2)),
         (1, "concat_first", dims_of(n1 + n2, k)),
     ):
-        weight = Tensor.derived(concat, args_of(w1, w2), attrs)
+        weight = derived(concat, args_of(w1, w2), attrs)
         for with_bias in (False, True):
-            bias = Tensor.derived("concat_last", args_of(c1, c2), attrs)
+            bias = derived("concat_last", args_of(c1, c2), attrs)
             merged = result("Gemm", attrs, args_of(x, weight, bias) if with_bias else args_of(x, weight), id1)
             split = _split(merged, "last_axis", [n1, n2], id2)
             yield rule(
@@ -232,8 +233,8 @@ def _merge_convs(
     checked in Python when the pair is found (``facts.parallel_pairs``): as conditions here, the join
     on the shared filter shape went quadratic in egglog (all 3x3 filters of a network share it).
     """
-    weight = Tensor.derived("concat_first", args_of(w1, w2), attrs)
-    bias = Tensor.derived("concat_first", args_of(b1, b2), attrs)
+    weight = derived("concat_first", args_of(w1, w2), attrs)
+    bias = derived("concat_first", args_of(b1, b2), attrs)
     for with_bias in (False, True):
         merged = result("Conv", attrs, args_of(x, weight, bias) if with_bias else args_of(x, weight), id1)
         split = _split(merged, "channel_axis", [m1, m2], id2)
@@ -270,3 +271,12 @@ def _merged_conv_shape(
         has_shape(wd, Dims.cons(mm, tail)),
         name=unique("shape of merged Conv"),
     ).then(has_shape(t, dims_of(n, mm, h, w)))
+
+
+register_family(
+    parallel_merge,
+    stage="grow",
+    order=150,
+    targets=STANDARD,
+    applies=lambda model: model.has_parallel_pairs,
+)

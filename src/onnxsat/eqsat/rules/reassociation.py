@@ -13,7 +13,8 @@ from __future__ import annotations
 from egglog import Ruleset, String, eq, rule, ruleset, union
 
 from onnxsat.eqsat.language import Attrs, Tensor, args_of, is_float32, sole_use, static_value
-from onnxsat.eqsat.rules.patterns import result, unique
+from onnxsat.eqsat.rules.families import STANDARD, register_family
+from onnxsat.eqsat.rules.patterns import derived, result, unique
 
 reassociation: Ruleset = ruleset(name="reassociation")
 
@@ -25,7 +26,7 @@ def _combine_constants(
     y: Tensor, z: Tensor, x: Tensor, c1: Tensor, c2: Tensor, a1: Attrs, a2: Attrs, id1: String, id2: String
 ) -> object:
     for op, kernel in COMBINE.items():
-        combined = Tensor.derived(kernel, args_of(c1, c2), a1)
+        combined = derived(kernel, args_of(c1, c2), a1)
         for inner in (args_of(x, c1), args_of(c1, x)):
             for outer in (args_of(z, c2), args_of(c2, z)):
                 yield rule(
@@ -37,3 +38,6 @@ def _combine_constants(
                     is_float32(y),
                     name=unique(f"({op} c1) {op} c2 -> {op} (c1 {op} c2)"),
                 ).then(union(y).with_(result(op, a1, args_of(x, combined), id1)))
+
+
+register_family(reassociation, stage="simplify", order=110, targets=STANDARD)

@@ -23,9 +23,23 @@ from onnxsat.eqsat.language import (
     static_args,
     static_dims,
 )
-from onnxsat.eqsat.rules.patterns import result, unique
+from onnxsat.eqsat.rules.families import STANDARD, register_family
+from onnxsat.eqsat.rules.patterns import derived, result, unique
+from onnxsat.eqsat.slicing import (
+    composed_slice_axes,
+    composed_slice_ends,
+    composed_slice_starts,
+    composed_slice_steps,
+)
+from onnxsat.eqsat.weights import weight_kernel
 
 slice_composition: Ruleset = ruleset(name="slice_composition")
+
+# The composed Slice's parameters, computed at decode time from both Slices' parameters and x's shape.
+weight_kernel("composed_slice_starts")(composed_slice_starts)
+weight_kernel("composed_slice_ends")(composed_slice_ends)
+weight_kernel("composed_slice_axes")(composed_slice_axes)
+weight_kernel("composed_slice_steps")(composed_slice_steps)
 
 
 SLICE_PARAM_FORMS = (2, 3, 4)
@@ -61,7 +75,7 @@ def _slices(
             inner = inner_params[:inner_count] + (Tensor.absent(),) * (4 - inner_count)
             outer = outer_params[:outer_count] + (Tensor.absent(),) * (4 - outer_count)
             kernel_args = args_of(Tensor.ints(d), *inner, *outer)
-            params = [Tensor.derived(f"composed_slice_{part}", kernel_args, a1) for part in SLICE_PARTS]
+            params = [derived(f"composed_slice_{part}", kernel_args, a1) for part in SLICE_PARTS]
             yield rule(
                 eq(y).to(result("Slice", a1, Args.cons(z, r1), id1)),
                 eq(r1).to(args_of(*outer_params[:outer_count])),
@@ -79,3 +93,6 @@ def _slices(
                 opset_at_least(10),
                 name=unique("Slice+Slice -> Slice"),
             ).then(union(y).with_(result("Slice", a1, args_of(x, *params), id1)))
+
+
+register_family(slice_composition, stage="simplify", order=50, targets=STANDARD, requires_op="Slice")

@@ -1,7 +1,7 @@
 """Constant scales and shifts folded into the weights of the Conv, Gemm or MatMul next to them.
 
     Conv(x, W, b) * s    ==>  Conv(x, W * s, b * s)      s per output channel ([M,1,1], [1,M,1,1], or one value)
-    Conv(x, W, b) + t    ==>  Conv(x, W, b + t)          t per output channel (the seed's Conv+Add bias fusion)
+    Conv(x, W, b) + t    ==>  Conv(x, W, b + t)          t per output channel (the Conv+Add bias fusion)
     Gemm(a, B, c) * s    ==>  Gemm(a, B * s, c * s)      s per column (one value, [N] or [1,N]); transB = 0
     Gemm(a, B, c) + t    ==>  Gemm(a, B, c + t)          when the sum keeps Gemm's [M,N] shape
     MatMul(x, W) * s     ==>  MatMul(x, W * s)           s per column, when the product keeps its shape
@@ -23,16 +23,15 @@ from onnxsat.eqsat.language import (
     Attrs,
     Tensor,
     args_of,
-    attr_flag,
     attr_int,
     dims_of,
     has_shape,
     same_shape,
     sole_use,
     static_value,
-    value_flag,
 )
-from onnxsat.eqsat.rules.patterns import result, unique
+from onnxsat.eqsat.rules.families import STANDARD, register_family
+from onnxsat.eqsat.rules.patterns import attr_flag, derived, result, unique, value_flag
 
 weight_folding: Ruleset = ruleset(name="weight_folding")
 
@@ -56,11 +55,11 @@ def _conv_output_constants(
         conv_inputs = args_of(x, w, b) if has_bias else args_of(x, w)
         conv = result("Conv", attrs, conv_inputs, node_id)
         bias = b if has_bias else Tensor.absent()
-        vector = Tensor.derived("channel_vector", args_of(s, w), attrs)
-        scaled_w = Tensor.derived("scale_conv_weight", args_of(w, vector), attrs)
-        scaled_b = Tensor.derived("scale_vector", args_of(b, vector), attrs)
+        vector = derived("channel_vector", args_of(s, w), attrs)
+        scaled_w = derived("scale_conv_weight", args_of(w, vector), attrs)
+        scaled_b = derived("scale_vector", args_of(b, vector), attrs)
         scaled = result("Conv", attrs, args_of(x, scaled_w, scaled_b) if has_bias else args_of(x, scaled_w), node_id)
-        shifted_b = Tensor.derived("add_channel_bias", args_of(bias, s, w), attrs)
+        shifted_b = derived("add_channel_bias", args_of(bias, s, w), attrs)
         shifted = result("Conv", attrs, args_of(x, w, shifted_b), node_id)
         suffix = "(bias)" if has_bias else ""
         for op, rewritten in (("Mul", scaled), ("Add", shifted)):
@@ -108,10 +107,10 @@ def _gemm_output_constants(
     for has_bias in (False, True):
         gemm = result("Gemm", attrs, args_of(a, w, c) if has_bias else args_of(a, w), node_id)
         bias = c if has_bias else Tensor.absent()
-        scaled_w = Tensor.derived("scale_columns", args_of(w, s), attrs)
-        scaled_inputs = args_of(a, scaled_w, Tensor.derived("multiply_values", args_of(c, s), attrs))
+        scaled_w = derived("scale_columns", args_of(w, s), attrs)
+        scaled_inputs = args_of(a, scaled_w, derived("multiply_values", args_of(c, s), attrs))
         scaled = result("Gemm", attrs, scaled_inputs if has_bias else args_of(a, scaled_w), node_id)
-        shifted_c = Tensor.derived("add_values", args_of(bias, s), attrs)
+        shifted_c = derived("add_values", args_of(bias, s), attrs)
         shifted = result("Gemm", attrs, args_of(a, w, shifted_c), node_id)
         suffix = "(bias)" if has_bias else ""
         for operands in (args_of(gemm, s), args_of(s, gemm)):
@@ -160,7 +159,7 @@ def _matmul_constants(
     scaled_x: Tensor,
 ) -> object:
     product = result("MatMul", attrs, args_of(x, w), node_id)
-    scaled = result("MatMul", attrs, args_of(x, Tensor.derived("scale_columns", args_of(w, s), attrs)), node_id)
+    scaled = result("MatMul", attrs, args_of(x, derived("scale_columns", args_of(w, s), attrs)), node_id)
     for operands in (args_of(product, s), args_of(s, product)):
         for shape_condition in (value_flag(s, "single"), has_shape(s, dims_of(j)), has_shape(s, dims_of(1, j))):
             yield rule(
@@ -201,7 +200,7 @@ def _conv_input_scalar(
     b: Tensor,
     rank: i64,
 ) -> object:
-    scaled_w = Tensor.derived("multiply_values", args_of(w, s), attrs)
+    scaled_w = derived("multiply_values", args_of(w, s), attrs)
     for inner_operands in (args_of(x, s), args_of(s, x)):
         for conv_tail, new_tail in (((), ()), ((b,), (b,))):
             yield rule(
@@ -214,3 +213,6 @@ def _conv_input_scalar(
                 same_shape(scaled_x, x, rank),
                 name=unique("Mul(scalar)+Conv -> Conv"),
             ).then(union(y).with_(result("Conv", attrs, args_of(x, scaled_w, *new_tail), node_id)))
+
+
+register_family(weight_folding, stage="simplify", order=80, targets=STANDARD)
