@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import time
+from dataclasses import asdict
 from pathlib import Path
 
 import pytest
@@ -85,7 +86,7 @@ def test_memory_limit_stops_explosive_growth() -> None:
 def test_stopped_search_still_gives_a_verified_model(limits: SaturationLimits, reason: str) -> None:
     """Stopping early is sound: whatever the e-graph holds is equivalent to the input."""
     model = conv_bn_relu_chain(6)
-    result, report = optimize_model(model, OptimizeOptions(limits=limits))
+    result, report = optimize_model(model, OptimizeOptions(**asdict(limits)))
     assert report.egraph["stop_reason"] == reason
     assert report.verification is not None and report.verification.ok
     assert len(result.graph.node) <= len(model.graph.node)

@@ -27,7 +27,7 @@ from onnxsat.fuzz.graph_campaign import run_graph_campaign
 from onnxsat.fuzz.graphs import generate_model, pattern_census
 from onnxsat.verification import VerificationResult, run_model
 
-optimize_module = importlib.import_module("onnxsat.optimize")  # the package re-exports a function of that name
+optimize_module = importlib.import_module("onnxsat.eqsat.optimizer")
 
 SAMPLE = range(100)
 
