@@ -21,9 +21,9 @@ from onnx import TensorProto, helper, numpy_helper
 from onnxsat.eqsat import weights
 from onnxsat.eqsat.decode import DecodedModel, DecodeError
 from onnxsat.eqsat.rules import TARGETS, RuleSchedule, activation_fusion, bn_folding
-from onnxsat.fuzz.differential import FAILED, INVALID, PASSED, Outcome, check_model, feeds
-from onnxsat.fuzz.graph_campaign import run_graph_campaign
-from onnxsat.fuzz.graphs import generate_model, pattern_census
+from tools.fuzz.differential import FAILED, INVALID, PASSED, Outcome, check_model, feeds
+from tools.fuzz.graph_campaign import run_graph_campaign
+from tools.fuzz.graphs import generate_model, pattern_census
 from onnxsat.optimize import OptimizeOptions, optimize_model
 from onnxsat.verify import VerificationResult, run_model
 

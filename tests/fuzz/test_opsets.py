@@ -1,6 +1,6 @@
 """Models at every opset from 7 to the newest onnx defines round-trip with their opset kept.
 
-Each model is converted with ``onnx.version_converter`` (through ``onnxsat.fuzz.opsets.convert``) and
+Each model is converted with ``onnx.version_converter`` (through ``tools.fuzz.opsets.convert``) and
 optimized for every target; the result must import the same opsets (``com.microsoft`` may be added
 for target ``ort``) and compute what the converted model computes, bit for bit with no rewrites.
 Where ONNX Runtime cannot load an opset, the error must name it. Which opsets ONNX Runtime refuses
@@ -24,8 +24,8 @@ from onnx import TensorProto, helper
 
 from onnxsat.eqsat.rules import TARGETS
 from onnxsat.errors import RuntimeUnsupportedError
-from onnxsat.fuzz import opsets
-from onnxsat.fuzz.opsets import (
+from tools.fuzz import opsets
+from tools.fuzz.opsets import (
     BACKEND_DATA,
     FIRST_OPSET,
     ConversionError,

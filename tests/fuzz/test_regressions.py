@@ -12,7 +12,7 @@ from pathlib import Path
 import onnx
 import pytest
 
-from onnxsat.fuzz.differential import PASSED, check_model
+from tools.fuzz.differential import PASSED, check_model
 
 REGRESSIONS = Path(__file__).parent / "regressions"
 

@@ -8,9 +8,9 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from onnxsat.eqsat import weights
-from onnxsat.fuzz.differential import FAILED, check_model
-from onnxsat.fuzz.graphs import generate_model
-from onnxsat.fuzz.shrink import cleanup, shrink
+from tools.fuzz.differential import FAILED, check_model
+from tools.fuzz.graphs import generate_model
+from tools.fuzz.shrink import cleanup, shrink
 from onnxsat.optimize import OptimizeOptions, optimize_model
 
 

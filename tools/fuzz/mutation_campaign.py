@@ -590,7 +590,7 @@ class _Seed:
     @classmethod
     def load(cls, path: Path) -> _Seed:
         """Read a seed and find its external data files (relative locations inside its folder only)."""
-        from onnxsat.fuzz.mutations import external_data_locations
+        from tools.fuzz.mutations import external_data_locations
 
         data = Path(path).read_bytes()
         folder = Path(path).parent.resolve()
@@ -671,7 +671,7 @@ def run_mutation_campaign(
     ``.txt`` note). ``target`` is ``module:function`` (default: the real CLI); ``workers`` defaults to
     the number of CPUs; ``memory_limit_mb`` caps each child's address space (None: no cap).
     """
-    from onnxsat.fuzz.mutations import mutate  # not at the top: the fork server loads this file (docstring)
+    from tools.fuzz.mutations import mutate  # not at the top: the fork server loads this file (docstring)
 
     started = time.monotonic()
     result = MutationCampaignResult(seed=seed)

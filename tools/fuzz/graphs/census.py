@@ -8,8 +8,8 @@ import onnx
 from onnx import TensorProto, helper
 
 from onnxsat.eqsat.facts import subgraph_captures
-from onnxsat.fuzz.graphs.builder import DOUBLE
-from onnxsat.fuzz.graphs.control import FUNCTION_DOMAIN
+from tools.fuzz.graphs.builder import DOUBLE
+from tools.fuzz.graphs.control import FUNCTION_DOMAIN
 from onnxsat.op_kinds import default_opset_version
 
 
