@@ -21,11 +21,11 @@ from onnx import TensorProto, helper, numpy_helper
 from onnxsat.eqsat import weights
 from onnxsat.eqsat.decode import DecodedModel, DecodeError
 from onnxsat.eqsat.rules import TARGETS, RuleSchedule, activation_fusion, bn_folding
+from onnxsat.optimize import OptimizeOptions, optimize_model
+from onnxsat.verify import VerificationResult, run_model
 from tools.fuzz.differential import FAILED, INVALID, PASSED, Outcome, check_model, feeds
 from tools.fuzz.graph_campaign import run_graph_campaign
 from tools.fuzz.graphs import generate_model, pattern_census
-from onnxsat.optimize import OptimizeOptions, optimize_model
-from onnxsat.verify import VerificationResult, run_model
 
 optimize_module = importlib.import_module("onnxsat.optimize")  # the package re-exports a function of that name
 

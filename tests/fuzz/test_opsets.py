@@ -24,6 +24,9 @@ from onnx import TensorProto, helper
 
 from onnxsat.eqsat.rules import TARGETS
 from onnxsat.errors import RuntimeUnsupportedError
+from onnxsat.optimize import OptimizeOptions, optimize_model
+from onnxsat.verify import random_inputs, run_model
+from onnxsat.zoo.synthetic import demo_cnn
 from tools.fuzz import opsets
 from tools.fuzz.opsets import (
     BACKEND_DATA,
@@ -36,9 +39,6 @@ from tools.fuzz.opsets import (
     ort_load_error,
     run_opset_sweep,
 )
-from onnxsat.optimize import OptimizeOptions, optimize_model
-from onnxsat.verify import random_inputs, run_model
-from onnxsat.zoo.synthetic import demo_cnn
 
 OPSETS = list(range(FIRST_OPSET, newest_opset() + 1))
 BACKEND_MODELS = (

@@ -8,10 +8,10 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from onnxsat.eqsat import weights
+from onnxsat.optimize import OptimizeOptions, optimize_model
 from tools.fuzz.differential import FAILED, check_model
 from tools.fuzz.graphs import generate_model
 from tools.fuzz.shrink import cleanup, shrink
-from onnxsat.optimize import OptimizeOptions, optimize_model
 
 
 def valid(model: onnx.ModelProto) -> bool:
