@@ -1,7 +1,7 @@
 """The byte-mutation campaign: thousands of damaged model files, each either processed or refused cleanly.
 
 For each case a seed model is mutated (``mutations.mutate``), written to a fresh folder (beside a copy
-of the seed's external-data files, so mutations of the location/offset/length fields find a real file)
+of the seed model's external-data files, so mutations of the location/offset/length fields find a real file)
 and handed to ``onnxsat optimize`` in its own process. The contract checked is the CLI's: exit 0 with
 the output written and nothing on stderr, or one ``onnxsat: error: ...`` line with an exit code from
 ``errors.py`` and nothing written. Anything else -- a traceback, ``internal error`` (exit 1), death by a
