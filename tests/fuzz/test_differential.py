@@ -1,6 +1,6 @@
 """Differential fuzzing: a fixed sample of generated graphs through every target, and proof the harness bites.
 
-The sample (seeds 0..99) is what ``make test`` fuzzes; ``onnxsat fuzz graphs`` runs thousands more.
+The sample (seeds 0..99) is what ``make test`` fuzzes; ``python -m tools.fuzz graphs`` runs thousands more.
 The second half breaks the optimizer on purpose in each way the checker claims to detect (wrong
 folded weight, a verifier that lies, a last-bit change, nondeterminism, a crash, a foreign op, a
 mutated input) and asserts each one is reported as a failure of the right kind.

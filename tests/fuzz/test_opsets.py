@@ -7,7 +7,7 @@ Where ONNX Runtime cannot load an opset, the error must name it. Which opsets ON
 is asked of ONNX Runtime, not written down here, so a newer runtime turns refusals into round trips.
 
 The models: demo_cnn (its fusion patterns), and three PyTorch exports whose op moved an attribute
-to an input between opsets: Pad (opset 11), Split (13), ReduceMean (18). ``onnxsat fuzz opsets``
+to an input between opsets: Pad (opset 11), Split (13), ReduceMean (18). ``python -m tools.fuzz opsets``
 sweeps every bundled model.
 """
 
