@@ -548,7 +548,7 @@ def test_unexpected_exceptions_are_one_line(
         raise raised
 
     # the package re-exports a function named ``optimize``, so patch the module object itself
-    monkeypatch.setattr(importlib.import_module("onnxsat.optimize"), "optimize", explode)
+    monkeypatch.setattr(importlib.import_module("onnxsat.eqsat.optimizer"), "optimize", explode)
     rc, _out, err = run_cli(["optimize", cnn_file, "-o", out_dir / "result.onnx"], capfd)
     assert rc == code
     lines = [line for line in err.splitlines() if line.strip()]

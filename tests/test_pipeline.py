@@ -6,8 +6,8 @@ import json
 import sys
 
 import onnx
+from onnxsat.eqsat.optimizer import OptimizeOptions, optimize_model
 
-from onnxsat.optimize import OptimizeOptions, optimize_model
 from onnxsat.zoo.synthetic import conv_bn_relu_chain, demo_cnn, densenet_like
 
 

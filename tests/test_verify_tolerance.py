@@ -5,8 +5,7 @@ from __future__ import annotations
 import numpy as np
 import onnx
 from onnx import TensorProto, helper
-
-from onnxsat.verify import Tolerance, random_inputs
+from onnxsat.verification import Tolerance, random_inputs
 
 
 def model_with(nodes: list[onnx.NodeProto], in_type: int, out_type: int) -> onnx.ModelProto:

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from onnxsat.eqsat.optimizer import OptimizeOptions, optimize_model
 from onnxsat.errors import OnnxSatError, VerificationFailedError
-from onnxsat.optimize import OptimizeOptions, optimize_model
 from onnxsat.report import OptimizeReport
-from onnxsat.verify import Tolerance, VerificationResult, verify
+from onnxsat.verification import Tolerance, VerificationResult, verify
 
 __version__ = "0.1.0"
 
@@ -29,7 +29,7 @@ def optimize(
     force: bool = False,
 ) -> OptimizeReport:
     """Optimize ``input_path`` into ``output_path``; verified against the original before writing."""
-    from onnxsat.optimize import optimize as run
+    from onnxsat.eqsat.optimizer import optimize as run
 
     options = OptimizeOptions(
         target=target, input_shapes=input_shapes or {}, tolerance=Tolerance(rtol, atol), force=force

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from onnxsat.arguments import DYNAMIC_DIMS_ARE_ONE, add_input_shape_option, float_list, percent
+from onnxsat.commands.arguments import DYNAMIC_DIMS_ARE_ONE, add_input_shape_option, float_list, percent
 from onnxsat.errors import OnnxSatError, OutOfMemoryError
 
 if TYPE_CHECKING:
@@ -23,7 +23,7 @@ def _add_optimize(commands: argparse._SubParsersAction) -> None:
     from onnxsat.eqsat.costs import COST_MODELS, DEFAULT_COST_MODEL
     from onnxsat.eqsat.rules import TARGETS
     from onnxsat.eqsat.saturate import SaturationLimits
-    from onnxsat.verify import DEFAULT_RUN_TIMEOUT, Tolerance
+    from onnxsat.verification import DEFAULT_RUN_TIMEOUT, Tolerance
 
     limits, tolerance = SaturationLimits(), Tolerance()
     parser = commands.add_parser("optimize", help="fuse operators by equality saturation, verify, write, report")
@@ -70,14 +70,14 @@ def _add_optimize(commands: argparse._SubParsersAction) -> None:
 
 
 def _run_optimize(args: argparse.Namespace) -> int:
+    from onnxsat.eqsat.optimizer import OptimizeOptions, optimize
     from onnxsat.eqsat.saturate import SaturationLimits
     from onnxsat.errors import SettingsError, VerificationFailedError
     from onnxsat.html import check_html_path, write_page
     from onnxsat.html.optimize import optimize_page_from_files
     from onnxsat.latency import compare_latency_levels
     from onnxsat.model_io import check_report_path, write_text_atomic
-    from onnxsat.optimize import OptimizeOptions, optimize
-    from onnxsat.verify import Tolerance, parse_input_shapes
+    from onnxsat.verification import Tolerance, parse_input_shapes
 
     if args.run_timeout <= 0:
         raise SettingsError(f"--run-timeout must be positive (got {args.run_timeout:g})")
@@ -154,8 +154,8 @@ def _run_sparsify(args: argparse.Namespace) -> int:
     from onnxsat.html import with_page
     from onnxsat.html.sparsify import sparsify_page
     from onnxsat.passes import print_report
-    from onnxsat.sparsity.pipeline import SparsifyOptions, sparsify
-    from onnxsat.verify import parse_input_shapes
+    from onnxsat.sparsity.sparsify import SparsifyOptions, sparsify
+    from onnxsat.verification import parse_input_shapes
 
     options = SparsifyOptions(
         method=args.method,
@@ -292,7 +292,7 @@ def _run_bench_experiment(args: argparse.Namespace) -> int:
 
 def _experiment_one(args: argparse.Namespace, models: list[Path], out: Path) -> ExperimentResult:
     from onnxsat.bench.fusion import FusionSettings, experiment_one
-    from onnxsat.verify import parse_input_shapes
+    from onnxsat.verification import parse_input_shapes
 
     settings = FusionSettings(
         models=models,
@@ -458,9 +458,9 @@ def _run_fuzz_opsets(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from onnxsat.commands.prune import add_parser as add_prune_parser
     from onnxsat.pipelines.command import add_run_parser
     from onnxsat.profile.command import add_profile_parser
-    from onnxsat.pruning.command import add_prune_parser
     from onnxsat.runtime.command import add_tune_parser
     from onnxsat.show.command import add_show_egraph_parser, add_show_parser
     from onnxsat.zoo.command import add_zoo_parser

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from onnxsat.eqsat.optimizer import OptimizeOptions, optimize
 from onnxsat.latency import compare_latency_levels
 from onnxsat.model_io import save_model
-from onnxsat.optimize import OptimizeOptions, optimize
-from onnxsat.sparsity.pipeline import SparsifyOptions, sparsify
+from onnxsat.sparsity.sparsify import SparsifyOptions, sparsify
 from onnxsat.zoo.digits_cnn import bundled_digits_cnn
 from onnxsat.zoo.synthetic import demo_cnn
 

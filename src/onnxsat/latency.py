@@ -17,7 +17,7 @@ import onnxruntime as ort
 
 from onnxsat.model_io import load_model
 from onnxsat.report import LatencyComparison
-from onnxsat.verify import random_inputs, session
+from onnxsat.verification import random_inputs, session
 
 if TYPE_CHECKING:
     from onnxsat.runtime.tune import SessionSettings

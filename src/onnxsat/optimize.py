@@ -26,7 +26,7 @@ from onnxsat.eqsat.rules import applicable, rulesets_for
 from onnxsat.eqsat.saturate import SaturationLimits, egraph_size, saturate
 from onnxsat.errors import VerificationFailedError
 from onnxsat.report import OptimizeReport, op_counts
-from onnxsat.verify import DEFAULT_RUN_TIMEOUT, Tolerance, reference_run, verify
+from onnxsat.verification import DEFAULT_RUN_TIMEOUT, Tolerance, reference_run, verify
 
 
 @dataclass

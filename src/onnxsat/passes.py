@@ -15,7 +15,7 @@ import onnx
 
 from onnxsat import model_io
 from onnxsat.errors import VerificationFailedError
-from onnxsat.verify import VerificationResult
+from onnxsat.verification import VerificationResult
 
 
 class PassReport(Protocol):

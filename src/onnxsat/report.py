@@ -9,7 +9,7 @@ from dataclasses import asdict, dataclass, field
 import onnx
 
 from onnxsat.op_kinds import qualified_op
-from onnxsat.verify import VerificationResult
+from onnxsat.verification import VerificationResult
 
 
 def op_counts(model: onnx.ModelProto) -> Counter[str]:

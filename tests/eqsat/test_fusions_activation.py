@@ -25,6 +25,7 @@ from eqsat_helpers import (
 )
 from onnx import TensorProto, helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
+from onnxsat.eqsat.optimizer import optimize_model
 from test_fusions import (
     FLOAT32_MAX,
     FLOAT32_MIN,
@@ -39,7 +40,6 @@ from test_fusions import (
     vi,
 )
 
-from onnxsat.optimize import optimize_model
 from onnxsat.zoo.synthetic import demo_cnn
 
 CONV_RELU = "Conv+Relu -> com.microsoft::FusedConv"

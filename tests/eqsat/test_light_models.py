@@ -15,8 +15,8 @@ import onnx
 import pytest
 from eqsat_helpers import session
 from onnx import numpy_helper
+from onnxsat.eqsat.optimizer import OptimizeOptions, optimize_model
 
-from onnxsat.optimize import OptimizeOptions, optimize_model
 from onnxsat.zoo.bundled import bundled_models
 
 LIGHT = bundled_models()

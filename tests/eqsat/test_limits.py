@@ -13,13 +13,13 @@ from pathlib import Path
 
 import pytest
 from egglog import Ruleset, String, eq, i64, rule, ruleset, union
+from onnxsat.eqsat.optimizer import OptimizeOptions, optimize_model
 
 from onnxsat.cli import main
 from onnxsat.eqsat.encode import encode
 from onnxsat.eqsat.language import Args, Attrs, Node, Tensor, out
 from onnxsat.eqsat.rules import RuleSchedule
 from onnxsat.eqsat.saturate import SaturationLimits, egraph_size, resident_mib, saturate
-from onnxsat.optimize import OptimizeOptions, optimize_model
 from onnxsat.zoo.synthetic import conv_bn_relu_chain
 
 explosive: Ruleset = ruleset(name="explosive_twins")

@@ -7,10 +7,10 @@ from collections import Counter
 import numpy as np
 import pytest
 from eqsat_helpers import check_and_compare, op_types
+from onnxsat.eqsat.optimizer import OptimizeOptions, optimize_model
 from rule_builders import Graph, assert_fired, assert_not_fired, assert_unchanged, optimized
 
 from onnxsat.eqsat.rules.layout_sinking import has_layout_chain
-from onnxsat.optimize import OptimizeOptions, optimize_model
 
 UNARY = "unary(layout) -> layout(unary)"
 SCALAR = "binary(layout, scalar) -> layout(binary)"

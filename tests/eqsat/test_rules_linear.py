@@ -7,9 +7,8 @@ from collections import Counter
 import pytest
 from eqsat_helpers import check_and_compare, op_types
 from onnx import TensorProto
+from onnxsat.eqsat.optimizer import OptimizeOptions, optimize_model
 from rule_builders import Graph, assert_fired, assert_unchanged, int_attr, only_node, optimized
-
-from onnxsat.optimize import OptimizeOptions, optimize_model
 
 MATMUL_ADD = "MatMul+Add -> Gemm"
 TRANSPOSE_A = "Transpose+Gemm(A) -> Gemm"

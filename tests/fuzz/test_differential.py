@@ -17,17 +17,17 @@ import numpy as np
 import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
+from onnxsat.eqsat.optimizer import OptimizeOptions, optimize_model
+from onnxsat.verification import VerificationResult, run_model
 
 from onnxsat.eqsat import weights
 from onnxsat.eqsat.decode import DecodedModel, DecodeError
 from onnxsat.eqsat.rules import TARGETS, RuleSchedule, activation_fusion, bn_folding
-from onnxsat.optimize import OptimizeOptions, optimize_model
-from onnxsat.verify import VerificationResult, run_model
 from tools.fuzz.differential import FAILED, INVALID, PASSED, Outcome, check_model, feeds
 from tools.fuzz.graph_campaign import run_graph_campaign
 from tools.fuzz.graphs import generate_model, pattern_census
 
-optimize_module = importlib.import_module("onnxsat.optimize")  # the package re-exports a function of that name
+optimize_module = importlib.import_module("onnxsat.eqsat.optimizer")  # the package re-exports a function of that name
 
 SAMPLE = range(100)
 

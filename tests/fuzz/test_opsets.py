@@ -21,11 +21,11 @@ import numpy as np
 import onnx
 import pytest
 from onnx import TensorProto, helper
+from onnxsat.eqsat.optimizer import OptimizeOptions, optimize_model
+from onnxsat.verification import random_inputs, run_model
 
 from onnxsat.eqsat.rules import TARGETS
 from onnxsat.errors import RuntimeUnsupportedError
-from onnxsat.optimize import OptimizeOptions, optimize_model
-from onnxsat.verify import random_inputs, run_model
 from onnxsat.zoo.synthetic import demo_cnn
 from tools.fuzz import opsets
 from tools.fuzz.opsets import (

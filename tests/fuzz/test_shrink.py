@@ -6,9 +6,9 @@ import numpy as np
 import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
+from onnxsat.eqsat.optimizer import OptimizeOptions, optimize_model
 
 from onnxsat.eqsat import weights
-from onnxsat.optimize import OptimizeOptions, optimize_model
 from tools.fuzz.differential import FAILED, check_model
 from tools.fuzz.graphs import generate_model
 from tools.fuzz.shrink import cleanup, shrink

@@ -10,6 +10,7 @@ from pathlib import Path
 import onnx
 import pytest
 from browser_check import open_pages
+from onnxsat.verification import VerificationResult
 
 from onnxsat.cli import main
 from onnxsat.data.metrics import Accuracy
@@ -17,7 +18,6 @@ from onnxsat.html import Page, with_page, write_page
 from onnxsat.html.sparsify import sparsify_page
 from onnxsat.sparsity.methods import LayerSparsity
 from onnxsat.sparsity.report import SparsifyReport
-from onnxsat.verify import VerificationResult
 from onnxsat.zoo.synthetic import demo_cnn
 
 pytestmark = pytest.mark.xdist_group("html_pages")  # the pages and the browser run once, on one worker

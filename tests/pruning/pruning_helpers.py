@@ -8,8 +8,8 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
+from onnxsat.pruning.prune import PruneOptions, prune_model
 
-from onnxsat.pruning.pipeline import PruneOptions, prune_model
 from onnxsat.pruning.report import PruneReport
 
 INPUT_SHAPE = [2, 3, 8, 8]

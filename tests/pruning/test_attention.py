@@ -8,9 +8,9 @@ import numpy as np
 import onnx
 import pytest
 from onnx import helper, numpy_helper
+from onnxsat.pruning.prune import PruneOptions, association_trees, prune_model
 from pruning_helpers import Builder, assert_rate_zero_is_identity, prune, run, shape_of
 
-from onnxsat.pruning.pipeline import PruneOptions, association_trees, prune_model
 from onnxsat.pruning.trees import ChannelGroup, format_trees
 
 B, S, E = 2, 5, 16
@@ -184,7 +184,7 @@ def test_a_reshape_target_computed_at_run_time_keeps_the_heads_whole() -> None:
 
 def test_a_computed_reshape_target_folded_by_onnxsat_optimize_is_handled() -> None:
     """With static shapes, ONNXSat's constant folding turns Shape -> Slice -> Concat into a literal target."""
-    from onnxsat.optimize import optimize_model
+    from onnxsat.eqsat.optimizer import optimize_model
 
     folded, _ = optimize_model(attention_model(4, target="computed"))
     group = head_group(folded)

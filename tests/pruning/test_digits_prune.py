@@ -5,11 +5,11 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import pytest
+from onnxsat.pruning.prune import PruneOptions, prune_model
 from pruning_helpers import Builder, feeds, prune, run
 
 from onnxsat.data.metrics import evaluate
 from onnxsat.data.sources import DIGITS, Dataset, load_dataset
-from onnxsat.pruning.pipeline import PruneOptions, prune_model
 from onnxsat.zoo.digits_cnn import DIGITS_SPLIT, bundled_digits_cnn, test_split
 
 

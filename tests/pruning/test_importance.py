@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import pytest
+from onnxsat.pruning.prune import association_trees
 from pruning_helpers import Builder, prune, run
 
 from onnxsat.pruning.importance import (
@@ -15,7 +16,6 @@ from onnxsat.pruning.importance import (
     ranked_maps,
     select_kept,
 )
-from onnxsat.pruning.pipeline import association_trees
 from onnxsat.pruning.trees import ChannelSlice
 
 

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import onnx
 import pytest
+from onnxsat.commands.prune import add_parser as add_prune_parser
 from pruning_helpers import Builder
 
 from onnxsat.errors import SettingsError
-from onnxsat.pruning.command import add_prune_parser
 
 
 def main(argv: list[str]) -> int:

@@ -8,13 +8,13 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
+from onnxsat.pruning.prune import PruneOptions, association_trees, parse_rates, prune_model, show_trees
+from onnxsat.pruning.prune import prune as prune_file
 from pruning_helpers import Builder, kept, prune, shape_of
 
 from onnxsat.errors import SettingsError, VerificationFailedError
 from onnxsat.pruning.layout import merge_axis
 from onnxsat.pruning.library import BUILTIN, load_library
-from onnxsat.pruning.pipeline import PruneOptions, association_trees, parse_rates, prune_model, show_trees
-from onnxsat.pruning.pipeline import prune as prune_file
 from onnxsat.pruning.trees import format_trees, render_trees
 
 
@@ -109,8 +109,9 @@ def test_prune_writes_a_file_and_a_report_never_over_the_input(tmp_path: Path) -
 
 
 def test_failed_verification_writes_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from onnxsat.verification import VerificationResult
+
     from onnxsat.pruning import pipeline
-    from onnxsat.verify import VerificationResult
 
     source, target = tmp_path / "in.onnx", tmp_path / "out.onnx"
     onnx.save(chain(), str(source))

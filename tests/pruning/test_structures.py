@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 import onnx
+from onnxsat.pruning.prune import association_trees
 from pruning_helpers import Builder, assert_rate_zero_is_identity, kept, prune, run, shape_of, status
 
 from onnxsat.pruning.graph import attr
-from onnxsat.pruning.pipeline import association_trees
 
 
 def groups_by_root(model: onnx.ModelProto) -> dict[str, object]:

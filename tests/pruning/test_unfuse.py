@@ -6,9 +6,9 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
+from onnxsat.eqsat.optimizer import OptimizeOptions, optimize_model
+from onnxsat.pruning.prune import PruneOptions, prune_model
 
-from onnxsat.optimize import OptimizeOptions, optimize_model
-from onnxsat.pruning.pipeline import PruneOptions, prune_model
 from onnxsat.pruning.unfuse import split_fused
 from onnxsat.zoo.synthetic import demo_cnn
 

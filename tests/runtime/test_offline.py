@@ -6,6 +6,7 @@ from pathlib import Path
 
 import onnx
 import pytest
+from onnxsat.verification import verify
 from runtime_models import conv_bn_relu
 
 from onnxsat.errors import RuntimeUnsupportedError, SettingsError
@@ -13,7 +14,6 @@ from onnxsat.external_data import has_external_data
 from onnxsat.model_io import load_model, model_folder
 from onnxsat.report import op_counts
 from onnxsat.runtime.offline import LAYOUT_WARNING, optimize_offline
-from onnxsat.verify import verify
 from onnxsat.zoo import bundled
 
 SHAPES = {"x": [2, 3, 8, 8]}

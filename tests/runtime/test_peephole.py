@@ -9,6 +9,7 @@ import numpy as np
 import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
+from onnxsat.verification import verify
 from runtime_models import conv_bn_relu
 
 from onnxsat.errors import SettingsError
@@ -16,7 +17,6 @@ from onnxsat.model_io import load_model, model_folder
 from onnxsat.report import op_counts
 from onnxsat.runtime import peephole as peephole_module
 from onnxsat.runtime.peephole import peephole
-from onnxsat.verify import verify
 
 
 def bias_built_at_run_time() -> onnx.ModelProto:

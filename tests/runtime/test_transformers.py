@@ -8,13 +8,13 @@ from pathlib import Path
 
 import onnx
 import pytest
+from onnxsat.verification import verify
 from runtime_models import conv_bn_relu, layer_norm_gelu
 
 from onnxsat.errors import SettingsError
 from onnxsat.model_io import check_model, load_model, model_folder
 from onnxsat.report import op_counts
 from onnxsat.runtime.transformers import guess_model_type, optimize_transformer
-from onnxsat.verify import verify
 
 
 def test_layer_norm_and_gelu_are_fused_and_match() -> None:

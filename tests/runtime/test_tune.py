@@ -16,6 +16,7 @@ from pathlib import Path
 import onnx
 import onnxruntime as ort
 import pytest
+from onnxsat.verification import random_inputs, session
 from runtime_models import conv_bn_relu
 
 from onnxsat.bench import peers
@@ -23,7 +24,6 @@ from onnxsat.cli import main
 from onnxsat.errors import SettingsError
 from onnxsat.latency import compare_latency
 from onnxsat.runtime.tune import DEFAULT_LABEL, NOISE_LABEL, SessionSettings, candidate_grid, tune
-from onnxsat.verify import random_inputs, session
 
 FAST = ["--rounds", "3", "--warmup", "1"]
 

@@ -205,7 +205,7 @@ def test_a_result_that_fails_verification_is_written_only_with_force(
 ) -> None:
     from onnxsat.errors import RuntimeUnsupportedError
 
-    verification = sys.modules["onnxsat.verify"]
+    verification = sys.modules["onnxsat.verification"]
 
     def refuse(*args: object, **kwargs: object) -> None:
         raise RuntimeUnsupportedError("ONNX Runtime cannot run the sparsified model: stand-in failure")

@@ -9,7 +9,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from onnxsat.errors import SettingsError
 from onnxsat.sparsity.calibration import channel_norms
-from onnxsat.sparsity.methods import prune_masks, smallest
+from onnxsat.sparsity.methods import smallest, sparsity_masks
 from onnxsat.sparsity.targets import prunable_weights, select
 
 RNG = np.random.default_rng(7)
@@ -89,7 +89,7 @@ def test_requested_level_is_reached_exactly_even_with_ties_and_zeros(method: str
     weights["wg"][:, :40] = 0.25  # ties
     weights["wm"][0] = 0.0  # already zero
     targets = prunable_weights(model)
-    result = prune_masks(method, targets, weights, level)
+    result = sparsity_masks(method, targets, weights, level)
     if method == "relative":
         for layer in result.layers:
             assert layer.zeros_after == max(round(level * layer.size), layer.zeros_before)
@@ -100,7 +100,7 @@ def test_requested_level_is_reached_exactly_even_with_ties_and_zeros(method: str
 def test_flat_uses_one_threshold_for_every_layer() -> None:
     model = cnn()
     weights, targets = values(model), prunable_weights(model)
-    result = prune_masks("flat", targets, weights, 0.4)
+    result = sparsity_masks("flat", targets, weights, 0.4)
     zeroed = np.concatenate([np.abs(weights[n])[m] for n, m in result.masks.items()])
     kept = np.concatenate([np.abs(weights[n])[~m] for n, m in result.masks.items()])
     assert zeroed.max() <= kept.min()
@@ -114,7 +114,7 @@ def test_triangular_thresholds_grow_from_the_first_layer_span_to_the_last() -> N
     weights["wc"] *= 0.5  # narrow first layer, wide last
     weights["wm"] *= 4.0
     targets = prunable_weights(model)
-    result = prune_masks("triangular", targets, weights, 0.5)
+    result = sparsity_masks("triangular", targets, weights, 0.5)
     spans = [float(weights[t.name].max() - weights[t.name].min()) for t in targets]
     references = np.linspace(spans[0], spans[-1], len(spans))
     for target, reference in zip(targets, references, strict=True):
@@ -136,7 +136,7 @@ def test_calibrated_scores_weights_by_their_input_channel_norm() -> None:
     assert np.allclose(norms["wc"], np.sqrt((x.astype(np.float64) ** 2).sum(axis=(0, 2, 3))))
     weights = values(model)
     weights["wc"][:, 0] = 10.0
-    result = prune_masks("calibrated", targets, weights, 0.25, norms)  # 25% = exactly the channel-0 weights
+    result = sparsity_masks("calibrated", targets, weights, 0.25, norms)  # 25% = exactly the channel-0 weights
     assert result.masks["wc"][:, 0].all() and not result.masks["wc"][:, 1:].any()
 
 
@@ -144,22 +144,23 @@ def test_calibrated_scores_weights_by_their_input_channel_norm() -> None:
 def test_levels_outside_zero_to_one_are_refused(level: float) -> None:
     model = cnn()
     with pytest.raises(SettingsError, match=r"must be in \[0, 1\)"):
-        prune_masks("relative", prunable_weights(model), values(model), level)
+        sparsity_masks("relative", prunable_weights(model), values(model), level)
 
 
 def test_per_layer_levels_need_a_per_layer_method() -> None:
     model = cnn()
     with pytest.raises(SettingsError, match="per-layer method"):
-        prune_masks("flat", prunable_weights(model), values(model), {"wc": 0.5})
+        sparsity_masks("flat", prunable_weights(model), values(model), {"wc": 0.5})
 
 
 def test_fused_ops_onnxsat_writes_are_targets_too() -> None:
     """An ``onnxsat optimize --target ort`` result carries FusedConv/FusedGemm: their weights are pruned."""
-    from onnxsat.optimize import optimize_model
+    from onnxsat.eqsat.optimizer import optimize_model
+
     from onnxsat.zoo.synthetic import demo_cnn
 
     optimized, _ = optimize_model(demo_cnn())
     targets = prunable_weights(optimized)
     assert {"FusedConv", "FusedGemm"} <= {t.op_type for t in targets}
-    result = prune_masks("relative", targets, {t.name: values(optimized)[t.name] for t in targets}, 0.5)
+    result = sparsity_masks("relative", targets, {t.name: values(optimized)[t.name] for t in targets}, 0.5)
     assert result.sparsity == pytest.approx(0.5, abs=0.01)

@@ -7,10 +7,10 @@ import numpy as np
 import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
+from onnxsat.verification import random_inputs, run_model
 
 from onnxsat.errors import SettingsError
 from onnxsat.surgery.api import Surgery, SurgeryError, format_differences
-from onnxsat.verify import random_inputs, run_model
 
 RNG = np.random.default_rng(1)
 

@@ -10,12 +10,12 @@ import numpy as np
 import onnx
 import pytest
 from onnx import numpy_helper
+from onnxsat.pruning.prune import PruneOptions, prune_model
 
 from onnxsat.data.metrics import run_logits
 from onnxsat.data.sources import load_dataset
 from onnxsat.errors import OutputPathError
 from onnxsat.pruning.cost import parameter_count
-from onnxsat.pruning.pipeline import PruneOptions, prune_model
 from onnxsat.zoo.digits_cnn import test_split
 from tools.zoo import digits_cnn
 from tools.zoo.batchnorm import batch_norm_backward, batch_norm_train

@@ -23,11 +23,11 @@ from pathlib import Path
 import onnx
 import onnxruntime as ort
 from onnx import helper, numpy_helper, version_converter
+from onnxsat.eqsat.optimizer import OptimizeOptions, optimize_model
+from onnxsat.verification import VerificationResult, session
 
 from onnxsat.eqsat.rules import TARGETS
 from onnxsat.errors import OnnxSatError, RuntimeUnsupportedError
-from onnxsat.optimize import OptimizeOptions, optimize_model
-from onnxsat.verify import VerificationResult, session
 from onnxsat.zoo.synthetic import IR_VERSION, demo_cnn
 
 FIRST_OPSET = 7

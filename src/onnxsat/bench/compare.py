@@ -62,7 +62,7 @@ from onnxsat.bench.scale import environment_line
 from onnxsat.bench.writing import model_labels
 from onnxsat.errors import OnnxSatError, RuntimeUnsupportedError, SettingsError
 from onnxsat.external_data import has_external_data
-from onnxsat.verify import Reference, Tolerance, compare_outputs, parse_input_shapes, reference_run, session
+from onnxsat.verification import Reference, Tolerance, compare_outputs, parse_input_shapes, reference_run, session
 
 if TYPE_CHECKING:
     from onnxsat.runtime.tune import SessionSettings
@@ -294,7 +294,7 @@ def _copy(model: onnx.ModelProto) -> onnx.ModelProto:
 
 def run_onnxsat(model: onnx.ModelProto, settings: CompareSettings) -> tuple[onnx.ModelProto, float]:
     """ONNXSat's result for ``model`` and the wall time of ``optimize_model`` (its verification included)."""
-    from onnxsat.optimize import OptimizeOptions, optimize_model
+    from onnxsat.eqsat.optimizer import OptimizeOptions, optimize_model
 
     options = OptimizeOptions(target=settings.target, input_shapes=settings.input_shapes)
     if settings.cost_model is not None:
@@ -626,7 +626,7 @@ def summary_lines(comparisons: Sequence[ModelComparison]) -> list[str]:
 
 
 def settings_line(settings: CompareSettings) -> str:
-    from onnxsat.optimize import OptimizeOptions
+    from onnxsat.eqsat.optimizer import OptimizeOptions
 
     cost = settings.cost_model or f"{OptimizeOptions().cost_model} (the default)"
     sessions = f"intra-op threads {settings.threads} (inter-op 1, spinning off)"

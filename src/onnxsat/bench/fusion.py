@@ -43,7 +43,7 @@ from onnxsat.bench.writing import (
     settings_json,
 )
 from onnxsat.errors import SettingsError
-from onnxsat.verify import Tolerance, compare_outputs, random_inputs, session
+from onnxsat.verification import Tolerance, compare_outputs, random_inputs, session
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -173,7 +173,7 @@ def _variants(
     """The four models, and how long each optimization took (not part of any timing)."""
     import time
 
-    from onnxsat.optimize import OptimizeOptions, optimize_model
+    from onnxsat.eqsat.optimizer import OptimizeOptions, optimize_model
     from onnxsat.runtime.offline import optimize_offline
 
     seconds: dict[str, float] = {}

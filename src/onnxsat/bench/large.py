@@ -80,7 +80,7 @@ def _outputs_match(original: Path, optimized: Path) -> bool:
     import onnxruntime as ort
 
     from onnxsat.model_io import load_model
-    from onnxsat.verify import Tolerance, compare_outputs, random_inputs, session
+    from onnxsat.verification import Tolerance, compare_outputs, random_inputs, session
 
     model = load_model(original)
     feeds = random_inputs(model, seed=7)

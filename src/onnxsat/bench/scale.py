@@ -84,7 +84,7 @@ def _peak_rss_mib() -> float:
 
 def measure(workload: Workload) -> Measurement:
     """Build the workload's model and optimize it once (runs in the child process)."""
-    from onnxsat.optimize import OptimizeOptions, optimize_model
+    from onnxsat.eqsat.optimizer import OptimizeOptions, optimize_model
     from onnxsat.zoo.synthetic import conv_bn_relu_chain, densenet_like
 
     start = time.perf_counter()

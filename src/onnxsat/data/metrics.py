@@ -16,7 +16,7 @@ import onnxruntime as ort
 
 from onnxsat.data.sources import Dataset, require_shape
 from onnxsat.errors import DataError, RuntimeUnsupportedError
-from onnxsat.verify import session, tidy_ort_message
+from onnxsat.verification import session, tidy_ort_message
 
 TOP_K = 5
 

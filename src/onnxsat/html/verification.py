@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from onnxsat.html.page import Page
-from onnxsat.verify import VerificationResult
+from onnxsat.verification import VerificationResult
 
 
 def add_verification(page: Page, result: VerificationResult | None, passed_means: str = "") -> None:

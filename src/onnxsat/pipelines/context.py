@@ -8,7 +8,7 @@ from typing import Any
 
 import onnx
 
-from onnxsat.verify import Tolerance, VerificationResult
+from onnxsat.verification import Tolerance, VerificationResult
 
 
 @dataclass

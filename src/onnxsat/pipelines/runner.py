@@ -15,7 +15,7 @@ from onnxsat.errors import OnnxSatError, VerificationFailedError
 from onnxsat.pipelines.context import Context
 from onnxsat.pipelines.file import Pipeline
 from onnxsat.pipelines.report import PipelineReport, StepRecord
-from onnxsat.verify import Tolerance
+from onnxsat.verification import Tolerance
 
 
 def run_pipeline(pipeline: Pipeline, force: bool = False) -> PipelineReport:

@@ -22,7 +22,7 @@ from onnxsat.errors import SettingsError
 from onnxsat.pipelines.context import Context, StepOutcome
 from onnxsat.surgery.graph_edit import copy_model, rename_tensor
 from onnxsat.surgery.surgeon import Surgeon, build_surgeon
-from onnxsat.verify import Tolerance, check_and_run, verify
+from onnxsat.verification import Tolerance, check_and_run, verify
 
 
 class Step(ABC):
@@ -147,8 +147,8 @@ class EqsatStep(Step):
         from dataclasses import replace
 
         from onnxsat.eqsat.costs import DEFAULT_COST_MODEL
+        from onnxsat.eqsat.optimizer import OptimizeOptions, optimize_model
         from onnxsat.eqsat.saturate import SaturationLimits
-        from onnxsat.optimize import OptimizeOptions, optimize_model
 
         limits = SaturationLimits()
         chosen = {"max_iterations": self.max_iterations, "max_enodes": self.max_enodes, "max_seconds": self.max_seconds}
@@ -176,12 +176,12 @@ class SparsifyStep(Step):
 
     @classmethod
     def build(cls, config: Mapping[str, Any], place: str) -> Step:
-        from onnxsat.sparsity.pipeline import SparsifyOptions
+        from onnxsat.sparsity.sparsify import SparsifyOptions
 
         return cls(_options_step(SparsifyOptions, config, place, cls.kind))
 
     def run(self, model: onnx.ModelProto, context: Context) -> StepOutcome:
-        from onnxsat.sparsity.pipeline import sparsify_model
+        from onnxsat.sparsity.sparsify import sparsify_model
 
         options = replace(self.options, data=self.options.data or context.data, input_shapes=context.input_shapes)
         result, report = sparsify_model(model, options, base_dir=context.base_dir)
@@ -203,12 +203,12 @@ class PruneStep(Step):
 
     @classmethod
     def build(cls, config: Mapping[str, Any], place: str) -> Step:
-        from onnxsat.pruning.pipeline import PruneOptions
+        from onnxsat.pruning.prune import PruneOptions
 
         return cls(_options_step(PruneOptions, config, place, cls.kind))
 
     def run(self, model: onnx.ModelProto, context: Context) -> StepOutcome:
-        from onnxsat.pruning.pipeline import prune_model
+        from onnxsat.pruning.prune import prune_model
 
         options = replace(self.options, data=self.options.data or context.data, input_shapes=context.input_shapes)
         result, report = prune_model(model, options, base_dir=context.base_dir)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from onnxsat.arguments import add_input_shape_option
+from onnxsat.commands.arguments import add_input_shape_option
 
 DEFAULT_LAYERS = 20
 
@@ -35,7 +35,7 @@ def run_profile(args: argparse.Namespace) -> int:
     from onnxsat.model_io import load_model, model_folder
     from onnxsat.profile.counting import profile_model
     from onnxsat.profile.table import Comparison, comparison_json, comparison_table, profile_json, profile_table
-    from onnxsat.verify import parse_input_shapes
+    from onnxsat.verification import parse_input_shapes
 
     if args.layers < 0:
         raise SettingsError(f"--layers must be 0 or more (got {args.layers})")

@@ -15,8 +15,8 @@ A profile is a count per inference, so every tensor needs a concrete shape. They
    This is ORT-independent and costs nothing.
 3. Only if tensors are still unknown after that (another contrib op, a data-dependent shape such as
    NonZero's): one ONNX Runtime run, optimizations off, with seeded random inputs
-   (:func:`onnxsat.verify.random_inputs`) on a copy exposing those tensors as outputs
-   (:func:`onnxsat.verify.with_outputs`); their shapes and types are read off the arrays. A
+   (:func:`onnxsat.verification.random_inputs`) on a copy exposing those tensors as outputs
+   (:func:`onnxsat.verification.with_outputs`); their shapes and types are read off the arrays. A
    data-dependent shape is then the one those inputs produce. ``Shapes.method`` says which of the
    two methods the profile used.
 """
@@ -143,7 +143,7 @@ def resolve_shapes(
         return Shapes(facts, inputs, INFERENCE)
     if not allow_onnxruntime:
         raise ShapesUnknownError(f"shape inference cannot tell the shape of {_listed(missing)}")
-    from onnxsat.verify import random_inputs, run_model, with_outputs
+    from onnxsat.verification import random_inputs, run_model, with_outputs
 
     exposed = with_outputs(fixed, missing)
     names = [o.name for o in exposed.graph.output]

@@ -34,9 +34,9 @@ from onnxsat.data.metrics import evaluate, run_logits
 from onnxsat.data.sources import Dataset, load_dataset
 from onnxsat.errors import SettingsError
 from onnxsat.pruning.cost import mac_count, parameter_count
-from onnxsat.pruning.pipeline import PruneOptions, prune_model
+from onnxsat.pruning.prune import PruneOptions, prune_model
 from onnxsat.sparsity.search import input_dims, random_dataset
-from onnxsat.verify import random_inputs, session
+from onnxsat.verification import random_inputs, session
 
 DEFAULT_RATES = (0.3, 0.5, 0.7)
 RANDOM_SAMPLES = 64

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import argparse
 
-from onnxsat.arguments import add_input_shape_option, float_list, percent
+from onnxsat.commands.arguments import add_input_shape_option, float_list, percent
 from onnxsat.pruning.importance import CRITERIA
 
 
@@ -49,8 +49,8 @@ def run_prune(args: argparse.Namespace) -> int:
     from onnxsat.html import with_page
     from onnxsat.html.prune import prune_page
     from onnxsat.passes import print_report
-    from onnxsat.pruning.pipeline import PruneOptions, parse_rates, prune, show_trees
-    from onnxsat.verify import parse_input_shapes
+    from onnxsat.pruning.prune import PruneOptions, parse_rates, prune, show_trees
+    from onnxsat.verification import parse_input_shapes
 
     if args.show_trees:
         print(show_trees(args.model, args.library, args.trees_image))

@@ -14,7 +14,7 @@ import onnx
 
 from onnxsat.profile.counting import parameter_count, profile_model
 from onnxsat.profile.shapes import ShapesUnknownError
-from onnxsat.verify import DEFAULT_DYNAMIC_DIM
+from onnxsat.verification import DEFAULT_DYNAMIC_DIM
 
 __all__ = ["mac_count", "parameter_count"]
 

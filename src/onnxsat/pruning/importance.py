@@ -92,7 +92,7 @@ import onnxruntime as ort
 
 from onnxsat.op_kinds import ELEMENTWISE_UNARY
 from onnxsat.pruning.trees import GAIN, LEAF, ROOT, ChannelGroup, ChannelSlice, TreeEdge
-from onnxsat.verify import session, with_outputs
+from onnxsat.verification import session, with_outputs
 
 CRITERIA = ("l1", "l2", "fpgm", "hrank")
 

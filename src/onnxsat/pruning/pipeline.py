@@ -30,7 +30,7 @@ from onnxsat.pruning.report import GroupReport, PruneReport
 from onnxsat.pruning.trees import ChannelGroup, Forest, build_groups
 from onnxsat.pruning.unfuse import fused_count, split_fused
 from onnxsat.sparsity.search import batch_size_for, data_input, input_dims
-from onnxsat.verify import VerificationResult, random_inputs, run_model
+from onnxsat.verification import VerificationResult, random_inputs, run_model
 
 RANDOM_CALIBRATION_SAMPLES = 16
 """Seeded normal inputs used for HRank or reconstruction when no data is given (said in the report)."""

@@ -30,7 +30,7 @@ from onnxsat.pruning.apply import Applied
 from onnxsat.pruning.graph import attr, node_label
 from onnxsat.pruning.report import LeafFit
 from onnxsat.pruning.trees import LEAF, Forest
-from onnxsat.verify import session, with_outputs
+from onnxsat.verification import session, with_outputs
 
 MAX_ROWS_PER_BATCH = 4096
 RIDGE = 1e-4

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, field
 
-from onnxsat.verify import VerificationResult
+from onnxsat.verification import VerificationResult
 
 
 @dataclass

@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from onnxsat.arguments import DYNAMIC_DIMS_ARE_ONE, add_input_shape_option
+from onnxsat.commands.arguments import DYNAMIC_DIMS_ARE_ONE, add_input_shape_option
 from onnxsat.runtime.tune import DEFAULT_ROUNDS, DEFAULT_WARMUP
 
 
@@ -41,7 +41,7 @@ def run_tune(args: argparse.Namespace) -> int:
     from onnxsat.errors import SettingsError
     from onnxsat.model_io import check_input_path, check_output_path, write_text_atomic
     from onnxsat.runtime.tune import DEFAULT_LABEL, SessionSettings, candidate_grid, tune
-    from onnxsat.verify import parse_input_shapes
+    from onnxsat.verification import parse_input_shapes
 
     if args.rounds < 1 or args.warmup < 0:
         raise SettingsError(f"--rounds must be at least 1 and --warmup at least 0 (got {args.rounds}, {args.warmup})")

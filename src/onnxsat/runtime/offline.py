@@ -33,7 +33,7 @@ import onnxruntime as ort
 
 from onnxsat.errors import RuntimeUnsupportedError, SettingsError
 from onnxsat.external_data import has_external_data
-from onnxsat.verify import tidy_ort_message
+from onnxsat.verification import tidy_ort_message
 
 LEVELS = {
     "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,

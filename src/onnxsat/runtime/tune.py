@@ -47,7 +47,7 @@ from onnxsat.bench.compare import RoundTimes, describe_inputs, median_interval, 
 from onnxsat.errors import RuntimeUnsupportedError, SettingsError
 from onnxsat.model_io import check_model, load_model, model_folder
 from onnxsat.runtime.offline import LEVELS
-from onnxsat.verify import Tolerance, compare_outputs, reference_run, session, tidy_ort_message
+from onnxsat.verification import Tolerance, compare_outputs, reference_run, session, tidy_ort_message
 
 SESSION_LEVELS = {"disabled": ort.GraphOptimizationLevel.ORT_DISABLE_ALL, **LEVELS}
 """Graph optimization levels by name, as a settings file spells them."""

@@ -220,9 +220,9 @@ def egraph_picture(
     folder of the model's external data, read by the rules that fold weights)."""
     from onnxsat import model_io
     from onnxsat.eqsat.encode import encode
+    from onnxsat.eqsat.optimizer import _shape_inferred
     from onnxsat.eqsat.rules import applicable, rulesets_for
     from onnxsat.eqsat.saturate import SaturationLimits, saturate
-    from onnxsat.optimize import _shape_inferred
 
     model_io.check_model(model)
     encoded = encode(model, _shape_inferred(model), base_dir)

@@ -15,7 +15,7 @@ import onnx
 import onnxruntime as ort
 
 from onnxsat.sparsity.targets import PrunableWeight
-from onnxsat.verify import session, with_outputs
+from onnxsat.verification import session, with_outputs
 
 
 def channel_norms(

@@ -53,7 +53,7 @@ class LayerSparsity:
 
 
 @dataclass
-class PruneResult:
+class MaskResult:
     """Per-layer masks (True = set to zero) and what they reach."""
 
     method: str
@@ -109,13 +109,13 @@ def triangular_references(spans: list[float]) -> np.ndarray:
     return np.linspace(spans[0], spans[-1], num=len(spans))
 
 
-def prune_masks(
+def sparsity_masks(
     method: str,
     targets: list[PrunableWeight],
     weights: Mapping[str, np.ndarray],
     sparsity: float | Mapping[str, float],
     channel_norms: Mapping[str, np.ndarray] | None = None,
-) -> PruneResult:
+) -> MaskResult:
     """Masks for ``method`` at ``sparsity`` (one level, or for per-layer methods a level per weight name)."""
     if method not in METHODS:
         raise SettingsError(f"unknown method {method!r}; choose from {', '.join(METHODS)}")
@@ -125,7 +125,7 @@ def prune_masks(
     if levels is not None and method in GLOBAL_METHODS:
         raise SettingsError(f"per-layer levels need a per-layer method (relative or calibrated), not {method}")
     magnitudes = {t.name: np.abs(np.asarray(weights[t.name], dtype=np.float64)).ravel() for t in targets}
-    result = PruneResult(method=method, layers=[], masks={})
+    result = MaskResult(method=method, layers=[], masks={})
     if method in GLOBAL_METHODS:
         assert isinstance(sparsity, float | int)
         _global_masks(method, targets, weights, magnitudes, float(sparsity), result)
@@ -160,7 +160,7 @@ def _global_masks(
     weights: Mapping[str, np.ndarray],
     magnitudes: Mapping[str, np.ndarray],
     sparsity: float,
-    result: PruneResult,
+    result: MaskResult,
 ) -> None:
     """Flat and triangular: one cut over every layer's |w| / reference, reaching ``sparsity`` overall."""
     check_sparsity(sparsity)

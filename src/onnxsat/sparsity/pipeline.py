@@ -20,7 +20,7 @@ from onnxsat.errors import SettingsError
 from onnxsat.external_data import tensor_value
 from onnxsat.passes import run_pass
 from onnxsat.sparsity.calibration import channel_norms
-from onnxsat.sparsity.methods import METHODS, PruneResult, check_sparsity, prune_masks
+from onnxsat.sparsity.methods import METHODS, MaskResult, check_sparsity, sparsity_masks
 from onnxsat.sparsity.report import SparsifyReport
 from onnxsat.sparsity.search import (
     Evaluator,
@@ -35,7 +35,7 @@ from onnxsat.sparsity.search import (
 )
 from onnxsat.sparsity.storage import to_sparse_initializers, with_masks
 from onnxsat.sparsity.targets import PrunableWeight, prunable_weights, select
-from onnxsat.verify import Tolerance, check_and_run, random_inputs, verify
+from onnxsat.verification import Tolerance, check_and_run, random_inputs, verify
 
 RANDOM_CALIBRATION_SAMPLES = 32
 PER_LAYER_METHODS = frozenset({"relative", "calibrated"})
@@ -135,7 +135,7 @@ def sparsify_model(
         result = _search(evaluator, prune, targets, options, report)
     else:
         assert options.sparsity is not None
-        result = prune_masks(options.method, targets, weights, options.sparsity, norms)
+        result = sparsity_masks(options.method, targets, weights, options.sparsity, norms)
         if dataset is not None:
             report.accuracy = evaluator.drop(result.masks)[1]
     report.layers, report.overall = result.layers, result.sparsity
@@ -165,7 +165,7 @@ def _initializer_value(model: onnx.ModelProto, target: PrunableWeight, base_dir:
 
 def _search(
     evaluator: Evaluator, prune: Pruner, targets: list[PrunableWeight], options: SparsifyOptions, report: SparsifyReport
-) -> PruneResult:
+) -> MaskResult:
     """The budget search: uniform, then per-layer if asked and the method allows it; the sparser wins."""
     assert options.max_drop is not None
     report.max_drop = options.max_drop

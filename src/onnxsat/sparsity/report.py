@@ -7,7 +7,7 @@ from dataclasses import asdict, dataclass, field
 
 from onnxsat.data.metrics import Accuracy
 from onnxsat.sparsity.methods import LayerSparsity
-from onnxsat.verify import VerificationResult
+from onnxsat.verification import VerificationResult
 
 
 @dataclass

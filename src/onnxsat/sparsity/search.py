@@ -30,9 +30,9 @@ import onnxruntime as ort
 from onnxsat.data.metrics import Accuracy, fidelity, topk_accuracy
 from onnxsat.data.sources import Dataset
 from onnxsat.errors import DataError, SettingsError
-from onnxsat.sparsity.methods import PruneResult, prune_masks
+from onnxsat.sparsity.methods import MaskResult, sparsity_masks
 from onnxsat.sparsity.targets import PrunableWeight
-from onnxsat.verify import DEFAULT_DYNAMIC_DIM, random_inputs, session
+from onnxsat.verification import DEFAULT_DYNAMIC_DIM, random_inputs, session
 
 METRICS = ("top1", "top5")
 
@@ -140,7 +140,7 @@ class Evaluator:
         return float(np.linalg.norm(logits - self.reference) / max(np.linalg.norm(self.reference), 1e-12))
 
 
-Pruner = Callable[[float | Mapping[str, float]], PruneResult]
+Pruner = Callable[[float | Mapping[str, float]], MaskResult]
 
 
 @dataclass
@@ -148,7 +148,7 @@ class SearchResult:
     """The chosen level(s) and every evaluation the search made, in order."""
 
     levels: float | dict[str, float]
-    pruned: PruneResult
+    pruned: MaskResult
     accuracy: Accuracy
     drop: float
     trail: list[tuple[str, float, float]] = field(default_factory=list)
@@ -161,7 +161,7 @@ def pruner(
     weights: Mapping[str, np.ndarray],
     norms: Mapping[str, np.ndarray] | None,
 ) -> Pruner:
-    return lambda levels: prune_masks(method, targets, weights, levels, norms)
+    return lambda levels: sparsity_masks(method, targets, weights, levels, norms)
 
 
 def search_uniform(
@@ -169,7 +169,7 @@ def search_uniform(
 ) -> SearchResult:
     """The highest single level within ``budget`` (scan by ``step``, then bisect to ``resolution``)."""
     trail: list[tuple[str, float, float]] = []
-    best: tuple[float, PruneResult, Accuracy, float] | None = None
+    best: tuple[float, MaskResult, Accuracy, float] | None = None
 
     def attempt(level: float) -> bool:
         nonlocal best

@@ -26,7 +26,7 @@ from onnxsat.surgery.graph_edit import (
     used_names,
 )
 from onnxsat.surgery.surgeon import SurgeryError
-from onnxsat.verify import Tolerance, compare_outputs, random_inputs, run_model
+from onnxsat.verification import Tolerance, compare_outputs, random_inputs, run_model
 
 
 def fed_inputs(graph: onnx.GraphProto) -> list[str]:

@@ -1,6 +1,6 @@
 """Experiment 2, "how sparse can we go?": accuracy change vs unstructured sparsity, no retraining.
 
-For every model, method and level, prune with :func:`~onnxsat.sparsity.methods.prune_masks` and measure
+For every model, method and level, prune with :func:`~onnxsat.sparsity.methods.sparsity_masks` and measure
 top-1 and top-5 against the data's labels (or, without data or labels, fidelity to the dense model's own
 predictions). The seed timed nothing here but measured only the relative method, rounded drops to whole
 points and built a new session per level; this version runs every method asked for, keeps fractions exact,
@@ -33,7 +33,7 @@ from onnxsat.bench.sparsity.common import (
 from onnxsat.bench.writing import environment_line, markdown_table, new_figure
 from onnxsat.data.metrics import Accuracy
 from onnxsat.sparsity.calibration import channel_norms
-from onnxsat.sparsity.methods import prune_masks
+from onnxsat.sparsity.methods import sparsity_masks
 from onnxsat.sparsity.search import Evaluator, data_input
 
 if TYPE_CHECKING:
@@ -116,7 +116,7 @@ def sweep_model(
     rows = []
     steps = [(method, level) for method in settings.methods for level in settings.levels]
     for method, level in tqdm(steps, desc=f"experiment 2: {label}", unit="level", leave=False, disable=None):
-        pruned = prune_masks(method, targets, weights, level, norms)
+        pruned = sparsity_masks(method, targets, weights, level, norms)
         _, accuracy = evaluator.drop(pruned.masks)
         row = LevelRow(
             label,

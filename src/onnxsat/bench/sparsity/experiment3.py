@@ -2,7 +2,7 @@
 
 The seed hard-coded the levels found by experiment 2, timed only the last batch of each run, disabled ORT's
 optimizations and compared different models. Here the budget search of
-:func:`~onnxsat.sparsity.pipeline.sparsify_model` finds the sparsest model inside the budget, then the dense
+:func:`~onnxsat.sparsity.sparsify.sparsify_model` finds the sparsest model inside the budget, then the dense
 model, the pruned model (dense storage) and the pruned model with sparse initializers are timed under ONNX
 Runtime with every graph optimization (the level the baseline and every variant run under: how the models
 would be deployed), a fixed number of threads, all sessions created before any is timed, interleaved rounds
@@ -47,11 +47,11 @@ from onnxsat.bench.sparsity.common import (
 from onnxsat.bench.writing import environment_line, markdown_table, new_figure
 from onnxsat.data.metrics import Accuracy, evaluate, run_logits
 from onnxsat.data.sources import Dataset
-from onnxsat.sparsity.pipeline import SparsifyOptions, sparsify_model
 from onnxsat.sparsity.report import SparsifyReport
+from onnxsat.sparsity.sparsify import SparsifyOptions, sparsify_model
 from onnxsat.sparsity.storage import to_sparse_initializers
 from onnxsat.sparsity.targets import PrunableWeight
-from onnxsat.verify import session
+from onnxsat.verification import session
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
