@@ -24,14 +24,15 @@ test: $(STAMP)
 test-large: $(STAMP)
 	$(BIN)/python -m pytest -q -m large tests/large
 
-# Longer campaigns than the fixed samples `make test` runs; see RELIABILITY.md.
+# Longer campaigns than the fixed samples `make test` runs; see RELIABILITY.md. The campaigns are developer
+# tools in tools/fuzz (not installed with onnxsat), run from the repository root.
 fuzz: $(STAMP)
-	$(BIN)/onnxsat fuzz graphs --count 3000 --seed 100000
-	$(BIN)/onnxsat fuzz bytes --count 3000 --seed 2026
+	$(BIN)/python -m tools.fuzz graphs --count 3000 --seed 100000
+	$(BIN)/python -m tools.fuzz bytes --count 3000 --seed 2026
 
 lint: $(STAMP)
-	$(BIN)/ruff check src tests benchmarks
-	$(BIN)/ruff format --check src tests benchmarks
+	$(BIN)/ruff check src tools tests benchmarks
+	$(BIN)/ruff format --check src tools tests benchmarks
 
 bench: $(STAMP)
 	$(BIN)/onnxsat bench scale

@@ -1,13 +1,15 @@
-"""The reliability commands: `onnxsat fuzz graphs|bytes|opsets` run real campaigns and print their counts."""
+"""The reliability commands: `python -m tools.fuzz graphs|bytes|opsets` run real campaigns and print their counts."""
 
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
-from onnxsat.cli import main
+from tools.fuzz.command import main
 
 
 def run(argv: list[str], capfd: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
@@ -17,7 +19,7 @@ def run(argv: list[str], capfd: pytest.CaptureFixture[str]) -> tuple[int, str, s
 
 
 def test_fuzz_graphs_prints_the_counts(capfd: pytest.CaptureFixture[str], tmp_path: Path) -> None:
-    code, out, _ = run(["fuzz", "graphs", "--count", "4", "--seed", "7", "--failures-dir", str(tmp_path / "f")], capfd)
+    code, out, _ = run(["graphs", "--count", "4", "--seed", "7", "--failures-dir", str(tmp_path / "f")], capfd)
     assert code == 0
     counts = re.search(r"(\d+) generated, (\d+) ran, (\d+) passed, (\d+) rejected as invalid, (\d+) failed", out)
     assert counts is not None, out
@@ -27,7 +29,7 @@ def test_fuzz_graphs_prints_the_counts(capfd: pytest.CaptureFixture[str], tmp_pa
 
 
 def test_fuzz_bytes_prints_the_counts(capfd: pytest.CaptureFixture[str]) -> None:
-    code, out, _ = run(["fuzz", "bytes", "--count", "6", "--seed", "3"], capfd)
+    code, out, _ = run(["bytes", "--count", "6", "--seed", "3"], capfd)
     assert code == 0
     counts = re.search(r"(\d+) tried, (\d+) processed, (\d+) refused .* (\d+) failed", out)
     assert counts is not None, out
@@ -36,7 +38,7 @@ def test_fuzz_bytes_prints_the_counts(capfd: pytest.CaptureFixture[str]) -> None
 
 
 def test_fuzz_opsets_prints_the_table_and_counts(capfd: pytest.CaptureFixture[str]) -> None:
-    code, out, _ = run(["fuzz", "opsets", "--opsets", "17", "--table"], capfd)
+    code, out, _ = run(["opsets", "--opsets", "17", "--table"], capfd)
     assert code == 0
     assert "| 17 |" in out
     assert re.search(r"opset sweep: \d+ models x opsets 17-17 .* 0 FAILED", out), out
@@ -45,13 +47,37 @@ def test_fuzz_opsets_prints_the_table_and_counts(capfd: pytest.CaptureFixture[st
 @pytest.mark.parametrize(
     "argv",
     [
-        ["fuzz", "graphs", "--count", "0"],
-        ["fuzz", "bytes", "--count", "5", "--timeout", "0"],
-        ["fuzz", "opsets", "--opsets", "9-7"],
-        ["fuzz", "opsets", "--opsets", "seven"],
+        ["graphs", "--count", "0"],
+        ["bytes", "--count", "5", "--timeout", "0"],
+        ["opsets", "--opsets", "9-7"],
+        ["opsets", "--opsets", "seven"],
     ],
 )
 def test_fuzz_bad_settings_are_one_line_errors(argv: list[str], capfd: pytest.CaptureFixture[str]) -> None:
     code, _, err = run(argv, capfd)
     assert code == 9
     assert err.startswith("onnxsat: error: ") and err.count("\n") == 1
+
+
+def test_the_module_entry_runs_from_the_repository_root() -> None:
+    """`make fuzz` runs `python -m tools.fuzz` from the repository root: the entry itself, in its own process."""
+    root = Path(__file__).resolve().parents[1]
+    done = subprocess.run(
+        [sys.executable, "-m", "tools.fuzz", "graphs", "--count", "1", "--seed", "3"],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert re.search(r"1 generated, \d+ ran, \d+ passed, \d+ rejected as invalid, 0 failed", done.stdout), done.stdout
+    bad = subprocess.run(
+        [sys.executable, "-m", "tools.fuzz", "graphs", "--count", "0"],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert bad.returncode == 9 and bad.stderr == "onnxsat: error: --count must be at least 1 (got 0)\n"

@@ -6,7 +6,10 @@ import numpy as np
 import onnx
 
 from onnxsat.data.metrics import evaluate, run_logits
+from onnxsat.data.sources import DIGITS_SPLIT
+from onnxsat.profile.counting import parameter_count
 from onnxsat.zoo import digits_cnn
+from tools.zoo.digits_cnn import train
 
 MAX_FILE_BYTES = 200_000
 
@@ -21,7 +24,7 @@ def test_bundled_model_is_valid_small_and_dynamic_batch() -> None:
     dims = [dim.dim_param or dim.dim_value for dim in graph_input.type.tensor_type.shape.dim]
     assert graph_input.name == "input" and dims == ["batch", 1, 8, 8]
     assert [output.name for output in model.graph.output] == ["logits"]
-    assert digits_cnn.parameter_count(model) == 38_282
+    assert parameter_count(model) == 38_282
 
 
 def test_bundled_model_classifies_the_held_out_digits() -> None:
@@ -35,13 +38,13 @@ def test_bundled_model_classifies_the_held_out_digits() -> None:
 
 
 def test_split_holds_out_digits_the_model_never_trained_on() -> None:
-    train_indices, test_indices = digits_cnn.DIGITS_SPLIT.indices(1797)
+    train_indices, test_indices = DIGITS_SPLIT.indices(1797)
     assert len(train_indices) == 1400 and len(test_indices) == 397
     assert sorted([*train_indices, *test_indices]) == list(range(1797))
 
 
 def test_two_epochs_of_training_lower_the_loss() -> None:
-    model, stats = digits_cnn.train(seed=0, epochs=2)
+    model, stats = train(seed=0, epochs=2)
     losses = stats["loss_per_epoch"]
     assert isinstance(losses, list) and len(losses) == 2 and losses[1] < losses[0]
     assert stats["test_samples"] == 397 and stats["train_samples"] == 1400

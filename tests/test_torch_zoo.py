@@ -1,7 +1,7 @@
 """The PyTorch zoo: optional. Without torch the API says how to install it; with torch, exports run in ORT.
 
 Only the cheapest models are exported here (a second or two each); the full zoo is built by hand with
-``python -m onnxsat.zoo.torch_zoo OUT_DIR``.
+``python -m tools.zoo.torch_zoo OUT_DIR`` (or ``python -m tools.zoo build``).
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ import onnxruntime as ort
 import pytest
 
 from onnxsat.errors import SettingsError
-from onnxsat.zoo import torch_zoo
-from onnxsat.zoo.torch_zoo import TORCH_MODELS, build_torch_model, build_zoo, model_file_name
+from tools.zoo import torch_zoo
+from tools.zoo.torch_zoo import TORCH_MODELS, build_torch_model, build_zoo, model_file_name
 
 
 def test_catalogue_lists_the_architectures_without_importing_torch() -> None:

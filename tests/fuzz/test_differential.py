@@ -1,6 +1,6 @@
 """Differential fuzzing: a fixed sample of generated graphs through every target, and proof the harness bites.
 
-The sample (seeds 0..99) is what ``make test`` fuzzes; ``onnxsat fuzz graphs`` runs thousands more.
+The sample (seeds 0..99) is what ``make test`` fuzzes; ``python -m tools.fuzz graphs`` runs thousands more.
 The second half breaks the optimizer on purpose in each way the checker claims to detect (wrong
 folded weight, a verifier that lies, a last-bit change, nondeterminism, a crash, a foreign op, a
 mutated input) and asserts each one is reported as a failure of the right kind.
@@ -22,12 +22,12 @@ from onnxsat.eqsat import weights
 from onnxsat.eqsat.decode import DecodedModel, DecodeError
 from onnxsat.eqsat.optimizer import OptimizeOptions, optimize_model
 from onnxsat.eqsat.rules import TARGETS, RuleSchedule, activation_fusion, bn_folding
-from onnxsat.fuzz.differential import FAILED, INVALID, PASSED, Outcome, check_model, feeds
-from onnxsat.fuzz.graph_campaign import run_graph_campaign
-from onnxsat.fuzz.graphs import generate_model, pattern_census
 from onnxsat.verification import VerificationResult, run_model
+from tools.fuzz.differential import FAILED, INVALID, PASSED, Outcome, check_model, feeds
+from tools.fuzz.graph_campaign import run_graph_campaign
+from tools.fuzz.graphs import generate_model, pattern_census
 
-optimize_module = importlib.import_module("onnxsat.eqsat.optimizer")
+optimize_module = importlib.import_module("onnxsat.eqsat.optimizer")  # the package re-exports a function of that name
 
 SAMPLE = range(100)
 

@@ -11,8 +11,8 @@ from collections import Counter
 import onnx
 import pytest
 
-from onnxsat.fuzz.differential import original_problem
-from onnxsat.fuzz.graphs import generate_model, op_types, pattern_census
+from tools.fuzz.differential import original_problem
+from tools.fuzz.graphs import generate_model, op_types, pattern_census
 
 SAMPLE = range(100)
 

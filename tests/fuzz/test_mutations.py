@@ -20,7 +20,7 @@ from pathlib import Path
 import onnx
 import pytest
 
-from onnxsat.fuzz.mutation_campaign import (
+from tools.fuzz.mutation_campaign import (
     EXTERNAL_DATA_NAME,
     EXTERNAL_SEED_NAME,
     CaseResult,
@@ -33,7 +33,7 @@ from onnxsat.fuzz.mutation_campaign import (
     replay_cases,
     run_mutation_campaign,
 )
-from onnxsat.fuzz.mutations import (
+from tools.fuzz.mutations import (
     BYTE_MUTATORS,
     external_data_locations,
     mutate,

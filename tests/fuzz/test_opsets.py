@@ -1,13 +1,13 @@
 """Models at every opset from 7 to the newest onnx defines round-trip with their opset kept.
 
-Each model is converted with ``onnx.version_converter`` (through ``onnxsat.fuzz.opsets.convert``) and
+Each model is converted with ``onnx.version_converter`` (through ``tools.fuzz.opsets.convert``) and
 optimized for every target; the result must import the same opsets (``com.microsoft`` may be added
 for target ``ort``) and compute what the converted model computes, bit for bit with no rewrites.
 Where ONNX Runtime cannot load an opset, the error must name it. Which opsets ONNX Runtime refuses
 is asked of ONNX Runtime, not written down here, so a newer runtime turns refusals into round trips.
 
 The models: demo_cnn (its fusion patterns), and three PyTorch exports whose op moved an attribute
-to an input between opsets: Pad (opset 11), Split (13), ReduceMean (18). ``onnxsat fuzz opsets``
+to an input between opsets: Pad (opset 11), Split (13), ReduceMean (18). ``python -m tools.fuzz opsets``
 sweeps every bundled model.
 """
 
@@ -25,8 +25,10 @@ from onnx import TensorProto, helper
 from onnxsat.eqsat.optimizer import OptimizeOptions, optimize_model
 from onnxsat.eqsat.rules import TARGETS
 from onnxsat.errors import RuntimeUnsupportedError
-from onnxsat.fuzz import opsets
-from onnxsat.fuzz.opsets import (
+from onnxsat.verification import random_inputs, run_model
+from onnxsat.zoo.synthetic import demo_cnn
+from tools.fuzz import opsets
+from tools.fuzz.opsets import (
     BACKEND_DATA,
     FIRST_OPSET,
     ConversionError,
@@ -37,8 +39,6 @@ from onnxsat.fuzz.opsets import (
     ort_load_error,
     run_opset_sweep,
 )
-from onnxsat.verification import random_inputs, run_model
-from onnxsat.zoo.synthetic import demo_cnn
 
 OPSETS = list(range(FIRST_OPSET, newest_opset() + 1))
 BACKEND_MODELS = (

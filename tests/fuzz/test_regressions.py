@@ -1,6 +1,6 @@
 """Every shrunk model the fuzzer ever failed on must pass the differential check from now on.
 
-A model goes into ``regressions/`` when a campaign finds it (``onnxsat fuzz graphs --failures-dir``
+A model goes into ``regressions/`` when a campaign finds it (``python -m tools.fuzz graphs --failures-dir``
 saves it shrunk), with a line in ``regressions/README.md`` saying what was wrong and how it was
 fixed. A bug found but not yet fixed is marked ``xfail(strict=True)`` here until its fix lands.
 """
@@ -12,7 +12,7 @@ from pathlib import Path
 import onnx
 import pytest
 
-from onnxsat.fuzz.differential import PASSED, check_model
+from tools.fuzz.differential import PASSED, check_model
 
 REGRESSIONS = Path(__file__).parent / "regressions"
 

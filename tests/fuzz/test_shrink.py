@@ -9,9 +9,9 @@ from onnx import TensorProto, helper, numpy_helper
 
 from onnxsat.eqsat import weights
 from onnxsat.eqsat.optimizer import OptimizeOptions, optimize_model
-from onnxsat.fuzz.differential import FAILED, check_model
-from onnxsat.fuzz.graphs import generate_model
-from onnxsat.fuzz.shrink import cleanup, shrink
+from tools.fuzz.differential import FAILED, check_model
+from tools.fuzz.graphs import generate_model
+from tools.fuzz.shrink import cleanup, shrink
 
 
 def valid(model: onnx.ModelProto) -> bool:

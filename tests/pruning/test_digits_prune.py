@@ -8,9 +8,9 @@ import pytest
 from pruning_helpers import Builder, feeds, prune, run
 
 from onnxsat.data.metrics import evaluate
-from onnxsat.data.sources import DIGITS, Dataset, load_dataset
+from onnxsat.data.sources import DIGITS, DIGITS_SPLIT, Dataset, load_dataset
 from onnxsat.pruning.prune import PruneOptions, prune_model
-from onnxsat.zoo.digits_cnn import DIGITS_SPLIT, bundled_digits_cnn, test_split
+from onnxsat.zoo.digits_cnn import bundled_digits_cnn, test_split
 
 
 @pytest.fixture(scope="module")

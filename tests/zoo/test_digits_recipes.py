@@ -16,10 +16,11 @@ from onnxsat.data.sources import load_dataset
 from onnxsat.errors import OutputPathError
 from onnxsat.pruning.cost import parameter_count
 from onnxsat.pruning.prune import PruneOptions, prune_model
-from onnxsat.zoo import digits_cnn
-from onnxsat.zoo.batchnorm import batch_norm_backward, batch_norm_train
-from onnxsat.zoo.digits_network import forward, initial_params, loss_and_grads
-from onnxsat.zoo.digits_training import CosineSgd
+from onnxsat.zoo.digits_cnn import test_split
+from tools.zoo import digits_cnn
+from tools.zoo.batchnorm import batch_norm_backward, batch_norm_train
+from tools.zoo.digits_network import forward, initial_params, loss_and_grads
+from tools.zoo.digits_training import CosineSgd
 
 GRADIENT_TOLERANCE = 1e-5
 """Worst relative error allowed between analytic and central-difference gradients in float64 (seen: ~3e-7)."""
@@ -56,7 +57,7 @@ def test_bn_network_gradients_match_finite_differences() -> None:
     params = {name: value.astype(np.float64) for name, value in initial_params(rng, batchnorm=True).items()}
     for name in ("bn1_scale", "bn1_B", "bn2_scale", "bn2_B", "bn3_scale", "bn3_B"):
         params[name] += 0.3 * rng.standard_normal(params[name].shape)  # away from the symmetric start
-    digits = digits_cnn.test_split().take(6)
+    digits = test_split().take(6)
     x, labels = digits.inputs.astype(np.float64), digits.labels
     assert labels is not None
     _, grads, statistics = loss_and_grads(params, x, labels)
@@ -107,7 +108,7 @@ def test_short_training_exports_a_valid_accurate_model(recipe: str) -> None:
     # ORT runs the graph as the numpy inference pass computes it from the very initializers exported
     params = {tensor.name: numpy_helper.to_array(tensor) for tensor in model.graph.initializer}
     assert ("conv1_b" in params) == (recipe == "sgd")
-    test_set = digits_cnn.test_split()
+    test_set = test_split()
     expected, _ = forward(params, test_set.inputs)
     assert np.max(np.abs(run_logits(model, test_set) - expected)) < 1e-4 * max(1.0, float(np.max(np.abs(expected))))
 
@@ -121,7 +122,7 @@ def test_pruner_slices_the_batchnorm_model() -> None:
     assert sizes["bn1_scale"] < 16 and sizes["bn1_var"] == sizes["bn1_scale"]
     assert sizes["bn2_mean"] < 32 and sizes["bn3_B"] < 64
     assert [node.op_type for node in pruned.graph.node].count("BatchNormalization") == 3
-    assert run_logits(pruned, digits_cnn.test_split().take(4)).shape == (4, 10)
+    assert run_logits(pruned, test_split().take(4)).shape == (4, 10)
 
 
 def test_cli_writes_atomically_and_prints_dead_units(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

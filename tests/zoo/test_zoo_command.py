@@ -1,9 +1,12 @@
-"""``onnxsat zoo build``: every model without PyTorch built and checked; PyTorch's absence and bad input refused."""
+"""``onnxsat zoo build`` (the package's models, no optional dependency) and ``python -m tools.zoo build`` (the same
+plus the PyTorch exports): every model without PyTorch built and checked; PyTorch's absence and bad input refused."""
 
 from __future__ import annotations
 
 import importlib.util
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import onnx
@@ -12,6 +15,17 @@ import pytest
 from onnxsat.cli import main
 from onnxsat.zoo import catalogue
 from onnxsat.zoo.catalogue import zoo_models
+from tools.zoo import build as tools_zoo
+
+TORCH_NAMES = {"resnet18", "resnet50", "mobilenet_v2", "shufflenet_v2_x1_0", "squeezenet1_1", "vgg11_bn"}
+TORCH_NAMES |= {"googlenet", "vit_tiny", "bert_tiny"}
+
+
+def tools_main(argv: list[str]) -> int:
+    """``python -m tools.zoo`` with ``argv`` (the same arguments after ``zoo`` as ``onnxsat zoo``)."""
+    assert argv[0] == "zoo"
+    return tools_zoo.main(argv[1:])
+
 
 _real_find_spec = importlib.util.find_spec
 
@@ -30,17 +44,30 @@ def test_list_names_every_source(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["zoo", "build", "--list"]) == 0
     listed = [line.split()[0] for line in capsys.readouterr().out.splitlines()]
     assert listed == list(zoo_models())
-    wanted = {"simple_classifier", "digits_cnn", "resnet18", "resnet50", "mobilenet_v2", "shufflenet_v2_x1_0"}
-    assert wanted | {"squeezenet1_1", "vgg11_bn", "googlenet", "vit_tiny", "bert_tiny"} <= set(listed)
+    assert {"simple_classifier", "digits_cnn", "demo_cnn", "conv_bn_relu_chain", "densenet_like"} <= set(listed)
+    assert not TORCH_NAMES & set(listed), "the package's zoo builds no PyTorch model"
+    assert all(not model.needs for model in zoo_models().values())
+    assert tools_main(["zoo", "build", "--list"]) == 0
+    tools_listed = [line.split()[0] for line in capsys.readouterr().out.splitlines()]
+    assert tools_listed == list(tools_zoo.zoo_models()) and tools_listed[: len(listed)] == listed
+    assert set(tools_listed) >= TORCH_NAMES
+
+
+def test_the_package_builds_its_whole_zoo_without_warnings(
+    no_torch: None, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["zoo", "build", "--out", str(tmp_path)]) == 0
+    assert sorted(p.stem for p in tmp_path.iterdir()) == sorted(zoo_models())
+    assert capsys.readouterr().err == ""
 
 
 def test_without_torch_everything_else_is_built_and_valid(
     no_torch: None, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     out = tmp_path / "new" / "zoo"
-    assert main(["zoo", "build", "--out", str(out)]) == 0
+    assert tools_main(["zoo", "build", "--out", str(out)]) == 0
     captured = capsys.readouterr()
-    buildable = [m.name for m in zoo_models().values() if not m.needs_torch]
+    buildable = [m.name for m in tools_zoo.zoo_models().values() if not m.needs]
     assert sorted(p.stem for p in out.iterdir()) == sorted(buildable)
     assert "skipping 10 PyTorch models" in captured.err and "[zoo]" in captured.err
     for path in out.iterdir():
@@ -58,7 +85,7 @@ def test_named_models_are_seeded(tmp_path: Path) -> None:
 def test_torch_model_without_torch_says_how_to_install(
     no_torch: None, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert main(["zoo", "build", "digits_cnn", "resnet18", "--out", str(tmp_path)]) == 9
+    assert tools_main(["zoo", "build", "digits_cnn", "resnet18", "--out", str(tmp_path)]) == 9
     err = capsys.readouterr().err
     assert "cannot build resnet18 without torch and torchvision" in err
     assert "pip install /opt/wheels/torch-" in err and "'.[zoo]'" in err and err.count("\n") == 1
@@ -70,6 +97,11 @@ def test_unknown_name_lists_the_known_ones(tmp_path: Path, capsys: pytest.Captur
     err = capsys.readouterr().err
     assert err.startswith("onnxsat: error: unknown zoo model 'alexnet_xl'; known models: simple_classifier, ")
     assert err.count("\n") == 1 and list(tmp_path.iterdir()) == []
+    assert err.rstrip().endswith(
+        "(PyTorch exports are built from a checkout of the repository: python -m tools.zoo build)"
+    )
+    assert main(["zoo", "build", "resnet18", "--out", str(tmp_path)]) == 9  # a PyTorch model: not the package's
+    assert "python -m tools.zoo build" in capsys.readouterr().err and list(tmp_path.iterdir()) == []
 
 
 def test_output_folder_that_cannot_be_written(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -100,5 +132,14 @@ def test_torch_model_through_the_command(tmp_path: Path) -> None:
     """Runs only where PyTorch and torchvision are installed (the `zoo` extra)."""
     pytest.importorskip("torch")
     pytest.importorskip("torchvision")
-    assert main(["zoo", "build", "squeezenet1_1", "--out", str(tmp_path)]) == 0
+    assert tools_main(["zoo", "build", "squeezenet1_1", "--out", str(tmp_path)]) == 0
     onnx.checker.check_model(onnx.load(str(tmp_path / "squeezenet1_1.onnx")))
+
+
+def test_the_tools_entry_runs_from_the_repository_root() -> None:
+    root = Path(__file__).resolve().parents[2]
+    done = subprocess.run(
+        [sys.executable, "-m", "tools.zoo", "build", "--list"], cwd=root, capture_output=True, text=True, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert {line.split()[0] for line in done.stdout.splitlines()} >= TORCH_NAMES | {"digits_cnn"}

@@ -1,8 +1,10 @@
 """``onnxsat zoo build [NAMES...] --out DIR [--list]``: write zoo models into a folder.
 
-Every name is checked before anything is built, so a typo or a missing PyTorch stops the command
-before it writes half a zoo. With no names, every model this install can build is written; the
-PyTorch ones are skipped, with a warning saying how to get them, when PyTorch is missing.
+Every name is checked before anything is built, so a typo stops the command before it writes half a
+zoo. The package's zoo needs no optional dependency (:mod:`onnxsat.zoo.catalogue`). The repository's
+``python -m tools.zoo build`` runs :func:`build_models` on a larger catalogue (PyTorch exports): there a
+model whose packages are missing is skipped with a warning when no names are given, and refused in
+one line when it is named.
 """
 
 from __future__ import annotations
@@ -16,8 +18,7 @@ import onnx
 
 from onnxsat.errors import OutputPathError, SettingsError
 from onnxsat.profile.counting import parameter_count
-from onnxsat.zoo.catalogue import zoo_models
-from onnxsat.zoo.torch_zoo import INSTALL_HINT
+from onnxsat.zoo.catalogue import ZooModel, zoo_models
 
 ORDER = 90
 
@@ -26,19 +27,46 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     parser = commands.add_parser("zoo", help="build the model zoo: real architectures with seeded weights")
     which = parser.add_subparsers(dest="zoo", required=True)
     build = which.add_parser("build", help="write zoo models as OUT/<name>.onnx (all of them if no name is given)")
+    add_build_arguments(build)
+    build.set_defaults(handler=run_zoo_build)
+
+
+def add_build_arguments(build: argparse.ArgumentParser) -> None:
+    """The options of ``zoo build`` (shared with ``python -m tools.zoo build``)."""
     build.add_argument("names", nargs="*", metavar="NAME", help="models to build (see --list)")
     build.add_argument("--out", help="folder to write into (created if missing)")
     build.add_argument("--list", action="store_true", help="list the models and where each comes from, build nothing")
     build.add_argument("--seed", type=int, default=0, help="seed of the random weights (default 0)")
-    build.set_defaults(handler=run_zoo_build)
+
+
+UNKNOWN_HINT = "PyTorch exports are built from a checkout of the repository: python -m tools.zoo build"
 
 
 def run_zoo_build(args: argparse.Namespace) -> int:
 
-    models = zoo_models()
+    return build_models(args, zoo_models(), unknown_hint=UNKNOWN_HINT)
+
+
+def build_models(
+    args: argparse.Namespace,
+    models: dict[str, ZooModel],
+    *,
+    unknown_hint: str = "",
+    install_hint: str = "",
+    optional_kind: str = "",
+) -> int:
+    """Check every name of ``args`` against ``models``, then list or build them (see the module's docstring).
+
+    ``unknown_hint`` ends the error for an unknown name; ``install_hint`` says how to get missing packages;
+    ``optional_kind`` ("PyTorch") names the models skipped for want of them.
+    """
+
     unknown = [name for name in args.names if name not in models]
     if unknown:
-        raise SettingsError(f"unknown zoo model {', '.join(map(repr, unknown))}; known models: {', '.join(models)}")
+        hint = f" ({unknown_hint})" if unknown_hint else ""
+        raise SettingsError(
+            f"unknown zoo model {', '.join(map(repr, unknown))}; known models: {', '.join(models)}{hint}"
+        )
     wanted = [models[name] for name in args.names] if args.names else list(models.values())
     missing = {m.name: m.missing_packages() for m in wanted}
     if args.list:
@@ -51,9 +79,10 @@ def run_zoo_build(args: argparse.Namespace) -> int:
     unbuildable = [name for name, packages in missing.items() if packages]
     if unbuildable and args.names:
         needed = sorted({p for name in unbuildable for p in missing[name]})
-        raise SettingsError(f"cannot build {', '.join(unbuildable)} without {' and '.join(needed)}: {INSTALL_HINT}")
+        raise SettingsError(f"cannot build {', '.join(unbuildable)} without {' and '.join(needed)}: {install_hint}")
     if unbuildable:
-        print(f"onnxsat: warning: skipping {len(unbuildable)} PyTorch models; {INSTALL_HINT}", file=sys.stderr)
+        kind = f"{optional_kind} models" if optional_kind else "models"
+        print(f"onnxsat: warning: skipping {len(unbuildable)} {kind}; {install_hint}", file=sys.stderr)
         wanted = [m for m in wanted if not missing[m.name]]
     out = writable_folder(args.out)
     for model in wanted:

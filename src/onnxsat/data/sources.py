@@ -9,6 +9,10 @@ RGB), resized with Pillow's bilinear filter (computed in float, so no rounding t
 Order is deterministic, so two runs measure the same samples, and ``limit`` keeps the first samples
 while reading only the files it needs. Every problem is one :class:`~onnxsat.errors.DataError` line
 naming the path and what is wrong with it.
+
+scikit-learn (the digits) and Pillow (image folders) are the ``data`` extra, imported only when a
+source needs them; a missing one is one :class:`~onnxsat.errors.MissingExtraError` line naming the
+extra. ``.npz`` files and CIFAR-10 batches need numpy alone.
 """
 
 from __future__ import annotations
@@ -18,15 +22,16 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from itertools import chain, zip_longest
 from pathlib import Path
+from types import ModuleType
 
 import numpy as np
-from PIL import Image
 
 from onnxsat.errors import DataError
+from onnxsat.extras import require
 
 DIGITS = "digits"
 DIGITS_TEST = "digits-test"
-"""The 397 digits the bundled digits CNN never trained on (``onnxsat.zoo.digits_cnn.DIGITS_SPLIT``)."""
+"""The 397 digits the bundled digits CNN never trained on (the test part of :data:`DIGITS_SPLIT`)."""
 DIGITS_TRAIN = "digits-train"
 """The 1,400 it trained on: calibration data (HRank, reconstruction) kept apart from the evaluation."""
 """The spec naming scikit-learn's bundled digits (1,797 8x8 grayscale images of 0-9, values 0-16)."""
@@ -55,6 +60,25 @@ _CIFAR_PICKLE_GLOBALS = frozenset(
 )
 """All a CIFAR batch pickle may import (a numpy array, and bytes as Python 3 pickles them): a pickle
 can run any function it names, and a data file has no business naming any other."""
+
+
+@dataclass(frozen=True)
+class Split:
+    """A fixed train/test split of the 1,797 digits: a permutation from ``shuffle_seed``, whose first
+    ``train_count`` indices train the model and the rest are held out for measuring it."""
+
+    shuffle_seed: int
+    train_count: int
+
+    def indices(self, total: int) -> tuple[np.ndarray, np.ndarray]:
+        """(train indices, test indices) into a dataset of ``total`` samples in its own order."""
+        order = np.random.default_rng(self.shuffle_seed).permutation(total)
+        return order[: self.train_count], order[self.train_count :]
+
+
+DIGITS_SPLIT = Split(shuffle_seed=0, train_count=1400)
+"""The split of the bundled digits CNN (``digits-train`` and ``digits-test``): 1,400 training digits, 397
+held out. Independent of the training seed, so every retrain is measured on the same held-out digits."""
 
 
 @dataclass(frozen=True)
@@ -140,8 +164,6 @@ def _load(
         digits = _digits(_layout(DIGITS, input_shape, mean, std, native_channels=1), limit if spec == DIGITS else None)
         if spec == DIGITS:
             return digits
-        from onnxsat.zoo.digits_cnn import DIGITS_SPLIT  # the split belongs to the model trained on it
-
         train, test = DIGITS_SPLIT.indices(len(digits))
         part = (test if spec == DIGITS_TEST else train)[:limit]
         assert digits.labels is not None
@@ -202,9 +224,7 @@ def _layout(
 
 def _digits(layout: _ImageLayout, limit: int | None) -> Dataset:
     """scikit-learn's bundled digits, scaled from 0-16 to [0, 1]."""
-    from sklearn.datasets import load_digits
-
-    bunch = load_digits()
+    bunch = require("sklearn.datasets", "scikit-learn's digits").load_digits()
     images = (bunch.images[:limit] / _DIGITS_MAX).astype(np.float32)[:, None]
     return Dataset(_fit(images, layout), bunch.target[:limit].astype(np.int64), DIGITS)
 
@@ -261,6 +281,7 @@ def _image_folder(root: Path, layout: _ImageLayout, limit: int | None) -> Datase
     files, labels = _folder_files(root)
     files = files[:limit]
     mode = "L" if layout.channels == 1 else "RGB"
+    _pillow()  # before any file is read: a missing Pillow is one line naming the extra
     images = (_read_image(path, mode) for path in files)
     first = next(images)
     size = (layout.height or first.shape[1], layout.width or first.shape[2])  # a dynamic dim: the first image's
@@ -297,8 +318,14 @@ def _is_image(path: Path) -> bool:
     return path.suffix.lower() in IMAGE_SUFFIXES and path.is_file() and not path.name.startswith(".")
 
 
+def _pillow(purpose: str = "image folders") -> ModuleType:
+    """Pillow's ``PIL.Image`` (the ``data`` extra); ``purpose`` names what needs it in the missing-extra line."""
+    return require("PIL.Image", purpose)
+
+
 def _read_image(path: Path, mode: str) -> np.ndarray:
     """One image as float32 [C, H, W] in [0, 1], converted by Pillow to ``mode`` ("L" or "RGB")."""
+    Image = _pillow()
     try:
         with Image.open(path) as image:
             pixels = np.asarray(image.convert(mode), dtype=np.float32) / 255.0
@@ -325,6 +352,7 @@ def _resize(image: np.ndarray, size: tuple[int, int]) -> np.ndarray:
     if image.shape[1:] == size:
         return image
     height, width = size
+    Image = _pillow("resizing images to the model's input")
     channels = [
         np.asarray(Image.fromarray(channel, mode="F").resize((width, height), Image.Resampling.BILINEAR))
         for channel in image

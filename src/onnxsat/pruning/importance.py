@@ -56,7 +56,7 @@ biases 77.7/39.2/22.8%), raw norms added 87.4/59.1/33.4%; L2 single 96.4/78.4/57
 93.6/72.4/55.1%, this 93.4/64.2/46.3%. The same order holds on digits-train. So on these Adam-trained
 CNNs single-node keeps more accuracy than any tree-level form tried at 0.3 and 0.5 (tree-level wins
 only L1 at 0.7); with ``--reconstruct`` tree-level has the lower output error in all 12 settings.
-Trained the paper's way instead (SGD, weight decay 5e-4, 300 epochs: ``onnxsat.zoo.digits_cnn``'s
+Trained the paper's way instead (SGD, weight decay 5e-4, 300 epochs: ``tools.zoo.digits_cnn``'s
 ``sgd`` recipe), dead units' roots and leaves shrink together and tree-level is never behind at any
 rate on five seeds (L1 99.35/98.79/91.39% vs 99.35/98.64/91.28%, mostly ties; HRank 99.3/98.0/91.1%
 vs 98.6/81.4/65.3%); with BatchNorm (``sgd-bn``) it is behind again for L1, L2 and FPGM. On

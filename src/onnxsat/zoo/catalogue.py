@@ -1,14 +1,15 @@
 """Every model ``onnxsat zoo build`` can write, by name, whatever builds it.
 
-Four sources, one namespace:
+Three sources, one namespace, none needing more than the core dependencies:
 
-- ``onnx.helper`` graphs built here (no dependency): the seed's SimpleClassifier, the demo CNN, and
-  the scale benchmark's Conv-BN-Relu chain and DenseNet-like DAG at modest sizes;
+- ``onnx.helper`` graphs built here: SimpleClassifier (PyTorch's 60-Minute Blitz CIFAR-10 CNN), the
+  demo CNN, and the scale benchmark's Conv-BN-Relu chain and DenseNet-like DAG at modest sizes;
 - the trained digits CNN, a file shipped with ONNXSat;
 - the architecture models bundled with the ``onnx`` package, named ``light_<name>`` (absent from
-  onnx builds without their test data);
-- PyTorch exports (:mod:`onnxsat.zoo.torch_zoo`), which need the optional ``zoo`` extra.
+  onnx builds without their test data).
 
+PyTorch exports are built by a developer tool of the repository, ``python -m tools.zoo build``, which
+adds them to this catalogue (:class:`ZooModel` ``needs`` names the packages such a model imports).
 Every model is written as ``OUT/<name>.onnx``; seeded models take the seed given to the command.
 """
 
@@ -21,12 +22,8 @@ from pathlib import Path
 
 import onnx
 
-from onnxsat.zoo import bundled, synthetic, torch_zoo
+from onnxsat.zoo import bundled, synthetic
 from onnxsat.zoo.digits_cnn import bundled_digits_cnn
-
-TORCH_SOURCE = "PyTorch"
-PLAIN_TORCH = frozenset({"bert_tiny", "gpt2_tiny"})
-"""The PyTorch models written in plain PyTorch; the others are torchvision's."""
 
 
 @dataclass(frozen=True)
@@ -38,17 +35,12 @@ class ZooModel:
     description: str
     write: Callable[[Path, int], Path]
     """``(out_dir, seed) -> path written``."""
-
-    @property
-    def needs_torch(self) -> bool:
-        return self.source == TORCH_SOURCE
+    needs: tuple[str, ...] = ()
+    """Optional packages building it imports (none for the models of this catalogue)."""
 
     def missing_packages(self) -> list[str]:
         """The packages this model needs that are not installed (looked up, not imported: that takes seconds)."""
-        if not self.needs_torch:
-            return []
-        needed = ["torch"] if self.name in PLAIN_TORCH else ["torch", "torchvision"]
-        return [package for package in needed if importlib.util.find_spec(package) is None]
+        return [package for package in self.needs if importlib.util.find_spec(package) is None]
 
 
 def _helper_model(name: str, description: str, build: Callable[[int], onnx.ModelProto]) -> ZooModel:
@@ -75,19 +67,12 @@ def _copied(name: str, source: str, description: str, original: Path) -> ZooMode
     return ZooModel(name, source, description, write)
 
 
-def _torch_model(name: str, description: str) -> ZooModel:
-    def write(out_dir: Path, seed: int) -> Path:
-        return torch_zoo.build_torch_model(name, out_dir, seed=seed)
-
-    return ZooModel(name, TORCH_SOURCE, description, write)
-
-
 def zoo_models() -> dict[str, ZooModel]:
     """Every model by name, in the order ``--list`` shows them."""
     models = [
         _helper_model(
             "simple_classifier",
-            "the seed's SimpleClassifier: 2 Conv + 3 Gemm, CIFAR-sized 3x32x32 input, 62,006 parameters",
+            "PyTorch's 60-Minute Blitz CIFAR-10 CNN: 2 Conv + 3 Gemm, 3x32x32 input, 62,006 parameters",
             lambda seed: synthetic.simple_classifier(seed),
         ),
         _helper_model(
@@ -109,5 +94,4 @@ def zoo_models() -> dict[str, ZooModel]:
         _copied(f"{bundled.LIGHT_PREFIX}{name}", "onnx package", f"onnx's light {name} (constant weights)", path)
         for name, path in bundled.bundled_models().items()
     )
-    models.extend(_torch_model(name, spec.description) for name, spec in torch_zoo.TORCH_MODELS.items())
     return {model.name: model for model in models}

@@ -1,4 +1,4 @@
-"""Models built in-process with ``onnx.helper``: the demo CNN, the seed's SimpleClassifier, scale-benchmark graphs.
+"""Models built in-process with ``onnx.helper``: the demo CNN, SimpleClassifier, the scale benchmark's graphs.
 
 Weights are seeded random values; BatchNormalization variances are positive and its statistics are
 perturbed away from the identity so that folding them is a real computation, not a no-op.
@@ -55,7 +55,7 @@ class _Builder:
 
 
 def demo_cnn(seed: int = 0, batch: int | str = 1) -> onnx.ModelProto:
-    """A small image classifier with the seed report's patterns.
+    """A small image classifier with the patterns the fusion rules target.
 
     Conv+BN+Relu, Conv+BN+Clip (ReLU6, as in MobileNet), a depthwise Conv+BN+Relu, MaxPool, and a
     Gemm+Relu head: 3x64x64 input, 10 classes.
@@ -81,12 +81,12 @@ def demo_cnn(seed: int = 0, batch: int | str = 1) -> onnx.ModelProto:
 
 
 def simple_classifier(seed: int = 0, batch: int | str = 1) -> onnx.ModelProto:
-    """The seed's SimpleClassifier (PyTorch's "60 Minute Blitz" CIFAR-10 CNN), built without PyTorch.
+    """SimpleClassifier, PyTorch's "60 Minute Blitz" CIFAR-10 CNN, built without PyTorch.
 
     3x32x32 input -> Conv 5x5 (3->6) -> Relu -> MaxPool 2 -> Conv 5x5 (6->16) -> Relu -> MaxPool 2 ->
     Flatten -> Gemm (400->120) -> Relu -> Gemm (120->84) -> Relu -> Gemm (84->10). Weights and biases
-    are seeded random values (PyTorch's default init scale); 62,006 parameters, as in the seed's
-    Table 1. ``x.view(-1, 400)`` is written as Flatten, which adds no shape initializer.
+    are seeded random values (PyTorch's default init scale); 62,006 parameters, as the PyTorch model
+    has. ``x.view(-1, 400)`` is written as Flatten, which adds no shape initializer.
     """
     b = _Builder(seed)
 

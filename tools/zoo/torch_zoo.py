@@ -460,7 +460,7 @@ def _save(model: Any, path: Path) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m onnxsat.zoo.torch_zoo OUT_DIR [--models a,b] [--variants default,noopt]``."""
+    """``python -m tools.zoo.torch_zoo OUT_DIR [--models a,b] [--variants default,noopt]``."""
     parser = argparse.ArgumentParser(description="Export the PyTorch model zoo to ONNX.")
     parser.add_argument("out_dir", type=Path)
     parser.add_argument("--models", default=",".join(TORCH_MODELS), help="comma-separated names")

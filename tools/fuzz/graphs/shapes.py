@@ -11,7 +11,7 @@ from collections.abc import Sequence
 import numpy as np
 from onnx import TensorProto, numpy_helper
 
-from onnxsat.fuzz.graphs.builder import (
+from tools.fuzz.graphs.builder import (
     BOOL,
     DOUBLE,
     FLOAT,
@@ -23,7 +23,7 @@ from onnxsat.fuzz.graphs.builder import (
     maybe,
     uniform,
 )
-from onnxsat.fuzz.graphs.catalog import OpFamily
+from tools.fuzz.graphs.catalog import OpFamily
 
 INT64_MAX = 2**63 - 1
 

@@ -580,7 +580,7 @@ def external_data_locations(data: bytes) -> set[str]:
     """The ``location`` of every external-data entry in a serialized model (empty if it does not parse).
 
     Read from the wire format so that it works on any nesting (subgraphs, functions) without loading
-    the weights; the campaign uses it to place a seed's data files beside each mutated copy.
+    the weights; the campaign uses it to place a seed model's data files beside each mutated copy.
     """
     try:
         tree = parse_message(data, onnx.ModelProto.DESCRIPTOR)

@@ -1,7 +1,7 @@
 """The byte-mutation campaign: thousands of damaged model files, each either processed or refused cleanly.
 
 For each case a seed model is mutated (``mutations.mutate``), written to a fresh folder (beside a copy
-of the seed's external-data files, so mutations of the location/offset/length fields find a real file)
+of the seed model's external-data files, so mutations of the location/offset/length fields find a real file)
 and handed to ``onnxsat optimize`` in its own process. The contract checked is the CLI's: exit 0 with
 the output written and nothing on stderr, or one ``onnxsat: error: ...`` line with an exit code from
 ``errors.py`` and nothing written. Anything else -- a traceback, ``internal error`` (exit 1), death by a
@@ -590,7 +590,7 @@ class _Seed:
     @classmethod
     def load(cls, path: Path) -> _Seed:
         """Read a seed and find its external data files (relative locations inside its folder only)."""
-        from onnxsat.fuzz.mutations import external_data_locations
+        from tools.fuzz.mutations import external_data_locations
 
         data = Path(path).read_bytes()
         folder = Path(path).parent.resolve()
@@ -671,7 +671,7 @@ def run_mutation_campaign(
     ``.txt`` note). ``target`` is ``module:function`` (default: the real CLI); ``workers`` defaults to
     the number of CPUs; ``memory_limit_mb`` caps each child's address space (None: no cap).
     """
-    from onnxsat.fuzz.mutations import mutate  # not at the top: the fork server loads this file (docstring)
+    from tools.fuzz.mutations import mutate  # not at the top: the fork server loads this file (docstring)
 
     started = time.monotonic()
     result = MutationCampaignResult(seed=seed)

@@ -8,9 +8,9 @@ import onnx
 from onnx import TensorProto, helper
 
 from onnxsat.eqsat.facts import subgraph_captures
-from onnxsat.fuzz.graphs.builder import DOUBLE
-from onnxsat.fuzz.graphs.control import FUNCTION_DOMAIN
 from onnxsat.op_kinds import default_opset_version
+from tools.fuzz.graphs.builder import DOUBLE
+from tools.fuzz.graphs.control import FUNCTION_DOMAIN
 
 
 def op_types(model: onnx.ModelProto) -> set[str]:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 from onnx import helper, numpy_helper
 
-from onnxsat.fuzz.graphs.builder import BOOL, FLOAT, Builder, Value
-from onnxsat.fuzz.graphs.catalog import OpFamily
+from tools.fuzz.graphs.builder import BOOL, FLOAT, Builder, Value
+from tools.fuzz.graphs.catalog import OpFamily
 
 FUNCTION_DOMAIN = "onnxsat.fuzz"
 """The domain of the model-local functions a graph calls (``Builder.functions``)."""

@@ -13,10 +13,10 @@ import numpy as np
 import onnx
 from onnx import helper
 
-from onnxsat.fuzz.graphs import control, elementwise, nn, patterns, reductions, shapes
-from onnxsat.fuzz.graphs.builder import BOOL, INT64, Builder, Value
-from onnxsat.fuzz.graphs.catalog import weighted
-from onnxsat.fuzz.graphs.control import FUNCTION_DOMAIN
+from tools.fuzz.graphs import control, elementwise, nn, patterns, reductions, shapes
+from tools.fuzz.graphs.builder import BOOL, INT64, Builder, Value
+from tools.fuzz.graphs.catalog import weighted
+from tools.fuzz.graphs.control import FUNCTION_DOMAIN
 
 IR_VERSION = 9
 """ONNX Runtime 1.31 rejects the IR version onnx 1.23 writes by default."""

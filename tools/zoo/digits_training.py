@@ -17,7 +17,7 @@ from typing import Protocol
 import numpy as np
 
 from onnxsat.data.sources import Dataset
-from onnxsat.zoo.digits_network import loss_and_grads, update_running_statistics
+from tools.zoo.digits_network import loss_and_grads, update_running_statistics
 
 BATCH_SIZE = 32
 _ADAM_BETAS = (0.9, 0.999)

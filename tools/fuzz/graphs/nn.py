@@ -11,7 +11,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from onnxsat.fuzz.graphs.builder import (
+from tools.fuzz.graphs.builder import (
     BOOL,
     FLOAT,
     INT64,
@@ -22,7 +22,7 @@ from onnxsat.fuzz.graphs.builder import (
     uniform,
     window_length,
 )
-from onnxsat.fuzz.graphs.catalog import OpFamily
+from tools.fuzz.graphs.catalog import OpFamily
 
 OPS = OpFamily()
 

@@ -15,10 +15,10 @@ from dataclasses import dataclass, replace
 import numpy as np
 from onnx import TensorProto
 
-from onnxsat.fuzz.graphs.builder import DOUBLE, FLOAT, MAX_ELEMENTS, Builder, Value, uniform, window_length
-from onnxsat.fuzz.graphs.catalog import OpFamily
-from onnxsat.fuzz.graphs.control import if_reading
-from onnxsat.fuzz.graphs.nn import batchnorm, bn_params, clip, image
+from tools.fuzz.graphs.builder import DOUBLE, FLOAT, MAX_ELEMENTS, Builder, Value, uniform, window_length
+from tools.fuzz.graphs.catalog import OpFamily
+from tools.fuzz.graphs.control import if_reading
+from tools.fuzz.graphs.nn import batchnorm, bn_params, clip, image
 
 OPS = OpFamily()
 

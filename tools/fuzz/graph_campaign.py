@@ -17,9 +17,9 @@ from pathlib import Path
 
 import onnx
 
-from onnxsat.fuzz.differential import FAILED, INVALID, Outcome, check_model
-from onnxsat.fuzz.graphs import generate_model, op_types, pattern_census
-from onnxsat.fuzz.shrink import shrink
+from tools.fuzz.differential import FAILED, INVALID, Outcome, check_model
+from tools.fuzz.graphs import generate_model, op_types, pattern_census
+from tools.fuzz.shrink import shrink
 
 
 @dataclass

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from onnxsat.fuzz.graphs.builder import Builder
+from tools.fuzz.graphs.builder import Builder
 
 OpBuilder = Callable[[Builder], object]
 

@@ -1,6 +1,6 @@
 """The numpy layer arithmetic the digits CNN is trained with: affine maps, 3x3 convolution by im2col, 2x2 max pooling.
 
-Each forward function has its adjoint beside it, so the network module (:mod:`onnxsat.zoo.digits_network`) only
+Each forward function has its adjoint beside it, so the network module (:mod:`tools.zoo.digits_network`) only
 wires layers together. Convolution is an affine map on im2col rows, so one affine forward and one affine backward
 serve both Conv and Gemm, with or without a bias (the BatchNormalization variant drops the bias its shift replaces).
 """

@@ -8,8 +8,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from onnxsat.fuzz.graphs.builder import BOOL, FLOAT, INT64, MAX_ELEMENTS, Builder, broadcast, maybe, uniform
-from onnxsat.fuzz.graphs.catalog import OpBuilder, OpFamily
+from tools.fuzz.graphs.builder import BOOL, FLOAT, INT64, MAX_ELEMENTS, Builder, broadcast, maybe, uniform
+from tools.fuzz.graphs.catalog import OpBuilder, OpFamily
 
 OPS = OpFamily()
 

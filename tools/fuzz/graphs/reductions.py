@@ -5,8 +5,8 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
-from onnxsat.fuzz.graphs.builder import INT64, Builder, Value, maybe
-from onnxsat.fuzz.graphs.catalog import OpBuilder, OpFamily
+from tools.fuzz.graphs.builder import INT64, Builder, Value, maybe
+from tools.fuzz.graphs.catalog import OpBuilder, OpFamily
 
 OPS = OpFamily()
 

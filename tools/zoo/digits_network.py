@@ -17,14 +17,14 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from onnxsat.zoo.batchnorm import (
+from tools.zoo.batchnorm import (
     BatchNormCache,
     batch_norm_backward,
     batch_norm_infer,
     batch_norm_train,
     running_average,
 )
-from onnxsat.zoo.digits_layers import (
+from tools.zoo.digits_layers import (
     affine,
     affine_backward,
     col2im,

@@ -14,7 +14,7 @@ bug report; ``pattern_census`` and ``op_types`` read back what a model contains,
 
 from __future__ import annotations
 
-from onnxsat.fuzz.graphs.census import op_types, pattern_census
-from onnxsat.fuzz.graphs.generate import generate_model
+from tools.fuzz.graphs.census import op_types, pattern_census
+from tools.fuzz.graphs.generate import generate_model
 
 __all__ = ["generate_model", "op_types", "pattern_census"]

@@ -1,1 +1,0 @@
-"""Reliability campaigns: differential graph fuzzing, byte-mutation fuzzing and the opset sweep."""

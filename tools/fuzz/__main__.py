@@ -1,0 +1,7 @@
+"""``python -m tools.fuzz graphs|bytes|opsets ...``: see :mod:`tools.fuzz.command`."""
+
+import sys
+
+from tools.fuzz.command import main
+
+sys.exit(main())

@@ -1,0 +1,7 @@
+"""``python -m tools.zoo build ...``: see :mod:`tools.zoo.build`."""
+
+import sys
+
+from tools.zoo.build import main
+
+sys.exit(main())
