@@ -32,6 +32,7 @@ import onnx
 from onnxsat.errors import SettingsError
 from onnxsat.external_data import has_external_data, structure_view
 from onnxsat.op_kinds import default_opset_version
+from onnxsat.verification import random_inputs, run_model, with_outputs
 
 MICROSOFT = "com.microsoft"
 
@@ -143,7 +144,6 @@ def resolve_shapes(
         return Shapes(facts, inputs, INFERENCE)
     if not allow_onnxruntime:
         raise ShapesUnknownError(f"shape inference cannot tell the shape of {_listed(missing)}")
-    from onnxsat.verification import random_inputs, run_model, with_outputs
 
     exposed = with_outputs(fixed, missing)
     names = [o.name for o in exposed.graph.output]

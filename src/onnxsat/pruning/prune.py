@@ -34,7 +34,7 @@ from onnxsat.pruning.importance import (
 from onnxsat.pruning.library import load_library
 from onnxsat.pruning.reconstruct import reconstruct
 from onnxsat.pruning.report import GroupReport, PruneReport
-from onnxsat.pruning.trees import ChannelGroup, Forest, build_groups
+from onnxsat.pruning.trees import ChannelGroup, Forest, build_groups, format_trees, render_trees
 from onnxsat.pruning.unfuse import fused_count, split_fused
 from onnxsat.sparsity.search import batch_size_for, data_input, input_dims
 from onnxsat.verification import VerificationResult, random_inputs, run_model
@@ -265,7 +265,6 @@ def check_pruned(
 
 def show_trees(input_path: str | Path, library: str | Path | None = None, image: str | Path | None = None) -> str:
     """The node association trees of the model at ``input_path`` as text (and drawn to ``image``)."""
-    from onnxsat.pruning.trees import format_trees, render_trees
 
     model = model_io.load_model(input_path)
     _, _, forest = association_trees(model, library, model_io.model_folder(input_path))

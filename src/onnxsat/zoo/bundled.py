@@ -15,6 +15,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from onnxsat.errors import SettingsError
+
 LIGHT_PREFIX = "light_"
 
 
@@ -38,7 +40,6 @@ def bundled_models() -> dict[str, Path]:
 
 def bundled_model(name: str) -> Path:
     """Path of one light model by name (``"resnet50"`` or ``"light_resnet50"``)."""
-    from onnxsat.errors import SettingsError
 
     models = bundled_models()
     key = name.removeprefix(LIGHT_PREFIX)

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import onnx
 
+from onnxsat.model_io import save_model, write_bytes_atomic
 from onnxsat.zoo import bundled, synthetic
 from onnxsat.zoo.digits_cnn import bundled_digits_cnn
 
@@ -45,7 +46,6 @@ class ZooModel:
 
 def _helper_model(name: str, description: str, build: Callable[[int], onnx.ModelProto]) -> ZooModel:
     def write(out_dir: Path, seed: int) -> Path:
-        from onnxsat.model_io import save_model
 
         path = out_dir / f"{name}.onnx"
         save_model(build(seed), path)
@@ -58,7 +58,6 @@ def _copied(name: str, source: str, description: str, original: Path) -> ZooMode
     """A model shipped as a file: copied as it is (the seed does not apply)."""
 
     def write(out_dir: Path, seed: int) -> Path:
-        from onnxsat.model_io import write_bytes_atomic
 
         path = out_dir / f"{name}.onnx"
         write_bytes_atomic(original.read_bytes(), path)
