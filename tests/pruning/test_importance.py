@@ -2,20 +2,27 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import numpy as np
 import onnx
 import pytest
 from pruning_helpers import Builder, prune, run
 
+from onnxsat.errors import SettingsError
 from onnxsat.pruning.importance import (
+    CRITERIA,
+    Criterion,
     channels_to_prune,
     fpgm_scores,
+    get_criterion,
     group_scores,
     member_matrix,
     ranked_maps,
+    register_criterion,
     select_kept,
 )
-from onnxsat.pruning.prune import association_trees
+from onnxsat.pruning.prune import PruneOptions, association_trees
 from onnxsat.pruning.trees import ChannelSlice
 
 
@@ -133,3 +140,31 @@ def test_kept_channel_counts_round_up_to_the_multiple_on_wide_groups() -> None:
     assert channels_to_prune(64, 0.5, 8) == 32
     assert channels_to_prune(16, 0.3, 8) == 4 and channels_to_prune(30, 0.3, 8) == 9
     assert channels_to_prune(64, 0.0, 8) == 0
+
+
+@pytest.fixture
+def temporary_criterion() -> Iterator[Criterion]:
+    """A criterion registered the way the README says (one object), removed again after the test."""
+    # the largest absolute weight of each channel (L-infinity)
+    criterion = register_criterion(Criterion("linf", lambda matrix: np.max(np.abs(matrix), axis=1)))
+    yield criterion
+    del CRITERIA[criterion.name]
+
+
+def test_a_registered_criterion_prunes_through_the_pass(temporary_criterion: Criterion) -> None:
+    model = ranked_model()
+    _, index, forest = association_trees(model)
+    group = next(g for g in forest.groups if g.prunable)
+    assert np.argmin(group_scores(group, index.value, "linf", single_node=True)) == 0
+    pruned, report = prune(model, rate=0.25, criterion="linf", single_node=True)
+    assert report.criterion == "linf" and report.verification is not None and report.verification.ok
+    assert "linf" in PruneOptions.__dataclass_fields__["criterion"].metadata["cli"]["choices"]()
+    assert next(t.dims[0] for t in pruned.graph.initializer if t.name.startswith("c1")) == 3
+
+
+def test_criteria_say_what_they_need_and_names_are_unique() -> None:
+    assert [name for name, c in CRITERIA.items() if c.ranks_roots] == ["hrank"]
+    with pytest.raises(TypeError, match="two pruning criteria named l1"):
+        register_criterion(Criterion("l1", np.sum))
+    with pytest.raises(SettingsError, match="unknown criterion 'l3'; choose from l1, l2, fpgm, hrank"):
+        get_criterion("l3")

@@ -1,6 +1,9 @@
-"""Targets, exact counts and the four scoring methods (sparsity/targets.py, methods.py, calibration.py)."""
+"""Targets, exact counts, the four scoring methods and their registry (sparsity/targets.py, methods.py,
+calibration.py)."""
 
 from __future__ import annotations
+
+from collections.abc import Iterator
 
 import numpy as np
 import onnx
@@ -9,7 +12,15 @@ from onnx import TensorProto, helper, numpy_helper
 
 from onnxsat.errors import SettingsError
 from onnxsat.sparsity.calibration import channel_norms
-from onnxsat.sparsity.methods import smallest, sparsity_masks
+from onnxsat.sparsity.methods import (
+    METHODS,
+    SparsityMethod,
+    get_method,
+    register_method,
+    smallest,
+    sparsity_masks,
+)
+from onnxsat.sparsity.sparsify import SparsifyOptions
 from onnxsat.sparsity.targets import prunable_weights, select
 
 RNG = np.random.default_rng(7)
@@ -164,3 +175,36 @@ def test_fused_ops_onnxsat_writes_are_targets_too() -> None:
     assert {"FusedConv", "FusedGemm"} <= {t.op_type for t in targets}
     result = sparsity_masks("relative", targets, {t.name: values(optimized)[t.name] for t in targets}, 0.5)
     assert result.sparsity == pytest.approx(0.5, abs=0.01)
+
+
+@pytest.fixture
+def temporary_method() -> Iterator[SparsityMethod]:
+    """A method registered the way the README says (one object), removed again after the test."""
+    # keeps the largest |w| instead of the smallest: easy to tell apart from every built-in method
+    method = register_method(
+        SparsityMethod("largest-first", layer_scores=lambda target, magnitudes, norms: -magnitudes)
+    )
+    yield method
+    del METHODS[method.name]
+
+
+def test_a_registered_method_works_everywhere_a_method_is_named(temporary_method: SparsityMethod) -> None:
+    model = cnn()
+    weights = values(model)
+    result = sparsity_masks("largest-first", prunable_weights(model), weights, 0.5)
+    mask, magnitude = result.masks["wm"], np.abs(weights["wm"])
+    assert magnitude[mask].min() >= magnitude[~mask].max()  # the largest half went
+    assert "largest-first" in SparsifyOptions.__dataclass_fields__["method"].metadata["cli"]["choices"]()
+    SparsifyOptions(method="largest-first").check()
+    assert get_method("largest-first").per_layer and not get_method("largest-first").needs_activations
+
+
+def test_a_method_needs_one_scoring_rule_and_its_own_name() -> None:
+    with pytest.raises(TypeError, match="exactly one of layer_scores and references"):
+        register_method(SparsityMethod("neither"))
+    with pytest.raises(TypeError, match="two sparsity methods named relative"):
+        register_method(SparsityMethod("relative", references=lambda spans: np.ones(len(spans))))
+    with pytest.raises(SettingsError, match="unknown method 'dense'; choose from flat, triangular, relative"):
+        get_method("dense")
+    assert [name for name, method in METHODS.items() if method.per_layer] == ["relative", "calibrated"]
+    assert [name for name, method in METHODS.items() if method.needs_activations] == ["calibrated"]

@@ -1,0 +1,177 @@
+"""The pass core: one registry of passes, one runner, options as the single source of keywords, pipeline
+keys and command-line flags."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import ClassVar
+
+import onnx
+import pytest
+
+import onnxsat
+from onnxsat.commands import command_modules
+from onnxsat.core import PASSES, Model, Pass, PassContext, PassResult, lossless, register_pass
+from onnxsat.eqsat.optimizer import OptimizeOptions
+from onnxsat.errors import SettingsError, VerificationFailedError
+from onnxsat.options import RUN_SETTINGS, add_arguments, cli_fields, flag_name, from_arguments, pass_keys
+from onnxsat.passes import catalogue
+from onnxsat.pipelines.file import run_pipeline_file
+from onnxsat.pruning.prune import PruneOptions
+from onnxsat.runner import RunSettings, run
+from onnxsat.sparsity.sparsify import SparsifyOptions
+from onnxsat.surgery.graph_edit import copy_model
+from onnxsat.verification import VerificationResult
+from onnxsat.zoo.synthetic import demo_cnn
+
+OPTIONS = (OptimizeOptions, SparsifyOptions, PruneOptions)
+
+
+@register_pass
+@dataclass
+class RenameGraphPass(Pass):
+    """A pass written the way the README's "How to add a pass" says: fields as keys, ``check``, ``run``."""
+
+    kind: ClassVar[str] = "test-rename-graph"
+    name: str = "renamed"
+
+    def check(self, place: str) -> None:
+        if not self.name:
+            raise SettingsError(f"{place}.name: must not be empty")
+
+    def run(self, model: Model, context: PassContext) -> PassResult:
+        result = copy_model(model.proto)
+        result.graph.name = self.name
+        return lossless(context, model, result, [f"graph renamed to {self.name}"])
+
+
+@dataclass
+class RefusingPass(Pass):
+    """A pass whose result never verifies (not registered: used directly)."""
+
+    kind: ClassVar[str] = "test-refusing"
+
+    def run(self, model: Model, context: PassContext) -> PassResult:
+        return PassResult(model.proto, VerificationResult(False, error="refused on purpose"))
+
+
+@pytest.fixture
+def model_file(tmp_path: Path) -> Iterator[Path]:
+    path = tmp_path / "model.onnx"
+    onnx.save(demo_cnn(), str(path))
+    yield path
+
+
+def test_every_pass_is_registered_by_its_module() -> None:
+    passes = catalogue()
+    expected = {"eqsat", "sparsify", "prune", "surgeries", "ort", "peephole", "ort-transformers"}
+    assert expected | {"sparse-initializers", "verify", RenameGraphPass.kind} <= set(passes)
+    assert all(issubclass(cls, Pass) and cls.kind == kind for kind, cls in passes.items())
+    assert passes == PASSES
+
+
+def test_a_second_pass_of_the_same_kind_is_refused() -> None:
+    with pytest.raises(TypeError, match="two passes of kind 'test-rename-graph'"):
+        register_pass(type("Again", (RenameGraphPass,), {}))
+
+
+def test_a_pass_added_in_one_module_runs_from_a_pipeline_file(model_file: Path, tmp_path: Path) -> None:
+    pipeline = tmp_path / "pipe.json"
+    passes = [{"type": "test-rename-graph", "name": "mine"}, {"type": "verify"}]
+    pipeline.write_text(json.dumps({"input_model": "model.onnx", "output_model": "out.onnx", "passes": passes}))
+    report = run_pipeline_file(pipeline)
+    assert report.ok and report.written
+    assert report.steps[0].notices == ["graph renamed to mine"]
+    assert onnx.load(str(tmp_path / "out.onnx")).graph.name == "mine"
+
+
+def test_a_pass_checks_its_keys_before_anything_runs(model_file: Path, tmp_path: Path) -> None:
+    pipeline = tmp_path / "pipe.json"
+    for entry, message in (
+        ({"type": "test-rename-graph", "name": ""}, "passes[0].name: must not be empty"),
+        ({"type": "test-rename-graph", "nam": "x"}, "has no key 'nam'"),
+    ):
+        pipeline.write_text(json.dumps({"input_model": "model.onnx", "output_model": "o.onnx", "passes": [entry]}))
+        with pytest.raises(SettingsError, match=re.escape(message)):
+            run_pipeline_file(pipeline)
+    assert not (tmp_path / "o.onnx").exists()
+
+
+def test_the_runner_refuses_a_failing_result_writes_nothing_and_still_reports(model_file: Path, tmp_path: Path) -> None:
+    output, report_path = tmp_path / "out.onnx", tmp_path / "report.json"
+    with pytest.raises(VerificationFailedError, match="refuse failed verification; nothing was written") as caught:
+        run(model_file, output, [("refuse", RefusingPass())], RunSettings(), report_path, pipeline="p")
+    assert not output.exists()
+    saved = json.loads(report_path.read_text())
+    assert saved["steps"][0]["verification"]["error"] == "refused on purpose" and saved["written"] is False
+    assert caught.value.report.steps[0].ok is False  # type: ignore[attr-defined]
+    forced = run(model_file, output, [("refuse", RefusingPass())], RunSettings(force=True), pipeline="p")
+    assert forced.written and output.exists()
+
+
+def test_later_passes_do_not_run_after_a_failure(model_file: Path, tmp_path: Path) -> None:
+    steps = [("first", RefusingPass()), ("second", RenameGraphPass())]
+    with pytest.raises(VerificationFailedError, match="first failed verification") as caught:
+        run(model_file, tmp_path / "out.onnx", steps, pipeline="p")
+    assert caught.value.report.not_run == ["second"]  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("options_class", OPTIONS)
+def test_options_are_the_flags_and_the_pipeline_keys(options_class: type) -> None:
+    fields = {f.name for f in dataclasses.fields(options_class)}
+    flags = {f.name for f in cli_fields(options_class)}
+    keys = set(pass_keys(options_class))
+    assert flags <= keys <= fields
+    assert not keys & set(RUN_SETTINGS)
+    parser = argparse.ArgumentParser()
+    add_arguments(parser, options_class)
+    defaults = from_arguments(options_class, parser.parse_args([]))
+    built = options_class()
+    for field in cli_fields(options_class):
+        cli_default = field.metadata["cli"]["default"]
+        expected = getattr(built, field.name) if cli_default is dataclasses.MISSING else cli_default
+        assert getattr(defaults, field.name) == expected, flag_name(field)
+
+
+def test_a_flag_reaches_its_field() -> None:
+    parser = argparse.ArgumentParser()
+    add_arguments(parser, SparsifyOptions)
+    args = parser.parse_args(["--sparsity", "40%", "--uniform-only", "--exclude", "a", "b", "--mean", "0.5,0.4"])
+    options = from_arguments(SparsifyOptions, args)
+    assert (options.sparsity, options.per_layer, options.exclude, options.mean) == (0.4, False, ["a", "b"], [0.5, 0.4])
+    parser = argparse.ArgumentParser()
+    add_arguments(parser, PruneOptions)
+    options = from_arguments(PruneOptions, parser.parse_args(["--rates", "c1=0.25", "c2=10%", "--single-node"]))
+    assert options.rates == {"c1": 0.25, "c2": 0.1} and options.single_node
+
+
+def test_the_api_takes_the_options_as_keywords(model_file: Path, tmp_path: Path) -> None:
+    report = onnxsat.sparsify(model_file, tmp_path / "s.onnx", sparsity=0.3, method="flat")
+    assert report.written and report.method == "flat" and report.overall == pytest.approx(0.3, abs=0.01)
+    report = onnxsat.optimize(model_file, tmp_path / "o.onnx", target="portable", max_iterations=1)
+    assert report.egraph["stop_reason"] == "iteration limit (1)" and report.target == "portable"
+    with pytest.raises(TypeError, match="unexpected keyword argument 'sparsty'"):
+        onnxsat.sparsify(model_file, tmp_path / "x.onnx", sparsty=0.3)
+    with pytest.raises(SettingsError, match="unknown method 'dense'"):
+        onnxsat.sparsify(model_file, tmp_path / "x.onnx", method="dense")
+    assert not (tmp_path / "x.onnx").exists()
+
+
+def test_the_api_names_are_functions_not_the_modules_of_the_same_name() -> None:
+    import onnxsat.eqsat.optimizer
+    import onnxsat.verification
+
+    assert callable(onnxsat.optimize) and callable(onnxsat.verify) and callable(onnxsat.run_pipeline)
+
+
+def test_every_command_module_has_an_order_and_a_parser() -> None:
+    modules = command_modules()
+    orders = [module.ORDER for module in modules]
+    assert orders == sorted(set(orders)), "each command its own place in --help"
+    assert all(callable(module.add_parser) for module in modules)
