@@ -62,22 +62,13 @@ def test_fuzz_bad_settings_are_one_line_errors(argv: list[str], capfd: pytest.Ca
 def test_the_module_entry_runs_from_the_repository_root() -> None:
     """`make fuzz` runs `python -m tools.fuzz` from the repository root: the entry itself, in its own process."""
     root = Path(__file__).resolve().parents[1]
-    done = subprocess.run(
-        [sys.executable, "-m", "tools.fuzz", "graphs", "--count", "1", "--seed", "3"],
-        cwd=root,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
+
+    def fuzz(*args: str) -> subprocess.CompletedProcess[str]:
+        command = [sys.executable, "-m", "tools.fuzz", "graphs", *args]
+        return subprocess.run(command, cwd=root, capture_output=True, text=True, timeout=300, check=False)
+
+    done = fuzz("--count", "1", "--seed", "3")
     assert done.returncode == 0, done.stderr
     assert re.search(r"1 generated, \d+ ran, \d+ passed, \d+ rejected as invalid, 0 failed", done.stdout), done.stdout
-    bad = subprocess.run(
-        [sys.executable, "-m", "tools.fuzz", "graphs", "--count", "0"],
-        cwd=root,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
+    bad = fuzz("--count", "0")
     assert bad.returncode == 9 and bad.stderr == "onnxsat: error: --count must be at least 1 (got 0)\n"

@@ -10,14 +10,13 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import ClassVar
 
 import onnx
 import pytest
 
 import onnxsat
 from onnxsat.commands import command_modules
-from onnxsat.core import PASSES, Model, Pass, PassContext, PassResult, lossless, register_pass
+from onnxsat.core import PASSES, Model, Pass, PassContext, PassResult, lossless
 from onnxsat.eqsat.optimizer import OptimizeOptions
 from onnxsat.errors import SettingsError, VerificationFailedError
 from onnxsat.options import RUN_SETTINGS, add_arguments, cli_fields, flag_name, from_arguments, pass_keys
@@ -33,12 +32,10 @@ from onnxsat.zoo.synthetic import demo_cnn
 OPTIONS = (OptimizeOptions, SparsifyOptions, PruneOptions)
 
 
-@register_pass
 @dataclass
-class RenameGraphPass(Pass):
+class RenameGraphPass(Pass, kind="test-rename-graph"):
     """A pass written the way the README's "How to add a pass" says: fields as keys, ``check``, ``run``."""
 
-    kind: ClassVar[str] = "test-rename-graph"
     name: str = "renamed"
 
     def check(self, place: str) -> None:
@@ -52,10 +49,8 @@ class RenameGraphPass(Pass):
 
 
 @dataclass
-class RefusingPass(Pass):
+class RefusingPass(Pass, kind="test-refusing", register=False):
     """A pass whose result never verifies (not registered: used directly)."""
-
-    kind: ClassVar[str] = "test-refusing"
 
     def run(self, model: Model, context: PassContext) -> PassResult:
         return PassResult(model.proto, VerificationResult(False, error="refused on purpose"))
@@ -77,8 +72,12 @@ def test_every_pass_is_registered_by_its_module() -> None:
 
 
 def test_a_second_pass_of_the_same_kind_is_refused() -> None:
-    with pytest.raises(TypeError, match="two passes of kind 'test-rename-graph'"):
-        register_pass(type("Again", (RenameGraphPass,), {}))
+    with pytest.raises(TypeError, match="pass 'test-rename-graph' is registered twice"):
+
+        class Again(RenameGraphPass, kind="test-rename-graph"):
+            pass
+
+    assert "test-refusing" not in PASSES
 
 
 def test_a_pass_added_in_one_module_runs_from_a_pipeline_file(model_file: Path, tmp_path: Path) -> None:

@@ -5,9 +5,10 @@ verify) is a :class:`Pass`. The runner (``onnxsat.runner``) does the rest once f
 check, run the passes in order, write atomically only what verified, write the report. The command
 line, the Python API and pipeline files all build passes and hand them to the runner.
 
-A pass is a class registered under its ``kind`` (the ``type`` of a pipeline entry) with
-:func:`register_pass`, in the module of ``onnxsat.passes`` that defines it; ``passes.catalogue()``
-imports them all. Reports derive from :class:`ReportBase`, so each has the same three forms.
+A pass is a class registered under its ``kind`` (the ``type`` of a pipeline entry) by its class
+statement (``class OrtPass(Pass, kind="ort")``), in the module of ``onnxsat.passes`` that defines it;
+``passes.catalogue()`` imports them all. Reports derive from :class:`ReportBase`, so each has the same
+three forms.
 """
 
 from __future__ import annotations
@@ -15,15 +16,16 @@ from __future__ import annotations
 import json
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
-from typing import Any, ClassVar, Protocol, TypeVar
+from typing import Any, ClassVar, Protocol
 
 import onnx
 
 from onnxsat.config_check import checked_keys
 from onnxsat.errors import SettingsError
 from onnxsat.options import RUN_SETTINGS
+from onnxsat.registry import Registry
 from onnxsat.verification import Tolerance, VerificationResult, verify
 
 
@@ -54,6 +56,10 @@ class Report(Protocol):
 
     def to_table(self) -> str: ...
 
+    def summary(self) -> list[str]:
+        """A few lines saying what the pass did (the pipeline report's notices)."""
+        ...
+
 
 class ReportBase:
     """``to_json`` and ``to_text`` from ``to_dict`` and ``to_table``, the same for every report type."""
@@ -65,6 +71,9 @@ class ReportBase:
 
     def to_table(self) -> str:
         raise NotImplementedError
+
+    def summary(self) -> list[str]:
+        return []
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=2, sort_keys=self.sort_json_keys, default=str)
@@ -119,11 +128,27 @@ class PassResult:
 
 
 class Pass(ABC):
-    """Base of every pass. ``kind`` names it in pipeline files; ``result_name`` in messages."""
+    """Base of every pass. A pass names its kind (the ``type`` of a pipeline entry) in its class statement,
+    which registers it: ``class OrtPass(Pass, kind="ort")``; ``register=False`` keeps a pass out of the
+    registry (one used directly, in tests).
+    """
 
     kind: ClassVar[str]
     result_name: ClassVar[str] = "the result"
     """How a refusal names the result: "the sparsified model failed verification; nothing was written"."""
+    checks_input: ClassVar[bool] = False
+    """The pass runs the ONNX checker on its input itself, so the runner need not."""
+
+    def __init_subclass__(
+        cls, kind: str | None = None, result_name: str | None = None, register: bool = True, **rest: Any
+    ) -> None:
+        super().__init_subclass__(**rest)
+        if result_name is not None:
+            cls.result_name = result_name
+        if kind is not None:
+            cls.kind = kind
+            if register:
+                PASSES.register(kind, cls)
 
     @classmethod
     def from_config(cls, config: Mapping[str, Any], place: str) -> Pass:
@@ -168,15 +193,52 @@ def lossless(context: PassContext, before: Model, after: onnx.ModelProto, notice
     return PassResult(after, result, notices)
 
 
-PASSES: dict[str, type[Pass]] = {}
+class OptionsPass(Pass):
+    """A pass whose settings are one options dataclass (``options_class``; see ``onnxsat.options``) and
+    whose work is one function, ``transform(model, options, source=..., base_dir=...) -> (model, report)``:
+    the options' fields are the pass's pipeline keys, the run's shared settings replace the options' own,
+    and the report's ``summary()`` gives the pipeline report's lines. ``lossy`` results become the
+    reference later ``verify`` passes compare against."""
+
+    options: Any
+    options_class: ClassVar[type]
+    transform: ClassVar[Callable[..., tuple[onnx.ModelProto, Any]]]
+    lossy: ClassVar[bool] = False
+
+    def __init_subclass__(
+        cls,
+        options_class: type | None = None,
+        transform: Callable[..., tuple[onnx.ModelProto, Any]] | None = None,
+        lossy: bool = False,
+        checks_input: bool = False,
+        **rest: Any,
+    ) -> None:
+        if options_class is not None and transform is not None:
+            cls.options_class, cls.transform = options_class, staticmethod(transform)  # type: ignore[assignment]
+            cls.lossy, cls.checks_input = lossy, checks_input
+        super().__init_subclass__(**rest)
+
+    def check(self, place: str) -> None:
+        run_check(place, self.options.check)
+
+    def run(self, model: Model, context: PassContext) -> PassResult:
+        transform = type(self).transform
+        result, report = transform(
+            model.proto, self.options_for(context), source=context.source, base_dir=model.base_dir
+        )
+        return PassResult(result, report.verification, report.summary(), rebase=self.lossy, report=report)
+
+    def options_for(self, context: PassContext) -> Any:
+        """The options with the run's settings in: its input shapes, tolerance and verification timeout,
+        and its data unless the pass names its own."""
+        names = {f.name for f in fields(self.options)}
+        shared: dict[str, Any] = {"input_shapes": context.input_shapes, "tolerance": context.tolerance}
+        if context.run_timeout is not None:
+            shared["run_timeout"] = context.run_timeout
+        if "data" in names:
+            shared["data"] = self.options.data or context.data
+        return replace(self.options, **{key: value for key, value in shared.items() if key in names})
+
+
+PASSES: Registry[type[Pass]] = Registry("pass", "pass")
 """Pass kind (the ``type`` key of a pipeline entry) -> its class, in registration order."""
-
-P = TypeVar("P", bound=type[Pass])
-
-
-def register_pass(cls: P) -> P:
-    """Class decorator: make ``cls`` a pass of pipeline files under ``cls.kind``."""
-    if cls.kind in PASSES:
-        raise TypeError(f"two passes of kind {cls.kind!r}: {PASSES[cls.kind].__name__} and {cls.__name__}")
-    PASSES[cls.kind] = cls
-    return cls

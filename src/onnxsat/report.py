@@ -50,6 +50,11 @@ class OptimizeReport(ReportBase):
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
+    def summary(self) -> list[str]:
+        fused = ", ".join(f"{op} {count}" for op, count in sorted(self.fusions.items())) or "none"
+        before, after = sum(self.nodes_before.values()), sum(self.nodes_after.values())
+        return [f"{before} -> {after} nodes; fusions: {fused}"]
+
     def record_phase(self, name: str, seconds: float) -> None:
         """Loading comes first among the phases, saving last."""
         self.phases = {name: seconds, **self.phases} if name == "load" else {**self.phases, name: seconds}

@@ -164,7 +164,7 @@ def test_a_registered_criterion_prunes_through_the_pass(temporary_criterion: Cri
 
 def test_criteria_say_what_they_need_and_names_are_unique() -> None:
     assert [name for name, c in CRITERIA.items() if c.ranks_roots] == ["hrank"]
-    with pytest.raises(TypeError, match="two pruning criteria named l1"):
+    with pytest.raises(TypeError, match="pruning criterion 'l1' is registered twice"):
         register_criterion(Criterion("l1", np.sum))
     with pytest.raises(SettingsError, match="unknown criterion 'l3'; choose from l1, l2, fpgm, hrank"):
         get_criterion("l3")

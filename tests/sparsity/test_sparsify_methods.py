@@ -202,7 +202,7 @@ def test_a_registered_method_works_everywhere_a_method_is_named(temporary_method
 def test_a_method_needs_one_scoring_rule_and_its_own_name() -> None:
     with pytest.raises(TypeError, match="exactly one of layer_scores and references"):
         register_method(SparsityMethod("neither"))
-    with pytest.raises(TypeError, match="two sparsity methods named relative"):
+    with pytest.raises(TypeError, match="sparsity method 'relative' is registered twice"):
         register_method(SparsityMethod("relative", references=lambda spans: np.ones(len(spans))))
     with pytest.raises(SettingsError, match="unknown method 'dense'; choose from flat, triangular, relative"):
         get_method("dense")

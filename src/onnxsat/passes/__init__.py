@@ -9,7 +9,7 @@ from __future__ import annotations
 import importlib
 import pkgutil
 
-from onnxsat.core import PASSES, Model, Pass, PassContext, PassResult, register_pass
+from onnxsat.core import PASSES, Model, Pass, PassContext, PassResult
 
 
 def catalogue() -> dict[str, type[Pass]]:
@@ -19,4 +19,4 @@ def catalogue() -> dict[str, type[Pass]]:
     return dict(PASSES)
 
 
-__all__ = ["PASSES", "Model", "Pass", "PassContext", "PassResult", "catalogue", "register_pass"]
+__all__ = ["PASSES", "Model", "Pass", "PassContext", "PassResult", "catalogue"]

@@ -1,36 +1,15 @@
-"""``prune``: structured pruning along node association trees (``onnxsat prune``)."""
+"""``prune``: structured pruning along node association trees (``onnxsat prune``); its keys are
+``PruneOptions``' fields, the names of the command's options (``data`` defaults to the run's)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
-from typing import ClassVar
+from dataclasses import dataclass
 
-from onnxsat.core import Model, Pass, PassContext, PassResult, register_pass, run_check
+from onnxsat.core import OptionsPass
 from onnxsat.pruning.prune import PruneOptions, prune_model
 
 
-@register_pass
 @dataclass
-class PrunePass(Pass):
-    """The keys are ``PruneOptions``' fields, the names of ``onnxsat prune``'s options (``data`` defaults
-    to the run's)."""
-
-    kind: ClassVar[str] = "prune"
-    result_name: ClassVar[str] = "the pruned model"
-    options_class: ClassVar[type] = PruneOptions
-
+class PrunePass(OptionsPass, kind="prune", options_class=PruneOptions, transform=prune_model, lossy=True):
     options: PruneOptions
-
-    def check(self, place: str) -> None:
-        run_check(place, self.options.check)
-
-    def run(self, model: Model, context: PassContext) -> PassResult:
-        options = replace(self.options, data=self.options.data or context.data, input_shapes=context.input_shapes)
-        result, report = prune_model(model.proto, options, source=context.source, base_dir=model.base_dir)
-        params, macs = report.params, report.macs
-        notices = [
-            f"{report.mode} {options.criterion} at rate {options.rate:g}: params {params['pruned']:,} of "
-            f"{params['original']:,}, MACs {macs['pruned']:,} of {macs['original']:,}",
-            *report.notes,
-        ]
-        return PassResult(result, report.verification, notices, rebase=True, report=report)
+    result_name = "the pruned model"

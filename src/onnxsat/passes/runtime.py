@@ -5,21 +5,18 @@ optimization at a level), ``peephole`` (onnxscript's optimizer or onnxoptimizer)
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar
 
-from onnxsat.core import Model, Pass, PassContext, PassResult, lossless, register_pass
+from onnxsat.core import Model, Pass, PassContext, PassResult, lossless
 from onnxsat.errors import SettingsError
 from onnxsat.runtime.offline import LEVELS, optimize_offline
 from onnxsat.runtime.peephole import TOOLS, peephole
 from onnxsat.runtime.transformers import OPT_LEVELS, optimize_transformer
 
 
-@register_pass
 @dataclass
-class OrtPass(Pass):
+class OrtPass(Pass, kind="ort"):
     """ONNX Runtime's offline graph optimization at ``level`` basic, extended or all."""
 
-    kind: ClassVar[str] = "ort"
     level: str = "extended"
 
     def check(self, place: str) -> None:
@@ -30,12 +27,10 @@ class OrtPass(Pass):
         return lossless(context, model, *optimize_offline(model.proto, self.level, model.base_dir))
 
 
-@register_pass
 @dataclass
-class PeepholePass(Pass):
+class PeepholePass(Pass, kind="peephole"):
     """A well-kept peephole optimizer (onnxscript's, or onnxoptimizer)."""
 
-    kind: ClassVar[str] = "peephole"
     tool: str = "onnxscript"
 
     def check(self, place: str) -> None:
@@ -46,12 +41,10 @@ class PeepholePass(Pass):
         return lossless(context, model, *peephole(model.proto, self.tool, model.base_dir))
 
 
-@register_pass
 @dataclass
-class OrtTransformersPass(Pass):
+class OrtTransformersPass(Pass, kind="ort-transformers"):
     """ONNX Runtime's transformers optimizer."""
 
-    kind: ClassVar[str] = "ort-transformers"
     model_type: str | None = None
     num_heads: int = 0
     hidden_size: int = 0

@@ -3,19 +3,16 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar
 
-from onnxsat.core import Model, Pass, PassContext, PassResult, register_pass
+from onnxsat.core import Model, Pass, PassContext, PassResult
 from onnxsat.errors import SettingsError
 from onnxsat.sparsity.storage import to_sparse_initializers
 from onnxsat.surgery.graph_edit import copy_model
 from onnxsat.verification import Tolerance, verify
 
 
-@register_pass
 @dataclass
-class SparseInitializersPass(Pass):
-    kind: ClassVar[str] = "sparse-initializers"
+class SparseInitializersPass(Pass, kind="sparse-initializers"):
     min_sparsity: float = 0.5
 
     def check(self, place: str) -> None:

@@ -9,22 +9,20 @@ passes compare against.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any
 
 import onnx
 
-from onnxsat.core import Model, Pass, PassContext, PassResult, lossless, register_pass
+from onnxsat.core import Model, Pass, PassContext, PassResult, lossless
 from onnxsat.errors import SettingsError
 from onnxsat.surgery.graph_edit import copy_model, rename_tensor
 from onnxsat.surgery.surgeon import Surgeon, build_surgeon
 from onnxsat.verification import check_and_run
 
 
-@register_pass
 @dataclass
-class SurgeriesPass(Pass):
-    kind: ClassVar[str] = "surgeries"
-    result_name: ClassVar[str] = "the edited model"
+class SurgeriesPass(Pass, kind="surgeries"):
+    result_name = "the edited model"
 
     surgeries: list[dict[str, Any]]
     built: list[Surgeon] = field(default_factory=list, init=False, repr=False)

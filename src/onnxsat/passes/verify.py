@@ -3,16 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar
 
-from onnxsat.core import Model, Pass, PassContext, PassResult, register_pass
+from onnxsat.core import Model, Pass, PassContext, PassResult
 from onnxsat.verification import Tolerance, verify
 
 
-@register_pass
 @dataclass
-class VerifyPass(Pass):
-    kind: ClassVar[str] = "verify"
+class VerifyPass(Pass, kind="verify"):
     rtol: float | None = None
     atol: float | None = None
 

@@ -90,9 +90,9 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 
-from onnxsat.errors import SettingsError
 from onnxsat.op_kinds import ELEMENTWISE_UNARY
 from onnxsat.pruning.trees import GAIN, LEAF, ROOT, ChannelGroup, ChannelSlice, TreeEdge
+from onnxsat.registry import Registry
 from onnxsat.verification import session, with_outputs
 
 
@@ -106,21 +106,15 @@ class Criterion:
     ranks_roots: bool = False
 
 
-CRITERIA: dict[str, Criterion] = {}
+CRITERIA: Registry[Criterion] = Registry("pruning criterion", "criterion")
 """Criterion name -> criterion, in registration order (the order ``--criterion`` lists them)."""
 
 
 def register_criterion(criterion: Criterion) -> Criterion:
-    if criterion.name in CRITERIA:
-        raise TypeError(f"two pruning criteria named {criterion.name}")
-    CRITERIA[criterion.name] = criterion
-    return criterion
+    return CRITERIA.register(criterion.name, criterion)
 
 
-def get_criterion(name: str) -> Criterion:
-    if name not in CRITERIA:
-        raise SettingsError(f"unknown criterion {name!r}; choose from {', '.join(CRITERIA)}")
-    return CRITERIA[name]
+get_criterion = CRITERIA.lookup
 
 
 def member_matrix(value: np.ndarray, piece: ChannelSlice, channels: int) -> np.ndarray:

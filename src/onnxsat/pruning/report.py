@@ -57,6 +57,14 @@ class PruneReport(ReportBase):
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
+    def summary(self) -> list[str]:
+        params, macs = self.params, self.macs
+        return [
+            f"{self.mode} {self.criterion} at rate {self.rate:g}: params {params['pruned']:,} of "
+            f"{params['original']:,}, MACs {macs['pruned']:,} of {macs['original']:,}",
+            *self.notes,
+        ]
+
     def to_table(self) -> str:
         lines = [f"ONNXSat prune  {self.input} -> {self.output or '(not written)'}"]
         pruned = [g for g in self.groups if g.status == "pruned"]

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from onnxsat.errors import SettingsError
+from onnxsat.registry import Registry
 from onnxsat.sparsity.targets import PrunableWeight
 
 LayerScores = Callable[[PrunableWeight, np.ndarray, Mapping[str, np.ndarray] | None], np.ndarray]
@@ -54,23 +55,17 @@ class SparsityMethod:
         return self.layer_scores is not None
 
 
-METHODS: dict[str, SparsityMethod] = {}
+METHODS: Registry[SparsityMethod] = Registry("sparsity method", "method")
 """Method name -> method, in registration order (the order ``--method`` lists them)."""
 
 
 def register_method(method: SparsityMethod) -> SparsityMethod:
     if (method.layer_scores is None) == (method.references is None):
         raise TypeError(f"sparsity method {method.name} needs exactly one of layer_scores and references")
-    if method.name in METHODS:
-        raise TypeError(f"two sparsity methods named {method.name}")
-    METHODS[method.name] = method
-    return method
+    return METHODS.register(method.name, method)
 
 
-def get_method(name: str) -> SparsityMethod:
-    if name not in METHODS:
-        raise SettingsError(f"unknown method {name!r}; choose from {', '.join(METHODS)}")
-    return METHODS[name]
+get_method = METHODS.lookup
 
 
 @dataclass(frozen=True)

@@ -43,6 +43,13 @@ class SparsifyReport(ReportBase):
             entry["size"] = layer.size
         return data
 
+    def summary(self) -> list[str]:
+        lines = [f"{self.method}: {self.overall:.1%} of the prunable weights are zero"]
+        if self.baseline is not None and self.accuracy is not None:
+            before, after = self.baseline.top1, self.accuracy.top1
+            lines.append(f"{self.baseline.kind} top-1 on {self.data}: {before:.2%} -> {after:.2%}")
+        return lines + self.notes
+
     def to_table(self) -> str:
         lines = [f"ONNXSat sparsify  {self.input} -> {self.output or '(not written)'}"]
         level = "chosen by search" if self.requested is None else f"{self.requested:.1%} requested"

@@ -25,6 +25,7 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 
+from onnxsat import timing
 from onnxsat.bench.sparsity.common import (
     experiment_dataset,
     fixed_batch,
@@ -43,18 +44,6 @@ from onnxsat.sparsity.report import SparsifyReport
 from onnxsat.sparsity.sparsify import SparsifyOptions, sparsify_model
 from onnxsat.sparsity.storage import to_sparse_initializers
 from onnxsat.sparsity.targets import PrunableWeight
-from onnxsat.timing import (
-    NOISE_CONFIDENCE,
-    NoiseBand,
-    environment_line,
-    load_whole,
-    median_interval,
-    noise_band,
-    noise_verdict,
-    ratios_to,
-    time_rounds,
-    timing_session,
-)
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -104,13 +93,13 @@ class Timing:
     batch: int
     times: dict[str, list[float]]
     ratios: dict[str, list[float]]
-    noise: NoiseBand
+    noise: timing.NoiseBand
 
     def verdict(self, variant: str) -> str:
         """Faster or slower only when the ratio's interval lies wholly outside the noise probe's band."""
         if variant == DENSE:
             return "baseline"
-        return noise_verdict(median_interval(self.ratios[variant]), self.noise)
+        return timing.noise_verdict(timing.median_interval(self.ratios[variant]), self.noise)
 
 
 @dataclass
@@ -165,17 +154,17 @@ def batch_of(dataset: Dataset, size: int, dtype: type) -> np.ndarray:
 def time_sessions(
     sessions: dict[str, ort.InferenceSession], feeds: dict[str, np.ndarray], settings: SparsityExperimentSettings
 ) -> Timing:
-    """Interleaved rounds over every session (``time_rounds``); ratios are per round, against the dense one."""
+    """Interleaved rounds over every session (``timing.time_rounds``); ratios are per round, against the dense one."""
     tqdm = require("tqdm", "bench experiment's progress bar").tqdm
     names = list(sessions)
     runners = [lambda s=sessions[name]: s.run(None, feeds) for name in names]
     batch = len(next(iter(feeds.values())))
     total = settings.rounds + settings.warmup
     with tqdm(total=total, desc=f"experiment 3: batch {batch}", unit="round", leave=False, disable=None) as bar:
-        measured = time_rounds(runners, settings.rounds, settings.warmup, lambda: bar.update(1))
+        measured = timing.time_rounds(runners, settings.rounds, settings.warmup, lambda: bar.update(1))
     times = dict(zip(names, measured, strict=True))
-    ratios = {name: ratios_to(times[DENSE], own) for name, own in times.items()}
-    return Timing(batch, times, ratios, noise_band(ratios[NOISE_PROBE]))
+    ratios = {name: timing.ratios_to(times[DENSE], own) for name, own in times.items()}
+    return Timing(batch, times, ratios, timing.noise_band(ratios[NOISE_PROBE]))
 
 
 def measured_accuracy(
@@ -206,8 +195,8 @@ def timing_rows(
     base = accuracy[DENSE]
     rows = []
     for variant in VARIANTS:
-        lat_low, lat_high = (1.0, 1.0) if variant == DENSE else median_interval(latency.ratios[variant])
-        put_low, put_high = (1.0, 1.0) if variant == DENSE else median_interval(throughput.ratios[variant])
+        lat_low, lat_high = (1.0, 1.0) if variant == DENSE else timing.median_interval(latency.ratios[variant])
+        put_low, put_high = (1.0, 1.0) if variant == DENSE else timing.median_interval(throughput.ratios[variant])
         own = accuracy[variant]
         rows.append(
             TimingRow(
@@ -245,7 +234,7 @@ def measure_model(
     path: Path, label: str, settings: SparsityExperimentSettings, progress: Progress
 ) -> tuple[SearchFacts, list[TimingRow]]:
     """Search, build the three variants, check them, time them, measure their accuracy."""
-    dense = load_whole(path)
+    dense = timing.load_whole(path)
     targets = targets_of(dense, label)
     dataset = experiment_dataset(dense, settings, label)
     progress(f"experiment 3: {label}: budget search ({settings.methods[0]}) on {dataset.name} x{len(dataset)}")
@@ -265,8 +254,8 @@ def measure_model(
         f"experiment 3: {label}: {report.overall:.2%} sparsity ({report.search.get('chosen')}), search change "
         f"{points(search_drop)} pts, {report.seconds:.1f} s"
     )
-    sessions = {name: timing_session(models[name], _ALL, settings.threads) for name in (DENSE, PRUNED, SPARSE)}
-    sessions[NOISE_PROBE] = timing_session(dense, _ALL, settings.threads)
+    sessions = {name: timing.timing_session(models[name], _ALL, settings.threads) for name in (DENSE, PRUNED, SPARSE)}
+    sessions[NOISE_PROBE] = timing.timing_session(dense, _ALL, settings.threads)
     model_input = sessions[DENSE].get_inputs()[0]
     dtype = _ORT_DTYPES.get(model_input.type, np.float32)
     batch = fixed_batch(dense)
@@ -337,7 +326,7 @@ def plot_speed(rows: Sequence[TimingRow], facts: Sequence[SearchFacts]) -> Figur
         axes.set_title(kind)
         axes.grid(True, axis="y", alpha=0.4)
     panels[0].legend(fontsize=8, loc="lower left")
-    figure.suptitle(f"Experiment 3: median per-round ratio vs the dense model, {NOISE_CONFIDENCE:.0%} interval")
+    figure.suptitle(f"Experiment 3: median per-round ratio vs the dense model, {timing.NOISE_CONFIDENCE:.0%} interval")
     return figure
 
 
@@ -358,7 +347,7 @@ def speed_markdown(
     lines = [
         "# Experiment 3: what the sparsity found inside the budget gives under ONNX Runtime (CPU)",
         "",
-        f"environment: {environment_line(env)}",
+        f"environment: {timing.environment_line(env)}",
         "",
         f"settings: budget search with {settings.methods[0]} (uniform scan by 5% then bisection, and per-layer "
         f"levels; the sparsest inside wins), top-{k} drop at most {settings.budget * 100:.4g} points, data "
@@ -368,7 +357,7 @@ def speed_markdown(
         "rotating order with the garbage collector off.",
         "",
         "Ratios are medians over rounds of dense time / variant time in the same round (above 1 = faster), with "
-        f"{NOISE_CONFIDENCE:.0%} bootstrap intervals; a second session of the dense model is timed alongside as "
+        f"{timing.NOISE_CONFIDENCE:.0%} bootstrap intervals; a second session of the dense model is timed alongside as "
         'a noise probe, and a ratio whose interval reaches into its band is "within noise". Accuracy is measured '
         "on each variant's own session; sizes are serialized bytes.",
         "",
