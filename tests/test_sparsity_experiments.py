@@ -29,7 +29,7 @@ from onnxsat.bench.sparsity import (
     experiment_two,
 )
 from onnxsat.errors import InputNotFoundError, OutputPathError, SettingsError
-from onnxsat.sparsity.targets import prunable_weights
+from onnxsat.sparsity.targets import sparsity_targets
 from onnxsat.zoo.digits_cnn import bundled_digits_cnn
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -121,7 +121,7 @@ def test_experiment_two_sweeps_every_model_method_and_level(models: list[Path], 
     assert {(r["model"], r["method"], float(r["level"])) for r in rows} == {
         (m.stem, method, level) for m in models for method in METHODS for level in LEVELS
     }
-    targets = prunable_weights(small_cnn("N"))
+    targets = sparsity_targets(small_cnn("N"))
     rounding = len(targets) / sum(t.size for t in targets)  # at most half an element per layer each way
     for row in result.rows:
         assert row.kind == "fidelity"  # no data: agreement with the dense model's predictions

@@ -21,7 +21,7 @@ from onnxsat.sparsity.methods import (
     sparsity_masks,
 )
 from onnxsat.sparsity.sparsify import SparsifyOptions
-from onnxsat.sparsity.targets import prunable_weights, select
+from onnxsat.sparsity.targets import select, sparsity_targets
 
 RNG = np.random.default_rng(7)
 
@@ -67,7 +67,7 @@ def values(model: onnx.ModelProto) -> dict[str, np.ndarray]:
 
 
 def test_targets_are_the_constant_weights_of_products_in_graph_order() -> None:
-    targets = prunable_weights(cnn())
+    targets = sparsity_targets(cnn())
     assert [(t.name, t.op_type, t.channel_axis) for t in targets] == [
         ("wc", "Conv", 1),
         ("wt", "ConvTranspose", 0),
@@ -80,7 +80,7 @@ def test_targets_are_the_constant_weights_of_products_in_graph_order() -> None:
 
 
 def test_grouped_conv_elements_map_to_their_group_input_channels() -> None:
-    (conv,) = [t for t in prunable_weights(cnn(group=2)) if t.name == "wc"]
+    (conv,) = [t for t in sparsity_targets(cnn(group=2)) if t.name == "wc"]
     channels = conv.channel_of_elements()  # W[6, 2, 3, 3]: outputs 0-2 read inputs 0-1, outputs 3-5 inputs 2-3
     assert channels[0, :, 0, 0].tolist() == [0, 1]
     assert channels[5, :, 2, 2].tolist() == [2, 3]
@@ -99,7 +99,7 @@ def test_requested_level_is_reached_exactly_even_with_ties_and_zeros(method: str
     weights = values(model)
     weights["wg"][:, :40] = 0.25  # ties
     weights["wm"][0] = 0.0  # already zero
-    targets = prunable_weights(model)
+    targets = sparsity_targets(model)
     result = sparsity_masks(method, targets, weights, level)
     if method == "relative":
         for layer in result.layers:
@@ -110,7 +110,7 @@ def test_requested_level_is_reached_exactly_even_with_ties_and_zeros(method: str
 
 def test_flat_uses_one_threshold_for_every_layer() -> None:
     model = cnn()
-    weights, targets = values(model), prunable_weights(model)
+    weights, targets = values(model), sparsity_targets(model)
     result = sparsity_masks("flat", targets, weights, 0.4)
     zeroed = np.concatenate([np.abs(weights[n])[m] for n, m in result.masks.items()])
     kept = np.concatenate([np.abs(weights[n])[~m] for n, m in result.masks.items()])
@@ -124,7 +124,7 @@ def test_triangular_thresholds_grow_from_the_first_layer_span_to_the_last() -> N
     weights = values(model)
     weights["wc"] *= 0.5  # narrow first layer, wide last
     weights["wm"] *= 4.0
-    targets = prunable_weights(model)
+    targets = sparsity_targets(model)
     result = sparsity_masks("triangular", targets, weights, 0.5)
     wide = {t.name: weights[t.name].astype(np.float64) for t in targets}  # the method measures spans in float64
     spans = [float(wide[t.name].max() - wide[t.name].min()) for t in targets]
@@ -141,7 +141,7 @@ def test_triangular_thresholds_grow_from_the_first_layer_span_to_the_last() -> N
 def test_calibrated_scores_weights_by_their_input_channel_norm() -> None:
     """Channel 0 of x is silent: every weight reading it is pruned first, however large."""
     model = cnn(group=1)
-    targets = [t for t in prunable_weights(model) if t.name == "wc"]
+    targets = [t for t in sparsity_targets(model) if t.name == "wc"]
     x = RNG.normal(size=(2, 4, 6, 6)).astype(np.float32)
     x[:, 0] = 0.0
     norms = channel_norms(model, targets, [{"x": x, "runtime_w": np.ones((3, 2), np.float32)}])
@@ -156,13 +156,13 @@ def test_calibrated_scores_weights_by_their_input_channel_norm() -> None:
 def test_levels_outside_zero_to_one_are_refused(level: float) -> None:
     model = cnn()
     with pytest.raises(SettingsError, match=r"must be in \[0, 1\)"):
-        sparsity_masks("relative", prunable_weights(model), values(model), level)
+        sparsity_masks("relative", sparsity_targets(model), values(model), level)
 
 
 def test_per_layer_levels_need_a_per_layer_method() -> None:
     model = cnn()
     with pytest.raises(SettingsError, match="per-layer method"):
-        sparsity_masks("flat", prunable_weights(model), values(model), {"wc": 0.5})
+        sparsity_masks("flat", sparsity_targets(model), values(model), {"wc": 0.5})
 
 
 def test_fused_ops_onnxsat_writes_are_targets_too() -> None:
@@ -171,7 +171,7 @@ def test_fused_ops_onnxsat_writes_are_targets_too() -> None:
     from onnxsat.zoo.synthetic import demo_cnn
 
     optimized, _ = optimize_model(demo_cnn())
-    targets = prunable_weights(optimized)
+    targets = sparsity_targets(optimized)
     assert {"FusedConv", "FusedGemm"} <= {t.op_type for t in targets}
     result = sparsity_masks("relative", targets, {t.name: values(optimized)[t.name] for t in targets}, 0.5)
     assert result.sparsity == pytest.approx(0.5, abs=0.01)
@@ -191,7 +191,7 @@ def temporary_method() -> Iterator[SparsityMethod]:
 def test_a_registered_method_works_everywhere_a_method_is_named(temporary_method: SparsityMethod) -> None:
     model = cnn()
     weights = values(model)
-    result = sparsity_masks("largest-first", prunable_weights(model), weights, 0.5)
+    result = sparsity_masks("largest-first", sparsity_targets(model), weights, 0.5)
     mask, magnitude = result.masks["wm"], np.abs(weights["wm"])
     assert magnitude[mask].min() >= magnitude[~mask].max()  # the largest half went
     assert "largest-first" in SparsifyOptions.__dataclass_fields__["method"].metadata["cli"]["choices"]()

@@ -14,12 +14,12 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 
-from onnxsat.sparsity.targets import PrunableWeight
+from onnxsat.sparsity.targets import SparsityTarget
 from onnxsat.verification import session, with_outputs
 
 
 def channel_norms(
-    model: onnx.ModelProto, targets: list[PrunableWeight], batches: Iterable[dict[str, np.ndarray]]
+    model: onnx.ModelProto, targets: list[SparsityTarget], batches: Iterable[dict[str, np.ndarray]]
 ) -> dict[str, np.ndarray]:
     """For each target weight, the L2 norm per input channel of its activation over all ``batches``."""
     activations = sorted({t.activation for t in targets})

@@ -30,9 +30,9 @@ import numpy as np
 
 from onnxsat.errors import SettingsError
 from onnxsat.registry import Registry
-from onnxsat.sparsity.targets import PrunableWeight
+from onnxsat.sparsity.targets import SparsityTarget
 
-LayerScores = Callable[[PrunableWeight, np.ndarray, Mapping[str, np.ndarray] | None], np.ndarray]
+LayerScores = Callable[[SparsityTarget, np.ndarray, Mapping[str, np.ndarray] | None], np.ndarray]
 """(weight, its flat |w|, activation norms per weight or None) -> the flat scores its lowest are cut on."""
 References = Callable[[list[float]], np.ndarray]
 """The layers' weight spans (max w - min w, in layer order) -> each layer's reference span."""
@@ -148,7 +148,7 @@ def triangular_references(spans: list[float]) -> np.ndarray:
 
 def sparsity_masks(
     method: str,
-    targets: list[PrunableWeight],
+    targets: list[SparsityTarget],
     weights: Mapping[str, np.ndarray],
     sparsity: float | Mapping[str, float],
     channel_norms: Mapping[str, np.ndarray] | None = None,
@@ -189,7 +189,7 @@ def sparsity_masks(
 
 def _global_masks(
     method: SparsityMethod,
-    targets: list[PrunableWeight],
+    targets: list[SparsityTarget],
     weights: Mapping[str, np.ndarray],
     magnitudes: Mapping[str, np.ndarray],
     sparsity: float,
@@ -217,7 +217,7 @@ def _global_masks(
 
 
 def _calibrated_scores(
-    target: PrunableWeight, magnitudes: np.ndarray, channel_norms: Mapping[str, np.ndarray] | None
+    target: SparsityTarget, magnitudes: np.ndarray, channel_norms: Mapping[str, np.ndarray] | None
 ) -> np.ndarray:
     if channel_norms is None or target.name not in channel_norms:
         raise SettingsError(f"the calibrated method needs activation norms for {target.name!r}")

@@ -31,7 +31,7 @@ from onnxsat.data.metrics import Accuracy, fidelity, topk_accuracy
 from onnxsat.data.sources import Dataset
 from onnxsat.errors import DataError, SettingsError
 from onnxsat.sparsity.methods import MaskResult, sparsity_masks
-from onnxsat.sparsity.targets import PrunableWeight
+from onnxsat.sparsity.targets import SparsityTarget
 from onnxsat.verification import DEFAULT_DYNAMIC_DIM, random_inputs, session
 
 METRICS = ("top1", "top5")
@@ -79,7 +79,7 @@ class Evaluator:
     def __init__(
         self,
         model: onnx.ModelProto,
-        targets: list[PrunableWeight],
+        targets: list[SparsityTarget],
         weights: Mapping[str, np.ndarray],
         dataset: Dataset,
         metric: str = "top1",
@@ -148,7 +148,7 @@ class SearchResult:
     """The chosen level(s) and every evaluation the search made, in order."""
 
     levels: float | dict[str, float]
-    pruned: MaskResult
+    chosen: MaskResult
     accuracy: Accuracy
     drop: float
     trail: list[tuple[str, float, float]] = field(default_factory=list)
@@ -157,7 +157,7 @@ class SearchResult:
 
 def mask_maker(
     method: str,
-    targets: list[PrunableWeight],
+    targets: list[SparsityTarget],
     weights: Mapping[str, np.ndarray],
     norms: Mapping[str, np.ndarray] | None,
 ) -> MaskMaker:
@@ -198,7 +198,7 @@ def search_uniform(
 
 
 def sensitivities(
-    evaluator: Evaluator, masks_at: MaskMaker, targets: list[PrunableWeight], step: float = 0.05
+    evaluator: Evaluator, masks_at: MaskMaker, targets: list[SparsityTarget], step: float = 0.05
 ) -> dict[str, list[tuple[float, float]]]:
     """Per layer, (level, logit distortion) with only that layer pruned, made non-decreasing (a level
     never counts as safer than a lower one)."""
@@ -221,7 +221,7 @@ def levels_within(curves: Mapping[str, list[tuple[float, float]]], tolerance: fl
 def search_per_layer(
     evaluator: Evaluator,
     masks_at: MaskMaker,
-    targets: list[PrunableWeight],
+    targets: list[SparsityTarget],
     budget: float,
     step: float = 0.05,
     tolerances: int = 24,
@@ -244,7 +244,7 @@ def search_per_layer(
         result = masks_at(levels)
         drop, accuracy = evaluator.drop(result.masks)
         trail.append((f"per-layer tolerance {tolerance:.4g}", result.sparsity, drop))
-        if drop <= budget and (best is None or result.sparsity > best.pruned.sparsity):
+        if drop <= budget and (best is None or result.sparsity > best.chosen.sparsity):
             best = SearchResult(levels, result, accuracy, drop)
     if best is not None:
         best.trail = trail

@@ -35,7 +35,7 @@ from onnxsat.sparsity.search import (
     search_uniform,
 )
 from onnxsat.sparsity.storage import to_sparse_initializers, with_masks
-from onnxsat.sparsity.targets import PrunableWeight, prunable_weights, select
+from onnxsat.sparsity.targets import SparsityTarget, select, sparsity_targets
 from onnxsat.verification import Tolerance, check_and_run, random_inputs, verify
 
 RANDOM_CALIBRATION_SAMPLES = 32
@@ -123,7 +123,7 @@ def sparsify_model(
     """Prune ``model`` (left unchanged) as ``options`` say; return the result and its report."""
     start = time.perf_counter()
     options.check()
-    targets = select(prunable_weights(model), options.exclude)
+    targets = select(sparsity_targets(model), options.exclude)
     if not targets:
         raise SettingsError("the model has no prunable weights (Conv, ConvTranspose, Gemm or MatMul initializers)")
     weights = {t.name: np.asarray(_initializer_value(model, t, base_dir)) for t in targets}
@@ -149,25 +149,25 @@ def sparsify_model(
             report.accuracy = evaluator.drop(result.masks)[1]
     report.layers, report.overall = result.layers, result.sparsity
     report.span_fraction, report.notes = result.span_fraction, report.notes + result.notes
-    pruned = with_masks(model, result.masks, base_dir)
-    reference, report.verification = check_and_run(pruned, options.input_shapes, base_dir)
-    report.sizes = {"original": model.ByteSize(), "pruned": pruned.ByteSize()}
+    sparse = with_masks(model, result.masks, base_dir)
+    reference, report.verification = check_and_run(sparse, options.input_shapes, base_dir)
+    report.sizes = {"original": model.ByteSize(), "pruned": sparse.ByteSize()}
     if options.sparse_initializers and reference is not None:
-        dense = pruned
-        pruned = onnx.ModelProto()
-        pruned.CopyFrom(dense)
-        storage = to_sparse_initializers(pruned, [t.name for t in targets], options.min_sparsity)
+        dense = sparse
+        sparse = onnx.ModelProto()
+        sparse.CopyFrom(dense)
+        storage = to_sparse_initializers(sparse, [t.name for t in targets], options.min_sparsity)
         report.sparse_storage = {"moved": storage.moved, "kept_dense": storage.kept_dense}
-        report.sizes["sparse initializers"] = pruned.ByteSize()
+        report.sizes["sparse initializers"] = sparse.ByteSize()
         tolerance = Tolerance(rtol=0.0, atol=0.0)
         report.verification = verify(
-            dense, pruned, options.input_shapes, tolerance, reference=reference, base_dir=base_dir
+            dense, sparse, options.input_shapes, tolerance, reference=reference, base_dir=base_dir
         )
     report.seconds = time.perf_counter() - start
-    return pruned, report
+    return sparse, report
 
 
-def _initializer_value(model: onnx.ModelProto, target: PrunableWeight, base_dir: Path | None) -> np.ndarray:
+def _initializer_value(model: onnx.ModelProto, target: SparsityTarget, base_dir: Path | None) -> np.ndarray:
     tensor = next(t for t in model.graph.initializer if t.name == target.name)
     return tensor_value(tensor, base_dir)
 
@@ -175,7 +175,7 @@ def _initializer_value(model: onnx.ModelProto, target: PrunableWeight, base_dir:
 def _search(
     evaluator: Evaluator,
     masks_at: MaskMaker,
-    targets: list[PrunableWeight],
+    targets: list[SparsityTarget],
     options: SparsifyOptions,
     report: SparsifyReport,
 ) -> MaskResult:
@@ -183,7 +183,7 @@ def _search(
     assert options.max_drop is not None
     report.max_drop = options.max_drop
     best = search_uniform(evaluator, masks_at, options.max_drop, options.step)
-    report.search["uniform"] = {"level": best.levels, "sparsity": best.pruned.sparsity, "drop": best.drop}
+    report.search["uniform"] = {"level": best.levels, "sparsity": best.chosen.sparsity, "drop": best.drop}
     trail = best.trail
     if options.per_layer and get_method(options.method).per_layer and len(targets) > 1:
         per_layer, curves = search_per_layer(evaluator, masks_at, targets, options.max_drop, options.step)
@@ -191,14 +191,14 @@ def _search(
         if per_layer is not None:
             report.search["per_layer"] = {
                 "levels": per_layer.levels,
-                "sparsity": per_layer.pruned.sparsity,
+                "sparsity": per_layer.chosen.sparsity,
                 "drop": per_layer.drop,
             }
             trail = trail + per_layer.trail
-            if per_layer.pruned.sparsity > best.pruned.sparsity:
+            if per_layer.chosen.sparsity > best.chosen.sparsity:
                 best = per_layer
     report.search["chosen"] = "per-layer" if isinstance(best.levels, dict) else "uniform"
     report.search["evaluations"] = evaluator.evaluations
     report.search["trail"] = trail
     report.accuracy = best.accuracy
-    return best.pruned
+    return best.chosen

@@ -26,16 +26,16 @@ INDEX_BYTES = 8
 
 def with_masks(model: onnx.ModelProto, masks: Mapping[str, np.ndarray], base_dir: Path | None) -> onnx.ModelProto:
     """A copy of ``model`` with the masked elements of each named initializer set to zero (dtype kept)."""
-    pruned = onnx.ModelProto()
-    pruned.CopyFrom(model)
-    for index, tensor in enumerate(pruned.graph.initializer):
+    masked = onnx.ModelProto()
+    masked.CopyFrom(model)
+    for index, tensor in enumerate(masked.graph.initializer):
         mask = masks.get(tensor.name)
         if mask is None:
             continue
         value = np.array(tensor_value(tensor, base_dir))
         value[mask] = 0
-        pruned.graph.initializer[index].CopyFrom(numpy_helper.from_array(value, tensor.name))
-    return pruned
+        masked.graph.initializer[index].CopyFrom(numpy_helper.from_array(value, tensor.name))
+    return masked
 
 
 @dataclass

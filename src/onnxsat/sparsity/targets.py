@@ -27,7 +27,7 @@ DOMAINS = frozenset({"", "ai.onnx", "com.microsoft"})
 
 
 @dataclass(frozen=True)
-class PrunableWeight:
+class SparsityTarget:
     """One weight initializer and how its elements meet the input activation.
 
     ``channel_axis`` is the weight axis that indexes the input channel or feature (Conv: 1, with
@@ -64,31 +64,31 @@ def _attr_int(node: onnx.NodeProto, name: str, default: int) -> int:
     return next((int(a.i) for a in node.attribute if a.name == name), default)
 
 
-def _target(node: onnx.NodeProto, weight: onnx.TensorProto) -> PrunableWeight | None:
+def _target(node: onnx.NodeProto, weight: onnx.TensorProto) -> SparsityTarget | None:
     shape = tuple(int(d) for d in weight.dims)
     common = {"name": weight.name, "op_type": node.op_type, "node_name": node.name or node.output[0], "shape": shape}
     if node.op_type in CONV_OPS and len(shape) >= 3:
-        return PrunableWeight(
+        return SparsityTarget(
             **common, activation=node.input[0], activation_axis=1, channel_axis=1, groups=_attr_int(node, "group", 1)
         )
     if node.op_type == "ConvTranspose" and len(shape) >= 3:
-        return PrunableWeight(**common, activation=node.input[0], activation_axis=1, channel_axis=0)
+        return SparsityTarget(**common, activation=node.input[0], activation_axis=1, channel_axis=0)
     if node.op_type in GEMM_OPS and len(shape) == 2:
         trans_a, trans_b = _attr_int(node, "transA", 0), _attr_int(node, "transB", 0)
-        return PrunableWeight(
+        return SparsityTarget(
             **common, activation=node.input[0], activation_axis=0 if trans_a else 1, channel_axis=1 if trans_b else 0
         )
     if node.op_type in MATMUL_OPS and len(shape) >= 2 and _attr_int(node, "transB", 0) == 0:
-        return PrunableWeight(**common, activation=node.input[0], activation_axis=-1, channel_axis=-2)
+        return SparsityTarget(**common, activation=node.input[0], activation_axis=-1, channel_axis=-2)
     return None
 
 
-def prunable_weights(model: onnx.ModelProto) -> list[PrunableWeight]:
+def sparsity_targets(model: onnx.ModelProto) -> list[SparsityTarget]:
     """The weights pruning targets, in graph order (see the module docstring)."""
     graph = model.graph
     overridable = {v.name for v in graph.input} if model.ir_version >= 4 else set()
     initializers = {t.name: t for t in graph.initializer if t.name not in overridable}
-    found: dict[str, PrunableWeight] = {}
+    found: dict[str, SparsityTarget] = {}
     for node in graph.node:
         if node.domain not in DOMAINS or len(node.input) < 2:
             continue
@@ -101,7 +101,7 @@ def prunable_weights(model: onnx.ModelProto) -> list[PrunableWeight]:
     return list(found.values())
 
 
-def select(targets: list[PrunableWeight], exclude: list[str]) -> list[PrunableWeight]:
+def select(targets: list[SparsityTarget], exclude: list[str]) -> list[SparsityTarget]:
     """``targets`` without those named (weight or node name) in ``exclude``; unknown names are an error."""
     known = {t.name for t in targets} | {t.node_name for t in targets}
     unknown = [name for name in exclude if name not in known]

@@ -26,7 +26,7 @@ from onnxsat.data.sources import Dataset, load_dataset
 from onnxsat.errors import SettingsError
 from onnxsat.sparsity.methods import METHODS
 from onnxsat.sparsity.search import METRICS, input_dims, random_dataset
-from onnxsat.sparsity.targets import PrunableWeight, prunable_weights
+from onnxsat.sparsity.targets import SparsityTarget, sparsity_targets
 from onnxsat.timing import environment
 
 if TYPE_CHECKING:
@@ -149,13 +149,13 @@ def experiment_dataset(model: onnx.ModelProto, settings: SparsityExperimentSetti
     return dataset.take(usable)
 
 
-def weights_of(model: onnx.ModelProto, targets: list[PrunableWeight]) -> dict[str, np.ndarray]:
+def weights_of(model: onnx.ModelProto, targets: list[SparsityTarget]) -> dict[str, np.ndarray]:
     names = {t.name for t in targets}
     return {t.name: numpy_helper.to_array(t) for t in model.graph.initializer if t.name in names}
 
 
-def targets_of(model: onnx.ModelProto, label: str) -> list[PrunableWeight]:
-    targets = prunable_weights(model)
+def targets_of(model: onnx.ModelProto, label: str) -> list[SparsityTarget]:
+    targets = sparsity_targets(model)
     if not targets:
         raise SettingsError(f"{label}: no prunable weights (Conv, ConvTranspose, Gemm or MatMul initializers)")
     return targets

@@ -43,7 +43,7 @@ from onnxsat.html.charts import new_figure
 from onnxsat.sparsity.report import SparsifyReport
 from onnxsat.sparsity.sparsify import SparsifyOptions, sparsify_model
 from onnxsat.sparsity.storage import to_sparse_initializers
-from onnxsat.sparsity.targets import PrunableWeight
+from onnxsat.sparsity.targets import SparsityTarget
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -185,7 +185,7 @@ def measured_accuracy(
 def timing_rows(
     label: str,
     models: dict[str, onnx.ModelProto],
-    targets: list[PrunableWeight],
+    targets: list[SparsityTarget],
     latency: Timing,
     throughput: Timing,
     accuracy: dict[str, Accuracy],
