@@ -94,14 +94,12 @@ class PassContext:
     changed the outputs.
     """
 
-    base_dir: Path | None
     input_shapes: dict[str, list[int]] = field(default_factory=dict)
     tolerance: Tolerance = field(default_factory=Tolerance)
     data: str | None = None
     """Data for the passes that take it, unless a pass names its own."""
     reference: onnx.ModelProto | None = None
     reference_name: str = "the input model"
-    source: str = "<memory>"
     run_timeout: float | None = None
     """Seconds each verification run under ONNX Runtime may take (None: the verifier's default)."""
 
@@ -222,10 +220,8 @@ class OptionsPass(Pass):
         run_check(place, self.options.check)
 
     def run(self, model: Model, context: PassContext) -> PassResult:
-        transform = type(self).transform
-        result, report = transform(
-            model.proto, self.options_for(context), source=context.source, base_dir=model.base_dir
-        )
+        options, transform = self.options_for(context), type(self).transform
+        result, report = transform(model.proto, options, source=model.source, base_dir=model.base_dir)
         return PassResult(result, report.verification, report.summary(), rebase=self.lossy, report=report)
 
     def options_for(self, context: PassContext) -> Any:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import types
 import typing
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
@@ -96,7 +97,7 @@ def _default(field: dataclasses.Field[Any]) -> Any:
 
 def _is_list(hint: Any) -> bool:
     origin = typing.get_origin(hint)
-    if origin in (typing.Union, getattr(__import__("types"), "UnionType", None)):
+    if origin in (typing.Union, types.UnionType):
         return any(_is_list(arg) for arg in typing.get_args(hint) if arg is not type(None))
     return origin in (list, Sequence, tuple)
 

@@ -109,17 +109,15 @@ def run(
     proto = model_io.load_model(input_path)
     load_seconds = time.perf_counter() - start
     base_dir = model_io.model_folder(input_path)
-    if not (passes and getattr(passes[0][1], "checks_input", False)):
+    if not (passes and passes[0][1].checks_input):
         model_io.check_model(proto)
     model_io.check_data_path(target, proto, base_dir)
     model = Model(proto, base_dir, str(input_path))
     context = PassContext(
-        base_dir=base_dir,
         input_shapes={name: list(dims) for name, dims in settings.input_shapes.items()},
         tolerance=settings.tolerance,
         data=settings.data,
         reference=proto,
-        source=str(input_path),
         run_timeout=settings.run_timeout,
     )
     pipeline_report = PipelineReport(pipeline or "", str(input_path), str(target))
