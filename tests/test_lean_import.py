@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 OPTIONAL = ("matplotlib", "sklearn", "PIL", "tqdm", "graphviz", "torch", "yaml")
 """Modules of the extras (and pyyaml, only needed to read a YAML pipeline) that no import may load by itself."""
 
@@ -55,3 +57,17 @@ def test_the_developer_tools_are_not_in_the_package() -> None:
     for module in ("torch_zoo", "digits_network", "digits_layers", "digits_training", "batchnorm"):
         assert not (package / "zoo" / f"{module}.py").exists(), module
     assert (package / "zoo" / "models" / "digits_cnn.onnx").is_file(), "the trained model stays as package data"
+
+
+def test_a_missing_extra_stops_the_command_before_any_work(
+    cnn_file: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """``--html`` without the report extra: one line naming the extra, exit 14, and no model written."""
+    from onnxsat.cli import main
+
+    monkeypatch.setitem(sys.modules, "matplotlib.figure", None)  # import fails, as when it is not installed
+    output = tmp_path / "out.onnx"
+    assert main(["optimize", str(cnn_file), "-o", str(output), "--html", str(tmp_path / "page.html")]) == 14
+    err = capfd.readouterr().err
+    assert err == "onnxsat: error: --html pages: matplotlib is not installed; pip install 'onnxsat[report]'\n"
+    assert not output.exists()

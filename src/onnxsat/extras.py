@@ -33,9 +33,7 @@ def require(module: str, purpose: str) -> ModuleType:
     except ImportError:
         top = module.split(".")[0]
         extra, distribution = EXTRA_OF.get(top, ("all", top))
-        raise MissingExtraError(
-            f"{purpose} needs {distribution}, which is not installed: pip install 'onnxsat[{extra}]'"
-        ) from None
+        raise MissingExtraError(f"{purpose}: {distribution} is not installed; pip install 'onnxsat[{extra}]'") from None
 
 
 def available(module: str) -> bool:

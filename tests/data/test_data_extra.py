@@ -43,10 +43,10 @@ def test_npz_and_cifar_load_without_the_extra(no_data_extra: None, tmp_path: Pat
 @pytest.mark.parametrize(
     ("spec", "shape", "message"),
     [
-        ("digits", [None, 1, 8, 8], "scikit-learn's digits needs scikit-learn, which is not installed"),
-        ("digits-test", [None, 1, 8, 8], "scikit-learn's digits needs scikit-learn, which is not installed"),
-        ("folder", [1, 3, 8, 8], "image folders needs pillow, which is not installed"),
-        ("test_batch", [1, 3, 16, 16], "resizing images to the model's input needs pillow, which is not installed"),
+        ("digits", [None, 1, 8, 8], "scikit-learn's digits: scikit-learn is not installed"),
+        ("digits-test", [None, 1, 8, 8], "scikit-learn's digits: scikit-learn is not installed"),
+        ("folder", [1, 3, 8, 8], "image folders: pillow is not installed"),
+        ("test_batch", [1, 3, 16, 16], "resizing images to the model's input: pillow is not installed"),
     ],
 )
 def test_a_source_needing_the_extra_names_it(
@@ -59,7 +59,7 @@ def test_a_source_needing_the_extra_names_it(
     path = spec if spec.startswith("digits") else str(tmp_path / spec)
     with pytest.raises(MissingExtraError) as error:
         load_dataset(path, shape)
-    assert str(error.value) == f"{message}: pip install 'onnxsat[data]'"
+    assert str(error.value) == f"{message}; pip install 'onnxsat[data]'"
 
 
 def test_the_digits_split_lives_in_data() -> None:

@@ -11,6 +11,7 @@ from typing import Any
 from onnxsat.api import run_file
 from onnxsat.core import Pass
 from onnxsat.errors import VerificationFailedError
+from onnxsat.extras import require
 from onnxsat.html import check_html_path, write_page
 from onnxsat.model_io import check_report_path, write_text_atomic
 from onnxsat.verification import Tolerance, parse_input_shapes
@@ -35,6 +36,7 @@ def run_and_print(
         check_report_path(args.report, args.model, args.output)
     if args.html:
         check_html_path(args.html, [args.model], [args.output, args.report])
+        require("matplotlib.figure", "--html pages")  # before any work, not after the model is written
     shapes = parse_input_shapes(args.input_shape)
     try:
         report = run_file(step, args.model, args.output, None, shapes, tolerance, args.force, run_timeout)

@@ -25,8 +25,8 @@ def new_figure(width: float, height: float) -> Figure:
     matplotlib is optional (extra ``report``) and imported here, when a figure is drawn: a command that
     draws nothing runs without it, and one that does says which extra to install.
     """
-    backend = require("matplotlib.backends.backend_agg", "plots and --html pages")
-    figure = require("matplotlib.figure", "plots and --html pages").Figure(
+    backend = require("matplotlib.backends.backend_agg", "--html pages and plots")
+    figure = require("matplotlib.figure", "--html pages and plots").Figure(
         figsize=(width, height), layout="constrained"
     )
     backend.FigureCanvasAgg(figure)
