@@ -1,6 +1,6 @@
 """``onnxsat bench large``: optimize a model over 2 GB end to end and measure its peak memory.
 
-The goal (issue 3): a model whose weights live in external data optimizes end to end, is written with
+The goal: a model whose weights live in external data optimizes end to end, is written with
 external data, and the optimizer's peak memory stays under 1.5x the model's size on disk.
 
 How it is measured, and why:
