@@ -85,13 +85,18 @@ def op_types(surgery: Surgery) -> list[str]:
     return [node.op_type for node in surgery.model.graph.node]
 
 
-def assert_same_outputs(surgery: Surgery, tolerance: float = 1e-5) -> None:
-    """The edited model passes the checker and computes what the original did (within float reordering)."""
+def assert_same_outputs(surgery: Surgery, tolerance: float = 1e-5, relative: float = 1e-6) -> None:
+    """The edited model passes the checker and computes what the original did (within float reordering).
+
+    Reordered float32 sums differ by a few units in the last place of the value, so on outputs of size
+    ~100 (the weights come from a module RNG whose draws depend on which tests ran first in the worker)
+    the absolute difference can pass 1e-5 while the relative one stays near 1e-7.
+    """
     surgery.check()
     rows = surgery.compare()
     assert rows
     for row in rows:
-        assert row.max_abs_diff <= tolerance, row
+        assert row.max_abs_diff <= tolerance or row.max_rel_diff <= relative, row
 
 
 @pytest.mark.parametrize(
@@ -157,7 +162,7 @@ def test_gemm_to_conv_output_4d_declares_the_new_output_shape():
     assert dims == [2, 5, 1, 1]
     (row,) = surgery.compare()
     assert row.note == "reshaped from (2, 5, 1, 1)"
-    assert row.max_abs_diff <= 1e-5
+    assert row.max_abs_diff <= 1e-5 or row.max_rel_diff <= 1e-6
     surgery.check()
 
 
