@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 import shutil
+import sys
 from pathlib import Path
 
 import onnx
@@ -13,7 +14,7 @@ from browser_check import open_pages
 
 from onnxsat.cli import main
 from onnxsat.data.metrics import Accuracy
-from onnxsat.html import Page, with_page, write_page
+from onnxsat.html import Page, write_page
 from onnxsat.html.sparsify import sparsify_page
 from onnxsat.sparsity.methods import LayerSparsity
 from onnxsat.sparsity.report import SparsifyReport
@@ -157,18 +158,16 @@ def test_html_path_is_refused_before_any_work(tmp_path: Path, capsys: pytest.Cap
     assert model.read_bytes() == before and not out.exists()
 
 
-def test_a_refused_result_still_gets_its_page(tmp_path: Path) -> None:
-    from onnxsat.errors import VerificationFailedError
+def test_a_refused_result_still_gets_its_page(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The page is read most when verification refused the result: it is written then too, the model not."""
+    from onnxsat.errors import RuntimeUnsupportedError
 
-    report = searched_sparsify_report()
-    report.verification = VerificationResult(ok=False, error="outputs differ")
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise RuntimeUnsupportedError("outputs differ (stand-in failure)")
 
-    def refused() -> SparsifyReport:
-        error = VerificationFailedError("the sparse model failed verification")
-        error.report = report  # type: ignore[attr-defined]
-        raise error
-
-    page = tmp_path / "refused.html"
-    with pytest.raises(VerificationFailedError):
-        with_page(refused, str(page), sparsify_page)()
-    assert "verification FAILED: outputs differ" in page.read_text(encoding="utf-8")
+    monkeypatch.setattr(sys.modules["onnxsat.verification"], "run_model", refuse)
+    model, out, page = tmp_path / "model.onnx", tmp_path / "out.onnx", tmp_path / "refused.html"
+    onnx.save(demo_cnn(), str(model))
+    assert main(["sparsify", str(model), "-o", str(out), "--sparsity", "0.5", "--html", str(page)]) == 8
+    assert "verification FAILED: outputs differ (stand-in failure)" in page.read_text(encoding="utf-8")
+    assert not out.exists()
