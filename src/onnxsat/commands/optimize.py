@@ -40,7 +40,6 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     options = from_arguments(OptimizeOptions, args, run_timeout=args.run_timeout)
-    options.check()
 
     def add_latency(report: OptimizeReport) -> None:
         if args.latency:
