@@ -178,6 +178,13 @@ def session(
     return ort.InferenceSession(source, options, providers=providers)
 
 
+def fixed_dim(dim: onnx.TensorShapeProto.Dimension) -> int | None:
+    """A declared dimension's size, or None when it is dynamic: a ``dim_param``, no value, or a negative
+    value (exporters such as Paddle2ONNX write -1, and ONNX Runtime takes any size for it). 0 is a size:
+    ONNX Runtime refuses any other for it."""
+    return dim.dim_value if dim.HasField("dim_value") and dim.dim_value >= 0 else None
+
+
 def random_inputs(
     model: onnx.ModelProto, shapes: Mapping[str, Sequence[int]] | None = None, seed: int = 0
 ) -> dict[str, np.ndarray]:
@@ -201,7 +208,7 @@ def random_inputs(
             shape = list(shapes[value.name])
             _check_against_declared(value.name, shape, declared)
         else:
-            shape = [d.dim_value if d.HasField("dim_value") else DEFAULT_DYNAMIC_DIM for d in declared or []]
+            shape = [DEFAULT_DYNAMIC_DIM if fixed_dim(d) is None else d.dim_value for d in declared or []]
         if any(d < 0 for d in shape):
             raise InvalidModelError(f"input {value.name!r} declares a negative dimension: {shape}")
         elements += int(np.prod(shape, dtype=object))
@@ -225,7 +232,7 @@ def _check_against_declared(
     """A user-given shape must have the declared rank and agree with every fixed dimension."""
     if declared is None:
         return
-    fixed = [d.dim_value if d.HasField("dim_value") else None for d in declared]
+    fixed = [fixed_dim(d) for d in declared]
     if len(shape) != len(fixed) or any(f is not None and f != s for f, s in zip(fixed, shape, strict=True)):
         spelled = ",".join("?" if f is None else str(f) for f in fixed)
         raise SettingsError(

@@ -32,7 +32,7 @@ import onnx
 from onnxsat.errors import SettingsError
 from onnxsat.external_data import has_external_data, structure_view
 from onnxsat.op_kinds import default_opset_version
-from onnxsat.verification import random_inputs, run_model, with_outputs
+from onnxsat.verification import fixed_dim, random_inputs, run_model, with_outputs
 
 MICROSOFT = "com.microsoft"
 
@@ -87,7 +87,7 @@ def fixed_input_shapes(model: onnx.ModelProto, given: Mapping[str, Sequence[int]
         declared = list(tensor_type.shape.dim) if tensor_type.HasField("shape") else None
         if value.name in given:
             shapes[value.name] = _checked(value.name, list(given[value.name]), declared)
-        elif declared is not None and all(d.HasField("dim_value") for d in declared):
+        elif declared is not None and all(fixed_dim(d) is not None for d in declared):
             shapes[value.name] = [d.dim_value for d in declared]
         else:
             missing.append(_suggestion(value.name, declared))
@@ -104,9 +104,9 @@ def _checked(name: str, shape: list[int], declared: list[onnx.TensorShapeProto.D
     if declared is None:
         return shape
     if len(shape) != len(declared) or any(
-        d.HasField("dim_value") and d.dim_value != s for d, s in zip(declared, shape, strict=True)
+        fixed_dim(d) is not None and d.dim_value != s for d, s in zip(declared, shape, strict=True)
     ):
-        spelled = ",".join(str(d.dim_value) if d.HasField("dim_value") else d.dim_param or "?" for d in declared)
+        spelled = ",".join(str(d.dim_value) if fixed_dim(d) is not None else d.dim_param or "?" for d in declared)
         raise SettingsError(f"--input-shape {name}:{','.join(map(str, shape))} does not fit its declared [{spelled}]")
     return shape
 
@@ -115,7 +115,7 @@ def _suggestion(name: str, declared: list[onnx.TensorShapeProto.Dimension] | Non
     """``name:1,3,224,224`` (dynamic dims as 1), or ``name:D1,D2,...`` when not even the rank is declared."""
     if declared is None:
         return f"{name}:D1,D2,..."
-    return f"{name}:" + ",".join(str(d.dim_value) if d.HasField("dim_value") else "1" for d in declared)
+    return f"{name}:" + ",".join(str(d.dim_value) if fixed_dim(d) is not None else "1" for d in declared)
 
 
 def resolve_shapes(
@@ -226,6 +226,6 @@ def _inferred(model: onnx.ModelProto) -> dict[str, TensorFacts]:
         if not value.type.HasField("tensor_type") or not tensor_type.HasField("shape") or not tensor_type.elem_type:
             continue
         dims = tensor_type.shape.dim
-        if all(d.HasField("dim_value") for d in dims):
+        if all(fixed_dim(d) is not None for d in dims):
             facts[value.name] = TensorFacts(tuple(d.dim_value for d in dims), tensor_type.elem_type)
     return facts

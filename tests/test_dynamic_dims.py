@@ -1,0 +1,68 @@
+"""Dynamic input dims written as -1 (Paddle2ONNX, tf2onnx exports) are dynamic, as ONNX Runtime takes them:
+verification, ``--input-shape`` and the profiler accept any size there, and the result declares them as
+the input did. 0 stays a size: ONNX Runtime refuses any other for it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from onnxsat.cli import main
+from onnxsat.verification import fixed_dim, random_inputs
+
+
+def conv_model(path: Path, dims: list[int | str]) -> Path:
+    """x[dims] -> Conv(3->4, 3x3, same padding) -> Relu -> y."""
+    weight = np.random.default_rng(0).standard_normal((4, 3, 3, 3)).astype(np.float32)
+    nodes = [
+        helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c"], ["y"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, dims)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [dims[0], 4, *dims[2:]])],
+        [numpy_helper.from_array(weight, "w")],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, str(path))
+    return path
+
+
+def declared(path: Path) -> list[tuple[int, str]]:
+    return [(d.dim_value, d.dim_param) for d in onnx.load(str(path)).graph.input[0].type.tensor_type.shape.dim]
+
+
+def test_a_negative_dim_is_dynamic_and_a_zero_is_a_size() -> None:
+    dims = helper.make_tensor_value_info("x", TensorProto.FLOAT, [-1, 3, 0, "h"]).type.tensor_type.shape.dim
+    assert [fixed_dim(d) for d in dims] == [None, 3, 0, None]
+
+
+@pytest.mark.parametrize("shape", [[], ["--input-shape", "x:2,3,16,12"]])
+def test_minus_one_dims_optimize_and_survive(tmp_path: Path, shape: list[str]) -> None:
+    source = conv_model(tmp_path / "paddle.onnx", [-1, 3, -1, -1])
+    output = tmp_path / "out.onnx"
+    assert main(["optimize", str(source), "-o", str(output), *shape]) == 0
+    assert declared(output) == declared(source) == [(-1, ""), (3, ""), (-1, ""), (-1, "")]
+
+
+def test_minus_one_dims_sparsify_and_profile(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    source = conv_model(tmp_path / "paddle.onnx", [-1, 3, -1, -1])
+    assert main(["sparsify", str(source), "-o", str(tmp_path / "s.onnx"), "--sparsity", "0.5"]) == 0
+    assert main(["profile", str(source), "--input-shape", "x:1,3,8,8"]) == 0
+    assert "Conv" in capsys.readouterr().out
+    assert main(["profile", str(source)]) != 0
+    assert "--input-shape x:1,3,1,1" in capsys.readouterr().err
+
+
+def test_fixed_dims_still_bind_the_given_shape(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    source = conv_model(tmp_path / "fixed.onnx", [-1, 3, 0, 8])
+    assert main(["optimize", str(source), "-o", str(tmp_path / "o.onnx"), "--input-shape", "x:1,4,0,8"]) == 9
+    assert "does not fit the declared shape [?,3,0,8]" in capsys.readouterr().err
+    assert random_inputs(onnx.load(str(source)))["x"].shape == (1, 3, 0, 8)
