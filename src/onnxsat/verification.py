@@ -390,7 +390,7 @@ def compare_outputs(
 
 @dataclass
 class Reference:
-    """The original model's run: the seeded inputs and what it computed from them."""
+    """The original model's run: its seeded random inputs and what it computed from them."""
 
     feeds: dict[str, np.ndarray]
     outputs: list[np.ndarray]

@@ -276,7 +276,7 @@ def peer_versions(registry: Mapping[str, peer_registry.PeerFunction]) -> str:
 
 
 def _feeds_for(sess: ort.InferenceSession, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """The seeded feeds this session takes (a peer may drop an input nothing reads)."""
+    """Seeded random feeds this session takes (a peer may drop an input nothing reads)."""
     names = {i.name for i in sess.get_inputs()}
     return {name: value for name, value in feeds.items() if name in names}
 

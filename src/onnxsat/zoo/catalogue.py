@@ -10,7 +10,7 @@ Three sources, one namespace, none needing more than the core dependencies:
 
 PyTorch exports are built by a developer tool of the repository, ``python -m tools.zoo build``, which
 adds them to this catalogue (:class:`ZooModel` ``needs`` names the packages such a model imports).
-Every model is written as ``OUT/<name>.onnx``; seeded models take the seed given to the command.
+Every model is written as ``OUT/<name>.onnx``; models with random weights draw them from the command's ``--seed``.
 """
 
 from __future__ import annotations
@@ -55,7 +55,7 @@ def _helper_model(name: str, description: str, build: Callable[[int], onnx.Model
 
 
 def _copied(name: str, source: str, description: str, original: Path) -> ZooModel:
-    """A model shipped as a file: copied as it is (the seed does not apply)."""
+    """A model shipped as a file: copied as it is (``--seed`` does not apply)."""
 
     def write(out_dir: Path, seed: int) -> Path:
 

@@ -1,4 +1,4 @@
-"""The seed cost model: every node costs 1.0, so extraction simply prefers fewer nodes.
+"""The uniform cost model: every node costs 1.0, so extraction simply prefers fewer nodes.
 
 Kept because it is predictable and free to compute, and it is the baseline the other models are judged
 against. It ignores shapes entirely.
