@@ -13,19 +13,9 @@ import difflib
 from collections.abc import Callable, Iterable, Mapping
 from typing import TypeVar
 
+from onnxsat.registry import RegistryError, register
+
 T = TypeVar("T")
-
-
-class RegistryError(ValueError):
-    """A name registered twice, or used without being registered: always a bug in a rule module."""
-
-
-def register(table: dict[str, T], name: str, entry: T, what: str) -> T:
-    """Put ``entry`` in ``table`` under ``name``; a second entry of one name is refused, not overwritten."""
-    if name in table:
-        raise RegistryError(f"{what} {name!r} is registered twice")
-    table[name] = entry
-    return entry
 
 
 def registrar(table: dict[str, T], what: str) -> Callable[[str], Callable[[T], T]]:
@@ -48,3 +38,6 @@ def require(known: Mapping[str, object] | Iterable[str], name: str, what: str) -
         hint = f"; did you mean {', '.join(map(repr, close))}?" if close else ""
         raise RegistryError(f"unknown {what} {name!r}{hint}")
     return name
+
+
+__all__ = ["RegistryError", "register", "registrar", "require"]
