@@ -19,7 +19,7 @@ from onnxsat.pipelines.file import run_pipeline_file
 from onnxsat.pruning.prune import PruneOptions
 from onnxsat.pruning.report import PruneReport
 from onnxsat.report import OptimizeReport
-from onnxsat.runner import PipelineReport, RunSettings, run_one
+from onnxsat.runner import RunSettings, run_one
 from onnxsat.sparsity.report import SparsifyReport
 from onnxsat.sparsity.sparsify import SparsifyOptions
 from onnxsat.verification import DEFAULT_RUN_TIMEOUT, Tolerance
@@ -107,12 +107,5 @@ def prune(
     return run_file(step, input_path, output_path, report, input_shapes, force=force)
 
 
-def run_pipeline(
-    path: PathLike,
-    input_model: PathLike | None = None,
-    output_model: PathLike | None = None,
-    report: PathLike | None = None,
-    force: bool = False,
-) -> PipelineReport:
-    """Read, check and run the pipeline file at ``path`` (the other arguments override its paths)."""
-    return run_pipeline_file(path, input_model, output_model, report, force)
+run_pipeline = run_pipeline_file
+"""Read, check and run the pipeline file at ``path`` (the other arguments override its paths)."""

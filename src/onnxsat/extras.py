@@ -34,12 +34,3 @@ def require(module: str, purpose: str) -> ModuleType:
         top = module.split(".")[0]
         extra, distribution = EXTRA_OF.get(top, ("all", top))
         raise MissingExtraError(f"{purpose}: {distribution} is not installed; pip install 'onnxsat[{extra}]'") from None
-
-
-def available(module: str) -> bool:
-    """Whether ``module`` can be imported (to skip an optional column or peer instead of failing)."""
-    try:
-        importlib.import_module(module)
-    except ImportError:
-        return False
-    return True
