@@ -28,7 +28,7 @@ from onnxsat.bench.compare import (
     ONNXSAT_ALL,
     ONNXSAT_OFF,
     ORIGINAL_OFF,
-    parse_shape_specs,
+    input_spec,
 )
 from onnxsat.cli import main
 from onnxsat.errors import SettingsError
@@ -265,15 +265,15 @@ def test_bad_settings_are_refused(tiny_file: Path, capfd: pytest.CaptureFixture[
 
 
 def test_shape_specs_are_spelled_name_colon_dims_as_everywhere() -> None:
-    assert parse_shape_specs(["x:1,3,224,224", "input:0:2,5", "y:4"]) == {
+    assert input_spec(["x:1,3,224,224", "input:0:2,5", "y:4"]).shapes == {
         "x": [1, 3, 224, 224],
         "input:0": [2, 5],
         "y": [4],
     }
     with pytest.raises(SettingsError):
-        parse_shape_specs(["x:1,b"])
+        input_spec(["x:1,b"])
     with pytest.raises(SettingsError, match="write x:1,3,224,224"):
-        parse_shape_specs(["x=1,3,224,224"])
+        input_spec(["x=1,3,224,224"])
 
 
 @pytest.mark.parametrize("count", [1, 2, 5, 9])

@@ -1,6 +1,6 @@
-"""Dynamic input dims written as -1 (Paddle2ONNX, tf2onnx exports) are dynamic, as ONNX Runtime takes them:
-verification, ``--input-shape`` and the profiler accept any size there, and the result declares them as
-the input did. 0 stays a size: ONNX Runtime refuses any other for it."""
+"""Dynamic input dims however exporters write them: -1 (Paddle2ONNX, tf2onnx) is dynamic as ONNX Runtime takes
+it, and a declared 0 is read as dynamic when the model is loaded (ONNX Runtime would hold it to size 0).
+Verification, ``--input-shape`` and the profiler accept any size there; symbolic names survive."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from onnxsat.cli import main
-from onnxsat.verification import fixed_dim, random_inputs
+from onnxsat.inputs import fixed_dim, random_inputs
 
 
 def conv_model(path: Path, dims: list[int | str]) -> Path:
@@ -39,9 +39,9 @@ def declared(path: Path) -> list[tuple[int, str]]:
     return [(d.dim_value, d.dim_param) for d in onnx.load(str(path)).graph.input[0].type.tensor_type.shape.dim]
 
 
-def test_a_negative_dim_is_dynamic_and_a_zero_is_a_size() -> None:
+def test_a_negative_dim_is_dynamic() -> None:
     dims = helper.make_tensor_value_info("x", TensorProto.FLOAT, [-1, 3, 0, "h"]).type.tensor_type.shape.dim
-    assert [fixed_dim(d) for d in dims] == [None, 3, 0, None]
+    assert [fixed_dim(d) for d in dims] == [None, 3, 0, None]  # 0 is made dynamic by the normal form, not here
 
 
 @pytest.mark.parametrize("shape", [[], ["--input-shape", "x:2,3,16,12"]])
@@ -62,7 +62,16 @@ def test_minus_one_dims_sparsify_and_profile(tmp_path: Path, capsys: pytest.Capt
 
 
 def test_fixed_dims_still_bind_the_given_shape(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    source = conv_model(tmp_path / "fixed.onnx", [-1, 3, 0, 8])
-    assert main(["optimize", str(source), "-o", str(tmp_path / "o.onnx"), "--input-shape", "x:1,4,0,8"]) == 9
-    assert "does not fit the declared shape [?,3,0,8]" in capsys.readouterr().err
-    assert random_inputs(onnx.load(str(source)))["x"].shape == (1, 3, 0, 8)
+    source = conv_model(tmp_path / "fixed.onnx", [-1, 3, "h", 8])
+    assert main(["optimize", str(source), "-o", str(tmp_path / "o.onnx"), "--input-shape", "x:1,4,5,8"]) == 9
+    assert "does not fit the declared shape [?,3,h,8]" in capsys.readouterr().err
+    assert random_inputs(onnx.load(str(source)))["x"].shape == (1, 3, 1, 8)
+
+
+def test_zero_dims_are_dynamic_and_written_as_dynamic(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    source, output = conv_model(tmp_path / "zero.onnx", [0, 3, 0, "w"]), tmp_path / "o.onnx"
+    assert main(["optimize", str(source), "-o", str(output), "--input-shape", "x:2,3,5,8"]) == 0
+    assert "normal form: dims declared 0 read as dynamic on x, y" in capsys.readouterr().out
+    assert declared(output) == [(0, ""), (3, ""), (0, ""), (0, "w")]
+    assert not onnx.load(str(output)).graph.input[0].type.tensor_type.shape.dim[0].HasField("dim_value")
+    assert main(["profile", str(source), "--input-shape", "x:1,3,4,4"]) == 0

@@ -308,7 +308,8 @@ def test_symbolic_dimension_names_are_kept(tmp_path: Path, capfd: pytest.Capture
 def test_external_constant_attribute_inside_folder_is_streamed_to_the_output(
     tmp_path: Path, capfd: pytest.CaptureFixture[str]
 ) -> None:
-    """An attribute tensor that lives in external data keeps living there, now in the output's file."""
+    """An attribute tensor that lives in external data keeps living there, now in the output's file (as the
+    initializer the Constant node is read as)."""
     values = np.arange(512, dtype=np.float32)
     (tmp_path / "m").mkdir()
     (tmp_path / "m" / "const.bin").write_bytes(b"\0" * 64 + values.tobytes())
@@ -316,8 +317,9 @@ def test_external_constant_attribute_inside_folder_is_streamed_to_the_output(
     code, err = run(["optimize", source, "-o", out, "--target", "none"], capfd)
     assert code == 0, err
     written = onnx.load(str(out), load_external_data=False)
-    attribute = written.graph.node[0].attribute[0].t
-    assert external_data.is_external(attribute)
-    assert {e.key: e.value for e in attribute.external_data}["location"] == "out.onnx.data"
+    assert "Constant" not in [node.op_type for node in written.graph.node]
+    tensor = written.graph.initializer[0]
+    assert external_data.is_external(tensor)
+    assert {e.key: e.value for e in tensor.external_data}["location"] == "out.onnx.data"
     feeds = {"x": np.ones(512, dtype=np.float32)}
     np.testing.assert_array_equal(run_ort(out, feeds)[0], values + 1)

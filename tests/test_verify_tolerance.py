@@ -6,7 +6,8 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper
 
-from onnxsat.verification import Tolerance, random_inputs
+from onnxsat.inputs import random_inputs
+from onnxsat.verification import Tolerance
 
 
 def model_with(nodes: list[onnx.NodeProto], in_type: int, out_type: int) -> onnx.ModelProto:

@@ -2,16 +2,22 @@
 
 Each function's keyword arguments are its options dataclass's fields (``onnxsat.optimize(..., target=
 "portable", max_seconds=10)``), or a ready ``options`` object; ``report`` also writes the report as JSON,
-``input_shapes`` sizes dynamic input dims, ``force`` writes a result that failed verification.
+``inputs`` gives some inputs' values (a ``.npz`` feeds file or a mapping of names to arrays; the others
+are seeded random), ``input_shapes`` sizes the random ones' dynamic dims, ``force`` writes a result that
+failed verification.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Union
+
+import numpy as np
 
 from onnxsat.core import Pass
 from onnxsat.eqsat.optimizer import OptimizeOptions
+from onnxsat.inputs import InputSpec
 from onnxsat.passes.eqsat import EqsatPass
 from onnxsat.passes.prune import PrunePass
 from onnxsat.passes.sparsify import SparsifyPass
@@ -25,6 +31,8 @@ from onnxsat.sparsity.sparsify import SparsifyOptions
 from onnxsat.verification import DEFAULT_RUN_TIMEOUT, Tolerance
 
 PathLike = str | Path
+Feeds = Union[PathLike, Mapping[str, Any], InputSpec, None]  # noqa: UP007  (a runtime alias)
+"""Given input values: a ``.npz`` feeds file, a mapping of input names to arrays, or a ready spec."""
 
 
 def run_file(
@@ -32,7 +40,7 @@ def run_file(
     input_path: PathLike,
     output_path: PathLike,
     report: PathLike | None = None,
-    input_shapes: dict[str, list[int]] | None = None,
+    inputs: InputSpec | None = None,
     tolerance: Tolerance | None = None,
     force: bool = False,
     run_timeout: float | None = None,
@@ -42,16 +50,24 @@ def run_file(
     if options is not None:
         options.check()
         # settings an options object carries count unless given here
-        input_shapes = getattr(options, "input_shapes", None) if input_shapes is None else input_shapes
+        inputs = inputs or getattr(options, "inputs", None)
         tolerance = tolerance or getattr(options, "tolerance", None)
         force = force or getattr(options, "force", False)
     settings = RunSettings(
-        input_shapes={name: list(dims) for name, dims in (input_shapes or {}).items()},
-        tolerance=tolerance or Tolerance(),
-        force=force,
-        run_timeout=run_timeout,
+        inputs=inputs or InputSpec(), tolerance=tolerance or Tolerance(), force=force, run_timeout=run_timeout
     )
     return run_one(step, input_path, output_path, settings, report)
+
+
+def input_spec(input_shapes: Mapping[str, Sequence[int]] | None = None, inputs: Feeds = None) -> InputSpec:
+    """The spec the API's ``input_shapes`` and ``inputs`` keywords describe: ``inputs`` is a ``.npz`` feeds
+    file, a mapping of input names to arrays, or a ready spec."""
+    if isinstance(inputs, InputSpec):
+        return inputs if not input_shapes else InputSpec({**inputs.shapes, **input_shapes}, inputs.given, inputs.source)
+    if inputs is None or isinstance(inputs, (str, Path)):
+        shapes = [f"{name}:{','.join(map(str, dims))}" for name, dims in (input_shapes or {}).items()]
+        return InputSpec.from_options(shapes, inputs)
+    return InputSpec(dict(input_shapes or {}), {name: np.asarray(value) for name, value in inputs.items()})
 
 
 def optimize(
@@ -61,6 +77,7 @@ def optimize(
     *,
     report: PathLike | None = None,
     input_shapes: dict[str, list[int]] | None = None,
+    inputs: Feeds = None,
     rtol: float = Tolerance.rtol,
     atol: float = Tolerance.atol,
     force: bool = False,
@@ -72,7 +89,7 @@ def optimize(
     step = EqsatPass(options or OptimizeOptions(**settings))
     tolerance = Tolerance(rtol, atol) if options is None else options.tolerance
     timeout = run_timeout if options is None else options.run_timeout
-    return run_file(step, input_path, output_path, report, input_shapes, tolerance, force, timeout)
+    return run_file(step, input_path, output_path, report, _spec(input_shapes, inputs), tolerance, force, timeout)
 
 
 def sparsify(
@@ -82,13 +99,14 @@ def sparsify(
     *,
     report: PathLike | None = None,
     input_shapes: dict[str, list[int]] | None = None,
+    inputs: Feeds = None,
     force: bool = False,
     **settings: Any,
 ) -> SparsifyReport:
     """Zero small weights of ``input_path`` into ``output_path`` (``settings``: ``SparsifyOptions``' fields,
     e.g. ``sparsity=0.5`` or ``max_drop=0.01, data="digits-test"``)."""
     step = SparsifyPass(options or SparsifyOptions(**settings))
-    return run_file(step, input_path, output_path, report, input_shapes, force=force)
+    return run_file(step, input_path, output_path, report, _spec(input_shapes, inputs), force=force)
 
 
 def prune(
@@ -98,14 +116,20 @@ def prune(
     *,
     report: PathLike | None = None,
     input_shapes: dict[str, list[int]] | None = None,
+    inputs: Feeds = None,
     force: bool = False,
     **settings: Any,
 ) -> PruneReport:
     """Remove whole channels of ``input_path`` into ``output_path`` (``settings``: ``PruneOptions``' fields,
     e.g. ``rate=0.3, reconstruct=True, data="digits-train"``)."""
     step = PrunePass(options or PruneOptions(**settings))
-    return run_file(step, input_path, output_path, report, input_shapes, force=force)
+    return run_file(step, input_path, output_path, report, _spec(input_shapes, inputs), force=force)
 
 
 run_pipeline = run_pipeline_file
 """Read, check and run the pipeline file at ``path`` (the other arguments override its paths)."""
+
+
+def _spec(input_shapes: Mapping[str, Sequence[int]] | None, inputs: Feeds) -> InputSpec | None:
+    """None when neither keyword was given, so that an options object's own inputs count."""
+    return input_spec(input_shapes, inputs) if input_shapes or inputs is not None else None

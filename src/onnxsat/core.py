@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, ClassVar, Protocol
 
@@ -24,6 +24,7 @@ import onnx
 
 from onnxsat.config_check import checked_keys
 from onnxsat.errors import SettingsError
+from onnxsat.inputs import InputSpec
 from onnxsat.options import RUN_SETTINGS
 from onnxsat.registry import Registry
 from onnxsat.verification import Tolerance, VerificationResult, verify
@@ -61,6 +62,24 @@ class Report(Protocol):
         ...
 
 
+@dataclass
+class RunFacts:
+    """What a report says about the run around its pass: which inputs were given (and from which file),
+    which were random, and what bringing the model to normal form changed."""
+
+    inputs: dict[str, list[str]] = field(default_factory=dict)
+    """``{"given": [...], "random": [...]}``: the model's inputs by where their values came from."""
+    inputs_file: str | None = None
+    normal_form: list[str] = field(default_factory=list)
+
+    def lines(self) -> list[str]:
+        source = f" ({self.inputs_file})" if self.inputs_file else ""
+        given = [f"{name} given{source}" for name in self.inputs.get("given", [])]
+        random = [f"{name} random" for name in self.inputs.get("random", [])]
+        lines = [f"inputs: {', '.join(given + random)}"] if given or random else []
+        return lines + [f"normal form: {line}" for line in self.normal_form]
+
+
 class ReportBase:
     """``to_json`` and ``to_text`` from ``to_dict`` and ``to_table``, the same for every report type."""
 
@@ -76,10 +95,19 @@ class ReportBase:
         return []
 
     def to_json(self) -> str:
-        return json.dumps(self.to_dict(), indent=2, sort_keys=self.sort_json_keys, default=str)
+        data = self.to_dict()
+        facts = getattr(self, "run_facts", None)
+        if facts is not None:
+            data["run"] = asdict(facts)
+        return json.dumps(data, indent=2, sort_keys=self.sort_json_keys, default=str)
 
     def to_text(self) -> str:
-        return self.to_table()
+        facts = getattr(self, "run_facts", None)
+        return "\n".join([self.to_table(), *(facts.lines() if facts is not None else [])])
+
+    def record_run(self, facts: RunFacts) -> None:
+        """The runner's facts about the run (inputs given or random, normal form), shown with the report."""
+        self.run_facts = facts
 
     def record_phase(self, name: str, seconds: float) -> None:
         """Time the runner spent on this report's behalf (``load``, ``save``), for reports that show phases."""
@@ -94,7 +122,8 @@ class PassContext:
     changed the outputs.
     """
 
-    input_shapes: dict[str, list[int]] = field(default_factory=dict)
+    inputs: InputSpec = field(default_factory=InputSpec)
+    """The inputs the user gave and sizes for the random ones: every run of a model uses them."""
     tolerance: Tolerance = field(default_factory=Tolerance)
     data: str | None = None
     """Data for the passes that take it, unless a pass names its own."""
@@ -187,7 +216,7 @@ def run_check(place: str, check: Callable[[], object]) -> None:
 
 def lossless(context: PassContext, before: Model, after: onnx.ModelProto, notices: list[str]) -> PassResult:
     """A result that must compute what ``before`` computed, compared on the run's seeded inputs."""
-    result = verify(before.proto, after, context.input_shapes, context.tolerance, base_dir=before.base_dir)
+    result = verify(before.proto, after, context.inputs, context.tolerance, base_dir=before.base_dir)
     return PassResult(after, result, notices)
 
 
@@ -225,10 +254,10 @@ class OptionsPass(Pass):
         return PassResult(result, report.verification, report.summary(), rebase=self.lossy, report=report)
 
     def options_for(self, context: PassContext) -> Any:
-        """The options with the run's settings in: its input shapes, tolerance and verification timeout,
+        """The options with the run's settings in: its inputs, tolerance and verification timeout,
         and its data unless the pass names its own."""
         names = {f.name for f in fields(self.options)}
-        shared: dict[str, Any] = {"input_shapes": context.input_shapes, "tolerance": context.tolerance}
+        shared: dict[str, Any] = {"inputs": context.inputs, "tolerance": context.tolerance}
         if context.run_timeout is not None:
             shared["run_timeout"] = context.run_timeout
         if "data" in names:

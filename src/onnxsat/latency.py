@@ -9,16 +9,15 @@ machine's speed drifts (see ``onnxsat.timing`` for the measurements behind each 
 from __future__ import annotations
 
 import statistics
-from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import onnxruntime as ort
 
+from onnxsat.inputs import InputsLike, random_inputs
 from onnxsat.model_io import load_model
 from onnxsat.report import LatencyComparison
 from onnxsat.timing import ratios_to, time_rounds, timing_session
-from onnxsat.verification import random_inputs
 
 if TYPE_CHECKING:
     from onnxsat.runtime.tune import SessionSettings
@@ -27,7 +26,7 @@ if TYPE_CHECKING:
 def compare_latency(
     original: Path,
     optimized: Path,
-    input_shapes: Mapping[str, Sequence[int]] | None = None,
+    inputs: InputsLike = None,
     level: ort.GraphOptimizationLevel = ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
     threads: int = 1,
     pairs: int = 60,
@@ -39,7 +38,7 @@ def compare_latency(
     Sessions load the files themselves, so external data is read from each model's own folder.
     ``settings`` (from ``onnxsat tune``) replace ``threads`` in both sessions, as in ``verify.session``.
     """
-    feeds = random_inputs(load_model(original), input_shapes)
+    feeds = random_inputs(load_model(original), inputs)
     sessions = [timing_session(path, level, threads, settings) for path in (Path(original), Path(optimized))]
     runners = [lambda sess=sess: sess.run(None, feeds) for sess in sessions]
     before, after = time_rounds(runners, pairs, warmup)
@@ -53,9 +52,7 @@ def compare_latency(
     )
 
 
-def compare_latency_levels(
-    original: Path, optimized: Path, input_shapes: Mapping[str, Sequence[int]] | None = None
-) -> list[LatencyComparison]:
+def compare_latency_levels(original: Path, optimized: Path, inputs: InputsLike = None) -> list[LatencyComparison]:
     """The bar to beat (ORT with all its optimizations) and what the rewrites alone buy (ORT with none)."""
     levels = (ort.GraphOptimizationLevel.ORT_ENABLE_ALL, ort.GraphOptimizationLevel.ORT_DISABLE_ALL)
-    return [compare_latency(original, optimized, input_shapes, level) for level in levels]
+    return [compare_latency(original, optimized, inputs, level) for level in levels]

@@ -6,9 +6,9 @@ the pass in a pipeline file (checked by ``config_check.checked_keys``); a field 
 the option says otherwise, with the field's default and the help text written next to the field. So a new
 setting is one field in one place, and the three faces cannot drift apart.
 
-Settings a whole run shares (``input_shapes``, ``tolerance``, ``force``, ``run_timeout``) are fields too,
+Settings a whole run shares (``inputs``, ``tolerance``, ``force``, ``run_timeout``) are fields too,
 for callers of the pass functions, but :data:`RUN_SETTINGS` keeps them out of pass keys and flags: the
-runner supplies them once (``--input-shape``, ``--rtol``, a pipeline's top-level keys).
+runner supplies them once (``--inputs``, ``--input-shape``, ``--rtol``, a pipeline's top-level keys).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import typing
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-RUN_SETTINGS = ("input_shapes", "tolerance", "force", "run_timeout")
+RUN_SETTINGS = ("inputs", "tolerance", "force", "run_timeout")
 """Fields every pass may carry but the runner sets for the whole run: never a pass key or a pass's flag."""
 
 
@@ -144,7 +144,7 @@ def _unparsed(default: Any) -> Any:
 
 def from_arguments(options_class: type, args: argparse.Namespace, **run_settings: Any) -> Any:
     """``options_class`` built from parsed ``args`` (the flags :func:`add_arguments` added) and
-    ``run_settings`` (``input_shapes=...``)."""
+    ``run_settings`` (``inputs=...``)."""
     values: dict[str, Any] = {}
     for field in cli_fields(options_class):
         value = getattr(args, field.name)

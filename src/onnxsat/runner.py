@@ -15,18 +15,23 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+import onnx
+
 from onnxsat import model_io
-from onnxsat.core import Model, Pass, PassContext, PassResult, ReportBase
+from onnxsat.core import Model, Pass, PassContext, PassResult, ReportBase, RunFacts
 from onnxsat.errors import OnnxSatError, VerificationFailedError
+from onnxsat.inputs import InputSpec
+from onnxsat.normal_form import normal_form
 from onnxsat.verification import Tolerance
 
 
 @dataclass
 class RunSettings:
-    """What every pass of a run shares: sizes for dynamic input dims, the tolerance of lossless checks,
-    the data for the passes that take it, and whether a failing result is written anyway."""
+    """What every pass of a run shares: the inputs the user gave and sizes for the random ones, the
+    tolerance of lossless checks, the data for the passes that take it, and whether a failing result is
+    written anyway."""
 
-    input_shapes: dict[str, list[int]] = field(default_factory=dict)
+    inputs: InputSpec = field(default_factory=InputSpec)
     tolerance: Tolerance = field(default_factory=Tolerance)
     data: str | None = None
     force: bool = False
@@ -112,9 +117,11 @@ def run(
     if not (passes and passes[0][1].checks_input):
         model_io.check_model(proto)
     model_io.check_data_path(target, proto, base_dir)
+    proto, normalised = normal_form(proto)
+    settings.inputs.check(proto)
     model = Model(proto, base_dir, str(input_path))
     context = PassContext(
-        input_shapes={name: list(dims) for name, dims in settings.input_shapes.items()},
+        inputs=settings.inputs,
         tolerance=settings.tolerance,
         data=settings.data,
         reference=proto,
@@ -152,6 +159,7 @@ def run(
         if single is not None:
             single.record_phase("save", time.perf_counter() - start)
     report = single if single is not None else pipeline_report
+    report.record_run(_run_facts(proto, settings.inputs, normalised))
     if report_path is not None:
         model_io.write_text_atomic(report.to_json() + "\n", report_path)
     if not ok and not settings.force:
@@ -161,6 +169,12 @@ def run(
         error.report = report  # type: ignore[attr-defined]
         raise error
     return report
+
+
+def _run_facts(model: onnx.ModelProto, inputs: InputSpec, normalised: list[str]) -> RunFacts:
+    """What the report says about the run itself: which inputs were given, which random, and how the
+    loaded model was brought to normal form."""
+    return RunFacts(inputs=inputs.described(model), inputs_file=inputs.source, normal_form=normalised)
 
 
 def _record(place: str, step: Pass, result: PassResult, seconds: float) -> StepRecord:

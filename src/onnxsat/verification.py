@@ -1,7 +1,8 @@
 """The verification gate: does the produced model compute what the original computed?
 
 Both models run in ONNX Runtime with its graph optimizations disabled (so ONNXSat's graph is what is
-compared, not ORT's rewrite of it) on the same seeded random inputs, and every output is compared.
+compared, not ORT's rewrite of it) on the same inputs (those the user gave, seeded random data for the
+rest), and every output is compared.
 """
 
 from __future__ import annotations
@@ -18,25 +19,17 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 
-from onnxsat.errors import InvalidModelError, RuntimeUnsupportedError, SettingsError
+from onnxsat.errors import InvalidModelError, RuntimeUnsupportedError
 from onnxsat.external_data import iter_tensors
+from onnxsat.inputs import InputsLike, InputSpec
 from onnxsat.model_io import check_model
 
 if TYPE_CHECKING:
     from onnxsat.runtime.tune import SessionSettings
 
-DEFAULT_DYNAMIC_DIM = 1
-"""Symbolic or unknown dimensions take this size unless ``--input-shape`` says otherwise."""
-
 DEFAULT_RUN_TIMEOUT = 600.0
 """Seconds one verification run may take before ONNX Runtime is told to stop (a Loop whose trip count
 a damaged or hostile file set to 2**62 would otherwise run for ever)."""
-
-MAX_INPUT_ELEMENTS = 2**26
-"""Verification refuses to invent more input elements than this (256 MiB of float32) in total: a
-declared shape that large is a typo or a damaged file, and verifying it (inputs, two runs' outputs,
-float64 comparisons) would end in an out-of-memory kill rather than a message. ``--input-shape``
-gives smaller sizes for dynamic dims."""
 
 
 @dataclass(frozen=True)
@@ -112,22 +105,6 @@ class VerificationResult:
         return asdict(self)
 
 
-def parse_input_shapes(specs: Sequence[str]) -> dict[str, list[int]]:
-    """``["x:1,3,224,224", ...]`` -> ``{"x": [1, 3, 224, 224]}``."""
-    shapes: dict[str, list[int]] = {}
-    for spec in specs:
-        name, sep, dims = spec.rpartition(":")
-        try:
-            if not sep or not name:
-                raise ValueError
-            shapes[name] = [int(d) for d in dims.split(",") if d.strip()]
-            if any(d < 0 for d in shapes[name]):
-                raise ValueError
-        except ValueError:
-            raise SettingsError(f"--input-shape expects NAME:D1,D2,... with sizes >= 0 (got {spec!r})") from None
-    return shapes
-
-
 def with_outputs(model: onnx.ModelProto, names: Iterable[str]) -> onnx.ModelProto:
     """A copy of ``model`` that also returns the intermediate tensors ``names``, so one ONNX Runtime run
     yields the activations calibration, HRank and reconstruction need."""
@@ -176,86 +153,6 @@ def session(
     options.log_severity_level = 4  # ORT's own error log would add coloured lines to our one-line errors
     source = str(model) if isinstance(model, Path) else model.SerializeToString()
     return ort.InferenceSession(source, options, providers=providers)
-
-
-def fixed_dim(dim: onnx.TensorShapeProto.Dimension) -> int | None:
-    """A declared dimension's size, or None when it is dynamic: a ``dim_param``, no value, or a negative
-    value (exporters such as Paddle2ONNX write -1, and ONNX Runtime takes any size for it). 0 is a size:
-    ONNX Runtime refuses any other for it."""
-    return dim.dim_value if dim.HasField("dim_value") and dim.dim_value >= 0 else None
-
-
-def random_inputs(
-    model: onnx.ModelProto, shapes: Mapping[str, Sequence[int]] | None = None, seed: int = 0
-) -> dict[str, np.ndarray]:
-    """Seeded inputs of the right dtype and shape for every graph input that is not an initializer."""
-    rng = np.random.default_rng(seed)
-    shapes = shapes or {}
-    initializers = {t.name for t in model.graph.initializer}
-    unknown = set(shapes) - {v.name for v in model.graph.input}
-    if unknown:
-        raise SettingsError(f"--input-shape names inputs the model does not have: {', '.join(sorted(unknown))}")
-    feeds = {}
-    elements = 0
-    for value in model.graph.input:
-        if value.name in initializers:
-            continue
-        tensor_type = value.type.tensor_type
-        if not value.type.HasField("tensor_type"):
-            raise SettingsError(f"input {value.name!r} is not a tensor; ONNXSat cannot make data for it")
-        declared = list(tensor_type.shape.dim) if tensor_type.HasField("shape") else None
-        if value.name in shapes:
-            shape = list(shapes[value.name])
-            _check_against_declared(value.name, shape, declared)
-        else:
-            shape = [DEFAULT_DYNAMIC_DIM if fixed_dim(d) is None else d.dim_value for d in declared or []]
-        if any(d < 0 for d in shape):
-            raise InvalidModelError(f"input {value.name!r} declares a negative dimension: {shape}")
-        elements += int(np.prod(shape, dtype=object))
-        if elements > MAX_INPUT_ELEMENTS:
-            raise SettingsError(
-                f"input {value.name!r} has shape {shape}: verification would need more than "
-                f"{MAX_INPUT_ELEMENTS:,} input elements; give a smaller --input-shape"
-            )
-        try:
-            dtype = onnx.helper.tensor_dtype_to_np_dtype(tensor_type.elem_type)
-        except (KeyError, ValueError):
-            kind = tensor_type.elem_type
-            raise InvalidModelError(f"input {value.name!r} has an unknown element type {kind}") from None
-        feeds[value.name] = _random_array(rng, dtype, shape)
-    return feeds
-
-
-def _check_against_declared(
-    name: str, shape: list[int], declared: list[onnx.TensorShapeProto.Dimension] | None
-) -> None:
-    """A user-given shape must have the declared rank and agree with every fixed dimension."""
-    if declared is None:
-        return
-    fixed = [fixed_dim(d) for d in declared]
-    if len(shape) != len(fixed) or any(f is not None and f != s for f, s in zip(fixed, shape, strict=True)):
-        spelled = ",".join("?" if f is None else str(f) for f in fixed)
-        raise SettingsError(
-            f"--input-shape {name}:{','.join(map(str, shape))} does not fit the declared shape [{spelled}]"
-        )
-
-
-def _random_array(rng: np.random.Generator, dtype: np.dtype, shape: list[int]) -> np.ndarray:
-    """Random data of ``dtype`` and ``shape``, always an ndarray (ORT refuses numpy scalars for 0-D inputs)."""
-    return np.asarray(_random_values(rng, dtype, shape), dtype=dtype)
-
-
-def _random_values(rng: np.random.Generator, dtype: np.dtype, shape: list[int]) -> np.ndarray:
-    if np.issubdtype(dtype, np.floating):
-        return rng.standard_normal(shape, dtype=np.float32).astype(dtype)  # no float64 copy of a large input
-    if dtype == np.bool_:
-        return rng.random(shape) < 0.5
-    if np.issubdtype(dtype, np.integer):
-        # Small non-negative values: safe as indices, counts and axes for most models.
-        return rng.integers(0, 2, size=shape).astype(dtype)
-    if dtype.kind in ("U", "S", "O"):
-        return np.full(shape, "a", dtype=object)
-    return rng.standard_normal(shape).astype(dtype)
 
 
 def run_model(
@@ -379,7 +276,10 @@ def compare_outputs(
         with np.errstate(invalid="ignore", over="ignore"):
             diff = np.abs(w - g)[finite]
             diff[np.isnan(diff)] = 0.0  # inf - inf where both are the same infinity
-            rel = diff / np.maximum(np.abs(w[finite]), np.finfo(np.float64).tiny)
+            # relative to values above the absolute tolerance: next to an exact 0, 1e-8 / 1e-300 says nothing
+            scale = np.abs(w[finite])
+            floor = max(tolerance.atol, np.finfo(np.float64).tiny)
+            rel = diff[scale >= floor] / scale[scale >= floor]
         max_abs = float(diff.max()) if diff.size else 0.0
         max_rel = float(rel.max()) if rel.size else 0.0
         close = bool(np.allclose(g[finite], w[finite], rtol=tolerance.rtol, atol=tolerance.atol, equal_nan=True))
@@ -390,7 +290,7 @@ def compare_outputs(
 
 @dataclass
 class Reference:
-    """The original model's run: its seeded random inputs and what it computed from them."""
+    """The original model's run: its inputs (given and seeded random) and what it computed from them."""
 
     feeds: dict[str, np.ndarray]
     outputs: list[np.ndarray]
@@ -398,24 +298,25 @@ class Reference:
 
 def reference_run(
     original: onnx.ModelProto,
-    shapes: Mapping[str, Sequence[int]] | None = None,
+    inputs: InputsLike = None,
     seed: int = 0,
     base_dir: Path | None = None,
     timeout: float = DEFAULT_RUN_TIMEOUT,
 ) -> Reference:
-    """Run ``original`` on seeded inputs; raises RuntimeUnsupportedError when ORT cannot run it."""
-    feeds = random_inputs(original, shapes, seed)
+    """Run ``original`` on the given inputs and seeded random ones for the rest; raises
+    RuntimeUnsupportedError when ORT cannot run it."""
+    feeds = InputSpec.of(inputs).feeds(original, seed)
     return Reference(feeds, run_model(original, feeds, "input model", base_dir, timeout))
 
 
 def check_and_run(
-    model: onnx.ModelProto, shapes: Mapping[str, Sequence[int]] | None = None, base_dir: Path | None = None
+    model: onnx.ModelProto, inputs: InputsLike = None, base_dir: Path | None = None
 ) -> tuple[Reference | None, VerificationResult]:
     """The check for a result whose outputs are meant to differ (pruned, sparsified, re-interfaced): it
-    passes the checker and ONNX Runtime runs it on seeded inputs. Returns that run for later comparisons."""
+    passes the checker and ONNX Runtime runs it on the run's inputs. Returns that run for later comparisons."""
     try:
         check_model(model)
-        feeds = random_inputs(model, shapes)
+        feeds = InputSpec.of(inputs).feeds(model)
         reference = Reference(feeds, run_model(model, feeds, "the result", base_dir))
     except (InvalidModelError, RuntimeUnsupportedError) as error:
         return None, VerificationResult(False, error=str(error))
@@ -425,21 +326,21 @@ def check_and_run(
 def verify(
     original: onnx.ModelProto,
     candidate: onnx.ModelProto,
-    shapes: Mapping[str, Sequence[int]] | None = None,
+    inputs: InputsLike = None,
     tolerance: Tolerance | None = None,
     seed: int = 0,
     reference: Reference | None = None,
     base_dir: Path | None = None,
     timeout: float = DEFAULT_RUN_TIMEOUT,
 ) -> VerificationResult:
-    """Compare ``candidate`` with ``original`` on seeded inputs; never raises for a mismatch.
+    """Compare ``candidate`` with ``original`` on the run's inputs; never raises for a mismatch.
 
-    ``reference`` is the original's run if the caller already made it (``shapes`` and ``seed`` then
+    ``reference`` is the original's run if the caller already made it (``inputs`` and ``seed`` then
     made its inputs). ``base_dir`` is where both models' external data lives (the candidate refers to
     the original's).
     """
     tolerance = (tolerance or Tolerance()).for_model(original)
-    reference = reference or reference_run(original, shapes, seed, base_dir, timeout)
+    reference = reference or reference_run(original, inputs, seed, base_dir, timeout)
     feeds, expected = reference.feeds, reference.outputs
     try:
         check_model(candidate)

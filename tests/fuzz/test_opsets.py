@@ -25,7 +25,8 @@ from onnx import TensorProto, helper
 from onnxsat.eqsat.optimizer import OptimizeOptions, optimize_model
 from onnxsat.eqsat.rules import TARGETS
 from onnxsat.errors import RuntimeUnsupportedError
-from onnxsat.verification import random_inputs, run_model
+from onnxsat.inputs import random_inputs
+from onnxsat.verification import run_model
 from onnxsat.zoo.synthetic import demo_cnn
 from tools.fuzz import opsets
 from tools.fuzz.opsets import (

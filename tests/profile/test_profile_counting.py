@@ -103,9 +103,10 @@ def test_unread_initializers_and_constants() -> None:
     constant = helper.make_node("Constant", [], ["k"], "k", value=numpy_helper.from_array(np.ones(3, np.float32)))
     add = helper.make_node("Add", ["x", "k"], ["y"], "add")
     profile = profile_model(model([constant, add], [("x", [3])], ["y"], [weight("unused", 10)]))
-    assert profile.params == 10  # Constant nodes are not parameters; unread initializers are
-    assert [layer.memory_bytes for layer in profile.layers] == [0, 12]
-    assert sum(layer.params for layer in profile.layers) == 0
+    assert profile.params == 13  # a Constant node's tensor is a weight like an initializer; unread ones count too
+    assert [layer.op_type for layer in profile.layers] == ["Add"]  # the Constant was read as an initializer
+    assert [layer.params for layer in profile.layers] == [3]
+    assert [layer.memory_bytes for layer in profile.layers] == [12 + 12]
 
 
 def test_pruning_cost_uses_the_profile_with_dynamic_dims_as_one() -> None:

@@ -21,9 +21,10 @@ from runtime_models import conv_bn_relu
 from onnxsat.bench import peers
 from onnxsat.cli import main
 from onnxsat.errors import SettingsError
+from onnxsat.inputs import random_inputs
 from onnxsat.latency import compare_latency
 from onnxsat.runtime.tune import DEFAULT_LABEL, NOISE_LABEL, SessionSettings, candidate_grid, tune
-from onnxsat.verification import random_inputs, session
+from onnxsat.verification import session
 
 FAST = ["--rounds", "3", "--warmup", "1"]
 

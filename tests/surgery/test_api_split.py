@@ -9,8 +9,9 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from onnxsat.errors import SettingsError
+from onnxsat.inputs import random_inputs
 from onnxsat.surgery.api import Surgery, SurgeryError, format_differences
-from onnxsat.verification import random_inputs, run_model
+from onnxsat.verification import run_model
 
 RNG = np.random.default_rng(1)
 

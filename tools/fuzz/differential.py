@@ -23,8 +23,9 @@ import onnx
 
 from onnxsat.eqsat.optimizer import OptimizeOptions, optimize_model
 from onnxsat.eqsat.rules import TARGETS
+from onnxsat.inputs import random_inputs
 from onnxsat.op_kinds import DEFAULT_DOMAINS, qualified_op
-from onnxsat.verification import OutputComparison, Tolerance, compare_outputs, random_inputs, run_model
+from onnxsat.verification import OutputComparison, Tolerance, compare_outputs, run_model
 
 SEEDS = (0, 1)
 """Input seeds: 0 is the one ``optimize_model`` verifies with; 1 is a fresh set it never saw."""

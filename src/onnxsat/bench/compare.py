@@ -60,6 +60,7 @@ from onnxsat.eqsat.optimizer import OptimizeOptions, optimize_model
 from onnxsat.errors import OnnxSatError, RuntimeUnsupportedError, SettingsError
 from onnxsat.html import Page, write_page
 from onnxsat.html.charts import grouped_bars
+from onnxsat.inputs import InputSpec, parse_input_shapes
 from onnxsat.runtime.tune import SessionSettings
 from onnxsat.timing import (
     LEVELS,
@@ -76,7 +77,7 @@ from onnxsat.timing import (
     time_rounds,
     timing_session,
 )
-from onnxsat.verification import Reference, Tolerance, compare_outputs, parse_input_shapes, reference_run
+from onnxsat.verification import Reference, Tolerance, compare_outputs, reference_run
 
 DEFAULT_PAIRS = 30
 """Timed rounds per model: with ~10 variants, enough for a steady median in about a minute on ResNet-50."""
@@ -98,7 +99,7 @@ class CompareSettings:
     target: str = "ort"
     cost_model: str | None = None
     """None keeps ``OptimizeOptions``' default cost model."""
-    input_shapes: dict[str, list[int]] = field(default_factory=dict)
+    inputs: InputSpec = field(default_factory=InputSpec)
     keep_dir: Path | None = None
     session: SessionSettings | None = None
     """Tuned session settings (``onnxsat tune``) for every session instead of ``threads``."""
@@ -177,9 +178,9 @@ class ModelComparison:
 # --------------------------------------------------------------------------------------------- inputs
 
 
-def parse_shape_specs(specs: Sequence[str]) -> dict[str, list[int]]:
-    """``["x:1,3,224,224"]`` -> ``{"x": [1, 3, 224, 224]}``, as every command spells ``--input-shape``
-    (``verify.parse_input_shapes``); the ``x=1,3,224,224`` this command once took is refused with the fix."""
+def input_spec(specs: Sequence[str], inputs: str | None = None) -> InputSpec:
+    """The inputs ``--input-shape`` specs (``["x:1,3,224,224"]``, as every command spells them) and the
+    ``--inputs`` file describe; the ``x=1,3,224,224`` this command once took is refused with the fix."""
     shapes: dict[str, list[int]] = {}
     for spec in specs:
         try:
@@ -189,7 +190,8 @@ def parse_shape_specs(specs: Sequence[str]) -> dict[str, list[int]]:
             if not sep or not name:
                 raise
             raise SettingsError(f"--input-shape expects NAME:D1,D2,... (got {spec!r}; write {name}:{dims})") from None
-    return shapes
+    spec = InputSpec.from_options((), inputs)
+    return InputSpec(shapes, spec.given, spec.source)
 
 
 def _one_line(error: BaseException) -> str:
@@ -222,7 +224,7 @@ def _copy(model: onnx.ModelProto) -> onnx.ModelProto:
 
 def run_onnxsat(model: onnx.ModelProto, settings: CompareSettings) -> tuple[onnx.ModelProto, float]:
     """ONNXSat's result for ``model`` and the wall time of ``optimize_model`` (its verification included)."""
-    options = OptimizeOptions(target=settings.target, input_shapes=settings.input_shapes)
+    options = OptimizeOptions(target=settings.target, inputs=settings.inputs)
     if settings.cost_model is not None:
         options.cost_model = settings.cost_model
     start = time.perf_counter()
@@ -314,7 +316,8 @@ def compare_model(
     """Build every variant of one model, time them side by side, compare their outputs."""
     registry = peer_registry.PEERS if registry is None else registry
     original = load_whole(path)
-    reference = reference_run(original, settings.input_shapes)  # raises if ORT cannot run the input
+    settings.inputs.check(original)
+    reference = reference_run(original, settings.inputs)  # raises if ORT cannot run the input
     tolerance = Tolerance().for_model(original)
     result = ModelComparison(str(path), label or Path(path).name, describe_inputs(reference.feeds), tolerance)
     result.constant_outputs = all(_constant(output) for output in reference.outputs)
@@ -676,6 +679,7 @@ def _check_outputs_paths(models: Sequence[str], *outputs: str | None) -> None:
 def run_compare(
     models: Sequence[str],
     input_shapes: Sequence[str] = (),
+    inputs: str | None = None,
     threads: int = 1,
     pairs: int = DEFAULT_PAIRS,
     warmup: int = DEFAULT_WARMUP,
@@ -691,9 +695,10 @@ def run_compare(
     """``onnxsat bench compare``: print a table per model and the summary; exit code (see module doc).
 
     ``session_settings`` is a JSON file ``onnxsat tune`` wrote; its intra-op threads replace ``threads``.
+    ``inputs`` is a ``.npz`` feeds file whose arrays every model is fed (the other inputs are random).
     """
     registry = peer_registry.PEERS if registry is None else registry
-    settings = CompareSettings(threads, pairs, warmup, target, cost_model, parse_shape_specs(input_shapes))
+    settings = CompareSettings(threads, pairs, warmup, target, cost_model, input_spec(input_shapes, inputs))
     settings.check()
     if session_settings is not None:
         settings.session = SessionSettings.load(session_settings)

@@ -39,6 +39,7 @@ from onnxsat.eqsat.rules import rulesets_for
 from onnxsat.errors import SettingsError
 from onnxsat.extras import require
 from onnxsat.html.charts import new_figure
+from onnxsat.inputs import InputSpec, fixed_dim, random_inputs
 from onnxsat.runtime.offline import LEVELS, optimize_offline
 from onnxsat.timing import (
     environment,
@@ -51,7 +52,7 @@ from onnxsat.timing import (
     time_rounds,
     timing_session,
 )
-from onnxsat.verification import Tolerance, compare_outputs, random_inputs
+from onnxsat.verification import Tolerance, compare_outputs
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -176,7 +177,7 @@ def _variants(
     seconds: dict[str, float] = {}
     start = time.perf_counter()
     fused, report = optimize_model(
-        original, OptimizeOptions(target=settings.target, input_shapes=settings.input_shapes)
+        original, OptimizeOptions(target=settings.target, inputs=InputSpec.of(settings.input_shapes))
     )
     seconds[ONNXSAT] = time.perf_counter() - start
     if not report.verification or not report.verification.ok:
@@ -201,10 +202,10 @@ def _feeds(model: onnx.ModelProto, settings: FusionSettings, batch: int) -> tupl
         dims = value.type.tensor_type.shape.dim
         if not dims:
             continue
-        if dims[0].HasField("dim_value") and dims[0].dim_value > 0:
+        if fixed_dim(dims[0]):
             used = dims[0].dim_value
             continue
-        rest = [d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else 1 for d in dims[1:]]
+        rest = [fixed_dim(d) or 1 for d in dims[1:]]
         shapes[value.name] = [batch, *rest]
     return random_inputs(model, shapes), used
 

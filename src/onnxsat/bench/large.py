@@ -27,9 +27,10 @@ from pathlib import Path
 import onnxruntime as ort
 
 from onnxsat.errors import SettingsError
+from onnxsat.inputs import random_inputs
 from onnxsat.model_io import load_model
 from onnxsat.timing import environment_line
-from onnxsat.verification import Tolerance, compare_outputs, random_inputs, session
+from onnxsat.verification import Tolerance, compare_outputs, session
 from onnxsat.zoo.large import write_large_model
 
 GOAL_RATIO = 1.5

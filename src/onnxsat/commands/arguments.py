@@ -4,20 +4,38 @@ from __future__ import annotations
 
 import argparse
 
+from onnxsat.inputs import InputSpec
 from onnxsat.options import float_list, percent
 
-__all__ = ["DYNAMIC_DIMS_ARE_ONE", "add_input_shape_option", "add_model_arguments", "float_list", "percent"]
+__all__ = [
+    "DYNAMIC_DIMS_ARE_ONE",
+    "add_input_options",
+    "add_model_arguments",
+    "float_list",
+    "input_spec",
+    "percent",
+]
 
 
 DYNAMIC_DIMS_ARE_ONE = "shape for an input with dynamic dims (repeatable; default: dynamic dims are 1)"
 
 
-def add_input_shape_option(
-    parser: argparse.ArgumentParser, help_text: str | None = None, metavar: str = "NAME:D1,D2,..."
-) -> None:
-    """``--input-shape NAME:D1,D2,...``, repeatable, collected as a list of specs for
-    ``verify.parse_input_shapes``; ``help_text`` says what a dynamic dim becomes without it."""
-    parser.add_argument("--input-shape", action="append", default=[], metavar=metavar, help=help_text)
+def add_input_options(parser: argparse.ArgumentParser, help_text: str | None = None, feeds: bool = True) -> None:
+    """``--inputs FEEDS.npz`` (values used as given; not with ``feeds=False``, for commands that choose
+    the batch themselves) and ``--input-shape NAME:D1,D2,...`` (repeatable, sizes for the random ones);
+    ``help_text`` says what a dynamic dim becomes without it. :func:`input_spec` reads them back."""
+    if feeds:
+        parser.add_argument(
+            "--inputs",
+            metavar="FEEDS.npz",
+            help="named arrays (numpy .npz) used as the values of those inputs; the others are seeded random",
+        )
+    parser.add_argument("--input-shape", action="append", default=[], metavar="NAME:D1,D2,...", help=help_text)
+
+
+def input_spec(args: argparse.Namespace) -> InputSpec:
+    """The inputs ``--inputs`` and ``--input-shape`` describe."""
+    return InputSpec.from_options(args.input_shape, getattr(args, "inputs", None))
 
 
 def add_model_arguments(parser: argparse.ArgumentParser, result: str) -> None:

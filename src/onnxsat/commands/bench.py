@@ -12,18 +12,18 @@ from onnxsat.bench.large import run_large_benchmark
 from onnxsat.bench.scale import run_scale_benchmark
 from onnxsat.bench.sparsity import SparsityExperimentSettings, experiment_three, experiment_two
 from onnxsat.bench.sparsity.common import ExperimentResult
-from onnxsat.commands.arguments import DYNAMIC_DIMS_ARE_ONE, add_input_shape_option, float_list, percent
+from onnxsat.commands.arguments import DYNAMIC_DIMS_ARE_ONE, add_input_options, float_list, percent
 from onnxsat.data.metrics import evaluate
 from onnxsat.eqsat.rules import TARGETS
 from onnxsat.errors import SettingsError
 from onnxsat.html import check_html_path, write_page
 from onnxsat.html.bench import experiment_page
 from onnxsat.html.prune import BenchPruneSection, bench_prune_page
+from onnxsat.inputs import parse_input_shapes
 from onnxsat.model_io import load_model, write_text_atomic
 from onnxsat.pruning.bench import bench_prune, dataset_for, evaluation_for, to_markdown
 from onnxsat.pruning.importance import CRITERIA
 from onnxsat.sparsity.methods import METHODS
-from onnxsat.verification import parse_input_shapes
 
 ORDER = 70
 
@@ -76,7 +76,7 @@ def _add_bench_experiment(which: argparse._SubParsersAction) -> None:
         "--ort-level", default="all", help="experiment 1: ORT's offline level, basic/extended/all (default all)"
     )
     parser.add_argument("--target", default="ort", help="experiment 1: ONNXSat's target (default ort)")
-    add_input_shape_option(parser)
+    add_input_options(parser, feeds=False)
     parser.add_argument("--out", help="folder for the PNG plots, CSV, Markdown and settings (default out/experimentN)")
     parser.add_argument("--html", metavar="PATH", help="also write the write-up and plots as one HTML page")
     parser.set_defaults(handler=_run_bench_experiment)
@@ -137,7 +137,7 @@ def _add_bench_compare(which: argparse._SubParsersAction) -> None:
         help="time ONNXSat's result against the original under ORT and against other ONNX optimizers, side by side",
     )
     compare.add_argument("models", nargs="+", metavar="MODEL", help=".onnx files (never modified)")
-    add_input_shape_option(compare, DYNAMIC_DIMS_ARE_ONE)
+    add_input_options(compare, DYNAMIC_DIMS_ARE_ONE)
     compare.add_argument("--threads", type=int, default=1, help="ORT intra-op threads of every session (default 1)")
     compare.add_argument(
         "--pairs",
@@ -179,6 +179,7 @@ def _run_bench_compare(args: argparse.Namespace) -> int:
     return run_compare(
         args.models,
         args.input_shape,
+        args.inputs,
         threads=args.threads,
         pairs=args.pairs,
         warmup=args.warmup,

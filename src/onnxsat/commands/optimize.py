@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from onnxsat.commands.arguments import DYNAMIC_DIMS_ARE_ONE, add_input_shape_option, add_model_arguments
+from onnxsat.commands.arguments import DYNAMIC_DIMS_ARE_ONE, add_input_options, add_model_arguments, input_spec
 from onnxsat.commands.printing import run_and_print
 from onnxsat.eqsat.optimizer import OptimizeOptions
 from onnxsat.html.optimize import optimize_page_from_files
@@ -13,7 +13,7 @@ from onnxsat.latency import compare_latency_levels
 from onnxsat.options import add_arguments, from_arguments
 from onnxsat.passes.eqsat import EqsatPass
 from onnxsat.report import OptimizeReport
-from onnxsat.verification import DEFAULT_RUN_TIMEOUT, Tolerance, parse_input_shapes
+from onnxsat.verification import DEFAULT_RUN_TIMEOUT, Tolerance
 
 ORDER = 10
 
@@ -23,7 +23,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     parser = commands.add_parser("optimize", help="fuse operators by equality saturation, verify, write, report")
     add_model_arguments(parser, "the optimized model")
     add_arguments(parser, OptimizeOptions)
-    add_input_shape_option(parser, DYNAMIC_DIMS_ARE_ONE)
+    add_input_options(parser, DYNAMIC_DIMS_ARE_ONE)
     parser.add_argument("--rtol", type=float, default=tolerance.rtol, help="relative tolerance of the verification")
     parser.add_argument("--atol", type=float, default=tolerance.atol, help="absolute tolerance of the verification")
     parser.add_argument(
@@ -43,8 +43,7 @@ def run(args: argparse.Namespace) -> int:
 
     def add_latency(report: OptimizeReport) -> None:
         if args.latency:
-            shapes = parse_input_shapes(args.input_shape)
-            report.latency = compare_latency_levels(Path(args.model), Path(args.output), shapes)
+            report.latency = compare_latency_levels(Path(args.model), Path(args.output), input_spec(args))
 
     tolerance = Tolerance(rtol=args.rtol, atol=args.atol)
     step = EqsatPass(options)

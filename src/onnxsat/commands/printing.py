@@ -9,12 +9,13 @@ from collections.abc import Callable
 from typing import Any
 
 from onnxsat.api import run_file
+from onnxsat.commands.arguments import input_spec
 from onnxsat.core import Pass
 from onnxsat.errors import VerificationFailedError
 from onnxsat.extras import require
 from onnxsat.html import check_html_path, write_page
 from onnxsat.model_io import check_report_path, write_text_atomic
-from onnxsat.verification import Tolerance, parse_input_shapes
+from onnxsat.verification import Tolerance
 
 PageBuilder = Callable[[Any], Any]
 
@@ -37,9 +38,9 @@ def run_and_print(
     if args.html:
         check_html_path(args.html, [args.model], [args.output, args.report])
         require("matplotlib.figure", "--html pages")  # before any work, not after the model is written
-    shapes = parse_input_shapes(args.input_shape)
+    inputs = input_spec(args)
     try:
-        report = run_file(step, args.model, args.output, None, shapes, tolerance, args.force, run_timeout)
+        report = run_file(step, args.model, args.output, None, inputs, tolerance, args.force, run_timeout)
     except VerificationFailedError as error:
         _emit(args, error.report, page)  # type: ignore[attr-defined]
         raise

@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import argparse
 
-from onnxsat.commands.arguments import add_input_shape_option
+from onnxsat.commands.arguments import add_input_options, input_spec
 from onnxsat.errors import SettingsError
 from onnxsat.model_io import load_model, model_folder
 from onnxsat.profile.counting import profile_model
 from onnxsat.profile.table import Comparison, comparison_json, comparison_table, profile_json, profile_table
-from onnxsat.verification import parse_input_shapes
 
 DEFAULT_LAYERS = 20
 
@@ -27,7 +26,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         metavar="OTHER",
         help="a second model (e.g. the optimized one): operators fused, MACs, params and memory side by side",
     )
-    add_input_shape_option(parser, "shape for an input with dynamic dims (repeatable; required for each such input)")
+    add_input_options(parser, "shape for an input with dynamic dims (repeatable; required for each such input)")
     parser.add_argument("--json", action="store_true", help="print JSON (every layer) instead of tables")
     parser.add_argument(
         "--layers",
@@ -43,12 +42,12 @@ def run_profile(args: argparse.Namespace) -> int:
 
     if args.layers < 0:
         raise SettingsError(f"--layers must be 0 or more (got {args.layers})")
-    shapes = parse_input_shapes(args.input_shape)
-    profile = profile_model(load_model(args.model), shapes, base_dir=model_folder(args.model))
+    inputs = input_spec(args)
+    profile = profile_model(load_model(args.model), inputs, base_dir=model_folder(args.model))
     if args.compare is None:
         print(profile_json(profile, args.model) if args.json else profile_table(profile, args.model, args.layers))
         return 0
-    other = profile_model(load_model(args.compare), shapes, base_dir=model_folder(args.compare))
+    other = profile_model(load_model(args.compare), inputs, base_dir=model_folder(args.compare))
     comparison = Comparison(profile, other)
     if args.json:
         print(comparison_json(comparison, args.model, args.compare))

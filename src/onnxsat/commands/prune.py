@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from onnxsat.commands.arguments import add_input_shape_option, add_report_arguments
+from onnxsat.commands.arguments import add_input_options, add_report_arguments
 from onnxsat.commands.printing import run_and_print
 from onnxsat.errors import SettingsError
 from onnxsat.html.prune import prune_page
@@ -22,7 +22,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     parser.add_argument("model", help="input .onnx file (never modified)")
     parser.add_argument("-o", "--output", help="where to write the pruned model (not needed with --show-trees)")
     add_arguments(parser, PruneOptions)
-    add_input_shape_option(parser)
+    add_input_options(parser)
     parser.add_argument("--show-trees", action="store_true", help="print the node association trees and stop")
     parser.add_argument("--trees-image", metavar="PATH", help="with --show-trees: also draw them (PNG, SVG)")
     add_report_arguments(parser)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from onnxsat.commands.arguments import add_input_shape_option, add_model_arguments
+from onnxsat.commands.arguments import add_input_options, add_model_arguments
 from onnxsat.commands.printing import run_and_print
 from onnxsat.html.sparsify import sparsify_page
 from onnxsat.options import add_arguments, from_arguments
@@ -20,7 +20,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     )
     add_model_arguments(parser, "the sparsified model")
     add_arguments(parser, SparsifyOptions)
-    add_input_shape_option(parser)
+    add_input_options(parser)
     parser.set_defaults(handler=run)
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from onnxsat.commands.arguments import DYNAMIC_DIMS_ARE_ONE, add_input_shape_option
+from onnxsat.commands.arguments import DYNAMIC_DIMS_ARE_ONE, add_input_options, input_spec
 from onnxsat.errors import SettingsError
 from onnxsat.model_io import check_input_path, check_output_path, write_text_atomic
 from onnxsat.runtime.tune import (
@@ -18,7 +18,6 @@ from onnxsat.runtime.tune import (
     candidate_grid,
     tune,
 )
-from onnxsat.verification import parse_input_shapes
 
 ORDER = 50
 
@@ -29,7 +28,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         help="measure ONNX Runtime session settings (threads, execution mode, level, providers) side by side",
     )
     parser.add_argument("model", help="input .onnx file (never modified)")
-    add_input_shape_option(parser, DYNAMIC_DIMS_ARE_ONE)
+    add_input_options(parser, DYNAMIC_DIMS_ARE_ONE)
     parser.add_argument(
         "--rounds",
         type=int,
@@ -49,12 +48,12 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
 def run_tune(args: argparse.Namespace) -> int:
     if args.rounds < 1 or args.warmup < 0:
         raise SettingsError(f"--rounds must be at least 1 and --warmup at least 0 (got {args.rounds}, {args.warmup})")
-    shapes = parse_input_shapes(args.input_shape)
+    inputs = input_spec(args)
     check_input_path(args.model)
     if args.output is not None:
         check_output_path(args.model, args.output)
     grid = candidate_grid(args.full)
-    result = tune(args.model, shapes, args.rounds, args.warmup, grid=grid)
+    result = tune(args.model, inputs, args.rounds, args.warmup, grid=grid)
     print(f"onnxsat tune {Path(args.model).name}: inputs {result.inputs}")
     print(
         f"{len(grid)} candidates and {DEFAULT_LABEL} ({SessionSettings().describe()}; thread count 0: ORT's choice), "

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import gc
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,6 +24,7 @@ from onnxsat.eqsat.frozen import freeze
 from onnxsat.eqsat.rules import TARGETS, applicable, rulesets_for
 from onnxsat.eqsat.saturate import SaturationLimits, egraph_size, saturate
 from onnxsat.errors import SettingsError
+from onnxsat.inputs import InputSpec
 from onnxsat.options import option
 from onnxsat.report import OptimizeReport, op_counts
 from onnxsat.verification import DEFAULT_RUN_TIMEOUT, Tolerance, reference_run, verify
@@ -53,7 +54,7 @@ class OptimizeOptions:
     max_memory_mib: float = option(
         _LIMITS.max_memory_mib, help="stop the e-graph search when the process's resident memory exceeds this"
     )
-    input_shapes: Mapping[str, Sequence[int]] = field(default_factory=dict)
+    inputs: InputSpec = field(default_factory=InputSpec)
     tolerance: Tolerance = field(default_factory=Tolerance)
     force: bool = False
     run_timeout: float = DEFAULT_RUN_TIMEOUT
@@ -129,7 +130,7 @@ def optimize_model(
     with phases("check"):
         model_io.check_model(model)
     with phases("verify"):
-        reference = reference_run(model, options.input_shapes, base_dir=base_dir, timeout=options.run_timeout)
+        reference = reference_run(model, options.inputs, base_dir=base_dir, timeout=options.run_timeout)
     with phases("encode"), _collector_paused():
         encoded = encode(model, _shape_inferred(model), base_dir)
         enodes_before = egraph_size(encoded.egraph)
@@ -145,7 +146,7 @@ def optimize_model(
         result = verify(
             model,
             decoded.model,
-            options.input_shapes,
+            options.inputs,
             options.tolerance,
             reference=reference,
             base_dir=base_dir,

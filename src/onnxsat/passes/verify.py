@@ -19,7 +19,7 @@ class VerifyPass(Pass, kind="verify"):
             atol=context.tolerance.atol if self.atol is None else self.atol,
         )
         assert context.reference is not None
-        result = verify(context.reference, model.proto, context.input_shapes, tolerance, base_dir=model.base_dir)
+        result = verify(context.reference, model.proto, context.inputs, tolerance, base_dir=model.base_dir)
         worst = max((c.max_abs_diff for c in result.outputs), default=0.0)
         notices = [f"against {context.reference_name}: largest output difference {worst:.3g}"]
         return PassResult(model.proto, result, notices)

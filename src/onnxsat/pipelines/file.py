@@ -20,6 +20,7 @@ import yaml
 from onnxsat import model_io
 from onnxsat.config_check import checked_keys
 from onnxsat.errors import InputNotFoundError, OnnxSatError, SettingsError
+from onnxsat.inputs import InputSpec
 from onnxsat.passes import Pass, catalogue
 from onnxsat.runner import PipelineReport, RunSettings, run
 from onnxsat.verification import Tolerance
@@ -34,6 +35,8 @@ class PipelineSettings:
     passes: list[dict[str, Any]]
     input_shapes: dict[str, list[int]] = field(default_factory=dict)
     """Sizes for dynamic input dims (verification, calibration, MACs), like ``--input-shape``."""
+    inputs: str | None = None
+    """A ``.npz`` feeds file of input values to use as given, like ``--inputs`` (relative to this file)."""
     data: str | None = None
     """Data for the passes that take it (sparsify, prune) unless a pass names its own."""
     rtol: float = 1e-4
@@ -55,6 +58,7 @@ class Pipeline:
     report_path: Path | None
     steps: list[tuple[str, Pass]]
     """(place in the file, pass) in order."""
+    inputs: InputSpec
 
 
 def read_pipeline(
@@ -112,7 +116,13 @@ def _checked(source: Path, config: dict[str, Any]) -> Pipeline:
             report_path = model_io.check_report_path(folder / settings.report, input_path, output_path)
     except OnnxSatError as error:
         raise type(error)(f"{_key_of(error)}{error}") from None
-    return Pipeline(source, settings, input_path, output_path, report_path, steps)
+    shapes = [f"{name}:{','.join(map(str, dims))}" for name, dims in settings.input_shapes.items()]
+    feeds = folder / settings.inputs if settings.inputs is not None else None
+    try:
+        inputs = InputSpec.from_options(shapes, feeds)
+    except OnnxSatError as error:
+        raise type(error)(f"inputs: {error}") from None
+    return Pipeline(source, settings, input_path, output_path, report_path, steps, inputs)
 
 
 def _key_of(error: OnnxSatError) -> str:
@@ -137,7 +147,7 @@ def run_pipeline(pipeline: Pipeline, force: bool = False) -> PipelineReport:
     """
     settings = pipeline.settings
     run_settings = RunSettings(
-        input_shapes={name: list(dims) for name, dims in settings.input_shapes.items()},
+        inputs=pipeline.inputs,
         tolerance=Tolerance(settings.rtol, settings.atol),
         data=settings.data,
         force=force or settings.force,

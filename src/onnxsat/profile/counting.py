@@ -67,13 +67,14 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import onnx
 from onnx import TensorProto
 
+from onnxsat.inputs import InputsLike
+from onnxsat.normal_form import normal_form
 from onnxsat.op_kinds import DEFAULT_DOMAINS, qualified_op
 from onnxsat.profile.shapes import MICROSOFT, Shapes, TensorFacts, resolve_shapes
 
@@ -188,17 +189,19 @@ def parameter_count(model: onnx.ModelProto) -> int:
 
 def profile_model(
     model: onnx.ModelProto,
-    input_shapes: Mapping[str, Sequence[int]] | None = None,
+    inputs: InputsLike = None,
     *,
     allow_onnxruntime: bool = True,
     base_dir: Path | None = None,
 ) -> ModelProfile:
-    """Profile every node of ``model``'s main graph (see the module doc for what is counted).
+    """Profile every node of ``model``'s main graph (see the module doc for what is counted), in normal
+    form: weights held in Constant nodes count as the parameters they are.
 
-    ``input_shapes`` fixes inputs with dynamic dims (required for them). ``allow_onnxruntime`` and
-    ``base_dir`` are passed to :func:`onnxsat.profile.shapes.resolve_shapes`.
+    ``inputs`` fixes inputs with dynamic dims (required for them): sizes, or given arrays. ``allow_onnxruntime``
+    and ``base_dir`` are passed to :func:`onnxsat.profile.shapes.resolve_shapes`.
     """
-    shapes = resolve_shapes(model, input_shapes, allow_onnxruntime=allow_onnxruntime, base_dir=base_dir)
+    model, _ = normal_form(model)
+    shapes = resolve_shapes(model, inputs, allow_onnxruntime=allow_onnxruntime, base_dir=base_dir)
     weights = _weights(model)
     seen: set[str] = set()
     layers = []

@@ -15,7 +15,7 @@ A profile is a count per inference, so every tensor needs a concrete shape. They
    This is ORT-independent and costs nothing.
 3. Only if tensors are still unknown after that (another contrib op, a data-dependent shape such as
    NonZero's): one ONNX Runtime run, optimizations off, with seeded random inputs
-   (:func:`onnxsat.verification.random_inputs`) on a copy exposing those tensors as outputs
+   (:func:`onnxsat.inputs.random_inputs`) on a copy exposing those tensors as outputs
    (:func:`onnxsat.verification.with_outputs`); their shapes and types are read off the arrays. A
    data-dependent shape is then the one those inputs produce. ``Shapes.method`` says which of the
    two methods the profile used.
@@ -31,8 +31,9 @@ import onnx
 
 from onnxsat.errors import SettingsError
 from onnxsat.external_data import has_external_data, structure_view
+from onnxsat.inputs import InputsLike, InputSpec, fixed_dim, random_inputs
 from onnxsat.op_kinds import default_opset_version
-from onnxsat.verification import fixed_dim, random_inputs, run_model, with_outputs
+from onnxsat.verification import run_model, with_outputs
 
 MICROSOFT = "com.microsoft"
 
@@ -120,7 +121,7 @@ def _suggestion(name: str, declared: list[onnx.TensorShapeProto.Dimension] | Non
 
 def resolve_shapes(
     model: onnx.ModelProto,
-    given: Mapping[str, Sequence[int]] | None = None,
+    given: InputsLike = None,
     *,
     allow_onnxruntime: bool = True,
     base_dir: Path | None = None,
@@ -130,7 +131,9 @@ def resolve_shapes(
     ``allow_onnxruntime=False`` raises :class:`ShapesUnknownError` instead of running the model when
     shape inference leaves gaps. ``base_dir`` is where the model's external data lives, for that run.
     """
-    inputs = fixed_input_shapes(model, given or {})
+    spec = InputSpec.of(given)
+    spec.check(model)
+    inputs = fixed_input_shapes(model, spec.dims())
     fixed = _with_input_shapes(model, inputs)
     facts = _inferred(_with_standard_twins(fixed))
     for tensor in model.graph.initializer:
@@ -147,7 +150,7 @@ def resolve_shapes(
 
     exposed = with_outputs(fixed, missing)
     names = [o.name for o in exposed.graph.output]
-    arrays = run_model(exposed, random_inputs(fixed, inputs), "model to learn its shapes", base_dir=base_dir)
+    arrays = run_model(exposed, random_inputs(fixed, spec), "model to learn its shapes", base_dir=base_dir)
     for name, array in zip(names, arrays, strict=True):
         if name in missing:
             facts[name] = TensorFacts(

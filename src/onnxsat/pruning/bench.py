@@ -32,11 +32,12 @@ import onnxruntime as ort
 from onnxsat.data.metrics import evaluate, run_logits
 from onnxsat.data.sources import Dataset, load_dataset
 from onnxsat.errors import SettingsError
+from onnxsat.inputs import InputSpec, random_inputs
 from onnxsat.pruning.cost import mac_count, parameter_count
 from onnxsat.pruning.prune import PruneOptions, prune_model
 from onnxsat.sparsity.search import input_dims, random_dataset
 from onnxsat.timing import ratios_to, time_rounds, timing_session
-from onnxsat.verification import random_inputs, session
+from onnxsat.verification import session
 
 DEFAULT_RATES = (0.3, 0.5, 0.7)
 RANDOM_SAMPLES = 64
@@ -161,7 +162,11 @@ def bench_prune(
         for single_node in modes:
             for refit in reconstruct:
                 options = PruneOptions(
-                    rate=rate, criterion=criterion, single_node=single_node, reconstruct=refit, input_shapes=shapes
+                    rate=rate,
+                    criterion=criterion,
+                    single_node=single_node,
+                    reconstruct=refit,
+                    inputs=InputSpec.of(shapes),
                 )
                 pruned, report = prune_model(model, options, dataset=calibration)
                 macs = report.macs.get("pruned")

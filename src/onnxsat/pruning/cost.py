@@ -12,9 +12,9 @@ from collections.abc import Mapping, Sequence
 
 import onnx
 
+from onnxsat.inputs import DEFAULT_DYNAMIC_DIM
 from onnxsat.profile.counting import parameter_count, profile_model
 from onnxsat.profile.shapes import ShapesUnknownError
-from onnxsat.verification import DEFAULT_DYNAMIC_DIM
 
 __all__ = ["mac_count", "parameter_count"]
 

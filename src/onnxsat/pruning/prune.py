@@ -19,6 +19,7 @@ import onnx
 from onnxsat import model_io
 from onnxsat.data.sources import Dataset, load_dataset
 from onnxsat.errors import InvalidModelError, RuntimeUnsupportedError, SettingsError
+from onnxsat.inputs import InputSpec, random_inputs
 from onnxsat.options import float_list, option, percent
 from onnxsat.pruning.apply import apply_pruning
 from onnxsat.pruning.cost import mac_count, parameter_count
@@ -37,7 +38,7 @@ from onnxsat.pruning.report import GroupReport, PruneReport
 from onnxsat.pruning.trees import ChannelGroup, Forest, build_groups, format_trees, render_trees
 from onnxsat.pruning.unfuse import fused_count, split_fused
 from onnxsat.sparsity.search import batch_size_for, data_input, input_dims
-from onnxsat.verification import VerificationResult, random_inputs, run_model
+from onnxsat.verification import VerificationResult, run_model
 
 RANDOM_CALIBRATION_SAMPLES = 16
 """Seeded normal inputs used for HRank or reconstruction when no data is given (said in the report)."""
@@ -78,7 +79,7 @@ class PruneOptions:
         None, metavar="JSON", help='extra node attribute library: {"OpType": "category"}'
     )
     """A JSON file extending the node attribute library."""
-    input_shapes: dict[str, list[int]] = field(default_factory=dict)
+    inputs: InputSpec = field(default_factory=InputSpec)
     batch_size: int = 32
 
     def check(self) -> None:
@@ -161,14 +162,16 @@ def calibration_batches(
 ) -> tuple[list[dict[str, np.ndarray]], str]:
     """The calibration feeds and what they are: ``dataset``, ``options.data``, or seeded random inputs."""
     if dataset is None and options.data is not None:
-        dataset = load_dataset(options.data, input_dims(model), limit=options.limit, mean=options.mean, std=options.std)
+        dims = input_dims(model, options.inputs.given)
+        dataset = load_dataset(options.data, dims, limit=options.limit, mean=options.mean, std=options.std)
     if dataset is None:
-        feeds = [random_inputs(model, options.input_shapes, seed) for seed in range(RANDOM_CALIBRATION_SAMPLES)]
+        feeds = [random_inputs(model, options.inputs, seed) for seed in range(RANDOM_CALIBRATION_SAMPLES)]
         return feeds, f"random ({RANDOM_CALIBRATION_SAMPLES} seeded normal inputs)"
-    name = data_input(model).name
-    size = batch_size_for(model, options.batch_size)
+    given = options.inputs.given
+    name = data_input(model, given).name
+    size = batch_size_for(model, options.batch_size, given)
     fixed = size != options.batch_size
-    batches = [{name: inputs} for inputs, _ in dataset.batches(size) if not fixed or len(inputs) == size]
+    batches = [{**given, name: inputs} for inputs, _ in dataset.batches(size) if not fixed or len(inputs) == size]
     if not batches:
         raise SettingsError(f"{dataset.name}: fewer samples than the model's fixed batch size {size}")
     return batches, f"{dataset.name} ({sum(len(b[name]) for b in batches)} samples)"
@@ -228,8 +231,8 @@ def prune_model(
     report.groups = [_group_report(g, plan, kept) for g in forest.groups]
     report.params = {"original": parameter_count(model), "pruned": parameter_count(pruned)}
     report.macs = {
-        "original": mac_count(model, options.input_shapes),
-        "pruned": mac_count(pruned, options.input_shapes),
+        "original": mac_count(model, options.inputs.dims()),
+        "pruned": mac_count(pruned, options.inputs.dims()),
     }
     report.sizes = {"original": model.ByteSize(), "pruned": pruned.ByteSize()}
     report.verification = check_pruned(model, pruned, options, base_dir)
@@ -250,7 +253,7 @@ def check_pruned(
     """The checker passes, ORT runs the pruned model, and its outputs have the original's shapes and types."""
     try:
         model_io.check_model(pruned)
-        feeds = random_inputs(original, options.input_shapes, 0)
+        feeds = random_inputs(original, options.inputs, 0)
         expected = run_model(original, feeds, "input model", base_dir)
         actual = run_model(pruned, feeds, "pruned model", base_dir)
     except (InvalidModelError, RuntimeUnsupportedError) as error:

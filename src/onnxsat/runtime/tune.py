@@ -47,6 +47,7 @@ from typing import Any
 import onnxruntime as ort
 
 from onnxsat.errors import RuntimeUnsupportedError, SettingsError
+from onnxsat.inputs import InputsLike, InputSpec
 from onnxsat.model_io import check_model, load_model, model_folder
 from onnxsat.runtime.offline import LEVELS
 from onnxsat.timing import (
@@ -292,7 +293,7 @@ class TuneResult:
 
 def tune(
     model_path: str | os.PathLike[str],
-    input_shapes: Mapping[str, Sequence[int]] | None = None,
+    inputs: InputsLike = None,
     rounds: int = DEFAULT_ROUNDS,
     warmup: int = DEFAULT_WARMUP,
     full: bool = False,
@@ -308,7 +309,9 @@ def tune(
     path = Path(model_path)
     model = load_model(path)
     check_model(model)
-    reference = reference_run(model, input_shapes, base_dir=model_folder(path))
+    inputs = InputSpec.of(inputs)
+    inputs.check(model)
+    reference = reference_run(model, inputs, base_dir=model_folder(path))
     tolerance = Tolerance().for_model(model)
     names = [o.name for o in model.graph.output]
     default, noise = Candidate(SessionSettings(), DEFAULT_LABEL), Candidate(SessionSettings(), NOISE_LABEL)

@@ -20,7 +20,7 @@ models a search tries.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -30,43 +30,47 @@ import onnxruntime as ort
 from onnxsat.data.metrics import Accuracy, fidelity, topk_accuracy
 from onnxsat.data.sources import Dataset
 from onnxsat.errors import DataError, SettingsError
+from onnxsat.inputs import DEFAULT_DYNAMIC_DIM, InputsLike, InputSpec, fixed_dim, random_inputs
 from onnxsat.sparsity.methods import MaskResult, sparsity_masks
 from onnxsat.sparsity.targets import SparsityTarget
-from onnxsat.verification import DEFAULT_DYNAMIC_DIM, random_inputs, session
+from onnxsat.verification import session
 
 METRICS = ("top1", "top5")
 
 
-def data_input(model: onnx.ModelProto) -> onnx.ValueInfoProto:
-    """The one graph input that is not an initializer: what calibration samples are fed to."""
+def data_input(model: onnx.ModelProto, given: Collection[str] = ()) -> onnx.ValueInfoProto:
+    """The one graph input that is neither an initializer nor ``given`` (by ``--inputs``): what
+    calibration samples are fed to."""
     initializers = {t.name for t in model.graph.initializer}
-    inputs = [v for v in model.graph.input if v.name not in initializers]
+    inputs = [v for v in model.graph.input if v.name not in initializers and v.name not in given]
     if len(inputs) != 1:
-        raise SettingsError(f"accuracy data needs a model with one data input; this one has {len(inputs)}")
+        names = ", ".join(v.name for v in inputs)
+        raise SettingsError(
+            f"data is fed to one input, and this model has {len(inputs)} not given by --inputs ({names}); "
+            "give the others' values with --inputs FEEDS.npz"
+        )
     return inputs[0]
 
 
-def input_dims(model: onnx.ModelProto) -> list[int | None]:
+def input_dims(model: onnx.ModelProto, given: Collection[str] = ()) -> list[int | None]:
     """The data input's dims, None where dynamic: what ``load_dataset`` fits samples to."""
-    dims = data_input(model).type.tensor_type.shape.dim
-    return [d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else None for d in dims]
+    return [fixed_dim(d) for d in data_input(model, given).type.tensor_type.shape.dim]
 
 
-def batch_size_for(model: onnx.ModelProto, requested: int) -> int:
+def batch_size_for(model: onnx.ModelProto, requested: int, given: Collection[str] = ()) -> int:
     """``requested``, or the model's batch size when its input fixes one (exports often fix it to 1)."""
-    dims = input_dims(model)
+    dims = input_dims(model, given)
     return (dims[0] if dims else None) or requested
 
 
-def random_dataset(
-    model: onnx.ModelProto, count: int, input_shapes: Mapping[str, list[int]] | None = None, first_seed: int = 0
-) -> Dataset:
-    """``count`` seeded standard-normal samples of the data input (``verify.random_inputs``, one seed per
+def random_dataset(model: onnx.ModelProto, count: int, inputs: InputsLike = None, first_seed: int = 0) -> Dataset:
+    """``count`` seeded standard-normal samples of the data input (``inputs.random_inputs``, one seed per
     call), unlabelled: what calibration and fidelity use when the user gives no data. A model whose
     batch dim is fixed gets whole batches (``count`` rounded down to a multiple of it, at least one)."""
-    name, dims = data_input(model).name, input_dims(model)
-    given = (input_shapes or {}).get(name)
-    rest = list(given[1:]) if given else [d if d is not None else DEFAULT_DYNAMIC_DIM for d in dims[1:]]
+    spec = InputSpec.of(inputs)
+    name, dims = data_input(model, spec.given).name, input_dims(model, spec.given)
+    sized = spec.shapes.get(name)
+    rest = list(sized[1:]) if sized else [d if d is not None else DEFAULT_DYNAMIC_DIM for d in dims[1:]]
     per_call = (dims[0] if dims else None) or 1
     calls = max(1, count // per_call)
     chunks = [random_inputs(model, {name: [per_call, *rest]}, first_seed + index)[name] for index in range(calls)]
@@ -84,12 +88,16 @@ class Evaluator:
         dataset: Dataset,
         metric: str = "top1",
         batch_size: int = 64,
+        given: Mapping[str, np.ndarray] | None = None,
     ) -> None:
+        """``given``: the inputs the user fixed (``--inputs``), fed as they are with every batch."""
         if metric not in METRICS:
             raise SettingsError(f"unknown metric {metric!r}; choose from {', '.join(METRICS)}")
-        self.metric, self.dataset, self.batch_size = metric, dataset, batch_size_for(model, batch_size)
+        self.given = dict(given or {})
+        self.metric, self.dataset = metric, dataset
+        self.batch_size = batch_size_for(model, batch_size, self.given)
         self.weights = dict(weights)
-        self.input_name = data_input(model).name
+        self.input_name = data_input(model, self.given).name
         fed = onnx.ModelProto()
         fed.CopyFrom(model)
         if fed.ir_version < 4:
@@ -107,7 +115,7 @@ class Evaluator:
 
     def logits(self, masks: Mapping[str, np.ndarray]) -> np.ndarray:
         """First output over the whole dataset with the masked weights zeroed (every batch run)."""
-        feeds = {}
+        feeds = dict(self.given)
         for name, value in self.weights.items():
             mask = masks.get(name)
             feeds[name] = value if mask is None else np.where(mask, np.zeros((), value.dtype), value)

@@ -18,6 +18,7 @@ import onnx
 from onnxsat.data.sources import Dataset, load_dataset
 from onnxsat.errors import SettingsError
 from onnxsat.external_data import tensor_value
+from onnxsat.inputs import InputSpec, random_inputs
 from onnxsat.options import float_list, option, percent
 from onnxsat.sparsity.calibration import channel_norms
 from onnxsat.sparsity.methods import METHODS, MaskResult, check_sparsity, get_method, sparsity_masks
@@ -36,7 +37,7 @@ from onnxsat.sparsity.search import (
 )
 from onnxsat.sparsity.storage import to_sparse_initializers, with_masks
 from onnxsat.sparsity.targets import SparsityTarget, select, sparsity_targets
-from onnxsat.verification import Tolerance, check_and_run, random_inputs, verify
+from onnxsat.verification import Tolerance, check_and_run, verify
 
 RANDOM_CALIBRATION_SAMPLES = 32
 
@@ -73,7 +74,7 @@ class SparsifyOptions:
     sparse_initializers: bool = option(False, help="store sparse weights in COO form")
     min_sparsity: float = option(0.5, type=percent, help="COO only at or above this (default 0.5)")
     batch_size: int = 64
-    input_shapes: dict[str, list[int]] = field(default_factory=dict)
+    inputs: InputSpec = field(default_factory=InputSpec)
 
     def check(self) -> None:
         get_method(self.method)
@@ -98,12 +99,13 @@ def _calibration_batches(
 ) -> Iterator[dict[str, np.ndarray]]:
     """The data's batches, or seeded random inputs when no data was given (said in the report)."""
     if dataset is not None:
-        name = data_input(model).name
-        for inputs, _ in dataset.batches(batch_size_for(model, options.batch_size)):
-            yield {name: inputs}
+        given = options.inputs.given
+        name = data_input(model, given).name
+        for inputs, _ in dataset.batches(batch_size_for(model, options.batch_size, given)):
+            yield {**given, name: inputs}
         return
     for seed in range(RANDOM_CALIBRATION_SAMPLES):
-        yield random_inputs(model, options.input_shapes, seed)
+        yield random_inputs(model, options.inputs, seed)
 
 
 def _dataset(model: onnx.ModelProto, options: SparsifyOptions) -> Dataset | None:
@@ -112,8 +114,9 @@ def _dataset(model: onnx.ModelProto, options: SparsifyOptions) -> Dataset | None
     if options.data is None:
         return None
     if options.data == "random":
-        return random_dataset(model, options.limit or RANDOM_CALIBRATION_SAMPLES, options.input_shapes)
-    dataset = load_dataset(options.data, input_dims(model), limit=options.limit, mean=options.mean, std=options.std)
+        return random_dataset(model, options.limit or RANDOM_CALIBRATION_SAMPLES, options.inputs)
+    dims = input_dims(model, options.inputs.given)
+    dataset = load_dataset(options.data, dims, limit=options.limit, mean=options.mean, std=options.std)
     return Dataset(dataset.inputs, None, f"{dataset.name} (fidelity)") if options.fidelity else dataset
 
 
@@ -138,7 +141,8 @@ def sparsify_model(
             )
     masks_at = mask_maker(options.method, targets, weights, norms)
     if dataset is not None:
-        evaluator = Evaluator(model, targets, weights, dataset, options.metric, options.batch_size)
+        batch, given = options.batch_size, options.inputs.given
+        evaluator = Evaluator(model, targets, weights, dataset, options.metric, batch, given)
         report.data, report.metric, report.baseline = dataset.name, options.metric, evaluator.baseline
     if options.max_drop is not None:
         result = _search(evaluator, masks_at, targets, options, report)
@@ -150,7 +154,7 @@ def sparsify_model(
     report.layers, report.overall = result.layers, result.sparsity
     report.span_fraction, report.notes = result.span_fraction, report.notes + result.notes
     sparse = with_masks(model, result.masks, base_dir)
-    reference, report.verification = check_and_run(sparse, options.input_shapes, base_dir)
+    reference, report.verification = check_and_run(sparse, options.inputs, base_dir)
     report.sizes = {"original": model.ByteSize(), "pruned": sparse.ByteSize()}
     if options.sparse_initializers and reference is not None:
         dense = sparse
@@ -160,9 +164,7 @@ def sparsify_model(
         report.sparse_storage = {"moved": storage.moved, "kept_dense": storage.kept_dense}
         report.sizes["sparse initializers"] = sparse.ByteSize()
         tolerance = Tolerance(rtol=0.0, atol=0.0)
-        report.verification = verify(
-            dense, sparse, options.input_shapes, tolerance, reference=reference, base_dir=base_dir
-        )
+        report.verification = verify(dense, sparse, options.inputs, tolerance, reference=reference, base_dir=base_dir)
     report.seconds = time.perf_counter() - start
     return sparse, report
 

@@ -15,6 +15,7 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
+from onnxsat.inputs import fixed_dim
 from onnxsat.surgery.graph_edit import (
     constant_value,
     consumers,
@@ -306,7 +307,7 @@ def _inferred_shapes(model: onnx.ModelProto) -> dict[str, list[int | None]]:
     for item in [*graph.input, *graph.value_info, *graph.output]:
         tensor_type = item.type.tensor_type
         if item.type.HasField("tensor_type") and tensor_type.HasField("shape"):
-            result[item.name] = [d.dim_value if d.HasField("dim_value") else None for d in tensor_type.shape.dim]
+            result[item.name] = [fixed_dim(d) for d in tensor_type.shape.dim]
     return result
 
 

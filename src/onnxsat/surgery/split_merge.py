@@ -16,6 +16,7 @@ import onnx.compose
 import onnx.utils
 
 from onnxsat.errors import InvalidModelError
+from onnxsat.inputs import random_inputs
 from onnxsat.surgery.graph_edit import (
     clear_shapes,
     copy_model,
@@ -26,7 +27,7 @@ from onnxsat.surgery.graph_edit import (
     used_names,
 )
 from onnxsat.surgery.surgeon import SurgeryError
-from onnxsat.verification import Tolerance, compare_outputs, random_inputs, run_model
+from onnxsat.verification import Tolerance, compare_outputs, run_model
 
 
 def fed_inputs(graph: onnx.GraphProto) -> list[str]:

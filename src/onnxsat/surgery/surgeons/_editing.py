@@ -13,6 +13,7 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
+from onnxsat.inputs import fixed_dim
 from onnxsat.op_kinds import default_opset_version
 from onnxsat.surgery.graph_edit import constant_value, producers, unique_name, used_names
 
@@ -49,7 +50,8 @@ def inferred_shapes(model: onnx.ModelProto, trust_outputs: bool = True) -> dict[
         tensor_type = info.type.tensor_type
         if tensor_type.HasField("shape"):
             shapes[name] = [
-                dim.dim_value if dim.HasField("dim_value") else (dim.dim_param or None) for dim in tensor_type.shape.dim
+                size if (size := fixed_dim(dim)) is not None else (dim.dim_param or None)
+                for dim in tensor_type.shape.dim
             ]
     return shapes
 

@@ -23,6 +23,7 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
+from onnxsat.inputs import fixed_dim
 from onnxsat.surgery.graph_edit import constant_value, consumers, copy_model, producers, rename_tensor
 from onnxsat.surgery.surgeon import Surgeon, SurgeryOutcome, register
 from onnxsat.surgery.surgeons._editing import (
@@ -142,7 +143,7 @@ def redeclare_outputs(model: onnx.ModelProto) -> None:
 
 def _declared(value: onnx.ValueInfoProto) -> Shape:
     dims = value.type.tensor_type.shape.dim
-    return [dim.dim_value if dim.HasField("dim_value") else (dim.dim_param or None) for dim in dims]
+    return [size if (size := fixed_dim(dim)) is not None else (dim.dim_param or None) for dim in dims]
 
 
 def _declare(value: onnx.ValueInfoProto, shape: Shape) -> None:

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import onnx
 from onnx import shape_inference
 
+from onnxsat.inputs import fixed_dim
 from onnxsat.surgery.graph_edit import copy_model
 from onnxsat.surgery.surgeon import Surgeon, SurgeryError, SurgeryOutcome, register
 
@@ -51,10 +52,10 @@ def tensor_types(model: onnx.ModelProto) -> dict[str, onnx.TypeProto.Tensor]:
 
 
 def static_dims(tensor_type: onnx.TypeProto.Tensor | None) -> Dims | None:
-    """The shape of ``tensor_type`` with None for symbolic dimensions, or None when even the rank is unknown."""
+    """The shape of ``tensor_type`` with None for dynamic dimensions, or None when even the rank is unknown."""
     if tensor_type is None or not tensor_type.HasField("shape"):
         return None
-    return [dim.dim_value if dim.HasField("dim_value") else None for dim in tensor_type.shape.dim]
+    return [fixed_dim(dim) for dim in tensor_type.shape.dim]
 
 
 def _graphs(graph: onnx.GraphProto) -> Iterator[onnx.GraphProto]:

@@ -1,0 +1,262 @@
+"""What goes into a model when ONNXSat runs it: arrays the user gave, and seeded random data for the rest.
+
+Verification, calibration, latency and shape resolution all feed a model. Some inputs cannot be random:
+a sample-rate switch that must be 16000, a token id range, a mask. The user gives those as a ``.npz``
+feeds file (``--inputs FEEDS.npz``: named arrays, used exactly as given) and sizes for the dynamic
+dims of the others (``--input-shape NAME:D1,D2,...``). :class:`InputSpec` holds both; its
+:meth:`~InputSpec.feeds` makes one complete set of inputs for a model.
+
+A declared dimension is dynamic when it is a ``dim_param``, has no value, or has a negative value
+(Paddle2ONNX writes ``-1``): see :func:`fixed_dim`. A declared ``0`` is made dynamic when the model is
+loaded (``onnxsat.normal_form``), since ONNX Runtime would otherwise take it as a fixed size of zero.
+"""
+
+from __future__ import annotations
+
+import zipfile
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Union
+
+import numpy as np
+import onnx
+
+from onnxsat.errors import DataError, InvalidModelError, SettingsError
+
+DEFAULT_DYNAMIC_DIM = 1
+"""Symbolic or unknown dimensions take this size unless ``--input-shape`` says otherwise."""
+
+MAX_INPUT_ELEMENTS = 2**26
+"""ONNXSat refuses to invent more random input elements than this (256 MiB of float32) in total: a
+declared shape that large is a typo or a damaged file, and verifying it (inputs, two runs' outputs,
+float64 comparisons) would end in an out-of-memory kill rather than a message. ``--input-shape``
+gives smaller sizes for dynamic dims."""
+
+
+def fixed_dim(dim: onnx.TensorShapeProto.Dimension) -> int | None:
+    """A declared dimension's size, or None when it is dynamic: a ``dim_param``, no value, or a negative
+    value (exporters such as Paddle2ONNX write -1, and ONNX Runtime takes any size for it)."""
+    return dim.dim_value if dim.HasField("dim_value") and dim.dim_value >= 0 else None
+
+
+def declared_dims(value: onnx.ValueInfoProto) -> list[onnx.TensorShapeProto.Dimension] | None:
+    """A tensor value's declared dimensions, or None when not even its rank is declared."""
+    tensor_type = value.type.tensor_type
+    return list(tensor_type.shape.dim) if tensor_type.HasField("shape") else None
+
+
+def spelled(declared: Sequence[onnx.TensorShapeProto.Dimension]) -> str:
+    """``[N,3,?,?]``: fixed sizes, symbolic names, ``?`` for other dynamic dims."""
+    return "[" + ",".join(str(d.dim_value) if fixed_dim(d) is not None else d.dim_param or "?" for d in declared) + "]"
+
+
+def parse_input_shapes(specs: Sequence[str]) -> dict[str, list[int]]:
+    """``["x:1,3,224,224", ...]`` -> ``{"x": [1, 3, 224, 224]}``."""
+    shapes: dict[str, list[int]] = {}
+    for spec in specs:
+        name, sep, dims = spec.rpartition(":")
+        try:
+            if not sep or not name:
+                raise ValueError
+            shapes[name] = [int(d) for d in dims.split(",") if d.strip()]
+            if any(d < 0 for d in shapes[name]):
+                raise ValueError
+        except ValueError:
+            raise SettingsError(f"--input-shape expects NAME:D1,D2,... with sizes >= 0 (got {spec!r})") from None
+    return shapes
+
+
+def load_feeds(path: str | Path) -> dict[str, np.ndarray]:
+    """The named arrays of a ``.npz`` feeds file; a DataError (one line) when it cannot be one."""
+    source = Path(path)
+    if not source.is_file():
+        raise DataError(f"--inputs {source}: no such file")
+    try:
+        archive = np.load(source, allow_pickle=False)
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as error:
+        text = " ".join(str(error).split())[:200]
+        raise DataError(f"--inputs {source} is not a readable .npz file of named arrays: {text}") from None
+    if not isinstance(archive, np.lib.npyio.NpzFile):
+        raise DataError(f"--inputs {source}: a .npz file of named arrays is needed, not one .npy array")
+    try:
+        with archive:
+            feeds = {name: np.asarray(archive[name]) for name in archive.files}
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as error:
+        text = " ".join(str(error).split())[:200]
+        raise DataError(f"--inputs {source}: an array cannot be read: {text}") from None
+    if not feeds:
+        raise DataError(f"--inputs {source} holds no arrays")
+    return feeds
+
+
+@dataclass(frozen=True)
+class InputSpec:
+    """The inputs a user fixed: ``given`` arrays used as they are, ``shapes`` for random ones' dynamic dims.
+
+    ``source`` names where ``given`` came from (the feeds file), for messages and reports.
+    """
+
+    shapes: Mapping[str, Sequence[int]] = field(default_factory=dict)
+    given: Mapping[str, np.ndarray] = field(default_factory=dict)
+    source: str | None = None
+
+    @classmethod
+    def of(cls, value: InputsLike) -> InputSpec:
+        """``value`` as a spec: a spec as it is, a mapping of names to sizes as ``shapes``, None as empty."""
+        if isinstance(value, InputSpec):
+            return value
+        return cls(shapes={name: [int(d) for d in dims] for name, dims in (value or {}).items()})
+
+    @classmethod
+    def from_options(cls, input_shape: Sequence[str] = (), inputs: str | Path | None = None) -> InputSpec:
+        """The spec the command-line options ``--input-shape`` (specs) and ``--inputs`` (a file) describe."""
+        shapes = parse_input_shapes(input_shape)
+        given = load_feeds(inputs) if inputs is not None else {}
+        both = sorted(set(shapes) & set(given))
+        if both:
+            raise SettingsError(f"input {both[0]!r} is given both by --inputs and by --input-shape; give it once")
+        return cls(shapes, given, str(inputs) if inputs is not None else None)
+
+    def __bool__(self) -> bool:
+        return bool(self.shapes or self.given)
+
+    def dims(self) -> dict[str, list[int]]:
+        """Every input size the user fixed, from ``--input-shape`` and from the given arrays' shapes, for
+        shape inference."""
+        return {**{n: list(d) for n, d in self.shapes.items()}, **{n: list(a.shape) for n, a in self.given.items()}}
+
+    def check(self, model: onnx.ModelProto) -> None:
+        """Refuse, before any work, given arrays and shapes the model does not take: unknown names, another
+        element type, another rank, a size that contradicts a fixed dim. The message names the input
+        and what the model declares."""
+        declared = {value.name: value for value in model.graph.input}
+        where = f"--inputs {self.source}" if self.source else "the given inputs"
+        for name, array in self.given.items():
+            value = declared.get(name)
+            if value is None:
+                raise DataError(f"{where}: the model has no input {name!r} (inputs: {_names(model)})")
+            _check_given(where, value, array)
+        unknown = sorted(set(self.shapes) - set(declared))
+        if unknown:
+            names = f"{', '.join(unknown)} (inputs: {_names(model)})"
+            raise SettingsError(f"--input-shape names inputs the model does not have: {names}")
+
+    def feeds(self, model: onnx.ModelProto, seed: int = 0) -> dict[str, np.ndarray]:
+        """One run's inputs for ``model``: the given arrays, and seeded random data of the declared type
+        for every other graph input that is not an initializer (dynamic dims from ``shapes`` or 1)."""
+        self.check(model)
+        return random_inputs(model, self, seed)
+
+    def described(self, model: onnx.ModelProto) -> dict[str, list[str]]:
+        """Which of the model's inputs were given and which were made random, for reports."""
+        initializers = {t.name for t in model.graph.initializer}
+        names = [v.name for v in model.graph.input if v.name not in initializers or v.name in self.given]
+        return {
+            "given": [n for n in names if n in self.given],
+            "random": [n for n in names if n not in self.given],
+        }
+
+
+InputsLike = Union[InputSpec, Mapping[str, Sequence[int]], None]  # noqa: UP007  (a runtime alias)
+"""What functions that feed a model accept: a spec, or (as before specs) a mapping of names to sizes."""
+
+
+def _names(model: onnx.ModelProto) -> str:
+    initializers = {t.name for t in model.graph.initializer}
+    return ", ".join(v.name for v in model.graph.input if v.name not in initializers) or "none"
+
+
+def _check_given(where: str, value: onnx.ValueInfoProto, array: np.ndarray) -> None:
+    name = value.name
+    if not value.type.HasField("tensor_type"):
+        raise DataError(f"{where}: input {name!r} is not a tensor input; ONNXSat can only feed tensors")
+    elem_type = value.type.tensor_type.elem_type
+    try:
+        want = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(elem_type))
+    except (KeyError, ValueError, TypeError):
+        raise InvalidModelError(f"input {name!r} has an unknown element type {elem_type}") from None
+    if array.dtype != want and not (want.kind in "OUS" and array.dtype.kind in "OUS"):
+        raise DataError(f"{where}: input {name!r} is {array.dtype}; the model declares {want}")
+    declared = declared_dims(value)
+    if declared is None:
+        return
+    fits = len(declared) == array.ndim and all(
+        fixed_dim(d) is None or d.dim_value == size for d, size in zip(declared, array.shape, strict=True)
+    )
+    if not fits:
+        raise DataError(
+            f"{where}: input {name!r} has shape {list(array.shape)}; the model declares {spelled(declared)}"
+        )
+
+
+def random_inputs(model: onnx.ModelProto, inputs: InputsLike = None, seed: int = 0) -> dict[str, np.ndarray]:
+    """Inputs for every graph input that is not an initializer: the given arrays of ``inputs`` as they are,
+    seeded random data of the declared dtype and shape for the others."""
+    spec = InputSpec.of(inputs)
+    rng = np.random.default_rng(seed)
+    initializers = {t.name for t in model.graph.initializer}
+    unknown = set(spec.shapes) - {v.name for v in model.graph.input}
+    if unknown:
+        raise SettingsError(f"--input-shape names inputs the model does not have: {', '.join(sorted(unknown))}")
+    feeds = {}
+    elements = 0
+    for value in model.graph.input:
+        if value.name in spec.given:
+            feeds[value.name] = spec.given[value.name]
+            continue
+        if value.name in initializers:
+            continue
+        tensor_type = value.type.tensor_type
+        if not value.type.HasField("tensor_type"):
+            raise SettingsError(f"input {value.name!r} is not a tensor; ONNXSat cannot make data for it")
+        declared = declared_dims(value)
+        if value.name in spec.shapes:
+            shape = list(spec.shapes[value.name])
+            _check_against_declared(value.name, shape, declared)
+        else:
+            shape = [DEFAULT_DYNAMIC_DIM if fixed_dim(d) is None else d.dim_value for d in declared or []]
+        elements += int(np.prod(shape, dtype=object))
+        if elements > MAX_INPUT_ELEMENTS:
+            raise SettingsError(
+                f"input {value.name!r} has shape {shape}: verification would need more than "
+                f"{MAX_INPUT_ELEMENTS:,} input elements; give a smaller --input-shape"
+            )
+        try:
+            dtype = onnx.helper.tensor_dtype_to_np_dtype(tensor_type.elem_type)
+        except (KeyError, ValueError):
+            kind = tensor_type.elem_type
+            raise InvalidModelError(f"input {value.name!r} has an unknown element type {kind}") from None
+        feeds[value.name] = random_array(rng, dtype, shape)
+    return feeds
+
+
+def _check_against_declared(
+    name: str, shape: list[int], declared: list[onnx.TensorShapeProto.Dimension] | None
+) -> None:
+    """A user-given shape must have the declared rank and agree with every fixed dimension."""
+    if declared is None:
+        return
+    fixed = [fixed_dim(d) for d in declared]
+    if len(shape) != len(fixed) or any(f is not None and f != s for f, s in zip(fixed, shape, strict=True)):
+        raise SettingsError(
+            f"--input-shape {name}:{','.join(map(str, shape))} does not fit the declared shape {spelled(declared)}"
+        )
+
+
+def random_array(rng: np.random.Generator, dtype: np.dtype, shape: list[int]) -> np.ndarray:
+    """Random data of ``dtype`` and ``shape``, always an ndarray (ORT refuses numpy scalars for 0-D inputs)."""
+    return np.asarray(_random_values(rng, dtype, shape), dtype=dtype)
+
+
+def _random_values(rng: np.random.Generator, dtype: np.dtype, shape: list[int]) -> np.ndarray:
+    if np.issubdtype(dtype, np.floating):
+        return rng.standard_normal(shape, dtype=np.float32).astype(dtype)  # no float64 copy of a large input
+    if dtype == np.bool_:
+        return rng.random(shape) < 0.5
+    if np.issubdtype(dtype, np.integer):
+        # Small non-negative values: safe as indices, counts and axes for most models.
+        return rng.integers(0, 2, size=shape).astype(dtype)
+    if dtype.kind in ("U", "S", "O"):
+        return np.full(shape, "a", dtype=object)
+    return rng.standard_normal(shape).astype(dtype)

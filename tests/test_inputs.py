@@ -1,0 +1,185 @@
+"""User-given inputs (``--inputs FEEDS.npz``): used as given by every command that runs a model, reported as
+given, and refused before any work when the model does not take them."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from onnxsat.cli import main
+from onnxsat.errors import DataError
+from onnxsat.inputs import InputSpec, load_feeds
+
+
+def _branch(name: str, nodes: list[onnx.NodeProto], output: str) -> onnx.GraphProto:
+    return helper.make_graph(nodes, name, [], [helper.make_tensor_value_info(output, TensorProto.FLOAT, ["m", "n"])])
+
+
+def rate_switch_model(path: Path) -> Path:
+    """x[1,16] -> Conv1d-like MatMul -> times 2 at 16000 Hz, as is at 8000 Hz, and for any other rate a
+    Reshape to a size x cannot have: like voice-activity exports, random rates cannot run it."""
+    weight = numpy_helper.from_array(np.random.default_rng(0).standard_normal((16, 16)).astype(np.float32), "w")
+    two = numpy_helper.from_array(np.array(2.0, np.float32), "two")
+    bad_shape = numpy_helper.from_array(np.array([7, 5], np.int64), "bad_shape")
+    at_16k = _branch("at_16k", [helper.make_node("Mul", ["h", "two"], ["y16"])], "y16")
+    at_8k = _branch("at_8k", [helper.make_node("Identity", ["h"], ["y8"])], "y8")
+    invalid = _branch("invalid", [helper.make_node("Reshape", ["h", "bad_shape"], ["yr"])], "yr")
+    other = _branch(
+        "other",
+        [
+            helper.make_node("Equal", ["sr", "k8000"], ["is_8k"]),
+            helper.make_node("If", ["is_8k"], ["yo"], then_branch=at_8k, else_branch=invalid),
+        ],
+        "yo",
+    )
+    nodes = [
+        helper.make_node("MatMul", ["x", "w"], ["h"]),
+        helper.make_node("Equal", ["sr", "k16000"], ["is_16k"]),
+        helper.make_node("If", ["is_16k"], ["y"], then_branch=at_16k, else_branch=other),
+    ]
+    constants = [
+        numpy_helper.from_array(np.array(16000, np.int64), "k16000"),
+        numpy_helper.from_array(np.array(8000, np.int64), "k8000"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "vad",
+        [
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 16]),
+            helper.make_tensor_value_info("sr", TensorProto.INT64, []),
+        ],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["m", "n"])],
+        [weight, two, bad_shape, *constants],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    onnx.checker.check_model(model)
+    onnx.save(model, str(path))
+    return path
+
+
+def feeds_file(path: Path, **arrays: np.ndarray) -> Path:
+    np.savez(path, **arrays)
+    return path
+
+
+@pytest.fixture
+def vad(tmp_path: Path) -> Path:
+    return rate_switch_model(tmp_path / "vad.onnx")
+
+
+def test_random_values_cannot_run_a_rate_switch(vad: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["optimize", str(vad), "-o", str(tmp_path / "o.onnx")]) == 6
+    assert "ONNX Runtime cannot run the input model" in capsys.readouterr().err
+    assert not (tmp_path / "o.onnx").exists()
+
+
+@pytest.mark.parametrize("command", [["optimize"], ["sparsify", "--sparsity", "0.5"]])
+def test_given_inputs_run_every_model_writing_command(
+    vad: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], command: list[str]
+) -> None:
+    feeds = feeds_file(tmp_path / "feeds.npz", sr=np.array(16000, np.int64))
+    out, report = tmp_path / "o.onnx", tmp_path / "r.json"
+    code = main([command[0], str(vad), "-o", str(out), "--inputs", str(feeds), "--report", str(report), *command[1:]])
+    assert code == 0, capsys.readouterr().err
+    text = capsys.readouterr().out
+    assert f"inputs: sr given ({feeds}), x random" in text
+    run = json.loads(report.read_text())["run"]
+    assert run["inputs"] == {"given": ["sr"], "random": ["x"]}
+    assert run["inputs_file"] == str(feeds)
+    assert out.exists()
+
+
+def test_given_inputs_in_profile_tune_and_pipelines(
+    vad: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    feeds = feeds_file(tmp_path / "feeds.npz", sr=np.array(8000, np.int64), x=np.ones((3, 16), np.float32))
+    assert main(["profile", str(vad), "--inputs", str(feeds)]) == 0
+    assert "x [3,16]" in capsys.readouterr().out  # the given array's shape fixed the dynamic batch
+    assert main(["tune", str(vad), "--inputs", str(feeds), "--rounds", "2", "--warmup", "0"]) == 0
+    assert "best:" in capsys.readouterr().out
+    pipeline = tmp_path / "p.yaml"
+    pipeline.write_text(
+        f"input_model: vad.onnx\noutput_model: out.onnx\ninputs: {feeds.name}\npasses:\n  - type: eqsat\n"
+    )
+    assert main(["run", str(pipeline)]) == 0, capsys.readouterr().err
+    assert (tmp_path / "out.onnx").exists()
+
+
+def test_given_inputs_in_bench_compare(vad: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    feeds = feeds_file(tmp_path / "feeds.npz", sr=np.array(16000, np.int64))
+    code = main(["bench", "compare", str(vad), "--inputs", str(feeds), "--pairs", "3", "--warmup", "1"])
+    assert code in (0, 1), capsys.readouterr().err  # 1: a peer is missing or slower; the run itself worked
+    assert "ONNXSat" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("arrays", "message"),
+    [
+        ({"rate": np.array(16000, np.int64)}, "the model has no input 'rate' (inputs: x, sr)"),
+        ({"sr": np.array(16000.0)}, "input 'sr' is float64; the model declares int64"),
+        ({"sr": np.array([16000], np.int64)}, "input 'sr' has shape [1]; the model declares []"),
+        ({"x": np.ones((2, 8), np.float32)}, "input 'x' has shape [2, 8]; the model declares [batch,16]"),
+    ],
+)
+def test_feeds_the_model_does_not_take_are_refused_before_any_work(
+    vad: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], arrays: dict[str, np.ndarray], message: str
+) -> None:
+    feeds = feeds_file(tmp_path / "feeds.npz", **arrays)
+    for command in (["optimize"], ["sparsify", "--sparsity", "0.5"], ["prune"]):
+        out = tmp_path / "o.onnx"
+        assert main([command[0], str(vad), "-o", str(out), "--inputs", str(feeds), *command[1:]]) == 12
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and message in err and "Traceback" not in err
+        assert not out.exists()
+    assert main(["profile", str(vad), "--inputs", str(feeds)]) == 12
+
+
+def test_unreadable_feeds_files_are_one_line(vad: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    not_npz = tmp_path / "feeds.npz"
+    not_npz.write_text("sr,16000\n")
+    one_array = tmp_path / "one.npy"
+    np.save(one_array, np.array(16000, np.int64))
+    for path, message in [
+        (tmp_path / "missing.npz", "no such file"),
+        (not_npz, "is not a readable .npz file"),
+        (one_array, "a .npz file of named arrays is needed"),
+    ]:
+        assert main(["optimize", str(vad), "-o", str(tmp_path / "o.onnx"), "--inputs", str(path)]) == 12
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and message in err
+
+
+def test_an_input_given_twice_is_refused(vad: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    feeds = feeds_file(tmp_path / "feeds.npz", sr=np.array(16000, np.int64), x=np.ones((1, 16), np.float32))
+    args = ["optimize", str(vad), "-o", str(tmp_path / "o.onnx"), "--inputs", str(feeds), "--input-shape", "x:2,16"]
+    assert main(args) == 9
+    assert "input 'x' is given both by --inputs and by --input-shape" in capsys.readouterr().err
+
+
+def test_a_spec_feeds_given_arrays_as_they_are_and_the_rest_seeded(vad: Path, tmp_path: Path) -> None:
+    model = onnx.load(str(vad))
+    rate = np.array(16000, np.int64)
+    spec = InputSpec(shapes={"x": [4, 16]}, given={"sr": rate})
+    first, again = spec.feeds(model, seed=3), spec.feeds(model, seed=3)
+    assert first["sr"] is rate and first["x"].shape == (4, 16)
+    np.testing.assert_array_equal(first["x"], again["x"])
+    assert spec.dims() == {"x": [4, 16], "sr": []}
+    assert spec.described(model) == {"given": ["sr"], "random": ["x"]}
+    assert load_feeds(feeds_file(tmp_path / "f.npz", sr=rate))["sr"] == 16000
+    with pytest.raises(DataError, match="holds no arrays"):
+        load_feeds(feeds_file(tmp_path / "empty.npz"))
+
+
+def test_the_python_api_takes_inputs_as_a_file_or_arrays(vad: Path, tmp_path: Path) -> None:
+    import onnxsat
+
+    report = onnxsat.optimize(vad, tmp_path / "a.onnx", inputs={"sr": np.array(8000, np.int64)})
+    assert report.verification.ok and report.run_facts.inputs["given"] == ["sr"]
+    feeds = feeds_file(tmp_path / "feeds.npz", sr=np.array(16000, np.int64))
+    report = onnxsat.sparsify(vad, tmp_path / "b.onnx", inputs=feeds, sparsity=0.5)
+    assert report.verification.ok and report.run_facts.inputs_file == str(feeds)

@@ -1,0 +1,115 @@
+"""The normal form models are loaded into: Constant-node weights as initializers, declared 0 dims dynamic.
+Lossless, names kept, and what sparsify and profile see."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from onnxsat.cli import main
+from onnxsat.normal_form import normal_form
+
+
+def _run(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    return session.run(None, feeds)
+
+
+def constant_weight_model(ir_version: int = 8, opset: int = 13) -> onnx.ModelProto:
+    """Paddle-style: the Conv weight, a bias and a scale list in Constant nodes (value, value_floats, value_int)."""
+    rng = np.random.default_rng(0)
+    weight = numpy_helper.from_array(rng.standard_normal((4, 3, 3, 3)).astype(np.float32), "ignored")
+    nodes = [
+        helper.make_node("Constant", [], ["conv.w"], value=weight),
+        helper.make_node("Constant", [], ["bias"], value_floats=[0.5, -0.5, 1.0, 0.0]),
+        helper.make_node("Constant", [], ["axes"], value_ints=[0, 2, 3]),
+        helper.make_node("Conv", ["x", "conv.w"], ["c"], pads=[1, 1, 1, 1]),
+        helper.make_node("Unsqueeze", ["bias", "axes"], ["b"]),
+        helper.make_node("Add", ["c", "b"], ["y"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "paddle",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 6, 6])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 6, 6])],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], ir_version=ir_version)
+
+
+def test_constant_tensors_become_initializers_of_the_same_names() -> None:
+    model = constant_weight_model()
+    lifted, notes = normal_form(model)
+    assert [node.op_type for node in lifted.graph.node] == ["Conv", "Unsqueeze", "Add"]
+    assert [t.name for t in lifted.graph.initializer] == ["conv.w", "bias", "axes"]
+    assert notes == ["3 Constant node tensors read as initializers of the same names"]
+    assert len(model.graph.node) == 6  # the input is never modified
+    onnx.checker.check_model(lifted, full_check=True)
+    x = np.random.default_rng(1).standard_normal((1, 3, 6, 6)).astype(np.float32)
+    np.testing.assert_array_equal(_run(lifted, {"x": x})[0], _run(model, {"x": x})[0])
+
+
+def test_ir3_models_list_lifted_weights_as_inputs_too() -> None:
+    model = constant_weight_model(ir_version=3, opset=8)
+    del model.graph.node[2]  # Unsqueeze takes axes as an attribute before opset 13
+    model.graph.node[3].CopyFrom(helper.make_node("Unsqueeze", ["bias"], ["b"], axes=[0, 2, 3]))
+    lifted, _ = normal_form(model)
+    onnx.checker.check_model(lifted)
+    assert [v.name for v in lifted.graph.input] == ["x", "conv.w", "bias"]
+
+
+def test_what_cannot_be_an_initializer_stays_a_node() -> None:
+    sparse = helper.make_sparse_tensor(
+        numpy_helper.from_array(np.array([1.0], np.float32), "v"), numpy_helper.from_array(np.array([1], np.int64)), [3]
+    )
+    nodes = [
+        helper.make_node("Constant", [], ["out"], value_float=2.0),
+        helper.make_node("Constant", [], ["s"], sparse_value=sparse),
+        helper.make_node("Add", ["x", "s"], ["y"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3]), helper.make_tensor_value_info("out", 1, [])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    lifted, notes = normal_form(model)
+    assert lifted is model and notes == []
+
+
+def test_declared_zero_dims_become_dynamic_and_names_stay() -> None:
+    graph = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["y"])],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [0, "time", 3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [0, "time", 3])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    dynamic, notes = normal_form(model)
+    for value in (*dynamic.graph.input, *dynamic.graph.output):
+        dims = value.type.tensor_type.shape.dim
+        assert [(d.HasField("dim_value"), d.dim_param, d.dim_value) for d in dims] == [
+            (False, "", 0),
+            (False, "time", 0),
+            (True, "", 3),
+        ]
+    assert notes == ["dims declared 0 read as dynamic on x, y"]
+    assert _run(dynamic, {"x": np.ones((2, 5, 3), np.float32)})[0].shape == (2, 5, 3)
+
+
+def test_sparsify_finds_weights_held_in_constant_nodes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    source, out = tmp_path / "paddle.onnx", tmp_path / "sparse.onnx"
+    onnx.save(constant_weight_model(), str(source))
+    assert main(["sparsify", str(source), "-o", str(out), "--sparsity", "0.5"]) == 0, capsys.readouterr().err
+    text = capsys.readouterr().out
+    assert "conv.w" in text and "normal form: 3 Constant node tensors read as initializers" in text
+    weight = next(t for t in onnx.load(str(out)).graph.initializer if t.name == "conv.w")
+    assert np.mean(numpy_helper.to_array(weight) == 0) == pytest.approx(0.5, abs=0.02)
+    assert main(["profile", str(source)]) == 0
+    profile = capsys.readouterr().out
+    assert "Constant" not in profile and " 115 " in profile  # 108 weights, 4 biases, 3 axes: every initializer
