@@ -11,6 +11,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from onnxsat.pruning.prune import PruneOptions, prune_model
 from onnxsat.pruning.report import PruneReport
+from onnxsat.verification import fixed_dim
 
 INPUT_SHAPE = [2, 3, 8, 8]
 
@@ -75,7 +76,8 @@ def feeds(seed: int = 0, shape: Sequence[int] = INPUT_SHAPE) -> dict[str, np.nda
 
 
 def input_shape(model: onnx.ModelProto) -> list[int]:
-    return [d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim]
+    """The first input's declared shape, dynamic dims (a name, -1) as 1."""
+    return [1 if fixed_dim(d) is None else d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim]
 
 
 def run(model: onnx.ModelProto, inputs: dict[str, np.ndarray] | None = None) -> list[np.ndarray]:

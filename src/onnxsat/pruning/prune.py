@@ -21,7 +21,7 @@ from onnxsat.data.sources import Dataset, load_dataset
 from onnxsat.errors import InvalidModelError, RuntimeUnsupportedError, SettingsError
 from onnxsat.options import float_list, option, percent
 from onnxsat.pruning.apply import apply_pruning
-from onnxsat.pruning.cost import mac_count, parameter_count
+from onnxsat.pruning.cost import counted_macs, parameter_count
 from onnxsat.pruning.graph import GraphIndex, constants_as_initializers, node_label
 from onnxsat.pruning.importance import (
     CRITERIA,
@@ -227,10 +227,10 @@ def prune_model(
         report.notes.extend(notes)
     report.groups = [_group_report(g, plan, kept) for g in forest.groups]
     report.params = {"original": parameter_count(model), "pruned": parameter_count(pruned)}
-    report.macs = {
-        "original": mac_count(model, options.input_shapes),
-        "pruned": mac_count(pruned, options.input_shapes),
-    }
+    original_macs, why_original = counted_macs(model, options.input_shapes, base_dir)
+    pruned_macs, why_pruned = counted_macs(pruned, options.input_shapes, base_dir)
+    report.macs = {"original": original_macs, "pruned": pruned_macs}
+    report.macs_unknown = why_original or why_pruned
     report.sizes = {"original": model.ByteSize(), "pruned": pruned.ByteSize()}
     report.verification = check_pruned(model, pruned, options, base_dir)
     report.seconds = time.perf_counter() - start
