@@ -15,9 +15,11 @@ The walk in ``trees.py`` never guesses what an op does to channels: it asks this
 - ``stop-process``: the branch ends and nothing needs changing (Shape, Size: their values follow the
   pruned shape at run time).
 
-A user extends the table with a JSON object ``{"op_type": "category"}`` (``load_library``). Only the two
-categories that need no op-specific code can be given to new ops: ``next-no-process`` (the op must be
-elementwise on its first input: ``trees.py`` checks the inferred shapes agree) and ``stop-process``.
+A user extends the table with a JSON object ``{"op_type": "category"}`` (``load_library``); an op of
+another domain is named with it, ``{"com.example.Foo": "stop-process"}``, so it is never taken for a
+standard op of the same name. Only the two categories that need no op-specific code can be given to new
+ops: ``next-no-process`` (the op must be elementwise on its first input: ``trees.py`` checks the inferred
+shapes agree) and ``stop-process``.
 """
 
 from __future__ import annotations
@@ -104,7 +106,8 @@ BUILTIN: Mapping[str, str] = {
 
 
 def load_library(extra: Path | str | None = None) -> dict[str, str]:
-    """The built-in library merged with the JSON object in ``extra`` (op type -> category).
+    """The built-in library merged with the JSON object in ``extra`` (op type, ``domain.OpType`` outside the
+    standard domain -> category).
 
     A new op may only be ``next-no-process`` or ``stop-process`` (see the module docstring); a built-in
     op keeps its category, since the walk's handling of it is code, not data.

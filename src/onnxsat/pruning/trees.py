@@ -48,6 +48,7 @@ re-express everything recorded (``_Walk.rewrite``), so every record stays in the
 from __future__ import annotations
 
 import itertools
+import json
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
@@ -389,17 +390,20 @@ class _Walk:
 
     def visit(self, node_index: int, node: onnx.NodeProto, tracked: dict[int, Layout]) -> None:
         label = node_label(node)
-        category = self.library.get(node.op_type) if node.domain in DEFAULT_DOMAINS else None
+        op = qualified_op(node.domain, node.op_type, ".")
+        category = self.library.get(op)
         if category is None:
-            op = qualified_op(node.domain, node.op_type, ".")
+            entry, end = json.dumps({op: NEXT_NO_PROCESS}), json.dumps({op: STOP_PROCESS})
             raise SettingsError(
-                f"node {label!r} ({op}) reads pruned channels, but the node attribute library does not know "
-                f"{op}; give its category with --library"
+                f"the node attribute library does not know {op!r} (node {label!r}); if it is elementwise on its "
+                f"first input, add --library with {entry}, or {end} if it ends the channel's path"
             )
         pending = any(layout.split is not None for layout in tracked.values())
         before = self.snapshot() if pending else None
         role = self.resolve_splits(node, tracked)
         tracked = {slot: self.layouts[node.input[slot]] for slot in tracked}
+        if not role and op not in BUILTIN:
+            role = self.declared(category, node, tracked)
         if not role:
             role = self.dispatch(category, node_index, node, tracked)
         if before is not None and role.startswith("unprunable"):
@@ -418,6 +422,26 @@ class _Walk:
             return self.process(node_index, node, tracked)
         assert category == STOP_PROCESS
         return "end"
+
+    def declared(self, category: str, node: onnx.NodeProto, tracked: dict[int, Layout]) -> str:
+        """An op the user put in the library: stop-process ends the path; next-no-process carries the
+        channels of its first input to its first output, checked as far as the inferred shapes tell."""
+        if category == STOP_PROCESS:
+            return "end"
+        layouts, label = list(tracked.values()), node_label(node)
+        if set(tracked) != {0}:
+            return self.spoil(layouts, f"{node.op_type} {label!r} takes them as an input other than the first")
+        in_shape, out_shape = self.shape(node.input[0]), self.shape(node.output[0])
+        if in_shape is None or out_shape is None or list(in_shape) != list(out_shape):
+            return self.spoil(
+                layouts,
+                f"{node.op_type} {label!r} is declared next-no-process but its output shape is not known to "
+                "equal its input's",
+            )
+        if any(name and self.index.uses(name) for name in node.output[1:]):
+            return self.spoil(layouts, f"{node.op_type} {label!r} has a second output that depends on them")
+        self.track(node.output[0], tracked[0], label)
+        return "pass"
 
     def resolve_splits(self, node: onnx.NodeProto, tracked: dict[int, Layout]) -> str:
         """Make a pending split channel axis the head axis, unless ``node`` moves it or picks sections.
@@ -802,10 +826,6 @@ class _Walk:
             return self.padded(node, layout, rank)
         if op in ("Resize", "Upsample"):
             return self.resized(node, layout)
-        if op not in BUILTIN:  # a user's op: declared elementwise, checked as far as shapes tell
-            out = self.shape(node.output[0])
-            if in_shape is None or out is None or list(in_shape) != list(out):
-                return "declared next-no-process but its output shape is not known to equal its input's"
         return layout
 
     @staticmethod
