@@ -13,7 +13,8 @@ The walk in ``trees.py`` never guesses what an op does to channels: it asks this
   too (BatchNormalization parameters, Add/Mul/... by per-channel constants) or ties channel spaces
   together (Add of two branches, Concat offsets).
 - ``stop-process``: the branch ends and nothing needs changing (Shape, Size: their values follow the
-  pruned shape at run time).
+  pruned shape at run time), or only the weight columns reading the channels shrink (LSTM, GRU, RNN
+  reading them as X's input features: a leaf that is never a root, its hidden size stays).
 
 A user extends the table with a JSON object ``{"op_type": "category"}`` (``load_library``); an op of
 another domain is named with it, ``{"com.example.Foo": "stop-process"}``, so it is never taken for a
@@ -94,7 +95,7 @@ _NEXT_PROCESS = (
     "MeanVarianceNormalization",
     "Gather",
 )
-_STOP_PROCESS = ("Shape", "Size")
+_STOP_PROCESS = ("Shape", "Size", "LSTM", "GRU", "RNN")
 
 BUILTIN: Mapping[str, str] = {
     **dict.fromkeys(_PRUNED, PRUNED),

@@ -12,7 +12,8 @@ category in the node attribute library says (``library.py``):
   inputs of an elementwise op **tie** their spaces (many-to-one: a residual Add prunes the same
   channels on both sides), a union-find merges them; Concat shifts each input's segments by its offset;
 - pruned (as a leaf) and stop-process: the branch ends; a Conv/Gemm/MatMul leaf records the slice of
-  its weight that reads the tracked channels, then may start its own space as a root.
+  its weight that reads the tracked channels, then may start its own space as a root; an LSTM/GRU/RNN
+  leaf records the input columns of its ``W`` and starts nothing.
 
 **Attention heads.** A Reshape splitting the channel axis in two (``[B, S, H*D] -> [B, S, H, D]``) leaves
 the choice of dim open (``layout.Split``) until the next op decides it. A Gather or Split along the outer
@@ -82,6 +83,8 @@ KEEPS_SPLIT = frozenset({"Transpose", "Unsqueeze", "Squeeze", "Identity", "Cast"
 """Ops that move a pending split channel axis without deciding which of its dims the channels follow."""
 POOLS = frozenset({"MaxPool", "AveragePool", "LpPool", "GlobalAveragePool", "GlobalMaxPool", "GlobalLpPool"})
 REDUCES = frozenset(op for op in BUILTIN if op.startswith("Reduce"))
+RECURRENT = frozenset({"LSTM", "GRU", "RNN"})
+"""Stop-process leaves whose weight ``W`` ([directions, gates * hidden, input size]) reads X's features."""
 
 
 @dataclass(frozen=True)
@@ -421,6 +424,8 @@ class _Walk:
         if category == NEXT_PROCESS:
             return self.process(node_index, node, tracked)
         assert category == STOP_PROCESS
+        if node.op_type in RECURRENT:
+            return self.recurrent(node_index, node, tracked)
         return "end"
 
     def declared(self, category: str, node: onnx.NodeProto, tracked: dict[int, Layout]) -> str:
@@ -588,6 +593,25 @@ class _Walk:
         if rank is None or layout.axis != rank - 1 or len(weight) != 2:
             return self.spoil(layouts, f"MatMul {node_label(node)!r} does not contract over them")
         self.add_slices(layout, node_index, 1, 0, LEAF)
+        return LEAF
+
+    def recurrent(self, node_index: int, node: onnx.NodeProto, tracked: dict[int, Layout]) -> str:
+        """LSTM, GRU or RNN reading the channels as X's input features (axis 2 in either ``layout``): the
+        input columns of ``W`` are sliced; the hidden size is its own and stays (it is never a root)."""
+        op, label = node.op_type, node_label(node)
+        layouts = list(tracked.values())
+        if set(tracked) != {0}:
+            return self.spoil(layouts, f"{op} {label!r} takes them as a weight, a length or a state")
+        layout = tracked[0]
+        if self.index.rank(node.input[0]) != 3 or layout.axis != 2:
+            return self.spoil(layouts, f"{op} {label!r} reads them on axis {layout.axis}, not its input features")
+        weight = node.input[1]
+        if not self.index.is_constant(weight):
+            return self.spoil(layouts, f"{op} {label!r} multiplies them by a weight computed at run time")
+        shape = self.shape(weight)
+        if shape is None or len(shape) != 3 or shape[2] != layout.size:
+            return self.spoil(layouts, f"{op} {label!r}: W of shape {shape} does not read {layout.size} features")
+        self.add_slices(layout, node_index, 1, 2, LEAF)
         return LEAF
 
     def batched_matmul(self, node: onnx.NodeProto, tracked: dict[int, Layout]) -> str:

@@ -1,0 +1,104 @@
+"""Ops of the node attribute library beyond the paper's, each pruned through the real code path.
+
+Each model is run before and after: the pruned one must run in ONNX Runtime with fewer channels, and
+where the op passes channels through, the channels kept must compute what they did (the original's
+tensor restricted to them), or, for a leaf, channels whose producer is dead (zero filters and bias,
+scored lowest and so pruned) must leave the outputs unchanged.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from onnx import helper, numpy_helper
+from pruning_helpers import Builder, assert_rate_zero_is_identity, prune, run, shape_of, status
+
+from onnxsat.pruning.prune import association_trees
+from onnxsat.verification import with_outputs
+
+DEAD = [1, 2, 5, 6]
+"""Channels of the root ``c1`` (8 channels) given zero filters and bias: rate 0.5 prunes exactly these."""
+
+
+def dead_conv(b: Builder, x: str, c_in: int = 3, k: int = 3) -> str:
+    """``c1``: 8 output channels, those in DEAD all zero."""
+    weight = b.rng.normal(size=(8, c_in, k, k)).astype(np.float32) * 0.5
+    bias = b.rng.normal(size=8).astype(np.float32) * 0.1
+    weight[DEAD], bias[DEAD] = 0.0, 0.0
+    return b.node("Conv", [x, b.const("c1_w", weight), b.const("c1_b", bias)], "c1", pads=[k // 2] * 4)
+
+
+def kept_channels_agree(
+    model: onnx.ModelProto, pruned: onnx.ModelProto, tensor: str, axis: int, inputs: dict[str, np.ndarray] | None = None
+) -> None:
+    """``tensor`` of the pruned model is the original's on the channels kept (those not in DEAD)."""
+    before = run(with_outputs(model, [tensor]), inputs)[-1]
+    after = run(with_outputs(pruned, [tensor]), inputs)[-1]
+    kept = [c for c in range(before.shape[axis]) if c not in DEAD]
+    assert after.shape[axis] == len(kept) < before.shape[axis]
+    np.testing.assert_allclose(after, np.take(before, kept, axis=axis), rtol=1e-5, atol=1e-5)
+
+
+# ------------------------------------------------------------------------------------ LSTM, GRU, RNN
+
+
+def recurrent_model(op: str, path: str, layout: int, constant_weight: bool) -> onnx.ModelProto:
+    """Conv -> Relu to [N, 8, 1, W], then to a sequence of 8 features (Squeeze + Transpose, or Reshape +
+    Transpose), into a bidirectional ``op`` of hidden size 5: a CRNN text recognizer's head."""
+    gates = {"LSTM": 4, "GRU": 3, "RNN": 1}[op]
+    b = Builder()
+    r = b.node("Relu", [dead_conv(b, "x")], "r1")
+    if path == "squeeze":
+        seq = b.node("Squeeze", [r, b.const("h_axis", np.array([2], np.int64))], "squeeze")
+    else:
+        seq = b.node("Reshape", [r, b.const("to_ncw", np.array([2, 8, 6], np.int64))], "reshape")
+    perm = [2, 0, 1] if layout == 0 else [0, 2, 1]
+    x = b.node("Transpose", [seq], "to_sequence", perm=perm)
+    w = b.rng.normal(size=(2, gates * 5, 8)).astype(np.float32) * 0.5
+    if constant_weight:
+        b.nodes.append(helper.make_node("Constant", [], ["rnn_w"], value=numpy_helper.from_array(w, "rnn_w")))
+    else:
+        b.const("rnn_w", w)
+    recurrence = b.random("rnn_r", 2, gates * 5, 5)
+    inputs = [x, "rnn_w", recurrence, b.random("rnn_b", 2, 2 * gates * 5, scale=0.1)]
+    b.nodes.append(
+        helper.make_node(op, inputs, ["y"], name="rnn", hidden_size=5, direction="bidirectional", layout=layout)
+    )
+    return b.model(["y"], input_shape=[2, 3, 1, 6])
+
+
+@pytest.mark.parametrize("op", ["LSTM", "GRU", "RNN"])
+@pytest.mark.parametrize(
+    ("path", "layout", "constant_weight"),
+    [("squeeze", 0, False), ("reshape", 0, True)],
+    ids=["squeeze-initializer", "reshape-constant"],
+)
+def test_a_recurrent_node_is_a_leaf_whose_input_columns_are_sliced(
+    op: str, path: str, layout: int, constant_weight: bool
+) -> None:
+    model = recurrent_model(op, path, layout, constant_weight)
+    pruned, report = prune(model, rate=0.5)
+    assert status(report, "c1") == "pruned"
+    assert shape_of(pruned, "c1_w")[0] == 4 and shape_of(pruned, "rnn_w")[2] == 4
+    assert shape_of(pruned, "rnn_r") == shape_of(model, "rnn_r")  # the hidden size stays
+    np.testing.assert_allclose(run(pruned)[0], run(model)[0], rtol=1e-5, atol=1e-5)
+    assert_rate_zero_is_identity(model)
+
+
+def test_a_batch_first_recurrent_node_reads_the_features_on_axis_2_too() -> None:
+    """``layout=1`` (X is [batch, seq, features]): ONNX Runtime does not run it, the trees are checked."""
+    _, _, forest = association_trees(recurrent_model("LSTM", "squeeze", 1, False))
+    (group,) = forest.groups
+    leaf = next(s for s in group.slices if s.role == "leaf")
+    assert group.prunable and (leaf.node, leaf.initializer, leaf.axis) == ("rnn", "rnn_w", 2)
+
+
+def test_a_recurrent_node_reading_channels_as_its_sequence_is_unprunable() -> None:
+    """Channels on X's sequence axis (no Transpose): W does not read them, the group stays whole."""
+    b = Builder()
+    seq = b.node("Squeeze", [b.conv("c1", "x", 3, 8), b.const("h_axis", np.array([2], np.int64))], "squeeze")
+    inputs = [seq, b.random("rnn_w", 1, 5, 6), b.random("rnn_r", 1, 5, 5)]
+    b.nodes.append(helper.make_node("RNN", inputs, ["y"], name="rnn", hidden_size=5))
+    _, _, forest = association_trees(b.model(["y"], input_shape=[2, 3, 1, 6]))
+    assert forest.groups[0].reasons == ["RNN 'rnn' reads them on axis 1, not its input features"]
