@@ -12,9 +12,10 @@ import numpy as np
 import onnx
 import pytest
 from onnx import helper, numpy_helper
-from pruning_helpers import Builder, assert_rate_zero_is_identity, prune, run, shape_of, status
+from pruning_helpers import Builder, assert_rate_zero_is_identity, kept, prune, run, shape_of, status
 
 from onnxsat.pruning.prune import association_trees
+from onnxsat.pruning.trees import einsum_axes
 from onnxsat.verification import with_outputs
 
 DEAD = [1, 2, 5, 6]
@@ -102,3 +103,66 @@ def test_a_recurrent_node_reading_channels_as_its_sequence_is_unprunable() -> No
     b.nodes.append(helper.make_node("RNN", inputs, ["y"], name="rnn", hidden_size=5))
     _, _, forest = association_trees(b.model(["y"], input_shape=[2, 3, 1, 6]))
     assert forest.groups[0].reasons == ["RNN 'rnn' reads them on axis 1, not its input features"]
+
+
+# ------------------------------------------------------------------------------------------ Einsum
+
+
+def einsum_model(equation: str, second: str = "scale") -> onnx.ModelProto:
+    """Conv -> Relu -> Einsum(equation) with a second operand -> Conv (or MatMul for NHWC outputs)."""
+    b = Builder()
+    r = b.node("Relu", [dead_conv(b, "x")], "r1")
+    operands = {
+        "scale": lambda: b.const("scale", np.linspace(0.5, 2.0, 8, dtype=np.float32)),
+        "branch": lambda: b.node("Relu", [b.conv("c2", "x", 3, 8)], "r2"),
+        "matrix": lambda: b.random("mix", 8, 8),
+        "none": lambda: None,
+    }
+    other = operands[second]()
+    e = b.node("Einsum", [r] + ([other] if other else []), "einsum", equation=equation)
+    if equation.endswith("nhwc"):
+        return b.model([b.node("MatMul", [e, b.random("mm_w", 8, 2)], "mm")])
+    if len(equation.split("->")[1]) == 3:  # shape inference has no rule for a diagonal: the output is declared
+        output = helper.make_tensor_value_info(e, onnx.TensorProto.FLOAT, [2, 8, 8])
+        inputs = [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [2, 3, 8, 8])]
+        graph = helper.make_graph(b.nodes, "diagonal", inputs, [output], b.initializers)
+        return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    return b.model([b.conv("leaf", e, 8, 2)])
+
+
+@pytest.mark.parametrize(
+    ("equation", "second", "sliced"),
+    [("nchw,c->nchw", "scale", ["scale"]), ("nchw->nhwc", "none", []), ("nchw,nchw->nchw", "branch", [])],
+    ids=["per-channel-scale", "transpose", "tie"],
+)
+def test_einsum_elementwise_in_the_channel_letter_passes_them(equation: str, second: str, sliced: list[str]) -> None:
+    model = einsum_model(equation, second)
+    pruned, report = prune(model, rate=0.5, channel_multiple=1)
+    assert status(report, "c1") == "pruned"
+    assert all(shape_of(pruned, name) == [4] for name in sliced)
+    if second == "branch":
+        assert kept(report, "c1") == 4 and "c2" in next(g.roots for g in report.groups if "c1" in g.roots)
+    else:
+        kept_channels_agree(model, pruned, "einsum", 3 if equation.endswith("nhwc") else 1)
+    assert_rate_zero_is_identity(model)
+
+
+@pytest.mark.parametrize(
+    ("equation", "second", "reason"),
+    [
+        ("nchw,cd->ndhw", "matrix", "sums over the channels ('c' is contracted)"),
+        ("nccw->ncw", "none", "takes a diagonal of the channels ('c')"),
+        ("nchw->nhw", "none", "sums over the channels"),
+    ],
+)
+def test_einsum_mixing_the_channels_keeps_the_group_whole(equation: str, second: str, reason: str) -> None:
+    _, _, forest = association_trees(einsum_model(equation, second))
+    (reasons,) = [g.reasons for g in forest.groups if g.roots[0].node == "c1"]
+    assert f"Einsum 'einsum' {reason}" in reasons[0]
+
+
+def test_einsum_equations_are_read_per_axis() -> None:
+    assert einsum_axes("nchw", [4]) == ([list("nchw")], list("chnw"))  # implicit output: sorted letters
+    assert einsum_axes("...c, c -> ...c", [3, 1]) == ([[".1", ".0", "c"], ["c"]], [".1", ".0", "c"])
+    assert einsum_axes("nc,cd->nd", [2, None]) == "equation 'nc,cd->nd' or its operands' ranks cannot be read"
+    assert einsum_axes("nchw->nhwc", [3]) == "term 'nchw' does not fit rank 3"

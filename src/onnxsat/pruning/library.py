@@ -7,8 +7,9 @@ The walk in ``trees.py`` never guesses what an op does to channels: it asks this
   (its input channels shrink). A depthwise Conv is the exception, decided per node: its channels follow
   its input's, so it is handled as next-process.
 - ``next-no-process``: the channels pass through unchanged in number and order, maybe on another axis
-  (activations, pools, Flatten, Reshape, Transpose, Squeeze, Slice on another axis, ...). Ops that would
-  mix channels (Softmax over the channel axis, a Reduce over it) end the group as unprunable instead.
+  (activations, pools, Flatten, Reshape, Transpose, Squeeze, Slice on another axis, an Einsum
+  elementwise in the channels' letter, ...). Ops that would mix channels (Softmax over the channel axis,
+  a Reduce over it, an Einsum contracting it) end the group as unprunable instead.
 - ``next-process``: the channels pass through but the node holds per-channel data that must be sliced
   too (BatchNormalization parameters, Add/Mul/... by per-channel constants) or ties channel spaces
   together (Add of two branches, Concat offsets).
@@ -75,6 +76,7 @@ _NEXT_NO_PROCESS = (
     "Upsample",
     "Slice",
     "Split",
+    "Einsum",
 )
 _NEXT_PROCESS = (
     "Add",

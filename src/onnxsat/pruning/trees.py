@@ -669,6 +669,8 @@ class _Walk:
         label = node_label(node)
         if node.op_type == "Pow":
             return self.elementwise(node_index, node, tracked)
+        if node.op_type == "Einsum":
+            return self.einsum(node_index, node, tracked)
         if set(tracked) != {0}:
             return self.spoil(layouts, f"{node.op_type} {label!r} takes them as a parameter")
         layout = tracked[0]
@@ -684,6 +686,41 @@ class _Walk:
         if node.op_type == "Dropout" and len(node.output) > 1 and node.output[1]:
             self.track(node.output[1], moved, label)
         return "pass"
+
+    def einsum(self, node_index: int, node: onnx.NodeProto, tracked: dict[int, Layout]) -> str:
+        """Einsum passes the channels on when their letter is kept in the output, once per operand (no
+        diagonal), and not summed: elementwise in that letter. Other operands with the letter are tied
+        (tracked) or sliced (constant); anything else, a contraction included, keeps the group whole."""
+        label = node_label(node)
+        layouts = list(tracked.values())
+        ranks = [self.index.rank(name) for name in node.input]
+        terms = einsum_axes(str(attr(node, "equation", "")), ranks)
+        if isinstance(terms, str):
+            return self.spoil(layouts, f"Einsum {label!r}: {terms}")
+        inputs, output = terms
+        first_slot = min(tracked)
+        first = tracked[first_slot]
+        letter = inputs[first_slot][first.axis]
+        if letter.startswith("."):
+            return self.spoil(layouts, f"Einsum {label!r}: the channel axis is inside '...'")
+        if letter not in output:
+            return self.spoil(layouts, f"Einsum {label!r} sums over the channels ({letter!r} is contracted)")
+        for slot, axes in enumerate(inputs):
+            if axes.count(letter) > 1:
+                return self.spoil(layouts, f"Einsum {label!r} takes a diagonal of the channels ({letter!r})")
+            if slot in tracked:
+                layout = tracked[slot]
+                if axes[layout.axis] != letter or layout.structure() != first.structure():
+                    return self.spoil(layouts, f"Einsum {label!r} combines channels laid out differently")
+                for mine, theirs in zip(first.segments, layout.segments, strict=True):
+                    self.tie(mine.space, theirs.space)
+            elif letter in axes:
+                name = node.input[slot]
+                if not self.index.is_constant(name):
+                    return self.spoil(layouts, f"Einsum {label!r} ties them to {name!r}, which no root produces")
+                self.add_slices(first, node_index, slot, axes.index(letter), GAIN)
+        self.track(node.output[0], first.moved(output.index(letter)), label)
+        return "tie" if len(tracked) > 1 else "pass"
 
     def split_node(self, node_index: int, node: onnx.NodeProto, layout: Layout) -> str:
         """Split: along another axis every output carries the channels; along the channel axis (or the
@@ -1149,6 +1186,37 @@ class _Walk:
             for kind, node_index, position, segments in self.edits
         ]
         return Forest(list(by_rep.values()), edits)
+
+
+def einsum_axes(equation: str, ranks: Sequence[int | None]) -> tuple[list[list[str]], list[str]] | str:
+    """Each operand's and the output's label per axis (``...`` expanded to ``.0``, ``.1``, ... counted from
+    the right, as broadcasting aligns them), or why the equation cannot be read."""
+    equation = equation.replace(" ", "")
+    left, arrow, right = equation.partition("->")
+    terms = left.split(",")
+    if not equation or len(terms) != len(ranks) or any(rank is None for rank in ranks):
+        return f"equation {equation!r} or its operands' ranks cannot be read"
+    inputs = []
+    for term, rank in zip(terms, ranks, strict=True):
+        axes = _einsum_term(term, rank)  # type: ignore[arg-type]
+        if axes is None:
+            return f"term {term!r} does not fit rank {rank}"
+        inputs.append(axes)
+    ellipsis = max((sum(a.startswith(".") for a in axes) for axes in inputs), default=0)
+    if arrow:
+        output = _einsum_term(right, ellipsis * ("..." in right) + len(right.replace("...", "")))
+        return (inputs, output) if output is not None else f"output term {right!r} cannot be read"
+    letters = [a for axes in inputs for a in axes if not a.startswith(".")]
+    once = sorted(a for a in set(letters) if letters.count(a) == 1)
+    return inputs, [f".{k}" for k in reversed(range(ellipsis))] + once
+
+
+def _einsum_term(term: str, rank: int) -> list[str] | None:
+    before, dots, after = term.partition("...")
+    missing = rank - len(before) - len(after)
+    if missing < 0 or (missing and not dots):
+        return None
+    return [*before, *(f".{k}" for k in reversed(range(missing))), *after]
 
 
 # -------------------------------------------------------------------------------------- display
