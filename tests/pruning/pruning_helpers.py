@@ -54,7 +54,9 @@ class Builder:
         inputs = [x, w] + ([self.random(f"{name}_b", c_out, scale=0.1)] if bias else [])
         return self.node("Conv", inputs, name, pads=[k // 2] * 4, group=group)
 
-    def model(self, outputs: Sequence[str], input_shape: Sequence[int | str] = INPUT_SHAPE) -> onnx.ModelProto:
+    def model(
+        self, outputs: Sequence[str], input_shape: Sequence[int | str] = INPUT_SHAPE, opset: int = 17
+    ) -> onnx.ModelProto:
         graph = helper.make_graph(
             self.nodes,
             "pruning_test",
@@ -62,7 +64,7 @@ class Builder:
             [helper.make_tensor_value_info(name, TensorProto.FLOAT, None) for name in outputs],
             self.initializers,
         )
-        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
         model.ir_version = 9
         inferred = onnx.shape_inference.infer_shapes(model).graph.output
         for output, known in zip(model.graph.output, inferred, strict=True):

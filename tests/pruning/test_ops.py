@@ -41,6 +41,14 @@ def kept_channels_agree(
     np.testing.assert_allclose(after, np.take(before, kept, axis=axis), rtol=1e-5, atol=1e-5)
 
 
+def declared_model(b: Builder, output: str, shape: list[int], opset: int = 17) -> onnx.ModelProto:
+    """``b``'s nodes with ``output`` declared (ONNX shape inference cannot tell it), not checked."""
+    inputs = [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [2, 3, 8, 8])]
+    outputs = [helper.make_tensor_value_info(output, onnx.TensorProto.FLOAT, shape)]
+    graph = helper.make_graph(b.nodes, "declared", inputs, outputs, b.initializers)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+
+
 # ------------------------------------------------------------------------------------ LSTM, GRU, RNN
 
 
@@ -123,10 +131,7 @@ def einsum_model(equation: str, second: str = "scale") -> onnx.ModelProto:
     if equation.endswith("nhwc"):
         return b.model([b.node("MatMul", [e, b.random("mm_w", 8, 2)], "mm")])
     if len(equation.split("->")[1]) == 3:  # shape inference has no rule for a diagonal: the output is declared
-        output = helper.make_tensor_value_info(e, onnx.TensorProto.FLOAT, [2, 8, 8])
-        inputs = [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [2, 3, 8, 8])]
-        graph = helper.make_graph(b.nodes, "diagonal", inputs, [output], b.initializers)
-        return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+        return declared_model(b, e, [2, 8, 8])
     return b.model([b.conv("leaf", e, 8, 2)])
 
 
@@ -166,3 +171,142 @@ def test_einsum_equations_are_read_per_axis() -> None:
     assert einsum_axes("...c, c -> ...c", [3, 1]) == ([[".1", ".0", "c"], ["c"]], [".1", ".0", "c"])
     assert einsum_axes("nc,cd->nd", [2, None]) == "equation 'nc,cd->nd' or its operands' ranks cannot be read"
     assert einsum_axes("nchw->nhwc", [3]) == "term 'nchw' does not fit rank 3"
+
+
+# ------------------------------------------------------------------------------------ Resize, Upsample
+
+
+def resize_model(op: str, scales: list[float] | None, sizes: list[int] | None = None) -> onnx.ModelProto:
+    """Conv -> Relu -> Resize (scales or sizes) or Upsample (opset 9) -> Conv."""
+    b = Builder()
+    r = b.node("Relu", [dead_conv(b, "x")], "r1")
+    if op == "Upsample":
+        resized = b.node("Upsample", [r, b.const("scales", np.array(scales, np.float32))], "resize", mode="nearest")
+    else:
+        inputs = [r, "", b.const("scales", np.array(scales, np.float32)) if scales else ""]
+        inputs += [b.const("sizes", np.array(sizes, np.int64))] if sizes else []
+        resized = b.node("Resize", inputs, "resize", mode="nearest")
+    return b.model([b.conv("leaf", resized, 8, 2)], opset=9 if op == "Upsample" else 17)
+
+
+@pytest.mark.parametrize(
+    ("op", "scales", "sizes"),
+    [("Resize", [1, 1, 2, 2], None), ("Resize", None, [2, 8, 16, 12]), ("Upsample", [1, 1, 2, 2], None)],
+    ids=["resize-scales", "resize-sizes", "upsample"],
+)
+def test_resize_and_upsample_pass_the_channels_when_the_channel_axis_keeps_its_size(
+    op: str, scales: list[float] | None, sizes: list[int] | None
+) -> None:
+    model = resize_model(op, scales, sizes)
+    pruned, report = prune(model, rate=0.5)
+    assert status(report, "c1") == "pruned" and shape_of(pruned, "leaf_w")[1] == 4
+    if sizes:
+        target = next(t for t in pruned.graph.initializer if t.name == "sizes")
+        assert numpy_helper.to_array(target).tolist() == [2, 4, 16, 12]
+    kept_channels_agree(model, pruned, "resize", 1)
+    assert_rate_zero_is_identity(model)
+
+
+@pytest.mark.parametrize(
+    ("scales", "sizes", "reason"),
+    [([1, 2, 2, 2], None, "scales the channel axis"), (None, [2, 16, 16, 16], "resizes the channel axis")],
+)
+def test_resize_of_the_channel_axis_keeps_the_group_whole(
+    scales: list[float] | None, sizes: list[int] | None, reason: str
+) -> None:
+    b = Builder()
+    inputs = [b.conv("c1", "x", 3, 8), "", b.const("scales", np.array(scales, np.float32)) if scales else ""]
+    inputs += [b.const("sizes", np.array(sizes, np.int64))] if sizes else []
+    resized = b.node("Resize", inputs, "resize", mode="nearest")
+    _, _, forest = association_trees(b.model([b.conv("leaf", resized, 16, 2)]))
+    assert forest.groups[0].reasons == [f"Resize 'resize': {reason}"]
+
+
+# ------------------------------------------------------------------------------- normalizations
+
+
+def test_instance_normalization_slices_its_scale_and_bias() -> None:
+    b = Builder()
+    scale = b.const("in_scale", b.rng.uniform(0.5, 1.5, size=8).astype(np.float32))
+    bias = b.const("in_bias", b.rng.uniform(-0.5, 0.5, size=8).astype(np.float32))
+    norm = b.node("InstanceNormalization", [dead_conv(b, "x"), scale, bias], "norm")
+    model = b.model([b.conv("leaf", b.node("Relu", [norm], "r1"), 8, 2)])
+    pruned, _ = prune(model, rate=0.5)
+    assert shape_of(pruned, "in_scale") == shape_of(pruned, "in_bias") == [4]
+    kept_channels_agree(model, pruned, "norm", 1)
+    assert_rate_zero_is_identity(model)
+
+
+def test_layer_normalization_over_the_last_axis_passes_the_channels_of_nchw() -> None:
+    """axis=-1 on [N, C, H, W] normalizes each row over W alone: channels pass, scale and bias ([W]) stay."""
+    b = Builder()
+    scale = b.const("ln_scale", b.rng.uniform(0.5, 1.5, size=8).astype(np.float32))
+    bias = b.const("ln_bias", b.rng.uniform(-0.5, 0.5, size=8).astype(np.float32))
+    norm = b.node("LayerNormalization", [dead_conv(b, "x"), scale, bias], "norm", axis=-1)
+    model = b.model([b.conv("leaf", norm, 8, 2)])
+    pruned, report = prune(model, rate=0.5)
+    assert status(report, "c1") == "pruned" and shape_of(pruned, "ln_scale") == [8]
+    kept_channels_agree(model, pruned, "norm", 1)
+    assert_rate_zero_is_identity(model)
+
+
+@pytest.mark.parametrize("axis", [1, -3])
+def test_layer_normalization_over_the_channels_keeps_the_group_whole(axis: int) -> None:
+    b = Builder()
+    scale = b.const("ln_scale", np.ones((8, 8, 8), np.float32))
+    norm = b.node("LayerNormalization", [b.conv("c1", "x", 3, 8), scale], "norm", axis=axis)
+    _, _, forest = association_trees(b.model([b.conv("leaf", norm, 8, 2)]))
+    assert forest.groups[0].reasons == ["LayerNormalization 'norm' normalizes over the channels"]
+
+
+@pytest.mark.parametrize("opset", [18, 21])
+def test_group_normalization_keeps_the_group_whole(opset: int) -> None:
+    b = Builder()
+    params = 8 if opset == 21 else 4
+    scale, bias = b.const("gn_scale", np.ones(params, np.float32)), b.const("gn_bias", np.zeros(params, np.float32))
+    norm = b.node("GroupNormalization", [b.conv("c1", "x", 3, 8), scale, bias], "norm", num_groups=4)
+    _, _, forest = association_trees(declared_model(b, b.conv("leaf", norm, 8, 2), [2, 2, 8, 8], opset))
+    (reason,) = forest.groups[0].reasons
+    assert reason.startswith("GroupNormalization 'norm' normalizes groups of channels together")
+
+
+# ------------------------------------------------------------------------------------- activations
+
+
+@pytest.mark.parametrize("op", ["HardSwish", "HardSigmoid", "Mish"])
+def test_elementwise_activations_pass_the_channels(op: str) -> None:
+    b = Builder()
+    act = b.node(op, [dead_conv(b, "x")], "act")
+    model = b.model([b.conv("leaf", act, 8, 2)], opset=18)
+    pruned, report = prune(model, rate=0.5)
+    assert status(report, "c1") == "pruned" and shape_of(pruned, "leaf_w")[1] == 4
+    kept_channels_agree(model, pruned, "act", 1)
+    assert_rate_zero_is_identity(model)
+
+
+@pytest.mark.parametrize(
+    ("slope_shape", "sliced"), [((8, 1, 1), [4, 1, 1]), ((1,), [1]), ((), [])], ids=["per-channel", "one", "scalar"]
+)
+def test_prelu_slices_a_per_channel_slope_and_passes_a_shared_one(
+    slope_shape: tuple[int, ...], sliced: list[int]
+) -> None:
+    b = Builder()
+    slope = b.const("slope", np.linspace(0.05, 0.4, int(np.prod(slope_shape)), dtype=np.float32).reshape(slope_shape))
+    act = b.node("PRelu", [dead_conv(b, "x"), slope], "act")
+    model = b.model([b.conv("leaf", act, 8, 2)])
+    pruned, _ = prune(model, rate=0.5)
+    assert shape_of(pruned, "slope") == sliced
+    kept_channels_agree(model, pruned, "act", 1)
+    assert_rate_zero_is_identity(model)
+
+
+def test_prelu_slope_on_the_last_axis_follows_channels_moved_there() -> None:
+    """NHWC channels (after a Transpose) and a [C] slope broadcast on the last axis: the slope is sliced."""
+    b = Builder()
+    nhwc = b.node("Transpose", [dead_conv(b, "x")], "nhwc", perm=[0, 2, 3, 1])
+    act = b.node("PRelu", [nhwc, b.const("slope", np.linspace(0.05, 0.4, 8, dtype=np.float32))], "act")
+    model = b.model([b.node("MatMul", [act, b.random("mm_w", 8, 2)], "mm")])
+    pruned, _ = prune(model, rate=0.5)
+    assert shape_of(pruned, "slope") == [4] and shape_of(pruned, "mm_w") == [4, 2]
+    kept_channels_agree(model, pruned, "act", 3)
+    assert_rate_zero_is_identity(model)

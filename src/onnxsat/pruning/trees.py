@@ -123,15 +123,17 @@ class TreeEdge:
 
 @dataclass(frozen=True)
 class ShapeEdit:
-    """A number in the graph that counts channels: a Reshape target entry or a depthwise Conv's ``group``.
+    """A number in the graph that counts channels: a Reshape target or Resize sizes entry, a depthwise
+    Conv's ``group``.
 
     Its new value is the old one minus, for each ``(group, block)`` part, that group's pruned channels
     times ``block``.
     """
 
     kind: str
-    """``reshape`` or ``split`` (input 1 of the node, entry ``position``), ``group`` (the attribute) or
-    ``split-attribute`` (entry ``position`` of a Split's ``split`` attribute, before opset 13)."""
+    """``reshape`` or ``split`` (input 1 of the node, entry ``position``), ``sizes`` (a Resize's input 3),
+    ``group`` (the attribute) or ``split-attribute`` (entry ``position`` of a Split's ``split`` attribute,
+    before opset 13)."""
     node_index: int
     position: int
     parts: tuple[tuple[int, int], ...]
@@ -886,7 +888,7 @@ class _Walk:
         if op == "Pad":
             return self.padded(node, layout, rank)
         if op in ("Resize", "Upsample"):
-            return self.resized(node, layout)
+            return self.resized(node_index, node, layout, rank)
         return layout
 
     @staticmethod
@@ -1020,17 +1022,36 @@ class _Walk:
                 return "pads the channel axis"
         return layout
 
-    def resized(self, node: onnx.NodeProto, layout: Layout) -> Layout | str:
+    def resized(self, node_index: int, node: onnx.NodeProto, layout: Layout, rank: int | None) -> Layout | str:
+        """Resize/Upsample keep the channels when the channel axis keeps its size: a scale of 1, or a
+        literal target size equal to the channel count (a shape edit: it shrinks with them)."""
         if node.op_type == "Upsample" or self.index.opset < 11:
             scales_name = node.input[1] if len(node.input) > 1 else ""
             scales = attr(node, "scales") if not scales_name else self.float_values(scales_name)
+            sizes_name = ""
         else:
-            if len(node.input) > 3 and node.input[3]:
-                return "its target sizes count the channels"
-            scales = self.float_values(node.input[2]) if len(node.input) > 2 and node.input[2] else None
-        if scales is None or len(scales) <= layout.axis:
+            scales_name = node.input[2] if len(node.input) > 2 else ""
+            scales = self.float_values(scales_name) if scales_name else None
+            sizes_name = node.input[3] if len(node.input) > 3 else ""
+        axes = attr(node, "axes")
+        if axes is not None:
+            if rank is None:
+                return "unknown rank"
+            normalized = [normalize_axis(a, rank) for a in axes]  # type: ignore[union-attr]
+            if layout.axis not in normalized:
+                return layout
+        position = layout.axis if axes is None else normalized.index(layout.axis)
+        if sizes_name:
+            sizes = self.index.int_values(sizes_name)
+            if sizes is None:
+                return "its target sizes are computed at run time"
+            if len(sizes) <= position or sizes[position] != layout.size:
+                return "resizes the channel axis"
+            self.add_edit("sizes", node_index, position, layout.segments)
+            return layout
+        if scales is None or len(scales) <= position:
             return "its scales are computed at run time"
-        return layout if scales[layout.axis] == 1.0 else "scales the channel axis"
+        return layout if scales[position] == 1.0 else "scales the channel axis"
 
     def float_values(self, name: str) -> list[float] | None:
         if not self.index.is_constant(name):
@@ -1066,7 +1087,9 @@ class _Walk:
             norm_axis = normalize_axis(attr(node, "axis", -1), rank) if rank is not None else None
             if norm_axis is None or layout.axis >= norm_axis:
                 return self.spoil(layouts, f"LayerNormalization {label!r} normalizes over the channels")
-            self.track(node.output[0], layout, label)
+            if any(name and self.index.uses(name) for name in node.output[1:]):
+                return self.spoil(layouts, f"LayerNormalization {label!r}: its mean or inverse deviation is read")
+            self.track(node.output[0], layout, label)  # scale and bias span the normalized axes alone
             return "pass"
         if op == "MeanVarianceNormalization":
             if layout.axis in (attr(node, "axes") or [0, 2, 3]):
@@ -1083,7 +1106,13 @@ class _Walk:
             moved = layout.axis if layout.axis < gather_axis else layout.axis + indices - 1
             self.track(node.output[0], layout.moved(moved), label)
             return "pass"
-        return self.spoil(layouts, f"{op} {label!r} mixes the channels")  # GroupNormalization, LRN
+        if op == "GroupNormalization":
+            return self.spoil(
+                layouts,
+                f"GroupNormalization {label!r} normalizes groups of channels together (pruning some would change "
+                "the statistics of the others)",
+            )
+        return self.spoil(layouts, f"{op} {label!r} mixes the channels")  # LRN
 
     def elementwise(self, node_index: int, node: onnx.NodeProto, tracked: dict[int, Layout]) -> str:
         """A broadcasting elementwise op: tie tracked inputs, slice [C]-shaped constants, refuse the rest."""
