@@ -84,6 +84,20 @@ def test_no_prunable_group_is_an_error() -> None:
         prune_model(model, PruneOptions())
 
 
+def test_no_prunable_group_names_what_first_stopped_each_group() -> None:
+    """A decomposed LayerNorm (ReduceMean over the channels) and a graph output, in graph order."""
+    b = Builder()
+    c1 = b.conv("c1", "x", 3, 8)
+    centred = b.node("Sub", [c1, b.node("ReduceMean", [c1], "mean", axes=[1])], "centred")
+    model = b.model([b.conv("c2", centred, 8, 2)])
+    with pytest.raises(SettingsError) as error:
+        prune_model(model, PruneOptions())
+    assert str(error.value) == (
+        "the model has no channel group that can be pruned (ReduceMean 'mean': reduces over the channels; "
+        "reaches graph output 'c2'); see --show-trees"
+    )
+
+
 def test_per_root_rates_and_exclusion() -> None:
     pruned, report = prune(chain(), rate=0.5, rates={"c2": 0.25}, exclude=["c1_w"])
     assert kept(report, "c1") == 8 and kept(report, "c2") == 6

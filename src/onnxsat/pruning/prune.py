@@ -147,9 +147,10 @@ def _plan(forest: Forest, options: PruneOptions) -> dict[int, tuple[float, str]]
             overrides = [rate for name, rate in options.rates.items() if name in named]
             plan[group.index] = (min(overrides) if overrides else options.rate, "pruned")
     prunable = [g for g in forest.groups if g.prunable]
-    if not prunable:
-        reasons = sorted({reason for g in forest.groups for reason in g.reasons})
-        detail = f" ({reasons[0]}{', ...' if len(reasons) > 1 else ''})" if reasons else ""
+    if not prunable:  # each group's first reason, in graph order: what first stopped its walk
+        firsts = list(dict.fromkeys(g.reasons[0] if g.reasons else "a single channel" for g in forest.groups))
+        more = f"; and {len(firsts) - 3} more" if len(firsts) > 3 else ""
+        detail = f" ({'; '.join(firsts[:3])}{more})" if firsts else ""
         raise SettingsError(f"the model has no channel group that can be pruned{detail}; see --show-trees")
     if all(plan[g.index][1] == "excluded" for g in prunable):
         raise SettingsError("--exclude leaves no channel group to prune")
