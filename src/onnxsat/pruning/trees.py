@@ -372,6 +372,13 @@ class _Walk:
     def shape(self, name: str) -> list[int | str | None] | None:
         return self.index.shape(name)
 
+    def unrooted(self, name: str) -> str:
+        """Why tensor ``name`` cannot be sliced with the channels, with the fix when it is constant data
+        computed at run time (Paddle2ONNX writes a Conv bias as Add of a Reshape of a Constant)."""
+        if self.index.from_constants(name):
+            return "which no root produces (computed from constants: fold them first with onnxsat optimize)"
+        return "which no root produces"
+
     # ------------------------------------------------------------------------------------ the walk
 
     def run(self) -> Forest:
@@ -719,7 +726,7 @@ class _Walk:
             elif letter in axes:
                 name = node.input[slot]
                 if not self.index.is_constant(name):
-                    return self.spoil(layouts, f"Einsum {label!r} ties them to {name!r}, which no root produces")
+                    return self.spoil(layouts, f"Einsum {label!r} ties them to {name!r}, {self.unrooted(name)}")
                 self.add_slices(first, node_index, slot, axes.index(letter), GAIN)
         self.track(node.output[0], first.moved(output.index(letter)), label)
         return "tie" if len(tracked) > 1 else "pass"
@@ -1146,7 +1153,7 @@ class _Walk:
             if size != first.size:
                 return self.spoil(layouts, f"{node.op_type} {label!r}: operand {name!r} has unknown size {size}")
             if not self.index.is_constant(name):
-                return self.spoil(layouts, f"{node.op_type} {label!r} ties them to {name!r}, which no root produces")
+                return self.spoil(layouts, f"{node.op_type} {label!r} ties them to {name!r}, {self.unrooted(name)}")
             self.add_slices(first, node_index, slot, other_axis, GAIN if node.op_type == "Mul" else OFFSET)
         self.track(node.output[0], first.moved(axis), label)
         return "tie" if len(tracked) > 1 else ASSOCIATED
