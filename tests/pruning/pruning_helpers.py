@@ -9,6 +9,7 @@ import onnx
 import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
 
+from onnxsat.inputs import fixed_dim
 from onnxsat.pruning.prune import PruneOptions, prune_model
 from onnxsat.pruning.report import PruneReport
 
@@ -53,7 +54,9 @@ class Builder:
         inputs = [x, w] + ([self.random(f"{name}_b", c_out, scale=0.1)] if bias else [])
         return self.node("Conv", inputs, name, pads=[k // 2] * 4, group=group)
 
-    def model(self, outputs: Sequence[str], input_shape: Sequence[int | str] = INPUT_SHAPE) -> onnx.ModelProto:
+    def model(
+        self, outputs: Sequence[str], input_shape: Sequence[int | str] = INPUT_SHAPE, opset: int = 17
+    ) -> onnx.ModelProto:
         graph = helper.make_graph(
             self.nodes,
             "pruning_test",
@@ -61,7 +64,7 @@ class Builder:
             [helper.make_tensor_value_info(name, TensorProto.FLOAT, None) for name in outputs],
             self.initializers,
         )
-        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
         model.ir_version = 9
         inferred = onnx.shape_inference.infer_shapes(model).graph.output
         for output, known in zip(model.graph.output, inferred, strict=True):
@@ -75,7 +78,8 @@ def feeds(seed: int = 0, shape: Sequence[int] = INPUT_SHAPE) -> dict[str, np.nda
 
 
 def input_shape(model: onnx.ModelProto) -> list[int]:
-    return [d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim]
+    """The first input's declared shape, dynamic dims (a name, -1) as 1."""
+    return [1 if fixed_dim(d) is None else d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim]
 
 
 def run(model: onnx.ModelProto, inputs: dict[str, np.ndarray] | None = None) -> list[np.ndarray]:

@@ -101,3 +101,23 @@ def test_bad_input_through_the_real_command_is_one_line_and_exit_9(
     err = capfd.readouterr().err
     assert err.startswith("onnxsat: error: ") and err.count("\n") == 1 and message in err, err
     assert not output.exists()
+
+
+def test_an_unknown_op_names_the_library_entry_to_add(tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
+    """The one line says which JSON entry makes the op known; with it, the model prunes."""
+    from onnxsat.cli import main as cli_main
+
+    b = Builder()
+    s = b.node("Shrink", [b.conv("c1", "x", 3, 8)], "n1")
+    source, output = tmp_path / "shrink.onnx", tmp_path / "pruned.onnx"
+    onnx.save(b.model([b.conv("c2", s, 8, 2)]), str(source))
+    assert cli_main(["prune", str(source), "-o", str(output)]) == 9
+    assert capfd.readouterr().err == (
+        "onnxsat: error: the node attribute library does not know 'Shrink' (node 'n1'); if it is elementwise on "
+        'its first input, add --library with {"Shrink": "next-no-process"}, or {"Shrink": "stop-process"} if it '
+        "ends the channel's path\n"
+    )
+    library = tmp_path / "library.json"
+    library.write_text('{"Shrink": "next-no-process"}')
+    assert cli_main(["prune", str(source), "-o", str(output), "--library", str(library)]) == 0
+    assert [t.dims for t in onnx.load(str(output)).graph.initializer if t.name == "c2_w"] == [[2, 4, 3, 3]]

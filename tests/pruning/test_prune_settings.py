@@ -37,7 +37,7 @@ def test_an_unknown_op_on_a_tree_is_named_and_the_library_can_be_extended(tmp_pa
     b = Builder()
     s = b.node("Shrink", [b.conv("c1", "x", 3, 8)], "odd")
     model = b.model([b.conv("c2", s, 8, 2)])
-    with pytest.raises(SettingsError, match=r"node 'odd' \(Shrink\).*does not know Shrink"):
+    with pytest.raises(SettingsError, match=r"does not know 'Shrink' \(node 'odd'\)"):
         prune_model(model, PruneOptions())
     extra = tmp_path / "library.json"
     extra.write_text(json.dumps({"Shrink": "next-no-process"}))
@@ -82,6 +82,20 @@ def test_no_prunable_group_is_an_error() -> None:
     model = b.model([b.conv("c1", "x", 3, 8)])
     with pytest.raises(SettingsError, match=r"no channel group that can be pruned .*reaches graph output"):
         prune_model(model, PruneOptions())
+
+
+def test_no_prunable_group_names_what_first_stopped_each_group() -> None:
+    """A decomposed LayerNorm (ReduceMean over the channels) and a graph output, in graph order."""
+    b = Builder()
+    c1 = b.conv("c1", "x", 3, 8)
+    centred = b.node("Sub", [c1, b.node("ReduceMean", [c1], "mean", axes=[1])], "centred")
+    model = b.model([b.conv("c2", centred, 8, 2)])
+    with pytest.raises(SettingsError) as error:
+        prune_model(model, PruneOptions())
+    assert str(error.value) == (
+        "the model has no channel group that can be pruned (ReduceMean 'mean': reduces over the channels; "
+        "reaches graph output 'c2'); see --show-trees"
+    )
 
 
 def test_per_root_rates_and_exclusion() -> None:
@@ -157,3 +171,25 @@ def test_transformer_mlp_hidden_units_are_pruned() -> None:
     assert run(pruned, feeds(shape=[2, 5, 8]))[0].shape == (2, 5, 8)
     zero, _ = prune_model(model, PruneOptions(rate=0.0))
     np.testing.assert_array_equal(run(zero, feeds(shape=[2, 5, 8]))[0], run(model, feeds(shape=[2, 5, 8]))[0])
+
+
+def test_an_op_of_another_domain_is_named_with_it_in_the_library(tmp_path: Path) -> None:
+    """com.microsoft.Gelu is not the standard Gelu: the message and the library entry name its domain."""
+    b = Builder()
+    b.nodes.append(onnx.helper.make_node("Gelu", [b.conv("c1", "x", 3, 8)], ["g"], name="g", domain="com.microsoft"))
+    b.conv("c2", "g", 8, 2)
+    graph = onnx.helper.make_graph(
+        b.nodes,
+        "contrib",
+        [onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [2, 3, 8, 8])],
+        [onnx.helper.make_tensor_value_info("c2", onnx.TensorProto.FLOAT, [2, 2, 8, 8])],
+        b.initializers,
+    )
+    opsets = [onnx.helper.make_opsetid("", 17), onnx.helper.make_opsetid("com.microsoft", 1)]
+    model = onnx.helper.make_model(graph, opset_imports=opsets)
+    with pytest.raises(SettingsError, match=r'does not know \'com.microsoft.Gelu\'.*\{"com.microsoft.Gelu": "next-'):
+        association_trees(model)
+    extra = tmp_path / "library.json"
+    extra.write_text(json.dumps({"com.microsoft.Gelu": "stop-process"}))
+    _, _, forest = association_trees(model, extra)
+    assert forest.groups[0].prunable and forest.groups[0].leaves == []

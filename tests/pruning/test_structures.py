@@ -265,3 +265,14 @@ def test_pruning_dead_channels_of_every_group_changes_no_output() -> None:
     assert report.params["pruned"] < 0.5 * report.params["original"]
     np.testing.assert_allclose(run(pruned)[0], run(model)[0], rtol=1e-5, atol=1e-5)
     assert_rate_zero_is_identity(composite())
+
+
+def test_a_bias_computed_from_constants_is_unprunable_with_the_fix_named() -> None:
+    """Paddle2ONNX's Conv bias: Add of a Reshape of a constant. Not sliceable until folded."""
+    b = Builder()
+    bias = b.node("Reshape", [b.random("bias", 8), b.const("to_nchw", np.array([1, 8, 1, 1], np.int64))], "bias_4d")
+    model = b.model([b.conv("c2", b.node("Add", [b.conv("c1", "x", 3, 8, bias=False), bias], "add"), 8, 2)])
+    assert groups_by_root(model)["c1"].reasons == [
+        "Add 'add' ties them to 'bias_4d', which no root produces (computed from constants: fold them first "
+        "with onnxsat optimize)"
+    ]

@@ -7,9 +7,9 @@ read by other node inputs too is not changed in place: the node gets a sliced co
 (the other readers still need the whole tensor), and initializers no node reads any more are dropped.
 
 Shape-describing numbers (a Reshape target, e.g. the head count of ``[B, S, H, D]``, a Split's sizes, a
-depthwise Conv's ``group``) shrink by the pruned channels times their block. ``value_info`` describes
-the old shapes, so it is cleared and shape inference is run again. Rate 0 changes no tensor: the model
-computes bit for bit what it did.
+Resize's target sizes, a depthwise Conv's ``group``) shrink by the pruned channels times their block.
+``value_info`` describes the old shapes, so it is cleared and shape inference is run again. Rate 0
+changes no tensor: the model computes bit for bit what it did.
 """
 
 from __future__ import annotations
@@ -95,10 +95,11 @@ def apply_pruning(
                 if attribute.name == "split":
                     attribute.ints[edit.position] -= removed
             continue
-        # "reshape" and "split": an entry of input 1 (the Reshape target, the Split sizes)
-        target = np.asarray(tensor_value(initializers[node.input[1]], base_dir)).copy()
+        # "reshape", "split" and "sizes": an entry of input 1 (the Reshape target, the Split sizes) or 3 (Resize)
+        slot = 3 if edit.kind == "sizes" else 1
+        target = np.asarray(tensor_value(initializers[node.input[slot]], base_dir)).copy()
         target[edit.position] -= removed
-        _store(graph, initializers, uses, node, 1, target, replaced)
+        _store(graph, initializers, uses, node, slot, target, replaced)
     _drop_unused(graph, replaced)
     _update_input_shapes(graph)
     return Applied(_reinferred(result), applied.kept)

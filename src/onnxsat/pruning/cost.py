@@ -3,37 +3,58 @@
 One counter for the whole tool, so that ``onnxsat prune``'s before / after figures are the ones
 ``onnxsat profile`` shows: MACs as onnx-tool counts them (elementwise ops included), per inference at
 the input shapes given, dynamic dims otherwise 1 (pruning is measured, not profiled for a user, so
-it does not stop to ask for them).
+it does not stop to ask for them). Shapes ONNX shape inference cannot tell (a Reshape target computed
+through a Cast at an old opset, as Paddle2ONNX exports write) are learnt from one ONNX Runtime run,
+as ``onnxsat profile`` does; parameters are counted on the Constant-free copy pruning works on, since
+exporters that store weights as Constant nodes would otherwise show none.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 
 import onnx
 
-from onnxsat.inputs import DEFAULT_DYNAMIC_DIM
-from onnxsat.profile.counting import parameter_count, profile_model
-from onnxsat.profile.shapes import ShapesUnknownError
+from onnxsat.errors import InvalidModelError, RuntimeUnsupportedError, SettingsError
+from onnxsat.inputs import DEFAULT_DYNAMIC_DIM, fixed_dim
+from onnxsat.profile.counting import parameter_count as _initializer_count
+from onnxsat.profile.counting import profile_model
+from onnxsat.pruning.graph import constants_as_initializers
 
-__all__ = ["mac_count", "parameter_count"]
+__all__ = ["counted_macs", "mac_count", "parameter_count"]
 
 
-def mac_count(model: onnx.ModelProto, input_shapes: Mapping[str, Sequence[int]] | None = None) -> int | None:
-    """MACs of one inference, or None when shape inference cannot tell a shape (no ONNX Runtime run here)."""
+def parameter_count(model: onnx.ModelProto) -> int:
+    """Elements of every initializer and every Constant node's tensor (weights either way)."""
+    return _initializer_count(constants_as_initializers(model))
+
+
+def mac_count(
+    model: onnx.ModelProto, input_shapes: Mapping[str, Sequence[int]] | None = None, base_dir: Path | None = None
+) -> int | None:
+    """MACs of one inference, or None when they cannot be counted (``counted_macs`` says why)."""
+    return counted_macs(model, input_shapes, base_dir)[0]
+
+
+def counted_macs(
+    model: onnx.ModelProto, input_shapes: Mapping[str, Sequence[int]] | None = None, base_dir: Path | None = None
+) -> tuple[int | None, str]:
+    """MACs of one inference and "", or None and why not (a shape neither inference nor a run can tell)."""
     try:
-        return profile_model(model, _all_input_shapes(model, input_shapes or {}), allow_onnxruntime=False).macs
-    except ShapesUnknownError:
-        return None
+        shapes = _all_input_shapes(model, input_shapes or {})
+        return profile_model(model, shapes, base_dir=base_dir).macs, ""
+    except (SettingsError, InvalidModelError, RuntimeUnsupportedError) as error:
+        return None, str(error)
 
 
 def _all_input_shapes(model: onnx.ModelProto, given: Mapping[str, Sequence[int]]) -> dict[str, list[int]]:
-    """``given``, plus every other input's declared shape with its dynamic dims set to 1."""
+    """``given``, plus every other input's declared shape with its dynamic dims (-1 included) set to 1."""
     initializers = {t.name for t in model.graph.initializer}
     shapes = {name: list(shape) for name, shape in given.items()}
     for value in model.graph.input:
         if value.name in shapes or value.name in initializers or not value.type.tensor_type.HasField("shape"):
             continue
         dims = value.type.tensor_type.shape.dim
-        shapes[value.name] = [d.dim_value if d.HasField("dim_value") else DEFAULT_DYNAMIC_DIM for d in dims]
+        shapes[value.name] = [DEFAULT_DYNAMIC_DIM if fixed_dim(d) is None else d.dim_value for d in dims]
     return shapes

@@ -83,10 +83,12 @@ class GraphIndex:
         self.constants = {name: t for name, t in self.initializers.items() if name not in overridable}
         self.outputs = {o.name for o in graph.output}
         self.consumers: dict[str, list[tuple[int, int]]] = {}
+        self.producers: dict[str, onnx.NodeProto] = {}
         for index, node in enumerate(graph.node):
             for slot, name in enumerate(node.input):
                 if name:
                     self.consumers.setdefault(name, []).append((index, slot))
+            self.producers.update((name, node) for name in node.output if name)
         self.subgraph_names = _subgraph_references(graph)
         self.opset = default_opset_version(model)
         self.shapes = infer_shapes(model)
@@ -115,6 +117,20 @@ class GraphIndex:
         if not name or name not in self.constants:
             return None
         return [int(v) for v in self.value(name).reshape(-1)]
+
+    def from_constants(self, name: str) -> bool:
+        """``name`` is computed by nodes reading constants alone (constant folding would make it one)."""
+        pending, seen = [name], set()
+        while pending:
+            current = pending.pop()
+            if current in seen or self.is_constant(current):
+                continue
+            seen.add(current)
+            node = self.producers.get(current)
+            if node is None or not node.input or next(_subgraphs(node), None) is not None:
+                return False  # a graph input, a random generator, or a control-flow node
+            pending.extend(n for n in node.input if n)
+        return True
 
     def uses(self, name: str) -> int:
         """How many node inputs read ``name`` (a graph output counts as one more)."""

@@ -7,17 +7,21 @@ The walk in ``trees.py`` never guesses what an op does to channels: it asks this
   (its input channels shrink). A depthwise Conv is the exception, decided per node: its channels follow
   its input's, so it is handled as next-process.
 - ``next-no-process``: the channels pass through unchanged in number and order, maybe on another axis
-  (activations, pools, Flatten, Reshape, Transpose, Squeeze, Slice on another axis, ...). Ops that would
-  mix channels (Softmax over the channel axis, a Reduce over it) end the group as unprunable instead.
+  (activations, pools, Flatten, Reshape, Transpose, Squeeze, Slice on another axis, an Einsum
+  elementwise in the channels' letter, ...). Ops that would mix channels (Softmax over the channel axis,
+  a Reduce over it, an Einsum contracting it) end the group as unprunable instead.
 - ``next-process``: the channels pass through but the node holds per-channel data that must be sliced
   too (BatchNormalization parameters, Add/Mul/... by per-channel constants) or ties channel spaces
   together (Add of two branches, Concat offsets).
 - ``stop-process``: the branch ends and nothing needs changing (Shape, Size: their values follow the
-  pruned shape at run time).
+  pruned shape at run time), or only the weight columns reading the channels shrink (LSTM, GRU, RNN
+  reading them as X's input features: a leaf that is never a root, its hidden size stays).
 
-A user extends the table with a JSON object ``{"op_type": "category"}`` (``load_library``). Only the two
-categories that need no op-specific code can be given to new ops: ``next-no-process`` (the op must be
-elementwise on its first input: ``trees.py`` checks the inferred shapes agree) and ``stop-process``.
+A user extends the table with a JSON object ``{"op_type": "category"}`` (``load_library``); an op of
+another domain is named with it, ``{"com.example.Foo": "stop-process"}``, so it is never taken for a
+standard op of the same name. Only the two categories that need no op-specific code can be given to new
+ops: ``next-no-process`` (the op must be elementwise on its first input: ``trees.py`` checks the inferred
+shapes agree) and ``stop-process``.
 """
 
 from __future__ import annotations
@@ -72,6 +76,7 @@ _NEXT_NO_PROCESS = (
     "Upsample",
     "Slice",
     "Split",
+    "Einsum",
 )
 _NEXT_PROCESS = (
     "Add",
@@ -92,7 +97,7 @@ _NEXT_PROCESS = (
     "MeanVarianceNormalization",
     "Gather",
 )
-_STOP_PROCESS = ("Shape", "Size")
+_STOP_PROCESS = ("Shape", "Size", "LSTM", "GRU", "RNN")
 
 BUILTIN: Mapping[str, str] = {
     **dict.fromkeys(_PRUNED, PRUNED),
@@ -104,7 +109,8 @@ BUILTIN: Mapping[str, str] = {
 
 
 def load_library(extra: Path | str | None = None) -> dict[str, str]:
-    """The built-in library merged with the JSON object in ``extra`` (op type -> category).
+    """The built-in library merged with the JSON object in ``extra`` (op type, ``domain.OpType`` outside the
+    standard domain -> category).
 
     A new op may only be ``next-no-process`` or ``stop-process`` (see the module docstring); a built-in
     op keeps its category, since the walk's handling of it is code, not data.

@@ -22,7 +22,7 @@ from onnxsat.errors import InvalidModelError, RuntimeUnsupportedError, SettingsE
 from onnxsat.inputs import InputSpec, random_inputs
 from onnxsat.options import float_list, option, percent
 from onnxsat.pruning.apply import apply_pruning
-from onnxsat.pruning.cost import mac_count, parameter_count
+from onnxsat.pruning.cost import counted_macs, parameter_count
 from onnxsat.pruning.graph import GraphIndex, constants_as_initializers, node_label
 from onnxsat.pruning.importance import (
     CRITERIA,
@@ -148,9 +148,10 @@ def _plan(forest: Forest, options: PruneOptions) -> dict[int, tuple[float, str]]
             overrides = [rate for name, rate in options.rates.items() if name in named]
             plan[group.index] = (min(overrides) if overrides else options.rate, "pruned")
     prunable = [g for g in forest.groups if g.prunable]
-    if not prunable:
-        reasons = sorted({reason for g in forest.groups for reason in g.reasons})
-        detail = f" ({reasons[0]}{', ...' if len(reasons) > 1 else ''})" if reasons else ""
+    if not prunable:  # each group's first reason, in graph order: what first stopped its walk
+        firsts = list(dict.fromkeys(g.reasons[0] if g.reasons else "a single channel" for g in forest.groups))
+        more = f"; and {len(firsts) - 3} more" if len(firsts) > 3 else ""
+        detail = f" ({'; '.join(firsts[:3])}{more})" if firsts else ""
         raise SettingsError(f"the model has no channel group that can be pruned{detail}; see --show-trees")
     if all(plan[g.index][1] == "excluded" for g in prunable):
         raise SettingsError("--exclude leaves no channel group to prune")
@@ -230,10 +231,10 @@ def prune_model(
         report.notes.extend(notes)
     report.groups = [_group_report(g, plan, kept) for g in forest.groups]
     report.params = {"original": parameter_count(model), "pruned": parameter_count(pruned)}
-    report.macs = {
-        "original": mac_count(model, options.inputs.dims()),
-        "pruned": mac_count(pruned, options.inputs.dims()),
-    }
+    original_macs, why_original = counted_macs(model, options.inputs.dims(), base_dir)
+    pruned_macs, why_pruned = counted_macs(pruned, options.inputs.dims(), base_dir)
+    report.macs = {"original": original_macs, "pruned": pruned_macs}
+    report.macs_unknown = why_original or why_pruned
     report.sizes = {"original": model.ByteSize(), "pruned": pruned.ByteSize()}
     report.verification = check_pruned(model, pruned, options, base_dir)
     report.seconds = time.perf_counter() - start

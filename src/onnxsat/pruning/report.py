@@ -46,6 +46,8 @@ class PruneReport(ReportBase):
     groups: list[GroupReport] = field(default_factory=list)
     params: dict[str, int] = field(default_factory=dict)
     macs: dict[str, int | None] = field(default_factory=dict)
+    macs_unknown: str = ""
+    """Why ``macs`` holds None (a shape no inference or run could tell), "" when both were counted."""
     sizes: dict[str, int] = field(default_factory=dict)
     data: str | None = None
     reconstruction: list[LeafFit] = field(default_factory=list)
@@ -58,12 +60,19 @@ class PruneReport(ReportBase):
         return asdict(self)
 
     def summary(self) -> list[str]:
-        params, macs = self.params, self.macs
+        params = self.params
         return [
             f"{self.mode} {self.criterion} at rate {self.rate:g}: params {params['pruned']:,} of "
-            f"{params['original']:,}, MACs {macs['pruned']:,} of {macs['original']:,}",
+            f"{params['original']:,}, {self._macs_text()}",
             *self.notes,
         ]
+
+    def _macs_text(self) -> str:
+        """``MACs 5 of 10``, or ``MACs unknown: why`` when either count is missing."""
+        before, after = self.macs.get("original"), self.macs.get("pruned")
+        if before is None or after is None:
+            return f"MACs unknown: {self.macs_unknown or 'not counted'}"
+        return f"MACs {after:,} of {before:,}"
 
     def to_table(self) -> str:
         lines = [f"ONNXSat prune  {self.input} -> {self.output or '(not written)'}"]
@@ -90,6 +99,8 @@ class PruneReport(ReportBase):
         lines.append(_ratio_line("parameters", self.params))
         if self.macs.get("original") is not None and self.macs.get("pruned") is not None:
             lines.append(_ratio_line("MACs", self.macs))  # type: ignore[arg-type]
+        else:
+            lines.append(self._macs_text())
         if self.sizes:
             lines.append(_ratio_line("file bytes", self.sizes))
         if self.reconstruction:

@@ -12,7 +12,8 @@ category in the node attribute library says (``library.py``):
   inputs of an elementwise op **tie** their spaces (many-to-one: a residual Add prunes the same
   channels on both sides), a union-find merges them; Concat shifts each input's segments by its offset;
 - pruned (as a leaf) and stop-process: the branch ends; a Conv/Gemm/MatMul leaf records the slice of
-  its weight that reads the tracked channels, then may start its own space as a root.
+  its weight that reads the tracked channels, then may start its own space as a root; an LSTM/GRU/RNN
+  leaf records the input columns of its ``W`` and starts nothing.
 
 **Attention heads.** A Reshape splitting the channel axis in two (``[B, S, H*D] -> [B, S, H, D]``) leaves
 the choice of dim open (``layout.Split``) until the next op decides it. A Gather or Split along the outer
@@ -48,6 +49,7 @@ re-express everything recorded (``_Walk.rewrite``), so every record stays in the
 from __future__ import annotations
 
 import itertools
+import json
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
@@ -81,6 +83,8 @@ KEEPS_SPLIT = frozenset({"Transpose", "Unsqueeze", "Squeeze", "Identity", "Cast"
 """Ops that move a pending split channel axis without deciding which of its dims the channels follow."""
 POOLS = frozenset({"MaxPool", "AveragePool", "LpPool", "GlobalAveragePool", "GlobalMaxPool", "GlobalLpPool"})
 REDUCES = frozenset(op for op in BUILTIN if op.startswith("Reduce"))
+RECURRENT = frozenset({"LSTM", "GRU", "RNN"})
+"""Stop-process leaves whose weight ``W`` ([directions, gates * hidden, input size]) reads X's features."""
 
 
 @dataclass(frozen=True)
@@ -119,15 +123,17 @@ class TreeEdge:
 
 @dataclass(frozen=True)
 class ShapeEdit:
-    """A number in the graph that counts channels: a Reshape target entry or a depthwise Conv's ``group``.
+    """A number in the graph that counts channels: a Reshape target or Resize sizes entry, a depthwise
+    Conv's ``group``.
 
     Its new value is the old one minus, for each ``(group, block)`` part, that group's pruned channels
     times ``block``.
     """
 
     kind: str
-    """``reshape`` or ``split`` (input 1 of the node, entry ``position``), ``group`` (the attribute) or
-    ``split-attribute`` (entry ``position`` of a Split's ``split`` attribute, before opset 13)."""
+    """``reshape`` or ``split`` (input 1 of the node, entry ``position``), ``sizes`` (a Resize's input 3),
+    ``group`` (the attribute) or ``split-attribute`` (entry ``position`` of a Split's ``split`` attribute,
+    before opset 13)."""
     node_index: int
     position: int
     parts: tuple[tuple[int, int], ...]
@@ -366,6 +372,13 @@ class _Walk:
     def shape(self, name: str) -> list[int | str | None] | None:
         return self.index.shape(name)
 
+    def unrooted(self, name: str) -> str:
+        """Why tensor ``name`` cannot be sliced with the channels, with the fix when it is constant data
+        computed at run time (Paddle2ONNX writes a Conv bias as Add of a Reshape of a Constant)."""
+        if self.index.from_constants(name):
+            return "which no root produces (computed from constants: fold them first with onnxsat optimize)"
+        return "which no root produces"
+
     # ------------------------------------------------------------------------------------ the walk
 
     def run(self) -> Forest:
@@ -389,17 +402,20 @@ class _Walk:
 
     def visit(self, node_index: int, node: onnx.NodeProto, tracked: dict[int, Layout]) -> None:
         label = node_label(node)
-        category = self.library.get(node.op_type) if node.domain in DEFAULT_DOMAINS else None
+        op = qualified_op(node.domain, node.op_type, ".")
+        category = self.library.get(op)
         if category is None:
-            op = qualified_op(node.domain, node.op_type, ".")
+            entry, end = json.dumps({op: NEXT_NO_PROCESS}), json.dumps({op: STOP_PROCESS})
             raise SettingsError(
-                f"node {label!r} ({op}) reads pruned channels, but the node attribute library does not know "
-                f"{op}; give its category with --library"
+                f"the node attribute library does not know {op!r} (node {label!r}); if it is elementwise on its "
+                f"first input, add --library with {entry}, or {end} if it ends the channel's path"
             )
         pending = any(layout.split is not None for layout in tracked.values())
         before = self.snapshot() if pending else None
         role = self.resolve_splits(node, tracked)
         tracked = {slot: self.layouts[node.input[slot]] for slot in tracked}
+        if not role and op not in BUILTIN:
+            role = self.declared(category, node, tracked)
         if not role:
             role = self.dispatch(category, node_index, node, tracked)
         if before is not None and role.startswith("unprunable"):
@@ -417,7 +433,29 @@ class _Walk:
         if category == NEXT_PROCESS:
             return self.process(node_index, node, tracked)
         assert category == STOP_PROCESS
+        if node.op_type in RECURRENT:
+            return self.recurrent(node_index, node, tracked)
         return "end"
+
+    def declared(self, category: str, node: onnx.NodeProto, tracked: dict[int, Layout]) -> str:
+        """An op the user put in the library: stop-process ends the path; next-no-process carries the
+        channels of its first input to its first output, checked as far as the inferred shapes tell."""
+        if category == STOP_PROCESS:
+            return "end"
+        layouts, label = list(tracked.values()), node_label(node)
+        if set(tracked) != {0}:
+            return self.spoil(layouts, f"{node.op_type} {label!r} takes them as an input other than the first")
+        in_shape, out_shape = self.shape(node.input[0]), self.shape(node.output[0])
+        if in_shape is None or out_shape is None or list(in_shape) != list(out_shape):
+            return self.spoil(
+                layouts,
+                f"{node.op_type} {label!r} is declared next-no-process but its output shape is not known to "
+                "equal its input's",
+            )
+        if any(name and self.index.uses(name) for name in node.output[1:]):
+            return self.spoil(layouts, f"{node.op_type} {label!r} has a second output that depends on them")
+        self.track(node.output[0], tracked[0], label)
+        return "pass"
 
     def resolve_splits(self, node: onnx.NodeProto, tracked: dict[int, Layout]) -> str:
         """Make a pending split channel axis the head axis, unless ``node`` moves it or picks sections.
@@ -566,6 +604,25 @@ class _Walk:
         self.add_slices(layout, node_index, 1, 0, LEAF)
         return LEAF
 
+    def recurrent(self, node_index: int, node: onnx.NodeProto, tracked: dict[int, Layout]) -> str:
+        """LSTM, GRU or RNN reading the channels as X's input features (axis 2 in either ``layout``): the
+        input columns of ``W`` are sliced; the hidden size is its own and stays (it is never a root)."""
+        op, label = node.op_type, node_label(node)
+        layouts = list(tracked.values())
+        if set(tracked) != {0}:
+            return self.spoil(layouts, f"{op} {label!r} takes them as a weight, a length or a state")
+        layout = tracked[0]
+        if self.index.rank(node.input[0]) != 3 or layout.axis != 2:
+            return self.spoil(layouts, f"{op} {label!r} reads them on axis {layout.axis}, not its input features")
+        weight = node.input[1]
+        if not self.index.is_constant(weight):
+            return self.spoil(layouts, f"{op} {label!r} multiplies them by a weight computed at run time")
+        shape = self.shape(weight)
+        if shape is None or len(shape) != 3 or shape[2] != layout.size:
+            return self.spoil(layouts, f"{op} {label!r}: W of shape {shape} does not read {layout.size} features")
+        self.add_slices(layout, node_index, 1, 2, LEAF)
+        return LEAF
+
     def batched_matmul(self, node: onnx.NodeProto, tracked: dict[int, Layout]) -> str:
         """A MatMul of two activations (``Q @ K^T``, ``P @ V``) whose channels sit on a batch axis.
 
@@ -621,6 +678,8 @@ class _Walk:
         label = node_label(node)
         if node.op_type == "Pow":
             return self.elementwise(node_index, node, tracked)
+        if node.op_type == "Einsum":
+            return self.einsum(node_index, node, tracked)
         if set(tracked) != {0}:
             return self.spoil(layouts, f"{node.op_type} {label!r} takes them as a parameter")
         layout = tracked[0]
@@ -636,6 +695,41 @@ class _Walk:
         if node.op_type == "Dropout" and len(node.output) > 1 and node.output[1]:
             self.track(node.output[1], moved, label)
         return "pass"
+
+    def einsum(self, node_index: int, node: onnx.NodeProto, tracked: dict[int, Layout]) -> str:
+        """Einsum passes the channels on when their letter is kept in the output, once per operand (no
+        diagonal), and not summed: elementwise in that letter. Other operands with the letter are tied
+        (tracked) or sliced (constant); anything else, a contraction included, keeps the group whole."""
+        label = node_label(node)
+        layouts = list(tracked.values())
+        ranks = [self.index.rank(name) for name in node.input]
+        terms = einsum_axes(str(attr(node, "equation", "")), ranks)
+        if isinstance(terms, str):
+            return self.spoil(layouts, f"Einsum {label!r}: {terms}")
+        inputs, output = terms
+        first_slot = min(tracked)
+        first = tracked[first_slot]
+        letter = inputs[first_slot][first.axis]
+        if letter.startswith("."):
+            return self.spoil(layouts, f"Einsum {label!r}: the channel axis is inside '...'")
+        if letter not in output:
+            return self.spoil(layouts, f"Einsum {label!r} sums over the channels ({letter!r} is contracted)")
+        for slot, axes in enumerate(inputs):
+            if axes.count(letter) > 1:
+                return self.spoil(layouts, f"Einsum {label!r} takes a diagonal of the channels ({letter!r})")
+            if slot in tracked:
+                layout = tracked[slot]
+                if axes[layout.axis] != letter or layout.structure() != first.structure():
+                    return self.spoil(layouts, f"Einsum {label!r} combines channels laid out differently")
+                for mine, theirs in zip(first.segments, layout.segments, strict=True):
+                    self.tie(mine.space, theirs.space)
+            elif letter in axes:
+                name = node.input[slot]
+                if not self.index.is_constant(name):
+                    return self.spoil(layouts, f"Einsum {label!r} ties them to {name!r}, {self.unrooted(name)}")
+                self.add_slices(first, node_index, slot, axes.index(letter), GAIN)
+        self.track(node.output[0], first.moved(output.index(letter)), label)
+        return "tie" if len(tracked) > 1 else "pass"
 
     def split_node(self, node_index: int, node: onnx.NodeProto, layout: Layout) -> str:
         """Split: along another axis every output carries the channels; along the channel axis (or the
@@ -801,11 +895,7 @@ class _Walk:
         if op == "Pad":
             return self.padded(node, layout, rank)
         if op in ("Resize", "Upsample"):
-            return self.resized(node, layout)
-        if op not in BUILTIN:  # a user's op: declared elementwise, checked as far as shapes tell
-            out = self.shape(node.output[0])
-            if in_shape is None or out is None or list(in_shape) != list(out):
-                return "declared next-no-process but its output shape is not known to equal its input's"
+            return self.resized(node_index, node, layout, rank)
         return layout
 
     @staticmethod
@@ -939,17 +1029,36 @@ class _Walk:
                 return "pads the channel axis"
         return layout
 
-    def resized(self, node: onnx.NodeProto, layout: Layout) -> Layout | str:
+    def resized(self, node_index: int, node: onnx.NodeProto, layout: Layout, rank: int | None) -> Layout | str:
+        """Resize/Upsample keep the channels when the channel axis keeps its size: a scale of 1, or a
+        literal target size equal to the channel count (a shape edit: it shrinks with them)."""
         if node.op_type == "Upsample" or self.index.opset < 11:
             scales_name = node.input[1] if len(node.input) > 1 else ""
             scales = attr(node, "scales") if not scales_name else self.float_values(scales_name)
+            sizes_name = ""
         else:
-            if len(node.input) > 3 and node.input[3]:
-                return "its target sizes count the channels"
-            scales = self.float_values(node.input[2]) if len(node.input) > 2 and node.input[2] else None
-        if scales is None or len(scales) <= layout.axis:
+            scales_name = node.input[2] if len(node.input) > 2 else ""
+            scales = self.float_values(scales_name) if scales_name else None
+            sizes_name = node.input[3] if len(node.input) > 3 else ""
+        axes = attr(node, "axes")
+        if axes is not None:
+            if rank is None:
+                return "unknown rank"
+            normalized = [normalize_axis(a, rank) for a in axes]  # type: ignore[union-attr]
+            if layout.axis not in normalized:
+                return layout
+        position = layout.axis if axes is None else normalized.index(layout.axis)
+        if sizes_name:
+            sizes = self.index.int_values(sizes_name)
+            if sizes is None:
+                return "its target sizes are computed at run time"
+            if len(sizes) <= position or sizes[position] != layout.size:
+                return "resizes the channel axis"
+            self.add_edit("sizes", node_index, position, layout.segments)
+            return layout
+        if scales is None or len(scales) <= position:
             return "its scales are computed at run time"
-        return layout if scales[layout.axis] == 1.0 else "scales the channel axis"
+        return layout if scales[position] == 1.0 else "scales the channel axis"
 
     def float_values(self, name: str) -> list[float] | None:
         if not self.index.is_constant(name):
@@ -985,7 +1094,9 @@ class _Walk:
             norm_axis = normalize_axis(attr(node, "axis", -1), rank) if rank is not None else None
             if norm_axis is None or layout.axis >= norm_axis:
                 return self.spoil(layouts, f"LayerNormalization {label!r} normalizes over the channels")
-            self.track(node.output[0], layout, label)
+            if any(name and self.index.uses(name) for name in node.output[1:]):
+                return self.spoil(layouts, f"LayerNormalization {label!r}: its mean or inverse deviation is read")
+            self.track(node.output[0], layout, label)  # scale and bias span the normalized axes alone
             return "pass"
         if op == "MeanVarianceNormalization":
             if layout.axis in (attr(node, "axes") or [0, 2, 3]):
@@ -1002,7 +1113,13 @@ class _Walk:
             moved = layout.axis if layout.axis < gather_axis else layout.axis + indices - 1
             self.track(node.output[0], layout.moved(moved), label)
             return "pass"
-        return self.spoil(layouts, f"{op} {label!r} mixes the channels")  # GroupNormalization, LRN
+        if op == "GroupNormalization":
+            return self.spoil(
+                layouts,
+                f"GroupNormalization {label!r} normalizes groups of channels together (pruning some would change "
+                "the statistics of the others)",
+            )
+        return self.spoil(layouts, f"{op} {label!r} mixes the channels")  # LRN
 
     def elementwise(self, node_index: int, node: onnx.NodeProto, tracked: dict[int, Layout]) -> str:
         """A broadcasting elementwise op: tie tracked inputs, slice [C]-shaped constants, refuse the rest."""
@@ -1036,7 +1153,7 @@ class _Walk:
             if size != first.size:
                 return self.spoil(layouts, f"{node.op_type} {label!r}: operand {name!r} has unknown size {size}")
             if not self.index.is_constant(name):
-                return self.spoil(layouts, f"{node.op_type} {label!r} ties them to {name!r}, which no root produces")
+                return self.spoil(layouts, f"{node.op_type} {label!r} ties them to {name!r}, {self.unrooted(name)}")
             self.add_slices(first, node_index, slot, other_axis, GAIN if node.op_type == "Mul" else OFFSET)
         self.track(node.output[0], first.moved(axis), label)
         return "tie" if len(tracked) > 1 else ASSOCIATED
@@ -1105,6 +1222,37 @@ class _Walk:
             for kind, node_index, position, segments in self.edits
         ]
         return Forest(list(by_rep.values()), edits)
+
+
+def einsum_axes(equation: str, ranks: Sequence[int | None]) -> tuple[list[list[str]], list[str]] | str:
+    """Each operand's and the output's label per axis (``...`` expanded to ``.0``, ``.1``, ... counted from
+    the right, as broadcasting aligns them), or why the equation cannot be read."""
+    equation = equation.replace(" ", "")
+    left, arrow, right = equation.partition("->")
+    terms = left.split(",")
+    if not equation or len(terms) != len(ranks) or any(rank is None for rank in ranks):
+        return f"equation {equation!r} or its operands' ranks cannot be read"
+    inputs = []
+    for term, rank in zip(terms, ranks, strict=True):
+        axes = _einsum_term(term, rank)  # type: ignore[arg-type]
+        if axes is None:
+            return f"term {term!r} does not fit rank {rank}"
+        inputs.append(axes)
+    ellipsis = max((sum(a.startswith(".") for a in axes) for axes in inputs), default=0)
+    if arrow:
+        output = _einsum_term(right, ellipsis * ("..." in right) + len(right.replace("...", "")))
+        return (inputs, output) if output is not None else f"output term {right!r} cannot be read"
+    letters = [a for axes in inputs for a in axes if not a.startswith(".")]
+    once = sorted(a for a in set(letters) if letters.count(a) == 1)
+    return inputs, [f".{k}" for k in reversed(range(ellipsis))] + once
+
+
+def _einsum_term(term: str, rank: int) -> list[str] | None:
+    before, dots, after = term.partition("...")
+    missing = rank - len(before) - len(after)
+    if missing < 0 or (missing and not dots):
+        return None
+    return [*before, *(f".{k}" for k in reversed(range(missing))), *after]
 
 
 # -------------------------------------------------------------------------------------- display
