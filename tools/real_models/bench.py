@@ -87,8 +87,18 @@ def cells(row: Row) -> list[str]:
     return [row.model, row.command, row.result, seconds, row.agreement, row.speedup]
 
 
+PLAIN_RESULT_WIDTH = 72
+"""A refusal line is cut to this in the plain table (the Markdown one keeps it whole)."""
+
+
+def shortened(text: str, width: int = PLAIN_RESULT_WIDTH) -> str:
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
 def render(rows: Sequence[Row], markdown: bool) -> str:
     table = [list(HEADER), *(cells(row) for row in rows)]
+    if not markdown:
+        table = [[shortened(cell) for cell in line] for line in table]
     if markdown:
         escaped = [[cell.replace("|", "\\|") for cell in line] for line in table]
         lines = ["| " + " | ".join(escaped[0]) + " |", "|" + "---|" * len(HEADER)]

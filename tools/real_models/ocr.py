@@ -8,7 +8,7 @@ Classifier: argmax over ``['0', '180']``. Detector: a probability map, text wher
 from __future__ import annotations
 
 import random
-from collections.abc import Sequence
+from collections.abc import Sequence, Set
 from functools import lru_cache
 from pathlib import Path
 
@@ -60,7 +60,7 @@ def same_reading(read: str, truth: str) -> bool:
     return "".join(read.split()) == "".join(truth.split())
 
 
-def phrases(alphabet: set[str], count: int, seed: int) -> list[str]:
+def phrases(alphabet: Set[str], count: int, seed: int) -> list[str]:
     """``count`` seeded phrases of two or three words and a number, each made only of ``alphabet``."""
     words = [w for w in WORDS if set(w) <= alphabet]
     numbers = [n for n in NUMBERS if set(n) <= alphabet]
@@ -73,9 +73,10 @@ def phrases(alphabet: set[str], count: int, seed: int) -> list[str]:
     ]
 
 
-def recognizer_alphabet(model: Path) -> set[str]:
-    """The characters the recognizer knows that DejaVu Sans draws."""
-    return text_lines.drawable(character_table(model)[1:-1])
+@lru_cache(maxsize=4)
+def recognizer_alphabet(model: Path) -> frozenset[str]:
+    """The characters the recognizer knows that DejaVu Sans draws (a few seconds: each is drawn once)."""
+    return frozenset(text_lines.drawable(character_table(model)[1:-1]))
 
 
 # -------------------------------------------------------------------------------------------- makers
