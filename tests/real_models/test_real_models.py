@@ -10,6 +10,7 @@ without them these tests skip, saying so.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -72,7 +73,7 @@ def test_optimize_is_verified_and_lossless_on_real_inputs(real: RealInputs, tmp_
 @pytest.mark.parametrize("command", LOSSY)
 @pytest.mark.parametrize("real", list(MODELS), indirect=True)
 def test_lossy_command_writes_a_running_model_or_refuses_in_one_line(
-    real: RealInputs, command: str, tmp_path: Path
+    real: RealInputs, command: str, tmp_path: Path, record_property: Callable[[str, object], None]
 ) -> None:
     run = cli_runs.run_command(command, real.model, real.path, tmp_path, real.feeds_file)
     assert run.outcome in ("ok", "refused"), f"{run.message}\n{run.stderr[-2000:]}"
@@ -86,7 +87,7 @@ def test_lossy_command_writes_a_running_model_or_refuses_in_one_line(
     ort.InferenceSession(str(run.output), providers=["CPUExecutionProvider"])
     agreed = real.agreement(run.output)
     assert 0.0 <= agreed <= 1.0
-    print(f"{real.model.name} {command}: {agreed:.0%} {real.model.measure_name} on real inputs")
+    record_property("agreement", f"{agreed:.0%} {real.model.measure_name}")
 
 
 @pytest.mark.parametrize("real", list(MODELS), indirect=True)

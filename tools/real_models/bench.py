@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from onnxsat.timing import LEVELS, environment_line, ratios_to, time_rounds, timing_session
+from onnxsat.timing import LEVELS, environment_line, median_interval, ratios_to, time_rounds, timing_session
 from tools.real_models import cache
 from tools.real_models.agreement import Reading, agreement, feeds_of, first_output, original_reading
 from tools.real_models.catalogue import MODELS, RealModel
@@ -39,12 +39,15 @@ class BenchSettings:
     warmup: int = 5
 
 
-def latency_ratio(original: Path, candidate: Path, feeds: dict, settings: BenchSettings) -> float:
-    """Median over interleaved rounds of original time / candidate time (above 1: the candidate is faster)."""
+def latency_ratio(original: Path, candidate: Path, feeds: dict, settings: BenchSettings) -> str:
+    """Median over interleaved rounds of original time / candidate time (above 1: the candidate is faster),
+    with the bootstrap interval of that median: a ratio whose interval holds 1.0 is no change."""
     sessions = [timing_session(path, LEVELS["all"], threads=1) for path in (original, candidate)]
     runners = [lambda s=s: s.run(None, feeds) for s in sessions]
     before, after = time_rounds(runners, settings.rounds, settings.warmup)
-    return statistics.median(ratios_to(before, after))
+    ratios = ratios_to(before, after)
+    low, high = median_interval(ratios)
+    return f"{statistics.median(ratios):.2f}x [{low:.2f}-{high:.2f}]"
 
 
 def result_text(run: CommandRun) -> str:
@@ -74,12 +77,19 @@ def bench_model(
             except Exception as error:  # a written model ORT cannot run is a finding, not a bench failure
                 agreed = f"does not run: {type(error).__name__}: {str(error).splitlines()[0][:120]}"
             if command == "optimize" and not agreed.startswith("does not run"):
-                speedup = f"{latency_ratio(original, run.output, feeds, settings):.2f}x"
+                speedup = latency_ratio(original, run.output, feeds, settings)
         rows.append(Row(model.name, command, result_text(run), run.seconds, agreed, speedup))
     return reading, rows
 
 
-HEADER = ("model", "command", "result", "seconds", "agreement (real inputs)", "ORT speedup (all opts, 1 thread)")
+HEADER = (
+    "model",
+    "command",
+    "result",
+    "seconds",
+    "agreement (real inputs)",
+    "ORT speedup (all opts, 1 thread, 90% interval)",
+)
 
 
 def cells(row: Row) -> list[str]:
