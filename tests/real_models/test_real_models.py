@@ -179,3 +179,19 @@ def test_the_shape_given_to_the_commands_is_the_real_batch() -> None:
     for model in MODELS.values():
         assert model.shape_option.startswith(f"{model.input_name}:")
         assert model.shape[0] >= 2, "a batch of several samples"
+
+
+def test_feeds_and_shape_go_to_the_commands_whose_help_lists_them(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """``--inputs`` is passed once a command has it (other branches add it); ``--input-shape`` where it exists."""
+    offered = {"optimize": {"--input-shape", "--inputs"}, "sparsify": {"--input-shape"}, "show": set()}
+    monkeypatch.setattr(cli_runs, "command_options", lambda command: frozenset(offered[command]))
+    model, feeds = MODELS["ppocr_rec"], tmp_path / "feeds.npz"
+    argv, output = cli_runs.arguments("optimize", model, Path("m.onnx"), tmp_path, feeds)
+    assert argv[-4:] == ["--input-shape", "x:8,3,48,320", "--inputs", str(feeds)]
+    assert output == tmp_path / "ppocr_rec.optimize.onnx"
+    argv, _ = cli_runs.arguments("sparsify", model, Path("m.onnx"), tmp_path, feeds)
+    assert "--inputs" not in argv and argv[argv.index("--sparsity") + 1] == "0.5"
+    argv, output = cli_runs.arguments("show", model, Path("m.onnx"), tmp_path, feeds)
+    assert argv == ["show", "m.onnx", "-o", str(tmp_path / "ppocr_rec.show.svg")]
