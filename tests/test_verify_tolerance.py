@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import onnx
-from onnx import TensorProto, helper
+import onnxruntime as ort
+from onnx import TensorProto, helper, numpy_helper
 
 from onnxsat.inputs import random_inputs
-from onnxsat.verification import Tolerance
+from onnxsat.verification import Tolerance, verify
 
 
 def model_with(nodes: list[onnx.NodeProto], in_type: int, out_type: int) -> onnx.ModelProto:
@@ -55,3 +58,56 @@ def test_zero_dimensional_inputs_are_arrays_of_every_type() -> None:
         feeds = random_inputs(helper.make_model(graph, ir_version=9))
         assert isinstance(feeds["x"], np.ndarray) and feeds["x"].shape == ()
         assert feeds["x"].dtype == helper.tensor_dtype_to_np_dtype(elem_type)
+
+
+def conv_bn_model() -> onnx.ModelProto:
+    """Conv then BatchNormalization with wide-ranging statistics: folding the BN reorders float32 rounding."""
+    rng = np.random.default_rng(0)
+    tensors = {
+        "w": rng.standard_normal((8, 4, 3, 3)).astype(np.float32) * 10,
+        "scale": rng.uniform(0.1, 30, 8).astype(np.float32),
+        "bias": rng.standard_normal(8).astype(np.float32),
+        "mean": rng.standard_normal(8).astype(np.float32) * 50,
+        "var": rng.uniform(1e-3, 2, 8).astype(np.float32),
+    }
+    nodes = [
+        helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+        helper.make_node("BatchNormalization", ["c", "scale", "bias", "mean", "var"], ["y"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 16, 16])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, 16, 16])],
+        [numpy_helper.from_array(value, name) for name, value in tensors.items()],
+    )
+    return helper.make_model(graph, ir_version=9, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def ort_folded(model: onnx.ModelProto, path: Path) -> onnx.ModelProto:
+    """The model as ONNX Runtime's own basic optimizations rewrite it (the BatchNormalization folded)."""
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
+    options.optimized_model_filepath = str(path)
+    ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    return onnx.load(str(path))
+
+
+def test_a_difference_as_small_as_ort_own_rounding_passes_and_says_so(tmp_path: Path) -> None:
+    original = conv_bn_model()
+    folded = ort_folded(original, tmp_path / "folded.onnx")
+    assert "BatchNormalization" not in [node.op_type for node in folded.graph.node]
+    strict = Tolerance(rtol=0.0, atol=0.0)
+    result = verify(original, folded, tolerance=strict)
+    assert result.ok
+    (output,) = result.outputs
+    assert output.max_abs_diff > 0 and output.note.startswith("within ONNX Runtime's own rounding")
+
+
+def test_a_larger_difference_stays_a_mismatch(tmp_path: Path) -> None:
+    original = conv_bn_model()
+    folded = ort_folded(original, tmp_path / "folded.onnx")
+    bias = next(t for t in folded.graph.initializer if numpy_helper.to_array(t).shape == (8,))
+    bias.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(bias) + np.float32(1e-2), bias.name))
+    result = verify(original, folded, tolerance=Tolerance(rtol=0.0, atol=0.0))
+    assert not result.ok and result.outputs[0].note == ""

@@ -113,9 +113,13 @@ class InputSpec:
         """The spec the command-line options ``--input-shape`` (specs) and ``--inputs`` (a file) describe."""
         shapes = parse_input_shapes(input_shape)
         given = load_feeds(inputs) if inputs is not None else {}
-        both = sorted(set(shapes) & set(given))
-        if both:
-            raise SettingsError(f"input {both[0]!r} is given both by --inputs and by --input-shape; give it once")
+        for name in sorted(set(shapes) & set(given)):
+            if list(given[name].shape) != shapes[name]:
+                raise SettingsError(
+                    f"input {name!r} has shape {list(given[name].shape)} in --inputs and {shapes[name]} "
+                    "in --input-shape; give one"
+                )
+            del shapes[name]  # the same size twice: the array is what counts
         return cls(shapes, given, str(inputs) if inputs is not None else None)
 
     def __bool__(self) -> bool:

@@ -11,7 +11,7 @@ import gc
 import re
 import threading
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -161,8 +161,9 @@ def run_model(
     what: str,
     base_dir: Path | None = None,
     timeout: float = DEFAULT_RUN_TIMEOUT,
+    level: ort.GraphOptimizationLevel = ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
 ) -> list[np.ndarray]:
-    """Run with ORT optimizations off; a failure on the *original* model is the user's to know.
+    """Run with ORT optimizations off (or at ``level``); a failure on the *original* model is the user's to know.
 
     The session is dropped before returning, so verifying a large model holds one copy of its
     weights at a time. After ``timeout`` seconds ORT's terminate flag stops the run (ORT checks it
@@ -179,7 +180,7 @@ def run_model(
     timer = threading.Timer(timeout, lambda: setattr(run_options, "terminate", True))
     timer.daemon = True
     try:
-        sess = session(model, ort.GraphOptimizationLevel.ORT_DISABLE_ALL, base_dir=base_dir, lean=True)
+        sess = session(model, level, base_dir=base_dir, lean=True)
         gc.collect(0)
         timer.start()
         return sess.run(None, dict(feeds), run_options)
@@ -352,4 +353,42 @@ def verify(
         return VerificationResult(False, error=str(error), tolerance=tolerance)
     names = [o.name for o in original.graph.output]
     comparisons = compare_outputs(names, expected, actual, tolerance)
+    if not all(c.ok for c in comparisons):
+        comparisons = _within_runtime_rounding(original, reference, comparisons, base_dir, timeout)
     return VerificationResult(all(c.ok for c in comparisons), comparisons, tolerance=tolerance)
+
+
+RUNTIME_ROUNDING_FACTOR = 2.0
+"""How far beyond ONNX Runtime's own rounding a lossless result may be (see :func:`_within_runtime_rounding`)."""
+
+
+def _within_runtime_rounding(
+    original: onnx.ModelProto,
+    reference: Reference,
+    comparisons: list[OutputComparison],
+    base_dir: Path | None,
+    timeout: float,
+) -> list[OutputComparison]:
+    """``comparisons``, with an output that missed the tolerance accepted when ONNX Runtime's own graph
+    optimizations move it as far: float32 arithmetic reordered (a BatchNormalization folded into a Conv,
+    a fused activation) differs from the original by rounding, which grows with depth and with real
+    inputs' magnitudes (a 60-layer detector on real images: 1.7e-4 from ORT itself). The original runs once
+    more, with every ORT optimization on; an output stays a mismatch unless it is within
+    ``RUNTIME_ROUNDING_FACTOR`` times that distance, and the note says what was measured."""
+    try:
+        optimized = run_model(
+            original, reference.feeds, "input model", base_dir, timeout, ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        )
+    except RuntimeUnsupportedError:
+        return comparisons
+    result = []
+    for comparison, want, got in zip(comparisons, reference.outputs, optimized, strict=True):
+        if comparison.ok or comparison.note or np.asarray(want).dtype.kind != "f":
+            result.append(comparison)
+            continue
+        rounding = float(np.max(np.abs(np.asarray(got, np.float64) - want), initial=0.0))
+        if 0.0 < comparison.max_abs_diff <= RUNTIME_ROUNDING_FACTOR * rounding:
+            note = f"within ONNX Runtime's own rounding: its optimizations move this output by {rounding:.3g}"
+            comparison = replace(comparison, ok=True, note=note)
+        result.append(comparison)
+    return result
