@@ -25,6 +25,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from onnxsat.cli import main
+from onnxsat.errors import InputNotFoundError
 from onnxsat.zoo.synthetic import demo_cnn
 
 PHASES = {"load", "encode", "saturate", "extract", "decode", "verify", "save"}
@@ -644,6 +645,23 @@ def test_subprocess_debug_shows_traceback(tmp_path: Path) -> None:
     assert "InputNotFoundError" in result.stderr
     assert "onnxsat: error:" not in result.stderr
     assert list(out_dir.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["prune", "missing.onnx", "-o", "out.onnx", "--debug"],
+        ["bench", "compare", "missing.onnx", "--debug"],
+        ["--debug", "profile", "missing.onnx"],
+    ],
+)
+def test_debug_works_after_the_command_too(argv: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The one-line error says "rerun with --debug", and people add it at the end."""
+    paths = [str(tmp_path / arg) if arg.endswith(".onnx") else arg for arg in argv]
+    with pytest.raises(InputNotFoundError):
+        main(paths)
+    assert main([arg for arg in paths if arg != "--debug"]) == InputNotFoundError.exit_code
+    assert "onnxsat: error: input model not found" in capsys.readouterr().err
 
 
 # ------------------------------------------------------------------------------ regressions

@@ -47,10 +47,12 @@ def test_constant_tensors_become_initializers_of_the_same_names() -> None:
     assert [node.op_type for node in lifted.graph.node] == ["Conv", "Unsqueeze", "Add"]
     assert [t.name for t in lifted.graph.initializer] == ["conv.w", "bias", "axes"]
     assert notes == ["3 Constant node tensors read as initializers of the same names"]
-    assert len(model.graph.node) == 6  # the input is never modified
+    assert len(model.graph.node) == 6  # the input is not modified, unless asked
     onnx.checker.check_model(lifted, full_check=True)
     x = np.random.default_rng(1).standard_normal((1, 3, 6, 6)).astype(np.float32)
     np.testing.assert_array_equal(_run(lifted, {"x": x})[0], _run(model, {"x": x})[0])
+    same, _ = normal_form(model, in_place=True)
+    assert same is model and [t.name for t in model.graph.initializer] == ["conv.w", "bias", "axes"]
 
 
 def test_ir3_models_list_lifted_weights_as_inputs_too() -> None:

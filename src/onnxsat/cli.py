@@ -21,7 +21,18 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="onnxsat", description=DESCRIPTION)
     parser.add_argument("--debug", action="store_true", help="show tracebacks")
     add_all(parser.add_subparsers(dest="command", required=True, metavar="COMMAND"))
+    _debug_anywhere(parser)
     return parser
+
+
+def _debug_anywhere(parser: argparse.ArgumentParser) -> None:
+    """``--debug`` after the command too (``onnxsat prune M -o O --debug``), where an error's hint makes
+    people put it: every subcommand, at any depth, takes it without overriding the top-level flag."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for command in action.choices.values():
+                command.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help="show tracebacks")
+                _debug_anywhere(command)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

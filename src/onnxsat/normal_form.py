@@ -33,17 +33,20 @@ _TENSOR_ATTRIBUTES = (
 """The attributes a Constant node holds a dense tensor in (``sparse_value`` stays a node)."""
 
 
-def normal_form(model: onnx.ModelProto) -> tuple[onnx.ModelProto, list[str]]:
+def normal_form(model: onnx.ModelProto, in_place: bool = False) -> tuple[onnx.ModelProto, list[str]]:
     """``model`` in the form described in the module doc, and one line per kind of change made.
 
-    Returns ``model`` itself when nothing changes, else a changed copy (``model`` is never modified).
+    Returns ``model`` itself when nothing changes, else a changed copy; ``in_place`` changes ``model`` itself
+    instead (for a caller that just loaded it: a large model is not held twice).
     """
     liftable = [node for node in model.graph.node if _liftable(node, model.graph)]
     zero_dims = [value.name for value in _interface(model.graph) if _zero_dims(value)]
     if not liftable and not zero_dims:
         return model, []
-    result = onnx.ModelProto()
-    result.CopyFrom(model)
+    result = model
+    if not in_place:
+        result = onnx.ModelProto()
+        result.CopyFrom(model)
     notes = []
     if liftable:
         _lift_constants(result)

@@ -117,7 +117,7 @@ def run(
     if not (passes and passes[0][1].checks_input):
         model_io.check_model(proto)
     model_io.check_data_path(target, proto, base_dir)
-    proto, normalised = normal_form(proto)
+    proto, normalised = normal_form(proto, in_place=True)  # loaded here: nobody else holds it
     settings.inputs.check(proto)
     model = Model(proto, base_dir, str(input_path))
     context = PassContext(

@@ -32,7 +32,11 @@ def model_file(tmp_path: Path) -> Path:
 def test_prune_command_writes_and_prints(model_file: Path, capsys: pytest.CaptureFixture[str]) -> None:
     output = model_file.with_name("pruned.onnx")
     assert main(["prune", str(model_file), "-o", str(output), "--rate", "50%", "--rates", "c1=0.25"]) == 0
-    assert "verification PASSED" in capsys.readouterr().out
+    text = capsys.readouterr().out
+    assert "verification PASSED" in text
+    # a pruned model that runs may still compute something else: how far its output moved is said
+    (change,) = [line for line in text.splitlines() if "changed by pruning" in line]
+    assert "relative L2 error" in change and "cosine" in change
     weights = {t.name: list(t.dims) for t in onnx.load(str(output)).graph.initializer}
     assert weights["c1_w"] == [6, 3, 3, 3]
 

@@ -3,7 +3,7 @@
 Each catalogued model (``tools.real_models.catalogue``) must come out of ``optimize`` verified and
 giving the same answers on its real inputs (the same text read, the same file type, the same text
 mask); ``sparsify`` and ``prune`` may refuse a model, but only in one clean line, and what they write
-must run. The models are fetched by ``python -m tools.real_models fetch`` (``make test`` does it);
+must run. The models are fetched by ``python -m tools.real_models fetch`` (CI does it, as ``make real-models``);
 without them these tests skip, saying so.
 """
 

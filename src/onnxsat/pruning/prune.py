@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -38,7 +38,7 @@ from onnxsat.pruning.report import GroupReport, PruneReport
 from onnxsat.pruning.trees import ChannelGroup, Forest, build_groups, format_trees, render_trees
 from onnxsat.pruning.unfuse import fused_count, split_fused
 from onnxsat.sparsity.search import batch_size_for, data_input, input_dims
-from onnxsat.verification import VerificationResult, run_model
+from onnxsat.verification import Tolerance, VerificationResult, compare_outputs, run_model
 
 RANDOM_CALIBRATION_SAMPLES = 16
 """Seeded normal inputs used for HRank or reconstruction when no data is given (said in the report)."""
@@ -264,7 +264,26 @@ def check_pruned(
             return VerificationResult(
                 False, error=f"output {output.name!r} changed from {np.shape(want)} to {np.shape(got)}"
             )
-    return VerificationResult(True)
+    names = [output.name for output in original.graph.output]
+    compared = compare_outputs(names, expected, actual, Tolerance())
+    changes = [
+        replace(c, ok=True, note=_change(np.asarray(w), np.asarray(g)))
+        for c, w, g in zip(compared, expected, actual, strict=True)
+    ]
+    return VerificationResult(True, changes)
+
+
+def _change(want: np.ndarray, got: np.ndarray) -> str:
+    """How far pruning moved one output on the verification inputs: deliberate, so the output is ``ok``, but
+    said, since a pruned model that runs can still compute something else (``--data`` with ``--reconstruct``
+    holds it closer)."""
+    if want.dtype.kind != "f" or want.size == 0:
+        return "unchanged" if np.array_equal(want, got) else "changed"
+    w, g = want.astype(np.float64).ravel(), got.astype(np.float64).ravel()
+    tiny = np.finfo(np.float64).tiny
+    relative = float(np.linalg.norm(g - w)) / max(float(np.linalg.norm(w)), tiny)
+    cosine = float(w @ g) / max(float(np.linalg.norm(w) * np.linalg.norm(g)), tiny)
+    return f"changed by pruning: relative L2 error {relative:.3g}, cosine {cosine:.3f}"
 
 
 def show_trees(input_path: str | Path, library: str | Path | None = None, image: str | Path | None = None) -> str:

@@ -116,6 +116,7 @@ class PruneReport(ReportBase):
             lines.append(
                 f"verification {status}: {self.verification.error or 'passes the checker, runs in ONNX Runtime'}"
             )
+            lines.extend(f"  {output.name}: {output.note}" for output in self.verification.outputs if output.note)
         lines.append(f"seconds: {self.seconds:.2f}")
         return "\n".join(lines)
 
