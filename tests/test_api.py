@@ -99,7 +99,7 @@ def test_verification_failure_raises_with_report(cnn_file: Path, tmp_path: Path)
     before = sha256(cnn_file)
     output, report_path = tmp_path / "out.onnx", tmp_path / "report.json"
     with pytest.raises(VerificationFailedError) as info:
-        onnxsat.optimize(cnn_file, output, rtol=0, atol=0, report=report_path)
+        onnxsat.optimize(cnn_file, output, rtol=0, atol=0, ort_rounding=0, report=report_path)
     error = info.value
     assert isinstance(error, OnnxSatError) and error.exit_code == 8
     report = error.report  # type: ignore[attr-defined]
@@ -116,7 +116,7 @@ def test_verification_failure_raises_with_report(cnn_file: Path, tmp_path: Path)
 
 def test_verification_failure_with_force_writes(cnn_file: Path, tmp_path: Path) -> None:
     output = tmp_path / "out.onnx"
-    report = onnxsat.optimize(cnn_file, output, rtol=0, atol=0, force=True)
+    report = onnxsat.optimize(cnn_file, output, rtol=0, atol=0, ort_rounding=0, force=True)
     assert report.written is True
     assert report.verification is not None and not report.verification.ok
     assert runs_in_ort(output).shape == (1, 10)

@@ -465,7 +465,8 @@ def test_symbolic_batch_without_input_shape_defaults_to_one(
 def test_verification_failure_writes_nothing(cnn_file: Path, out_dir: Path, capfd: pytest.CaptureFixture[str]) -> None:
     before = sha256(cnn_file)
     output, report_path = out_dir / "result.onnx", out_dir / "r.json"
-    argv = ["optimize", cnn_file, "-o", output, "--rtol", "0", "--atol", "0", "--report", report_path]
+    argv = ["optimize", cnn_file, "-o", output, "--rtol", "0", "--atol", "0", "--ort-rounding", "0"]
+    argv += ["--report", report_path]
     rc, out, err = run_cli(argv, capfd)
     assert_clean_failure(rc, err, 8, output=output, input_path=cnn_file, input_hash=before, folders=[out_dir], out=None)
     assert "verification FAILED" in out and "MISMATCH" in out and "fusions" in out
@@ -482,7 +483,8 @@ def test_verification_failure_with_force_writes_and_exits_8(
 ) -> None:
     before = sha256(cnn_file)
     output = out_dir / "result.onnx"
-    rc, out, err = run_cli(["optimize", cnn_file, "-o", output, "--rtol", "0", "--atol", "0", "--force"], capfd)
+    exact = ["--rtol", "0", "--atol", "0", "--ort-rounding", "0"]
+    rc, out, err = run_cli(["optimize", cnn_file, "-o", output, *exact, "--force"], capfd)
     assert rc == 8
     assert "Traceback" not in err
     lines = [line for line in err.splitlines() if line.strip()]

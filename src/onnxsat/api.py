@@ -80,6 +80,7 @@ def optimize(
     inputs: Feeds = None,
     rtol: float = Tolerance.rtol,
     atol: float = Tolerance.atol,
+    ort_rounding: float = Tolerance.ort_rounding,
     force: bool = False,
     run_timeout: float = DEFAULT_RUN_TIMEOUT,
     **settings: Any,
@@ -87,7 +88,7 @@ def optimize(
     """Optimize ``input_path`` into ``output_path`` by equality saturation; verified against the original
     before writing (``settings``: ``OptimizeOptions``' fields, e.g. ``target="portable"``)."""
     step = EqsatPass(options or OptimizeOptions(**settings))
-    tolerance = Tolerance(rtol, atol) if options is None else options.tolerance
+    tolerance = Tolerance(rtol, atol, ort_rounding) if options is None else options.tolerance
     timeout = run_timeout if options is None else options.run_timeout
     return run_file(step, input_path, output_path, report, _spec(input_shapes, inputs), tolerance, force, timeout)
 

@@ -27,6 +27,14 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     parser.add_argument("--rtol", type=float, default=tolerance.rtol, help="relative tolerance of the verification")
     parser.add_argument("--atol", type=float, default=tolerance.atol, help="absolute tolerance of the verification")
     parser.add_argument(
+        "--ort-rounding",
+        type=float,
+        default=tolerance.ort_rounding,
+        metavar="FACTOR",
+        help="an output beyond --rtol/--atol still passes within FACTOR times what ONNX Runtime's own "
+        "optimizations change the original's output (default %(default)g; 0: off)",
+    )
+    parser.add_argument(
         "--run-timeout",
         type=float,
         default=DEFAULT_RUN_TIMEOUT,
@@ -45,6 +53,6 @@ def run(args: argparse.Namespace) -> int:
         if args.latency:
             report.latency = compare_latency_levels(Path(args.model), Path(args.output), input_spec(args))
 
-    tolerance = Tolerance(rtol=args.rtol, atol=args.atol)
+    tolerance = Tolerance(rtol=args.rtol, atol=args.atol, ort_rounding=args.ort_rounding)
     step = EqsatPass(options)
     return run_and_print(args, step, optimize_page_from_files, tolerance, args.run_timeout, after=add_latency)

@@ -22,7 +22,7 @@ class SparseInitializersPass(Pass, kind="sparse-initializers"):
     def run(self, model: Model, context: PassContext) -> PassResult:
         result = copy_model(model.proto)
         storage = to_sparse_initializers(result, [t.name for t in model.proto.graph.initializer], self.min_sparsity)
-        exact = Tolerance(rtol=0.0, atol=0.0)
+        exact = Tolerance(rtol=0.0, atol=0.0, ort_rounding=0.0)
         verification = verify(model.proto, result, context.inputs, exact, base_dir=model.base_dir)
         notices = [f"{len(storage.moved)} initializers stored sparse, {len(storage.kept_dense)} kept dense"]
         notices.extend(f"{name} kept dense: {why}" for name, why in storage.kept_dense.items())

@@ -2,21 +2,24 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from onnxsat.core import Model, Pass, PassContext, PassResult
-from onnxsat.verification import Tolerance, verify
+from onnxsat.verification import verify
 
 
 @dataclass
 class VerifyPass(Pass, kind="verify"):
     rtol: float | None = None
     atol: float | None = None
+    ort_rounding: float | None = None
 
     def run(self, model: Model, context: PassContext) -> PassResult:
-        tolerance = Tolerance(
+        tolerance = replace(
+            context.tolerance,
             rtol=context.tolerance.rtol if self.rtol is None else self.rtol,
             atol=context.tolerance.atol if self.atol is None else self.atol,
+            ort_rounding=context.tolerance.ort_rounding if self.ort_rounding is None else self.ort_rounding,
         )
         assert context.reference is not None
         result = verify(context.reference, model.proto, context.inputs, tolerance, base_dir=model.base_dir)

@@ -41,6 +41,8 @@ class PipelineSettings:
     """Data for the passes that take it (sparsify, prune) unless a pass names its own."""
     rtol: float = 1e-4
     atol: float = 1e-5
+    ort_rounding: float = 2.0
+    """An output beyond rtol/atol still passes within this many times ONNX Runtime's own rounding (0: off)."""
     force: bool = False
     """Write the result even when a pass's verification fails (that pass and the rest still run)."""
     report: str | None = None
@@ -148,7 +150,7 @@ def run_pipeline(pipeline: Pipeline, force: bool = False) -> PipelineReport:
     settings = pipeline.settings
     run_settings = RunSettings(
         inputs=pipeline.inputs,
-        tolerance=Tolerance(settings.rtol, settings.atol),
+        tolerance=Tolerance(settings.rtol, settings.atol, settings.ort_rounding),
         data=settings.data,
         force=force or settings.force,
     )

@@ -163,7 +163,7 @@ def sparsify_model(
         storage = to_sparse_initializers(sparse, [t.name for t in targets], options.min_sparsity)
         report.sparse_storage = {"moved": storage.moved, "kept_dense": storage.kept_dense}
         report.sizes["sparse initializers"] = sparse.ByteSize()
-        tolerance = Tolerance(rtol=0.0, atol=0.0)
+        tolerance = Tolerance(rtol=0.0, atol=0.0, ort_rounding=0.0)
         report.verification = verify(dense, sparse, options.inputs, tolerance, reference=reference, base_dir=base_dir)
     report.seconds = time.perf_counter() - start
     return sparse, report
