@@ -184,3 +184,31 @@ def test_the_python_api_takes_inputs_as_a_file_or_arrays(vad: Path, tmp_path: Pa
     feeds = feeds_file(tmp_path / "feeds.npz", sr=np.array(16000, np.int64))
     report = onnxsat.sparsify(vad, tmp_path / "b.onnx", inputs=feeds, sparsity=0.5)
     assert report.verification.ok and report.run_facts.inputs_file == str(feeds)
+
+
+def reshape_model(path: Path) -> Path:
+    """x[N, W] -> Reshape to [-1, 4] -> MatMul: a W of 1 (the default for a dynamic dim) cannot run."""
+    weight = numpy_helper.from_array(np.ones((4, 3), np.float32), "w")
+    target = numpy_helper.from_array(np.array([-1, 4], np.int64), "target")
+    graph = helper.make_graph(
+        [helper.make_node("Reshape", ["x", "target"], ["r"]), helper.make_node("MatMul", ["r", "w"], ["y"])],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", "W"])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["M", 3])],
+        [weight, target],
+    )
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), str(path))
+    return path
+
+
+@pytest.mark.parametrize("command", [["optimize"], ["sparsify", "--sparsity", "0.5"], ["prune"]])
+def test_an_input_model_that_cannot_run_is_blamed_and_the_guessed_dims_named(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], command: list[str]
+) -> None:
+    source, out = reshape_model(tmp_path / "m.onnx"), tmp_path / "o.onnx"
+    assert main([command[0], str(source), "-o", str(out), *command[1:]]) == 6
+    err = capsys.readouterr().err
+    assert "cannot run the input model" in err and "x ran as [1, 1]" in err and "--input-shape" in err
+    assert not out.exists()
+    code = main([command[0], str(source), "-o", str(out), *command[1:], "--input-shape", "x:2,8"])
+    assert code in (0, 9), capsys.readouterr().err  # prune may find no channel group in one MatMul

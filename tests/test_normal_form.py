@@ -115,3 +115,38 @@ def test_sparsify_finds_weights_held_in_constant_nodes(tmp_path: Path, capsys: p
     assert main(["profile", str(source)]) == 0
     profile = capsys.readouterr().out
     assert "Constant" not in profile and " 115 " in profile  # 108 weights, 4 biases, 3 axes: every initializer
+
+
+def test_identity_of_a_weight_is_read_through_unless_its_name_is_needed() -> None:
+    """PyTorch's exporter writes Identity(w) for a weight equal to another; readers then read the weight."""
+    weight = numpy_helper.from_array(np.random.default_rng(0).standard_normal((4, 3, 1, 1)).astype(np.float32), "w")
+    nodes = [
+        helper.make_node("Identity", ["w"], ["w_copy"]),
+        helper.make_node("Identity", ["w_copy"], ["w_copy2"]),
+        helper.make_node("Identity", ["w"], ["w_out"]),
+        helper.make_node("Conv", ["x", "w"], ["a"]),
+        helper.make_node("Conv", ["x", "w_copy2"], ["b"]),
+        helper.make_node("Add", ["a", "b"], ["y"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 4, 4])],
+        [
+            helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 4, 4]),
+            helper.make_tensor_value_info("w_out", TensorProto.FLOAT, [4, 3, 1, 1]),
+        ],
+        [weight],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    read, notes = normal_form(model)
+    assert [(n.op_type, list(n.input)) for n in read.graph.node] == [
+        ("Identity", ["w"]),  # w_out is a graph output: its name must stay
+        ("Conv", ["x", "w"]),
+        ("Conv", ["x", "w"]),
+        ("Add", ["a", "b"]),
+    ]
+    assert notes == ["2 Identity nodes of weights read through (their readers read the weight)"]
+    x = np.random.default_rng(1).standard_normal((1, 3, 4, 4)).astype(np.float32)
+    for want, got in zip(_run(model, {"x": x}), _run(read, {"x": x}), strict=True):
+        np.testing.assert_array_equal(want, got)

@@ -10,7 +10,7 @@ import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
 
 from onnxsat.inputs import random_inputs
-from onnxsat.verification import Tolerance, verify
+from onnxsat.verification import Tolerance, compare_outputs, verify
 
 
 def model_with(nodes: list[onnx.NodeProto], in_type: int, out_type: int) -> onnx.ModelProto:
@@ -111,3 +111,8 @@ def test_a_larger_difference_stays_a_mismatch(tmp_path: Path) -> None:
     bias.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(bias) + np.float32(1e-2), bias.name))
     result = verify(original, folded, tolerance=Tolerance(rtol=0.0, atol=0.0))
     assert not result.ok and result.outputs[0].note == ""
+
+
+def test_an_empty_output_is_said_to_compare_nothing() -> None:
+    (comparison,) = compare_outputs(["y"], [np.zeros((0, 3), np.float32)], [np.zeros((0, 3), np.float32)], Tolerance())
+    assert comparison.ok and "no element to compare" in comparison.note

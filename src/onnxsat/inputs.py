@@ -152,6 +152,18 @@ class InputSpec:
         self.check(model)
         return random_inputs(model, self, seed)
 
+    def guessed(self, model: onnx.ModelProto) -> list[str]:
+        """The random inputs whose dynamic dims no size was given for (they run at 1)."""
+        initializers = {t.name for t in model.graph.initializer}
+        return [
+            value.name
+            for value in model.graph.input
+            if value.name not in initializers
+            and value.name not in self.given
+            and value.name not in self.shapes
+            and any(fixed_dim(d) is None for d in declared_dims(value) or [])
+        ]
+
     def described(self, model: onnx.ModelProto) -> dict[str, list[str]]:
         """Which of the model's inputs were given and which were made random, for reports."""
         initializers = {t.name for t in model.graph.initializer}

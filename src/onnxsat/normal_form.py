@@ -9,6 +9,9 @@ feature learning every spelling:
 - a main-graph ``Constant`` node's tensor becomes an initializer of the same name (the node goes); a
   model of IR version < 4 also lists it as a graph input, as that IR requires of initializers. A
   Constant that is itself a graph output, or holds a sparse tensor, stays a node.
+- an ``Identity`` of a weight (PyTorch's exporter writes one for every weight equal to another) is read
+  through: its readers read the weight. An Identity whose output is a graph output, or is read inside a
+  subgraph, stays.
 - a graph input or output dimension declared ``0`` becomes dynamic: ONNX Runtime would take it as a
   fixed size of zero, refusing every real input. Symbolic names (``dim_param``) are kept as written.
 
@@ -40,8 +43,10 @@ def normal_form(model: onnx.ModelProto, in_place: bool = False) -> tuple[onnx.Mo
     instead (for a caller that just loaded it: a large model is not held twice).
     """
     liftable = [node for node in model.graph.node if _liftable(node, model.graph)]
+    lifted = {node.output[0] for node in liftable}
+    aliases = _weight_aliases(model, lifted)
     zero_dims = [value.name for value in _interface(model.graph) if _zero_dims(value)]
-    if not liftable and not zero_dims:
+    if not liftable and not aliases and not zero_dims:
         return model, []
     result = model
     if not in_place:
@@ -51,12 +56,50 @@ def normal_form(model: onnx.ModelProto, in_place: bool = False) -> tuple[onnx.Mo
     if liftable:
         _lift_constants(result)
         notes.append(f"{len(liftable)} Constant node tensors read as initializers of the same names")
+    if aliases:
+        _read_through(result.graph, aliases)
+        notes.append(f"{len(aliases)} Identity nodes of weights read through (their readers read the weight)")
     if zero_dims:
         for value in _interface(result.graph):
             for dim in _zero_dims(value):
                 dim.ClearField("dim_value")
         notes.append(f"dims declared 0 read as dynamic on {', '.join(zero_dims)}")
     return result, notes
+
+
+def _weight_aliases(model: onnx.ModelProto, lifted: set[str]) -> dict[str, str]:
+    """Identity output -> the weight it copies, for the Identities that can be read through."""
+    graph = model.graph
+    overridable = {value.name for value in graph.input} if model.ir_version >= 4 else set()
+    weights = ({t.name for t in graph.initializer} | lifted) - overridable
+    kept = {value.name for value in graph.output} | _read_in_subgraphs(graph)
+    aliases: dict[str, str] = {}
+    for node in graph.node:
+        if node.op_type != "Identity" or node.domain not in ("", "ai.onnx") or len(node.input) != 1:
+            continue
+        source = aliases.get(node.input[0], node.input[0])
+        if source in weights and node.output[0] not in kept:
+            aliases[node.output[0]] = source
+    return aliases
+
+
+def _read_in_subgraphs(graph: onnx.GraphProto) -> set[str]:
+    names: set[str] = set()
+    for node in graph.node:
+        for attribute in node.attribute:
+            for body in [attribute.g] if attribute.HasField("g") else list(attribute.graphs):
+                names |= {name for inner in body.node for name in inner.input} | _read_in_subgraphs(body)
+    return names
+
+
+def _read_through(graph: onnx.GraphProto, aliases: dict[str, str]) -> None:
+    kept = [node for node in graph.node if not (node.op_type == "Identity" and node.output[0] in aliases)]
+    for node in kept:
+        for slot, name in enumerate(node.input):
+            if name in aliases:
+                node.input[slot] = aliases[name]
+    del graph.node[:]
+    graph.node.extend(kept)
 
 
 def _interface(graph: onnx.GraphProto) -> list[onnx.ValueInfoProto]:

@@ -288,7 +288,10 @@ def compare_outputs(
         max_rel = float(rel.max()) if rel.size else 0.0
         close = bool(np.allclose(g[finite], w[finite], rtol=tolerance.rtol, atol=tolerance.atol, equal_nan=True))
         ok = nan_match and close
-        comparisons.append(OutputComparison(name, max_abs, max_rel, ok, "" if nan_match else "NaN positions differ"))
+        note = "" if nan_match else "NaN positions differ"
+        if want.size == 0:
+            note = f"empty output {list(want.shape)}: no element to compare (an input size of 0?)"
+        comparisons.append(OutputComparison(name, max_abs, max_rel, ok, note))
     return comparisons
 
 
@@ -308,9 +311,20 @@ def reference_run(
     timeout: float = DEFAULT_RUN_TIMEOUT,
 ) -> Reference:
     """Run ``original`` on the given inputs and seeded random ones for the rest; raises
-    RuntimeUnsupportedError when ORT cannot run it."""
-    feeds = InputSpec.of(inputs).feeds(original, seed)
-    return Reference(feeds, run_model(original, feeds, "input model", base_dir, timeout))
+    RuntimeUnsupportedError when ORT cannot run it, saying which dynamic dims were guessed (a size of 1
+    breaks models whose Reshapes need real sizes)."""
+    spec = InputSpec.of(inputs)
+    feeds = spec.feeds(original, seed)
+    try:
+        return Reference(feeds, run_model(original, feeds, "input model", base_dir, timeout))
+    except RuntimeUnsupportedError as error:
+        guessed = spec.guessed(original)
+        if not guessed:
+            raise
+        hint = "; ".join(f"{name} ran as {list(feeds[name].shape)}" for name in guessed)
+        raise RuntimeUnsupportedError(
+            f"{error} (dynamic dims were set to 1: {hint}; give real sizes with --input-shape or values with --inputs)"
+        ) from None
 
 
 def check_and_run(
@@ -321,10 +335,42 @@ def check_and_run(
     try:
         check_model(model)
         feeds = InputSpec.of(inputs).feeds(model)
-        reference = Reference(feeds, run_model(model, feeds, "the result", base_dir))
+        reference = Reference(feeds, run_model(model, feeds, "result", base_dir))
     except (InvalidModelError, RuntimeUnsupportedError) as error:
         return None, VerificationResult(False, error=str(error))
     return reference, VerificationResult(True)
+
+
+def check_lossy(
+    original: Reference, result: onnx.ModelProto, names: Sequence[str], what: str, base_dir: Path | None = None
+) -> tuple[Reference | None, VerificationResult]:
+    """The check of a result whose outputs differ on purpose (``what``: "sparsity", "pruning"): it passes the
+    checker, ONNX Runtime runs it on the original's inputs, every output keeps its shape and type, and how
+    far each moved is said (relative L2 error and cosine): a result that runs can still compute something
+    else, and the report must not read as no harm. Returns the result's run too, for later comparisons."""
+    try:
+        check_model(result)
+        actual = run_model(result, original.feeds, "result", base_dir)
+    except (InvalidModelError, RuntimeUnsupportedError) as error:
+        return None, VerificationResult(False, error=str(error))
+    changes = []
+    compared = compare_outputs(names, original.outputs, actual, Tolerance())
+    for comparison, want, got in zip(compared, original.outputs, actual, strict=True):
+        want, got = np.asarray(want), np.asarray(got)
+        if want.shape != got.shape or want.dtype != got.dtype:
+            return None, VerificationResult(False, error=f"output {comparison.name!r}: {comparison.note}")
+        changes.append(replace(comparison, ok=True, note=f"changed by {what}: {_change(want, got)}"))
+    return Reference(original.feeds, actual), VerificationResult(True, changes)
+
+
+def _change(want: np.ndarray, got: np.ndarray) -> str:
+    if want.dtype.kind != "f" or want.size == 0:
+        return "no element differs" if np.array_equal(want, got) else "elements differ"
+    w, g = want.astype(np.float64).ravel(), got.astype(np.float64).ravel()
+    tiny = np.finfo(np.float64).tiny
+    relative = float(np.linalg.norm(g - w)) / max(float(np.linalg.norm(w)), tiny)
+    cosine = float(w @ g) / max(float(np.linalg.norm(w) * np.linalg.norm(g)), tiny)
+    return f"relative L2 error {relative:.3g}, cosine {cosine:.3f}"
 
 
 def verify(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from onnx import helper, numpy_helper
+from onnx import TensorProto, helper, numpy_helper
 from profile_models import conv_relu, model, weight
 
 from onnxsat.errors import SettingsError
@@ -114,3 +114,36 @@ def test_pruning_cost_uses_the_profile_with_dynamic_dims_as_one() -> None:
     dynamic.graph.input[0].type.tensor_type.shape.dim[0].dim_param = "batch"
     assert mac_count(dynamic) == profile_model(conv_relu()).macs
     assert mac_count(dynamic, {"x": [2, 3, 10, 10]}) == 2 * profile_model(conv_relu()).macs
+
+
+@pytest.mark.parametrize(("op", "gates"), [("LSTM", 4), ("GRU", 3), ("RNN", 1)])
+def test_recurrent_macs_are_the_gate_products(op: str, gates: int) -> None:
+    seq, batch, features, hidden = 5, 2, 6, 8
+    node = helper.make_node(op, ["x", "w", "r"], ["y"], "rnn", hidden_size=hidden, direction="bidirectional")
+    weights = [weight("w", 2, gates * hidden, features), weight("r", 2, gates * hidden, hidden)]
+    (layer,) = profile_model(model([node], [("x", [seq, batch, features])], ["y"], weights)).layers
+    assert layer.macs == seq * batch * 2 * gates * hidden * (features + hidden)
+
+
+def test_sequence_outputs_are_profiled_without_tensor_facts() -> None:
+    """An If whose branches return a sequence: ONNX Runtime hands back a list, not an array."""
+    sequence = helper.make_tensor_sequence_value_info("s", TensorProto.FLOAT, None)
+    then_branch = helper.make_graph([helper.make_node("SequenceConstruct", ["x"], ["s"])], "then", [], [sequence])
+    else_branch = helper.make_graph(
+        [helper.make_node("SequenceEmpty", [], ["s"], dtype=TensorProto.FLOAT)], "else", [], [sequence]
+    )
+    nodes = [
+        helper.make_node("ReduceSum", ["x"], ["total"], keepdims=0),
+        helper.make_node("Greater", ["total", "zero"], ["positive"]),
+        helper.make_node("If", ["positive"], ["seq"], then_branch=then_branch, else_branch=else_branch),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3])],
+        [helper.make_tensor_sequence_value_info("seq", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(np.array(0.0, np.float32), "zero")],
+    )
+    profile = profile_model(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8))
+    assert [layer.op_type for layer in profile.layers] == ["ReduceSum", "Greater", "If"]
+    assert profile.layers[-1].output_shapes == () and "If" in profile.uncounted_ops

@@ -276,3 +276,32 @@ def test_a_bias_computed_from_constants_is_unprunable_with_the_fix_named() -> No
         "Add 'add' ties them to 'bias_4d', which no root produces (computed from constants: fold them first "
         "with onnxsat optimize)"
     ]
+
+
+def test_a_shared_weight_copied_for_one_reader_is_a_graph_input_in_ir3() -> None:
+    """IR versions before 4 list every initializer as a graph input; the copy made when two Convs share a
+    weight must be listed too, or the checker refuses the pruned model."""
+    rng = np.random.default_rng(0)
+    weights = {
+        "w0": rng.standard_normal((8, 3, 3, 3)),
+        "w1": rng.standard_normal((8, 8, 3, 3)),
+        "w2": rng.standard_normal((4, 8, 3, 3)),
+    }
+    nodes = [
+        onnx.helper.make_node("Conv", ["x", "w0"], ["c0"], "c0", pads=[1, 1, 1, 1]),
+        onnx.helper.make_node("Relu", ["c0"], ["r0"]),
+        onnx.helper.make_node("Conv", ["r0", "w1"], ["c1"], "c1", pads=[1, 1, 1, 1]),
+        onnx.helper.make_node("Relu", ["c1"], ["r1"]),
+        onnx.helper.make_node("Conv", ["r1", "w1"], ["c2"], "c2", pads=[1, 1, 1, 1]),
+        onnx.helper.make_node("Relu", ["c2"], ["r2"]),
+        onnx.helper.make_node("Conv", ["r2", "w2"], ["y"], "c3", pads=[1, 1, 1, 1]),
+    ]
+    initializers = [onnx.numpy_helper.from_array(w.astype(np.float32), name) for name, w in weights.items()]
+    inputs = [onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, 3, 8, 8])]
+    inputs += [onnx.helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)) for t in initializers]
+    output = onnx.helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1, 4, 8, 8])
+    graph = onnx.helper.make_graph(nodes, "ir3", inputs, [output], initializers)
+    model = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 8)], ir_version=3)
+    pruned, _ = prune(model, rate=0.5)  # checks the result with the full checker and runs it
+    assert {t.name for t in pruned.graph.initializer} <= {v.name for v in pruned.graph.input}
+    assert any("__pruned_" in t.name for t in pruned.graph.initializer)

@@ -26,6 +26,8 @@ with transcendental functions weighted by the cost of their vectorised approxima
   LayerNormalization: ``7 x elements + 29 x elements / (size of the normalized axis)``.
   Resize/Upsample: 0 (nearest), 4 (linear) or 8 (cubic) per output element. Einsum: the product
   of every distinct index's size over both operands.
+- LSTM, GRU, RNN: the gate products, ``steps x batch x (elements of W + elements of R)`` (W and R hold
+  every direction's and gate's weights); the gates' elementwise math is not counted.
 - 0 for data movement and the ops onnx-tool prices at nothing: Reshape, Transpose, Concat, Slice,
   Gather, Pad, Expand, Cast, Identity, Dropout, Where, Erf, TopK, ArgMax, ... (:data:`FREE_OPS`).
 - ONNX Runtime's ``com.microsoft`` ops that ONNXSat and ORT's optimizers write (onnx-tool cannot
@@ -38,7 +40,8 @@ with transcendental functions weighted by the cost of their vectorised approxima
 
 **Parameters**: the elements of every initializer of the main graph, dense and sparse (a sparse
 initializer counts its dense size), whether or not a node reads it. A layer's parameters are the
-initializers it is the first node to read. Constant nodes are not parameters (as in onnx-tool).
+initializers it is the first node to read. The model is profiled in normal form (``onnxsat.normal_form``):
+a Constant node's tensor is an initializer, so weights exporters put in Constant nodes are parameters.
 
 **Memory** (onnx-tool's definition): per layer, the bytes of the initializers it is
 the first to read (weights; a sparse one as stored, values plus indices) plus the bytes of every
@@ -58,8 +61,9 @@ Differences from onnx-tool (checked in ``tests/profile/test_onnx_tool.py``)
 - 3-D pooling: onnx-tool multiplies only the first kernel dim (a slip in its 2-D code path); ONNXSat
   multiplies every kernel dim. Bias: onnx-tool adds the bias MACs whenever a Conv/Gemm has three
   input slots, even an empty one; ONNXSat only for a named bias.
-- LSTM, GRU and onnx-tool's own pseudo-ops (MHA, GQA, Rope, ...) have no rule here: counted 0 and
-  listed as uncounted. Recurrent nets are not what ONNXSat rewrites.
+- Constant nodes: onnx-tool counts their tensors as nothing; ONNXSat as the parameters they are.
+- LSTM, GRU, RNN: onnx-tool's rules differ; onnx-tool's own pseudo-ops (MHA, GQA, Rope, ...) have no
+  rule here: counted 0 and listed as uncounted.
 - onnx-tool refuses models with dynamic inputs and com.microsoft ops; ONNXSat profiles both.
 """
 
@@ -213,9 +217,12 @@ def profile_model(
                 seen.add(name)
                 params += weights[name][0]
                 weight_bytes += weights[name][1]
-        outputs = [shapes.tensors[name] for name in node.output if name]
+        outputs = [shapes.tensors[name] for name in node.output if name in shapes.tensors]
         output_bytes = 0 if node.op_type == "Constant" else sum(_nbytes(f) for f in outputs)
-        macs = node_macs(node, shapes)
+        try:
+            macs = node_macs(node, shapes)
+        except KeyError:  # it reads or writes a sequence, map or optional value: no tensor rule applies
+            macs = None
         if macs is None:
             uncounted.add(qualified_op(node.domain, node.op_type, "."))
         layers.append(
@@ -336,6 +343,9 @@ def node_macs(node: onnx.NodeProto, shapes: Shapes) -> int | None:
         return _layer_norm(shape(0), _int(node, "axis", -1))
     if op in ("Resize", "Upsample"):
         return out * {"linear": 4, "cubic": 8}.get(_text(node, "mode", "nearest"), 0)
+    if op in ("LSTM", "GRU", "RNN"):
+        steps = math.prod(shape(0)[:2])  # [seq, batch, input] or, with layout 1, [batch, seq, input]
+        return steps * (math.prod(shape(1)) + math.prod(shape(2)))
     if op == "Einsum":
         return _einsum(_text(node, "equation", ""), [shape(i) for i in range(len(node.input)) if given(i)])
     return None

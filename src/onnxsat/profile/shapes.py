@@ -27,6 +27,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import onnx
 
 from onnxsat.errors import SettingsError
@@ -152,7 +153,7 @@ def resolve_shapes(
     names = [o.name for o in exposed.graph.output]
     arrays = run_model(exposed, random_inputs(fixed, spec), "model to learn its shapes", base_dir=base_dir)
     for name, array in zip(names, arrays, strict=True):
-        if name in missing:
+        if name in missing and isinstance(array, np.ndarray):  # not a sequence, map or optional: no tensor facts
             facts[name] = TensorFacts(
                 tuple(int(d) for d in array.shape), onnx.helper.np_dtype_to_tensor_dtype(array.dtype)
             )

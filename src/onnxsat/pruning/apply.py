@@ -101,8 +101,21 @@ def apply_pruning(
         target[edit.position] -= removed
         _store(graph, initializers, uses, node, slot, target, replaced)
     _drop_unused(graph, replaced)
+    if result.ir_version < 4:
+        _list_new_initializers_as_inputs(graph)
     _update_input_shapes(graph)
     return Applied(_reinferred(result), applied.kept)
+
+
+def _list_new_initializers_as_inputs(graph: onnx.GraphProto) -> None:
+    """IR versions before 4 require every initializer to be a graph input: the copies made for weights
+    other nodes share are listed too."""
+    listed = {value.name for value in graph.input}
+    graph.input.extend(
+        onnx.helper.make_tensor_value_info(t.name, t.data_type, list(t.dims))
+        for t in graph.initializer
+        if t.name not in listed
+    )
 
 
 def _uses(graph: onnx.GraphProto) -> dict[str, int]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -18,7 +18,7 @@ import onnx
 
 from onnxsat import model_io
 from onnxsat.data.sources import Dataset, load_dataset
-from onnxsat.errors import InvalidModelError, RuntimeUnsupportedError, SettingsError
+from onnxsat.errors import SettingsError
 from onnxsat.inputs import InputSpec, random_inputs
 from onnxsat.options import float_list, option, percent
 from onnxsat.pruning.apply import apply_pruning
@@ -38,7 +38,7 @@ from onnxsat.pruning.report import GroupReport, PruneReport
 from onnxsat.pruning.trees import ChannelGroup, Forest, build_groups, format_trees, render_trees
 from onnxsat.pruning.unfuse import fused_count, split_fused
 from onnxsat.sparsity.search import batch_size_for, data_input, input_dims
-from onnxsat.verification import Tolerance, VerificationResult, compare_outputs, run_model
+from onnxsat.verification import check_lossy, reference_run
 
 RANDOM_CALIBRATION_SAMPLES = 16
 """Seeded normal inputs used for HRank or reconstruction when no data is given (said in the report)."""
@@ -211,6 +211,7 @@ def prune_model(
     """Prune ``model`` (left unchanged) as ``options`` say; ``dataset`` overrides ``options.data``."""
     start = time.perf_counter()
     options.check()
+    original = reference_run(model, options.inputs, base_dir=base_dir)  # an input ORT cannot run is said first
     work, index, forest = association_trees(model, options.library, base_dir)
     plan = _plan(forest, options)
     report = PruneReport(input=source, output=None, criterion=options.criterion, mode=options.mode, rate=options.rate)
@@ -236,7 +237,8 @@ def prune_model(
     report.macs = {"original": original_macs, "pruned": pruned_macs}
     report.macs_unknown = why_original or why_pruned
     report.sizes = {"original": model.ByteSize(), "pruned": pruned.ByteSize()}
-    report.verification = check_pruned(model, pruned, options, base_dir)
+    names = [output.name for output in model.graph.output]
+    _, report.verification = check_lossy(original, pruned, names, "pruning", base_dir)
     report.seconds = time.perf_counter() - start
     return pruned, report
 
@@ -246,44 +248,6 @@ def _group_report(group: ChannelGroup, plan: dict[int, tuple[float, str]], kept:
     count = len(kept[group.index]) if group.index in kept else group.channels
     roots = [r.node for r in group.roots]
     return GroupReport(group.index, roots, group.structure, group.channels, count, rate, status, group.kind)
-
-
-def check_pruned(
-    original: onnx.ModelProto, pruned: onnx.ModelProto, options: PruneOptions, base_dir: Path | None
-) -> VerificationResult:
-    """The checker passes, ORT runs the pruned model, and its outputs have the original's shapes and types."""
-    try:
-        model_io.check_model(pruned)
-        feeds = random_inputs(original, options.inputs, 0)
-        expected = run_model(original, feeds, "input model", base_dir)
-        actual = run_model(pruned, feeds, "pruned model", base_dir)
-    except (InvalidModelError, RuntimeUnsupportedError) as error:
-        return VerificationResult(False, error=str(error))
-    for output, want, got in zip(original.graph.output, expected, actual, strict=True):
-        if np.shape(want) != np.shape(got) or np.asarray(want).dtype != np.asarray(got).dtype:
-            return VerificationResult(
-                False, error=f"output {output.name!r} changed from {np.shape(want)} to {np.shape(got)}"
-            )
-    names = [output.name for output in original.graph.output]
-    compared = compare_outputs(names, expected, actual, Tolerance())
-    changes = [
-        replace(c, ok=True, note=_change(np.asarray(w), np.asarray(g)))
-        for c, w, g in zip(compared, expected, actual, strict=True)
-    ]
-    return VerificationResult(True, changes)
-
-
-def _change(want: np.ndarray, got: np.ndarray) -> str:
-    """How far pruning moved one output on the verification inputs: deliberate, so the output is ``ok``, but
-    said, since a pruned model that runs can still compute something else (``--data`` with ``--reconstruct``
-    holds it closer)."""
-    if want.dtype.kind != "f" or want.size == 0:
-        return "unchanged" if np.array_equal(want, got) else "changed"
-    w, g = want.astype(np.float64).ravel(), got.astype(np.float64).ravel()
-    tiny = np.finfo(np.float64).tiny
-    relative = float(np.linalg.norm(g - w)) / max(float(np.linalg.norm(w)), tiny)
-    cosine = float(w @ g) / max(float(np.linalg.norm(w) * np.linalg.norm(g)), tiny)
-    return f"changed by pruning: relative L2 error {relative:.3g}, cosine {cosine:.3f}"
 
 
 def show_trees(input_path: str | Path, library: str | Path | None = None, image: str | Path | None = None) -> str:

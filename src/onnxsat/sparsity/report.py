@@ -95,5 +95,6 @@ class SparsifyReport(ReportBase):
         if self.verification is not None:
             status = "PASSED" if self.verification.ok else "FAILED"
             lines.append(f"verification {status}: {self.verification.error or 'loads and runs in ONNX Runtime'}")
+            lines.extend(f"  {output.name}: {output.note}" for output in self.verification.outputs if output.note)
         lines.append(f"seconds: {self.seconds:.2f}")
         return "\n".join(lines)
