@@ -162,10 +162,15 @@ def test_a_refused_result_still_gets_its_page(tmp_path: Path, monkeypatch: pytes
     """The page is read most when verification refused the result: it is written then too, the model not."""
     from onnxsat.errors import RuntimeUnsupportedError
 
-    def refuse(*args: object, **kwargs: object) -> None:
-        raise RuntimeUnsupportedError("outputs differ (stand-in failure)")
+    verification = sys.modules["onnxsat.verification"]
+    run_model = verification.run_model
 
-    monkeypatch.setattr(sys.modules["onnxsat.verification"], "run_model", refuse)
+    def refuse(model: object, feeds: object, what: str, *args: object, **kwargs: object) -> object:
+        if what == "result":  # the input model runs; the result is what fails
+            raise RuntimeUnsupportedError("outputs differ (stand-in failure)")
+        return run_model(model, feeds, what, *args, **kwargs)
+
+    monkeypatch.setattr(verification, "run_model", refuse)
     model, out, page = tmp_path / "model.onnx", tmp_path / "out.onnx", tmp_path / "refused.html"
     onnx.save(demo_cnn(), str(model))
     assert main(["sparsify", str(model), "-o", str(out), "--sparsity", "0.5", "--html", str(page)]) == 8

@@ -128,7 +128,8 @@ def test_failed_verification_writes_nothing(tmp_path: Path, monkeypatch: pytest.
 
     source, target = tmp_path / "in.onnx", tmp_path / "out.onnx"
     onnx.save(chain(), str(source))
-    monkeypatch.setattr(pruning_module, "check_lossy", lambda *args: VerificationResult(False, error="broken"))
+    refused = (None, VerificationResult(False, error="broken"))
+    monkeypatch.setattr(pruning_module, "check_lossy", lambda *args: refused)
     with pytest.raises(VerificationFailedError):
         prune_file(source, target, PruneOptions())
     assert not target.exists()

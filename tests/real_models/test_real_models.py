@@ -184,7 +184,7 @@ def test_the_shape_given_to_the_commands_is_the_real_batch() -> None:
 def test_feeds_and_shape_go_to_the_commands_whose_help_lists_them(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    """``--inputs`` is passed once a command has it (other branches add it); ``--input-shape`` where it exists."""
+    """``--inputs`` and ``--input-shape`` go to the commands that take them (``show`` runs no model)."""
     offered = {"optimize": {"--input-shape", "--inputs"}, "sparsify": {"--input-shape"}, "show": set()}
     monkeypatch.setattr(cli_runs, "command_options", lambda command: frozenset(offered[command]))
     model, feeds = MODELS["ppocr_rec"], tmp_path / "feeds.npz"
