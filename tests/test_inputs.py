@@ -146,7 +146,7 @@ def test_unreadable_feeds_files_are_one_line(vad: Path, tmp_path: Path, capsys: 
     np.save(one_array, np.array(16000, np.int64))
     for path, message in [
         (tmp_path / "missing.npz", "no such file"),
-        (not_npz, "is not a readable .npz file"),
+        (not_npz, "is not a readable .npz file of named arrays (numpy.savez writes one): not numpy's format"),
         (one_array, "a .npz file of named arrays is needed"),
     ]:
         assert main(["optimize", str(vad), "-o", str(tmp_path / "o.onnx"), "--inputs", str(path)]) == 12

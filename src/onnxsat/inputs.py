@@ -75,8 +75,11 @@ def load_feeds(path: str | Path) -> dict[str, np.ndarray]:
     try:
         archive = np.load(source, allow_pickle=False)
     except (OSError, ValueError, EOFError, zipfile.BadZipFile) as error:
-        text = " ".join(str(error).split())[:200]
-        raise DataError(f"--inputs {source} is not a readable .npz file of named arrays: {text}") from None
+        # numpy reads any other file as a pickle it will not load; its advice to allow pickles is not ours
+        text = "not numpy's format" if "pickle" in str(error) else " ".join(str(error).split())[:200]
+        raise DataError(
+            f"--inputs {source} is not a readable .npz file of named arrays (numpy.savez writes one): {text}"
+        ) from None
     if not isinstance(archive, np.lib.npyio.NpzFile):
         raise DataError(f"--inputs {source}: a .npz file of named arrays is needed, not one .npy array")
     try:
