@@ -107,6 +107,7 @@ def test_given_inputs_in_profile_tune_and_pipelines(
         f"input_model: vad.onnx\noutput_model: out.onnx\ninputs: {feeds.name}\npasses:\n  - type: eqsat\n"
     )
     assert main(["run", str(pipeline)]) == 0, capsys.readouterr().err
+    assert "inputs: x given (" in capsys.readouterr().out  # the pipeline report says it too
     assert (tmp_path / "out.onnx").exists()
 
 

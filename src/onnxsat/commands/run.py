@@ -38,9 +38,9 @@ def run(args: argparse.Namespace) -> int:
     try:
         report = run_pipeline(pipeline, args.force)
     except VerificationFailedError as error:
-        print(error.report.to_table())  # type: ignore[attr-defined]
+        print(error.report.to_text())  # type: ignore[attr-defined]
         raise
-    print(report.to_table())
+    print(report.to_text())
     if not report.ok:
         print(
             "onnxsat: warning: a pass failed verification; the result was written because of --force", file=sys.stderr
