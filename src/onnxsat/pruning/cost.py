@@ -5,8 +5,8 @@ One counter for the whole tool, so that ``onnxsat prune``'s before / after figur
 the input shapes given, dynamic dims otherwise 1 (pruning is measured, not profiled for a user, so
 it does not stop to ask for them). Shapes ONNX shape inference cannot tell (a Reshape target computed
 through a Cast at an old opset, as Paddle2ONNX exports write) are learnt from one ONNX Runtime run,
-as ``onnxsat profile`` does; parameters are counted on the Constant-free copy pruning works on, since
-exporters that store weights as Constant nodes would otherwise show none.
+as ``onnxsat profile`` does. Parameters are counted in normal form (Constant nodes read as initializers,
+as pruning works on it), since exporters that store weights as Constant nodes would otherwise show none.
 """
 
 from __future__ import annotations
@@ -18,16 +18,16 @@ import onnx
 
 from onnxsat.errors import InvalidModelError, RuntimeUnsupportedError, SettingsError
 from onnxsat.inputs import DEFAULT_DYNAMIC_DIM, fixed_dim
+from onnxsat.normal_form import normal_form
 from onnxsat.profile.counting import parameter_count as _initializer_count
 from onnxsat.profile.counting import profile_model
-from onnxsat.pruning.graph import constants_as_initializers
 
 __all__ = ["counted_macs", "mac_count", "parameter_count"]
 
 
 def parameter_count(model: onnx.ModelProto) -> int:
     """Elements of every initializer and every Constant node's tensor (weights either way)."""
-    return _initializer_count(constants_as_initializers(model))
+    return _initializer_count(normal_form(model)[0])
 
 
 def mac_count(

@@ -1,7 +1,7 @@
 """What the tree walk needs to know about a graph: constants, consumers, inferred shapes, attributes.
 
-Pruning works on a copy whose Constant nodes are initializers (``constants_as_initializers``), so a
-weight or a Reshape target is always found, read and replaced in one place. Initializers that are also
+Pruning works on the model in normal form (``onnxsat.normal_form``: Constant nodes read as initializers),
+so a weight or a Reshape target is always found, read and replaced in one place. Initializers that are also
 graph inputs (IR >= 4) are not constants: a runtime may feed other values, of other shapes.
 """
 
@@ -12,49 +12,10 @@ from pathlib import Path
 
 import numpy as np
 import onnx
-from onnx import numpy_helper
 
 from onnxsat.external_data import has_external_data, structure_view, tensor_value
 from onnxsat.op_kinds import default_opset_version
 from onnxsat.pruning.layout import Dim
-
-
-def constants_as_initializers(model: onnx.ModelProto) -> onnx.ModelProto:
-    """A copy with every top-level Constant node holding a tensor turned into an initializer."""
-    copy = onnx.ModelProto()
-    copy.CopyFrom(model)
-    kept = []
-    for node in copy.graph.node:
-        tensor = _constant_tensor(node)
-        if tensor is None:
-            kept.append(node)
-            continue
-        tensor.name = node.output[0]
-        copy.graph.initializer.append(tensor)
-    if len(kept) != len(copy.graph.node):
-        del copy.graph.node[:]
-        copy.graph.node.extend(kept)
-    return copy
-
-
-def _constant_tensor(node: onnx.NodeProto) -> onnx.TensorProto | None:
-    if node.op_type != "Constant" or node.domain not in ("", "ai.onnx") or len(node.attribute) != 1:
-        return None
-    attribute = node.attribute[0]
-    if attribute.name == "value":
-        tensor = onnx.TensorProto()
-        tensor.CopyFrom(attribute.t)
-        return tensor
-    scalars = {"value_float": np.float32, "value_int": np.int64}
-    if attribute.name in scalars:
-        value = onnx.helper.get_attribute_value(attribute)
-        return numpy_helper.from_array(np.array(value, dtype=scalars[attribute.name]))
-    lists = {"value_floats": np.float32, "value_ints": np.int64}
-    if attribute.name in lists:
-        return numpy_helper.from_array(
-            np.array(list(onnx.helper.get_attribute_value(attribute)), lists[attribute.name])
-        )
-    return None
 
 
 def attr(node: onnx.NodeProto, name: str, default: object = None) -> object:

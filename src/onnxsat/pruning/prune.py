@@ -20,10 +20,11 @@ from onnxsat import model_io
 from onnxsat.data.sources import Dataset, load_dataset
 from onnxsat.errors import SettingsError
 from onnxsat.inputs import InputSpec, random_inputs
+from onnxsat.normal_form import normal_form
 from onnxsat.options import float_list, option, percent
 from onnxsat.pruning.apply import apply_pruning
 from onnxsat.pruning.cost import counted_macs, parameter_count
-from onnxsat.pruning.graph import GraphIndex, constants_as_initializers, node_label
+from onnxsat.pruning.graph import GraphIndex, node_label
 from onnxsat.pruning.importance import (
     CRITERIA,
     feature_ranks,
@@ -121,9 +122,9 @@ def parse_rates(specs: Sequence[str]) -> dict[str, float]:
 def association_trees(
     model: onnx.ModelProto, library: str | Path | None = None, base_dir: Path | None = None
 ) -> tuple[onnx.ModelProto, GraphIndex, Forest]:
-    """The working copy of ``model`` (Constants as initializers, ORT's fused ops split: see ``unfuse``),
+    """The working form of ``model`` (in normal form, ORT's fused ops split: see ``unfuse``),
     its lookups, and its channel groups."""
-    work = constants_as_initializers(split_fused(model)[0])
+    work, _ = normal_form(split_fused(model)[0])
     index = GraphIndex(work, base_dir)
     return work, index, build_groups(work, load_library(library), index)
 
