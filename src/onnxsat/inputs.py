@@ -232,7 +232,7 @@ def random_inputs(model: onnx.ModelProto, inputs: InputsLike = None, seed: int =
         declared = declared_dims(value)
         if value.name in spec.shapes:
             shape = list(spec.shapes[value.name])
-            _check_against_declared(value.name, shape, declared)
+            check_declared_shape(value.name, shape, declared)
         else:
             shape = [DEFAULT_DYNAMIC_DIM if fixed_dim(d) is None else d.dim_value for d in declared or []]
         elements += int(np.prod(shape, dtype=object))
@@ -250,9 +250,7 @@ def random_inputs(model: onnx.ModelProto, inputs: InputsLike = None, seed: int =
     return feeds
 
 
-def _check_against_declared(
-    name: str, shape: list[int], declared: list[onnx.TensorShapeProto.Dimension] | None
-) -> None:
+def check_declared_shape(name: str, shape: list[int], declared: list[onnx.TensorShapeProto.Dimension] | None) -> None:
     """A user-given shape must have the declared rank and agree with every fixed dimension."""
     if declared is None:
         return

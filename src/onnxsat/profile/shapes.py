@@ -32,7 +32,14 @@ import onnx
 
 from onnxsat.errors import SettingsError
 from onnxsat.external_data import has_external_data, structure_view
-from onnxsat.inputs import InputsLike, InputSpec, fixed_dim, random_inputs
+from onnxsat.inputs import (
+    InputsLike,
+    InputSpec,
+    check_declared_shape,
+    declared_dims,
+    fixed_dim,
+    random_inputs,
+)
 from onnxsat.op_kinds import default_opset_version
 from onnxsat.verification import run_model, with_outputs
 
@@ -85,10 +92,10 @@ def fixed_input_shapes(model: onnx.ModelProto, given: Mapping[str, Sequence[int]
     shapes: dict[str, list[int]] = {}
     missing: list[str] = []
     for value in inputs:
-        tensor_type = value.type.tensor_type
-        declared = list(tensor_type.shape.dim) if tensor_type.HasField("shape") else None
+        declared = declared_dims(value)
         if value.name in given:
-            shapes[value.name] = _checked(value.name, list(given[value.name]), declared)
+            shapes[value.name] = list(given[value.name])
+            check_declared_shape(value.name, shapes[value.name], declared)
         elif declared is not None and all(fixed_dim(d) is not None for d in declared):
             shapes[value.name] = [d.dim_value for d in declared]
         else:
@@ -100,17 +107,6 @@ def fixed_input_shapes(model: onnx.ModelProto, given: Mapping[str, Sequence[int]
             + " (dynamic dims shown as 1)"
         )
     return shapes
-
-
-def _checked(name: str, shape: list[int], declared: list[onnx.TensorShapeProto.Dimension] | None) -> list[int]:
-    if declared is None:
-        return shape
-    if len(shape) != len(declared) or any(
-        fixed_dim(d) is not None and d.dim_value != s for d, s in zip(declared, shape, strict=True)
-    ):
-        spelled = ",".join(str(d.dim_value) if fixed_dim(d) is not None else d.dim_param or "?" for d in declared)
-        raise SettingsError(f"--input-shape {name}:{','.join(map(str, shape))} does not fit its declared [{spelled}]")
-    return shape
 
 
 def _suggestion(name: str, declared: list[onnx.TensorShapeProto.Dimension] | None) -> str:
