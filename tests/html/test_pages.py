@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 import shutil
-import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import onnx
@@ -158,19 +158,9 @@ def test_html_path_is_refused_before_any_work(tmp_path: Path, capsys: pytest.Cap
     assert model.read_bytes() == before and not out.exists()
 
 
-def test_a_refused_result_still_gets_its_page(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_refused_result_still_gets_its_page(tmp_path: Path, failing_result_run: Callable[[str], None]) -> None:
     """The page is read most when verification refused the result: it is written then too, the model not."""
-    from onnxsat.errors import RuntimeUnsupportedError
-
-    verification = sys.modules["onnxsat.verification"]
-    run_model = verification.run_model
-
-    def refuse(model: object, feeds: object, what: str, *args: object, **kwargs: object) -> object:
-        if what == "result":  # the input model runs; the result is what fails
-            raise RuntimeUnsupportedError("outputs differ (stand-in failure)")
-        return run_model(model, feeds, what, *args, **kwargs)
-
-    monkeypatch.setattr(verification, "run_model", refuse)
+    failing_result_run("outputs differ (stand-in failure)")
     model, out, page = tmp_path / "model.onnx", tmp_path / "out.onnx", tmp_path / "refused.html"
     onnx.save(demo_cnn(), str(model))
     assert main(["sparsify", str(model), "-o", str(out), "--sparsity", "0.5", "--html", str(page)]) == 8

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -201,20 +201,9 @@ def test_bench_experiment_two_writes_plots_and_tables(tmp_path: Path, capsys: py
 
 
 def test_a_result_that_fails_verification_is_written_only_with_force(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+    tmp_path: Path, failing_result_run: Callable[[str], None], capfd: pytest.CaptureFixture[str]
 ) -> None:
-    from onnxsat.errors import RuntimeUnsupportedError
-
-    verification = sys.modules["onnxsat.verification"]
-
-    run_model = verification.run_model
-
-    def refuse(model: object, feeds: object, what: str, *args: object, **kwargs: object) -> object:
-        if what == "result":  # the input model runs; the result is what fails
-            raise RuntimeUnsupportedError("ONNX Runtime cannot run the sparsified model: stand-in failure")
-        return run_model(model, feeds, what, *args, **kwargs)
-
-    monkeypatch.setattr(verification, "run_model", refuse)
+    failing_result_run("ONNX Runtime cannot run the sparsified model: stand-in failure")
     source, out = mlp(tmp_path / "mlp.onnx"), tmp_path / "out.onnx"
     assert main(["sparsify", str(source), "--sparsity", "0.5", "-o", str(out)]) == 8
     assert not out.exists() and "stand-in failure" in capfd.readouterr().out
