@@ -181,17 +181,15 @@ class ModelComparison:
 def input_spec(specs: Sequence[str], inputs: str | None = None) -> InputSpec:
     """The inputs ``--input-shape`` specs (``["x:1,3,224,224"]``, as every command spells them) and the
     ``--inputs`` file describe; the ``x=1,3,224,224`` this command once took is refused with the fix."""
-    shapes: dict[str, list[int]] = {}
     for spec in specs:
         try:
-            shapes.update(parse_input_shapes([spec]))
+            parse_input_shapes([spec])
         except SettingsError:
             name, sep, dims = spec.rpartition("=")
             if not sep or not name:
                 raise
             raise SettingsError(f"--input-shape expects NAME:D1,D2,... (got {spec!r}; write {name}:{dims})") from None
-    spec = InputSpec.from_options((), inputs)
-    return InputSpec(shapes, spec.given, spec.source)
+    return InputSpec.from_options(specs, inputs)
 
 
 def _one_line(error: BaseException) -> str:
