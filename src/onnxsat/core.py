@@ -165,6 +165,9 @@ class Pass(ABC):
     """How a refusal names the result: "the sparsified model failed verification; nothing was written"."""
     checks_input: ClassVar[bool] = False
     """The pass runs the ONNX checker on its input itself, so the runner need not."""
+    weights_on_disk: ClassVar[bool] = False
+    """The pass reads weight values only through ``external_data.tensor_value`` with the model's folder, so
+    a run made of such passes may leave a large model's weights in its file (``inline_weights``)."""
 
     def __init_subclass__(
         cls, kind: str | None = None, result_name: str | None = None, register: bool = True, **rest: Any
@@ -238,11 +241,12 @@ class OptionsPass(Pass):
         transform: Callable[..., tuple[onnx.ModelProto, Any]] | None = None,
         lossy: bool = False,
         checks_input: bool = False,
+        weights_on_disk: bool = False,
         **rest: Any,
     ) -> None:
         if options_class is not None and transform is not None:
             cls.options_class, cls.transform = options_class, staticmethod(transform)  # type: ignore[assignment]
-            cls.lossy, cls.checks_input = lossy, checks_input
+            cls.lossy, cls.checks_input, cls.weights_on_disk = lossy, checks_input, weights_on_disk
         super().__init_subclass__(**rest)
 
     def check(self, place: str) -> None:

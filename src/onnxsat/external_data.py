@@ -238,7 +238,7 @@ def write_model_with_data(
                     raise InvalidModelError(f"tensor {tensor.name!r} has external data but its folder is unknown")
                 ref = reference(tensor, base_dir)
                 offset = pad_to_alignment(data)
-                _copy_range(ref, data)
+                copy_range(ref, data)
                 set_reference(tensor, location, offset, ref.length)
         for tensor in out.graph.initializer:
             if not is_external(tensor) and tensor.ByteSize() >= _INLINE_LIMIT and expected_nbytes(tensor) is not None:
@@ -276,7 +276,8 @@ def pad_to_alignment(stream: BinaryIO) -> int:
     return position + padding
 
 
-def _copy_range(ref: ExternalRef, target: BinaryIO) -> None:
+def copy_range(ref: ExternalRef, target: BinaryIO) -> None:
+    """Copy the bytes ``ref`` names into ``target``, in chunks."""
     with open(ref.path, "rb") as source:
         source.seek(ref.offset)
         remaining = ref.length

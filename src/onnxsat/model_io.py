@@ -18,7 +18,7 @@ import onnx
 from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message import DecodeError, Message
 
-from onnxsat import external_data
+from onnxsat import external_data, inline_weights
 from onnxsat.errors import InputNotFoundError, InvalidModelError, NotOnnxError, OutputPathError
 
 # Protobuf refuses to serialize a message over 2 GiB; bigger models keep weights in external data.
@@ -35,15 +35,19 @@ def check_input_path(path: str | os.PathLike[str]) -> Path:
     return source
 
 
-def load_model(path: str | os.PathLike[str]) -> onnx.ModelProto:
+def load_model(path: str | os.PathLike[str], weights_on_disk: bool = False) -> onnx.ModelProto:
     """Read ``path`` as an ONNX model, or raise a user-facing error.
 
     External data is not read: its references are checked (inside the model's folder, regular files,
     offsets in range) and left in place; :func:`model_folder` gives the folder they are relative to.
+    With ``weights_on_disk``, a large one-file model's large initializers are left in the file too, as
+    external references to it (``inline_weights``); :func:`save_model` with ``inline_source`` writes
+    them back into one file.
     """
     source = check_input_path(path)
     try:
-        model = onnx.load(str(source), load_external_data=False)
+        lazy = inline_weights.load_structure(source) if weights_on_disk else None
+        model = lazy if lazy is not None else onnx.load(str(source), load_external_data=False)
     except (DecodeError, RuntimeWarning, ValueError) as error:
         text = " ".join(str(error).split())[:200]
         raise NotOnnxError(f"{source} is not a readable ONNX model (truncated or another format): {text}") from None
@@ -135,13 +139,25 @@ def check_data_path(output_path: str | os.PathLike[str], model: onnx.ModelProto,
         )
 
 
-def save_model(model: onnx.ModelProto, output_path: str | os.PathLike[str], base_dir: Path | None = None) -> None:
+def save_model(
+    model: onnx.ModelProto,
+    output_path: str | os.PathLike[str],
+    base_dir: Path | None = None,
+    inline_source: Path | None = None,
+) -> None:
     """Write ``model`` atomically.
 
     A model with external data (read from ``base_dir``), or one over 2 GiB, is written with its
-    weights in ``<name>.data`` beside it, streamed rather than loaded.
+    weights in ``<name>.data`` beside it, streamed rather than loaded. Weights that
+    ``load_model(weights_on_disk=True)`` left in the one-file model ``inline_source`` go back into one
+    file, streamed, as long as it stays under protobuf's 2 GiB.
     """
     target = Path(output_path)
+    if inline_source is not None and base_dir is not None and _one_file_fits(model, base_dir, inline_source):
+        _write_atomically(
+            target, lambda temporary: inline_weights.write_one_file(model, base_dir, inline_source, temporary)
+        )
+        return
     if external_data.has_external_data(model) or model.ByteSize() > _PROTOBUF_LIMIT:
         data_target = data_file_path(target)
         with _temporary_beside(data_target) as data_temporary, _temporary_beside(target) as model_temporary:
@@ -157,6 +173,14 @@ def save_model(model: onnx.ModelProto, output_path: str | os.PathLike[str], base
             os.fsync(stream.fileno())
 
     _write_atomically(target, write)
+
+
+def _one_file_fits(model: onnx.ModelProto, base_dir: Path, source: Path) -> bool:
+    if not inline_weights.only_refers_to(model, base_dir, source):
+        return False
+    tensors = external_data.iter_tensors(model)
+    payload = sum(external_data.reference(t, base_dir).length for t in tensors if external_data.is_external(t))
+    return model.ByteSize() + payload + 2**20 < _PROTOBUF_LIMIT  # 1 MiB for the tensors' own headers
 
 
 def write_text_atomic(text: str, output_path: str | os.PathLike[str]) -> None:

@@ -40,6 +40,10 @@ class OptimizeReport(ReportBase):
     nodes_after: dict[str, int] = field(default_factory=dict)
     fusions: dict[str, int] = field(default_factory=dict)
     rule_matches: dict[str, int] = field(default_factory=dict)
+    rule_seconds: list[dict[str, Any]] = field(default_factory=list)
+    """Saturation time per rule family, slowest first: ``family``, ``seconds`` (wall time of its runs) and
+    ``search_apply_seconds``, the part egglog's run reports give to its rules' search and apply (the rest
+    is join planning, enumeration and rebuilding, where a rule that joins too much spends its time)."""
     dead_nodes_removed: int = 0
     phases: dict[str, float] = field(default_factory=dict)
     egraph: dict[str, object] = field(default_factory=dict)
@@ -83,6 +87,7 @@ class OptimizeReport(ReportBase):
             f"stopped: {graph.get('stop_reason', '?')}"
         )
         lines.append("seconds: " + ", ".join(f"{k} {v:.3f}" for k, v in self.phases.items()))
+        lines.extend(self._rule_time_lines())
         lines.append("")
         lines.extend(self._verification_lines())
         for lat in self.latency:
@@ -92,6 +97,16 @@ class OptimizeReport(ReportBase):
                 f"speedup {lat.speedup:.3f}x"
             )
         return "\n".join(lines)
+
+    def _rule_time_lines(self, shown: int = 5) -> list[str]:
+        """The slowest rule families, so a family that joins too much shows at once."""
+        if not self.rule_seconds:
+            return []
+        count = min(shown, len(self.rule_seconds))
+        lines = [f"saturation seconds by rule family (slowest {count}; search+apply in egglog):"]
+        for spent in self.rule_seconds[:shown]:
+            lines.append(f"  {spent['family']:<30}{spent['seconds']:>9.3f}  ({spent['search_apply_seconds']:.3f})")
+        return lines
 
     def _verification_lines(self) -> list[str]:
         result = self.verification

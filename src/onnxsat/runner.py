@@ -111,7 +111,8 @@ def run(
     if report_path is not None:
         model_io.check_report_path(report_path, input_path, output_path)
     start = time.perf_counter()
-    proto = model_io.load_model(input_path)
+    on_disk = bool(passes) and all(step.weights_on_disk for _, step in passes)
+    proto = model_io.load_model(input_path, weights_on_disk=on_disk)
     load_seconds = time.perf_counter() - start
     base_dir = model_io.model_folder(input_path)
     if not (passes and passes[0][1].checks_input):
@@ -151,7 +152,7 @@ def run(
         single.record_phase("load", load_seconds)
     if ok or settings.force:
         start = time.perf_counter()
-        model_io.save_model(model.proto, target, base_dir)
+        model_io.save_model(model.proto, target, base_dir, inline_source=Path(input_path) if on_disk else None)
         pipeline_report.written = True
         for _, _, result in steps:
             if result.report is not None:

@@ -156,6 +156,14 @@ def optimize_model(
     report.nodes_after = dict(op_counts(decoded.model))
     report.fusions = dict(decoded.fusions)
     report.rule_matches = dict(stats.rule_matches)
+    report.rule_seconds = [
+        {
+            "family": family,
+            "seconds": round(seconds, 4),
+            "search_apply_seconds": round(stats.searched_seconds[family], 4),
+        }
+        for family, seconds in stats.family_seconds.most_common()
+    ]
     report.dead_nodes_removed = count_dead_nodes(model.graph)
     report.egraph = {
         "enodes_before": enodes_before,

@@ -15,7 +15,7 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 
-from egglog import EGraph, seq
+from egglog import EGraph, Ruleset, RunReport
 
 from onnxsat.eqsat.rules import RuleSchedule, analysis
 from onnxsat.eqsat.rules.patterns import report_name
@@ -42,6 +42,26 @@ class SaturationStats:
     rule_matches: Counter[str] = field(default_factory=Counter)
     banned: int = 0
     """How many times the back-off scheduler banned a growing rule family for exceeding its budget."""
+    family_seconds: Counter[str] = field(default_factory=Counter)
+    """Wall time of each rule family's runs (the analysis rules under ``analysis``): egglog's own per-rule
+    times leave out join planning and enumeration, which is where a badly joining rule spends minutes."""
+    searched_seconds: Counter[str] = field(default_factory=Counter)
+    """Per family, the part of its time egglog's run reports give to its rules' search and apply."""
+    rule_seconds: Counter[str] = field(default_factory=Counter)
+    """egglog's search-and-apply time per rule, summed over the iterations."""
+
+    def record(self, family: str, seconds: float, report: RunReport) -> None:
+        """Add one run's wall time, matches and per-rule times."""
+        self.family_seconds[family] += seconds
+        for rule_decl, count in report.num_matches_per_rule.items():
+            self.rule_matches[_rule_name(rule_decl)] += count
+        for rule_decl, spent in report.search_and_apply_time_per_rule.items():
+            self.rule_seconds[_rule_name(rule_decl)] += spent.total_seconds()
+            self.searched_seconds[family] += spent.total_seconds()
+
+
+def _rule_name(rule_decl: object) -> str:
+    return report_name(getattr(rule_decl, "name", None) or str(rule_decl))
 
 
 def egraph_size(egraph: EGraph) -> int:
@@ -85,25 +105,22 @@ def saturate(egraph: EGraph, schedule: RuleSchedule, limits: SaturationLimits) -
     # One pass of the simplifying families per iteration, not a nested saturation: an e-graph can hold
     # a class that contains itself (x * 1 = x), and a fold matching through it makes a new constant on
     # every pass. The iteration, e-node and time limits bound that; a nested saturate would not end.
-    simplify = seq(analysis.saturate(), *schedule.simplify)
     back_offs = [_BackOff() for _ in schedule.grow]
     memory, enodes = resident_mib(), egraph_size(egraph)
     while True:
         if stats.iterations >= limits.max_iterations:
             stats.stop_reason = f"iteration limit ({limits.max_iterations})"
             break
-        reports = [egraph.run(simplify)]
+        reports = [_timed_run(egraph, stats, "analysis", analysis.saturate())]
+        reports += [_timed_run(egraph, stats, _name(ruleset), ruleset) for ruleset in schedule.simplify]
         skipped = False  # a banned family may still have work: the search is not saturated yet
         for ruleset, back_off in zip(schedule.grow, back_offs, strict=True):
             skipped |= not back_off.allowed(stats.iterations)
             if back_off.allowed(stats.iterations):
-                grown_report = egraph.run(seq(ruleset, analysis.saturate()))
+                grown_report = _timed_run(egraph, stats, _name(ruleset), ruleset)
                 back_off.record(stats.iterations, sum(grown_report.num_matches_per_rule.values()))
-                reports.append(grown_report)
+                reports += [grown_report, _timed_run(egraph, stats, "analysis", analysis.saturate())]
         stats.iterations += 1
-        for report in reports:
-            for rule_decl, count in report.num_matches_per_rule.items():
-                stats.rule_matches[report_name(getattr(rule_decl, "name", None) or str(rule_decl))] += count
         stats.enodes = egraph_size(egraph)
         stats.banned = sum(b.bans for b in back_offs)
         if not any(report.updated for report in reports) and not skipped:
@@ -123,3 +140,16 @@ def saturate(egraph: EGraph, schedule: RuleSchedule, limits: SaturationLimits) -
             stats.stop_reason = f"memory limit ({limits.max_memory_mib:g} MiB)"
             break
     return stats
+
+
+def _name(ruleset: Ruleset) -> str:
+    return ruleset.ident.name if ruleset.ident is not None else "?"
+
+
+def _timed_run(egraph: EGraph, stats: SaturationStats, family: str, schedule: Ruleset | object) -> RunReport:
+    """Run one family (or the analysis rules) and charge its wall time and matches to it."""
+    start = time.perf_counter()
+    report = egraph.run(schedule)
+    seconds = time.perf_counter() - start
+    stats.record(family, seconds, report)
+    return report

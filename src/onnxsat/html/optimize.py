@@ -61,6 +61,11 @@ def optimize_page(
         ],
     )
     page.table(["phase", "seconds"], list(report.phases.items()))
+    if report.rule_seconds:
+        page.table(
+            ["rule family", "saturation seconds", "of which search+apply (egglog)"],
+            [(t["family"], t["seconds"], t["search_apply_seconds"]) for t in report.rule_seconds],
+        )
     add_verification(page, report.verification)
     if report.latency:
         page.heading("Latency under ONNX Runtime")

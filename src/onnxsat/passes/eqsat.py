@@ -10,7 +10,14 @@ from onnxsat.eqsat.optimizer import OptimizeOptions, optimize_model
 
 
 @dataclass
-class EqsatPass(OptionsPass, kind="eqsat", options_class=OptimizeOptions, transform=optimize_model, checks_input=True):
+class EqsatPass(
+    OptionsPass,
+    kind="eqsat",
+    options_class=OptimizeOptions,
+    transform=optimize_model,
+    checks_input=True,
+    weights_on_disk=True,
+):
     options: OptimizeOptions
 
     def refusal(self) -> str:

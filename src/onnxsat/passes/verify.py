@@ -10,6 +10,7 @@ from onnxsat.verification import verify
 
 @dataclass
 class VerifyPass(Pass, kind="verify"):
+    weights_on_disk = True  # ORT reads the weights from the model's folder
     rtol: float | None = None
     atol: float | None = None
     ort_rounding: float | None = None
