@@ -23,7 +23,7 @@ from onnxsat.eqsat.folding import evaluate_node
 from onnxsat.eqsat.registry import register
 from onnxsat.eqsat.weights import constant_node_value
 from onnxsat.eqsat.window_pads import absorbable_pads
-from onnxsat.external_data import tensor_value
+from onnxsat.external_data import ExternalRef, is_external, read_bytes, reference, tensor_value
 
 FlagPredicate = Callable[[list[onnx.AttributeProto], int], bool]
 
@@ -327,7 +327,9 @@ the rare duplicate of that size could save."""
 def equal_initializers(constants: list[onnx.TensorProto], base_dir: Path | None) -> dict[str, str]:
     """Map each constant initializer whose type, dims and bytes equal an earlier one (by name) to that one.
 
-    Only initializers sharing type and dims are read, so a model without candidates reads no weights.
+    Only initializers sharing type and dims, and then only those whose first and last bytes also agree,
+    are read whole: a transformer's dozens of equally shaped, different weights cost a few kilobytes
+    each instead of a full read and hash (3 s on BERT-base).
     """
     groups: dict[tuple[int, tuple[int, ...]], list[onnx.TensorProto]] = {}
     for tensor in constants:
@@ -338,12 +340,31 @@ def equal_initializers(constants: list[onnx.TensorProto], base_dir: Path | None)
         too_big = np.prod(dims, dtype=np.int64) * dtype.itemsize > EQUAL_CHECK_MAX_BYTES
         if len(members) < 2 or dtype.kind == "O" or too_big:
             continue
+        by_ends: dict[bytes, list[onnx.TensorProto]] = {}
+        for tensor in members:
+            by_ends.setdefault(_ends(tensor, base_dir), []).append(tensor)
+        candidates = [tensor for group in by_ends.values() if len(group) > 1 for tensor in group]
         first_of: dict[bytes, str] = {}
-        for tensor in sorted(members, key=lambda t: t.name):
+        for tensor in sorted(candidates, key=lambda t: t.name):
             value = tensor_value(tensor, base_dir)
             digest = hashlib.sha256(np.ascontiguousarray(value).tobytes()).digest()
             aliases[tensor.name] = first_of.setdefault(digest, tensor.name)
     return {name: first for name, first in aliases.items() if name != first}
+
+
+_END_BYTES = 4096
+
+
+def _ends(tensor: onnx.TensorProto, base_dir: Path | None) -> bytes:
+    """The first and last few kilobytes of a tensor's bytes: equal tensors have equal ends."""
+    if is_external(tensor) and base_dir is not None:
+        ref = reference(tensor, base_dir)
+        size = min(_END_BYTES, ref.length)
+        head = read_bytes(ExternalRef(ref.path, ref.offset, size))
+        return head + read_bytes(ExternalRef(ref.path, ref.offset + ref.length - size, size))
+    if tensor.HasField("raw_data"):
+        return tensor.raw_data[:_END_BYTES] + tensor.raw_data[-_END_BYTES:]
+    return b""  # values in typed fields: small tensors, compared whole
 
 
 MAX_PARALLEL_GROUP = 8
