@@ -135,6 +135,8 @@ def session(
     is where an in-memory model's external data lives (ORT reads it from there, not ONNXSat).
     ``lean`` turns off weight pre-packing, which would otherwise keep a second copy of every MatMul
     weight: verification runs once, so the copy buys nothing and would double a large model's memory.
+    It also turns off ORT's memory arena, which keeps what a run allocated after the session is gone
+    (300 MB after running GPT-2, that the next session then stacked its weights on).
     ``settings`` (from ``onnxsat tune``) replace ``threads`` with their thread counts, execution mode
     and providers; ``level`` stays the caller's, since what a caller measures is often the level
     itself (pass ``settings.optimization_level`` for the tuned one).
@@ -153,6 +155,7 @@ def session(
         options.add_session_config_entry("session.model_external_initializers_file_folder_path", str(base_dir))
     if lean:
         options.add_session_config_entry("session.disable_prepacking", "1")
+        options.enable_cpu_mem_arena = False
     options.log_severity_level = 4  # ORT's own error log would add coloured lines to our one-line errors
     source = str(model) if isinstance(model, Path) else model.SerializeToString()
     return ort.InferenceSession(source, options, providers=providers)
