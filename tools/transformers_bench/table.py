@@ -80,6 +80,19 @@ def _outputs(variant: Variant | None) -> str:
     return f"{'ok' if variant.outputs_match else 'MISMATCH'} ({diff})"
 
 
+def _seconds(produced: Produced) -> str:
+    seconds = f"{produced.run.seconds:.1f}" if produced.run is not None else "-"
+    return seconds + (f" ({produced.own_seconds:.1f})" if produced.own_seconds is not None else "")
+
+
+def _measured(produced: Produced) -> bool:
+    """The child did the tool's work (a result, or a failure): its time and memory mean something.
+
+    A peer that is not installed or does not apply only imported its package: no figures for it.
+    """
+    return produced.run is not None and (produced.path is not None or produced.reason.startswith("failed"))
+
+
 def rows(bench: ModelBench) -> list[list[str]]:
     """The table's rows for one model: the original under ORT all, then each tool."""
     size = f"{bench.file_bytes / MB:.0f}"
@@ -90,17 +103,12 @@ def rows(bench: ModelBench) -> list[list[str]]:
         if name in bench.model_types:
             name += f" ({bench.model_types[name]})"
         variant = bench.variant(produced.source)
+        figures = [_seconds(produced), _rss(produced, bench.file_bytes)] if _measured(produced) else ["-", "-"]
         if produced.path is None or variant is None or variant.status != "ok":
             reason = produced.reason or (variant.reason if variant is not None else "")
-            seconds = f"{produced.run.seconds:.1f}" if produced.run is not None and produced.path else "-"
-            out.append(["", "", name, seconds, "-", "-", "-", f"skipped: {reason}", "-"])
+            out.append(["", "", name, *figures, "-", "-", f"skipped: {reason}", "-"])
             continue
-        seconds = f"{produced.run.seconds:.1f}" if produced.run is not None else "-"
-        if produced.own_seconds is not None:
-            seconds += f" ({produced.own_seconds:.1f})"
-        egraph = _egraph(produced)
-        out.append(["", "", name, seconds, _rss(produced, bench.file_bytes), egraph, *_timing(bench, variant)])
-        out[-1].append(_outputs(variant))
+        out.append(["", "", name, *figures, _egraph(produced), *_timing(bench, variant), _outputs(variant)])
     return out
 
 
