@@ -20,6 +20,7 @@ from onnxsat.inputs import random_inputs
 from onnxsat.verification import session
 from tools.transformers_bench.child import run_child
 from tools.transformers_bench.command import bench_model, model_bytes, report
+from tools.transformers_bench.produce import produce_peer
 from tools.transformers_bench.table import COLUMNS, markdown_table, rows
 
 FAST = CompareSettings(threads=1, pairs=2, warmup=0)
@@ -148,3 +149,16 @@ def test_onnxslim_peer_keeps_the_outputs(cnn_file: Path) -> None:
     assert len(actual) == len(expected)
     for e, a in zip(expected, actual, strict=True):
         np.testing.assert_allclose(a, e, rtol=1e-4, atol=1e-5)
+
+
+def test_a_peer_that_is_not_installed_is_a_reason_not_a_crash(
+    cnn_file: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    blocked = tmp_path / "blocked"
+    (blocked / "onnxslim").mkdir(parents=True)
+    (blocked / "onnxslim" / "__init__.py").write_text("raise ImportError('onnxslim blocked for this test')\n")
+    monkeypatch.setenv("PYTHONPATH", str(blocked))  # the child finds this onnxslim first (onnxsat: the parent's)
+    produced = produce_peer("onnxslim", cnn_file, tmp_path)
+    assert produced.path is None and produced.run is not None and produced.run.ok
+    assert produced.reason == "not installed (onnxslim blocked for this test; pip install 'onnxsat[bench]')"
+    assert not (tmp_path / f"{cnn_file.stem}.onnxslim.onnx").exists()

@@ -14,10 +14,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import onnxsat
 from tools.transformers_bench.child import ChildRun, run_child
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 """The checkout holding ``tools``: put on the children's path so that the peer entry point imports."""
+ONNXSAT_ROOT = Path(onnxsat.__file__).resolve().parents[1]
+"""Where this process imported onnxsat from: first on the children's path, so that they run the same code."""
 
 
 @dataclass
@@ -35,7 +38,9 @@ class Produced:
 
 
 def child_env() -> dict[str, str]:
-    paths = [str(REPO_ROOT), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
+    # An installed onnxsat is found anyway; a site-packages folder ahead of the standard library could shadow it.
+    source = [] if ONNXSAT_ROOT.name.endswith("-packages") else [str(ONNXSAT_ROOT)]
+    paths = [*source, str(REPO_ROOT), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
     return {**os.environ, "PYTHONPATH": os.pathsep.join(dict.fromkeys(paths))}
 
 
