@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test test-large fuzz lint bench real-models bench-real clean
+.PHONY: setup demo test test-large fuzz lint bench bench-transformers real-models bench-real clean
 
 setup: $(STAMP)
 
@@ -45,6 +45,13 @@ lint: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/onnxsat bench scale
+
+# ONNXSat, ORT's transformers optimizer and onnxslim on BERT, ViT, GPT-2 and a tiny Llama (issue 20), one table.
+# Installs the zoo extra (torch, transformers) if missing, exports the models into out/transformers (about 1.4 GB,
+# once), then optimizes each in measured child processes and times them; 15-30 minutes. Not part of `make test`.
+bench-transformers: $(STAMP)
+	$(BIN)/python -c "import torch, transformers" 2>/dev/null || $(BIN)/pip install --quiet -e ".[zoo]"
+	$(BIN)/python -m tools.transformers_bench --build --models out/transformers --markdown out/transformers/bench.md
 
 clean:
 	rm -rf $(VENV) build *.egg-info src/*.egg-info

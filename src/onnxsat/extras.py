@@ -19,8 +19,10 @@ EXTRA_OF: dict[str, tuple[str, str]] = {
     "tqdm": ("bench", "tqdm"),
     "onnxsim": ("bench", "onnxsim"),
     "onnxoptimizer": ("bench", "onnxoptimizer"),
+    "onnxslim": ("bench", "onnxslim"),
     "torch": ("zoo", "torch"),
     "torchvision": ("zoo", "torchvision"),
+    "transformers": ("zoo", "transformers"),
 }
 """Top-level module -> (extra that installs it, its distribution name)."""
 

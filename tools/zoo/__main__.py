@@ -1,4 +1,4 @@
-"""``python -m tools.zoo build ...``: see :mod:`tools.zoo.build`."""
+"""``python -m tools.zoo build|transformers ...``: see :mod:`tools.zoo.build`."""
 
 import sys
 

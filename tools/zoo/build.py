@@ -1,5 +1,7 @@
 """``python -m tools.zoo build``: the package's zoo (:mod:`onnxsat.zoo.catalogue`) plus the PyTorch exports.
 
+``python -m tools.zoo transformers --out DIR``: the Hugging Face models of :mod:`tools.zoo.transformers_zoo`.
+
 Same options and output as ``onnxsat zoo build``. With no names, every model this install can build is
 written; the PyTorch ones are skipped, with a warning saying how to get PyTorch, when it is missing. A
 PyTorch model named without PyTorch installed is refused in one line before anything is written.
@@ -16,7 +18,7 @@ from onnxsat.commands.zoo import add_build_arguments, build_models
 from onnxsat.errors import OnnxSatError
 from onnxsat.zoo import catalogue
 from onnxsat.zoo.catalogue import ZooModel
-from tools.zoo import torch_zoo
+from tools.zoo import torch_zoo, transformers_zoo
 
 TORCH_SOURCE = "PyTorch"
 PLAIN_TORCH = frozenset({"bert_tiny", "gpt2_tiny"})
@@ -44,6 +46,10 @@ def build_parser() -> argparse.ArgumentParser:
     which = parser.add_subparsers(dest="zoo", required=True)
     build = which.add_parser("build", help="write zoo models as OUT/<name>.onnx (all of them if no name is given)")
     add_build_arguments(build)
+    hf = which.add_parser(
+        "transformers", help="export BERT, ViT, GPT-2 and a tiny Llama from Hugging Face configs as OUT/<name>.onnx"
+    )
+    transformers_zoo.add_arguments(hf)
     return parser
 
 
@@ -51,6 +57,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Parse ``argv`` and build; a user error is one ``onnxsat: error:`` line and its exit code."""
     args = build_parser().parse_args(argv)
     try:
+        if args.zoo == "transformers":
+            return transformers_zoo.run(args)
         return build_models(args, zoo_models(), install_hint=torch_zoo.INSTALL_HINT, optional_kind=TORCH_SOURCE)
     except OnnxSatError as error:
         if args.debug:

@@ -2,7 +2,7 @@
 
 The question it answers is the one a user asks before adopting ONNXSat: on *my* model, is the result
 faster under ONNX Runtime than the original (which ORT already optimizes on its own), and than what
-onnxsim, onnxoptimizer, onnxscript's optimizer or ORT's transformers optimizer give? And is the
+onnxsim, onnxslim, onnxoptimizer, onnxscript's optimizer or ORT's transformers optimizer give? And is the
 difference larger than what this machine's noise alone produces?
 
 Design choices, and why:
@@ -305,14 +305,25 @@ def _keep(models: Mapping[str, onnx.ModelProto], folder: Path, label: str) -> No
         model_io.save_model(model, folder / f"{label}.{source}.onnx")
 
 
+Made = tuple[onnx.ModelProto, float] | str
+"""A variant's model made elsewhere (by a child process) and its optimization seconds, or why there is none."""
+
+
 def compare_model(
     path: str | Path,
     settings: CompareSettings,
     registry: Mapping[str, peer_registry.PeerFunction] | None = None,
     label: str | None = None,
+    made: Mapping[str, Made] | None = None,
 ) -> ModelComparison:
-    """Build every variant of one model, time them side by side, compare their outputs."""
+    """Build every variant of one model, time them side by side, compare their outputs.
+
+    ``made`` gives, by source (``onnxsat`` or a peer's name), models already made elsewhere: those are
+    timed as given instead of being made in this process, so a benchmark that measures each tool's own
+    process (time, peak memory) still shares this timing loop.
+    """
     registry = peer_registry.PEERS if registry is None else registry
+    made = {} if made is None else made
     original = load_whole(path)
     settings.inputs.check(original)
     reference = reference_run(original, settings.inputs)  # raises if ORT cannot run the input
@@ -323,13 +334,21 @@ def compare_model(
     models: dict[str, onnx.ModelProto] = {"original": original}
     seconds: dict[str, float] = {}
     skipped: dict[str, str] = {}
+    for source, given in made.items():
+        if isinstance(given, str):
+            skipped[source] = given
+        else:
+            models[source], seconds[source] = given
     try:
-        models["onnxsat"], seconds["onnxsat"] = run_onnxsat(original, settings)
+        if "onnxsat" not in made:
+            models["onnxsat"], seconds["onnxsat"] = run_onnxsat(original, settings)
     except SettingsError:
         raise  # an unknown --cost or --target: the user's to fix, for every model
     except Exception as error:  # reported in its rows (and by the exit code), the peers still run
         skipped["onnxsat"] = f"failed: {error}" if isinstance(error, OnnxSatError) else f"failed: {_one_line(error)}"
     for name, function in registry.items():
+        if name in made:
+            continue
         try:
             models[name], seconds[name] = run_peer(function, original)
         except peer_registry.PeerSkipped as why:

@@ -79,6 +79,14 @@ def onnxsim_simplify(model: onnx.ModelProto) -> onnx.ModelProto:
     return simplified
 
 
+@requires("onnxslim")
+def onnxslim_slim(model: onnx.ModelProto) -> onnx.ModelProto:
+    """``onnxslim.slim`` with its defaults (constant folding, dead code, its pattern fusions)."""
+    import onnxslim
+
+    return onnxslim.slim(model)
+
+
 @requires("onnxoptimizer")
 def onnxoptimizer_optimize(model: onnx.ModelProto) -> onnx.ModelProto:
     """``onnxoptimizer.optimize`` with its default passes (fuse and eliminate), via ``runtime.peephole``."""
@@ -112,6 +120,7 @@ def ort_transformers_optimize(model: onnx.ModelProto) -> onnx.ModelProto:
 
 PEERS: dict[str, PeerFunction] = {
     "onnxsim": onnxsim_simplify,
+    "onnxslim": onnxslim_slim,
     "onnxoptimizer": onnxoptimizer_optimize,
     "onnxscript": onnxscript_optimize,
     "ort-transformers": ort_transformers_optimize,
