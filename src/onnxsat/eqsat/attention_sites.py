@@ -159,6 +159,11 @@ def _untransposed_key(g: _Graph, name: str) -> str | None:
     return inner.input[0] if flat == (b * n, t, d) and swapped == (b, n, d, t) else None
 
 
+def _is_attention_bias(mask: tuple[int, ...], scores: tuple[int, ...]) -> bool:
+    """The mask has the shape the fused op's ``attention_bias`` takes: [1 or B, 1 or N, S, T]."""
+    return len(mask) == 4 and mask[0] in (1, scores[0]) and mask[1] in (1, scores[1]) and mask[2:] == scores[2:]
+
+
 def _match(g: _Graph, position: int, softmax: onnx.NodeProto) -> AttentionSite | None:
     """The attention around ``softmax``, or None when any condition of the module docstring fails."""
     scores_shape = g.shape(softmax.input[0])
@@ -174,9 +179,8 @@ def _match(g: _Graph, position: int, softmax: onnx.NodeProto) -> AttentionSite |
         for product, mask in (tuple(add.input), tuple(reversed(add.input))):
             mask_shape = g.shape(mask)
             if g.node(_scaled(g, product)[0], "MatMul") is not None and mask_shape is not None:
-                if len(mask_shape) == 4 and mask_shape[0] in (1, b) and mask_shape[1] in (1, n):
-                    if mask_shape[2:] == (s, t) and g.facts.is_float32(mask):
-                        scores, bias = product, mask
+                if _is_attention_bias(mask_shape, (b, n, s, t)) and g.facts.is_float32(mask):
+                    scores, bias = product, mask
                 break
     scores, factor = _scaled(g, scores)
     matmul = g.node(scores, "MatMul")
@@ -208,9 +212,7 @@ def _match(g: _Graph, position: int, softmax: onnx.NodeProto) -> AttentionSite |
     if int(np.prod(out_shape)) != int(np.prod(fused_shape)):
         return None
     scale = factor * q_factor * k_factor
-    return AttentionSite(
-        output, query, key, value, bias, n, scale, fused_shape, out_shape, position, reshape_position
-    )
+    return AttentionSite(output, query, key, value, bias, n, scale, fused_shape, out_shape, position, reshape_position)
 
 
 def _nan_guard(g: _Graph, probabilities: str, readers: list[onnx.NodeProto]) -> str | None:
@@ -222,9 +224,7 @@ def _nan_guard(g: _Graph, probabilities: str, readers: list[onnx.NodeProto]) -> 
     return where[0].output[0] if g.scalar(where[0].input[1]) == 0.0 else None
 
 
-def _merged_output(
-    g: _Graph, probabilities: str, readers: list[onnx.NodeProto]
-) -> tuple[str, str, int] | None:
+def _merged_output(g: _Graph, probabilities: str, readers: list[onnx.NodeProto]) -> tuple[str, str, int] | None:
     """(value [B, T, N*Dv], merged output, the merging Reshape's position) or None."""
     matmuls = [r for r in readers if r.op_type == "MatMul" and r.input[0] == probabilities]
     if len(matmuls) != 1:

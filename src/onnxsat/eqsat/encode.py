@@ -225,9 +225,7 @@ class _Encoder:
             self.commands.append(
                 _fact(_call("InversePerms", _call("AttrsTable", _int(outer)), _call("AttrsTable", _int(inner))))
             )
-        positions = {position: node_id for node_id, position in self.result.node_position.items()}
-        facts, attributes = self.result.facts, self.result.attributes
-        self.commands += site_facts(self.result.egraph, facts.attention_sites, attributes, positions, self.args, self.ref)
+        self.commands += site_facts(self.result, self.args, self.ref)
         for output in graph.output:
             if output.name in self.constants:  # an initializer returned as is needs a handle too
                 handle = _call("TensorRef", _int(self.result.tensor_id(output.name)))

@@ -15,15 +15,19 @@ constant mask, which the fused op takes as its ``attention_bias``.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import onnx
-from egglog import EGraph, Ruleset, String, bindings, eq, ne, rule, ruleset, union
+from egglog import Ruleset, String, bindings, eq, ne, rule, ruleset, union
 from onnx import helper
 
 from onnxsat.eqsat.attention_sites import MULTI_HEAD_ATTENTION, AttentionSite
 from onnxsat.eqsat.language import Args, Attrs, Dims, Node, Tensor, attention_site, has_shape, has_type, out
 from onnxsat.eqsat.rules.families import ORT_ONLY, register_family
 from onnxsat.eqsat.rules.patterns import result
+
+if TYPE_CHECKING:  # the encoder calls this module
+    from onnxsat.eqsat.encode import EncodedModel
 
 MICROSOFT = "com.microsoft"
 
@@ -70,19 +74,16 @@ def fused_attributes(site: AttentionSite) -> list[onnx.AttributeProto]:
 
 
 def site_facts(
-    egraph: EGraph,
-    sites: list[AttentionSite],
-    attributes: list[list[onnx.AttributeProto]],
-    node_ids: dict[int, str],
-    args: Callable[[list[str]], bindings.Call],
-    ref: Callable[[str], bindings.Call],
+    encoded: EncodedModel, args: Callable[[list[str]], bindings.Call], ref: Callable[[str], bindings.Call]
 ) -> list[bindings.ActionCommand]:
-    """The encoder's ``AttentionSite`` facts for ``sites``; the fused attribute sets are appended to
-    ``attributes`` (the encoder's table). Declares the relation to ``egraph`` first, on an empty node id
-    that the rules skip, as the encoder declares its own relations."""
+    """The encoder's ``AttentionSite`` facts for the attentions its facts found (``args`` and ``ref`` are its
+    term builders); the fused attribute sets are appended to its attribute table. Declares the relation
+    to the e-graph first, on an empty node id that the rules skip, as the encoder declares its own."""
+    sites, attributes = encoded.facts.attention_sites, encoded.attributes
     if not sites:
         return []
-    egraph.register(attention_site(Tensor.ref(-2), Args.nil(), Attrs.none(), Dims.nil(), Dims.nil(), "", ""))
+    node_ids = {position: node_id for node_id, position in encoded.node_position.items()}
+    encoded.egraph.register(attention_site(Tensor.ref(-2), Args.nil(), Attrs.none(), Dims.nil(), Dims.nil(), "", ""))
     commands = []
     for site in sites:
         key = len(attributes)
