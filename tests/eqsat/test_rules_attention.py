@@ -28,6 +28,7 @@ from onnxsat.eqsat.rules import applicable, rulesets_for
 from onnxsat.eqsat.saturate import SaturationLimits, saturate
 
 MHA = "com.microsoft::MultiHeadAttention"
+ATTENTION = "com.microsoft::Attention"
 B, S, N, D = 2, 8, 2, 4
 H = N * D
 FLOAT32_MIN = float(np.finfo(np.float32).min)
@@ -43,6 +44,7 @@ class Form:
     nan_guard: bool = True
     flatten: bool = False  # merge the heads into [B*S, H] (GPT-2) rather than [B, S, H]
     softmax_axis: int = -1
+    biased: bool = True  # Q, K, V = x @ W + b (else x @ W, which the Attention op cannot take)
 
 
 def _const(name: str, value: np.ndarray) -> onnx.TensorProto:
@@ -67,9 +69,11 @@ def attention_model(form: Form = Form(), seed: int = 0) -> onnx.ModelProto:
     for part in "qkv":
         inits += [_const(f"w{part}", rng.standard_normal((H, H)).astype(np.float32) * 0.3)]
         inits += [_const(f"b{part}", rng.standard_normal(H).astype(np.float32) * 0.1)]
+        product = f"{part}_mm" if form.biased else f"{part}3"
+        nodes.append(helper.make_node("MatMul", ["x", f"w{part}"], [product]))
+        if form.biased:
+            nodes.append(helper.make_node("Add", [product, f"b{part}"], [f"{part}3"]))
         nodes += [
-            helper.make_node("MatMul", ["x", f"w{part}"], [f"{part}_mm"]),
-            helper.make_node("Add", [f"{part}_mm", f"b{part}"], [f"{part}3"]),
             helper.make_node("Reshape", [f"{part}3", "split_shape"], [f"{part}_split"]),
             helper.make_node("Transpose", [f"{part}_split"], [f"{part}4"], perm=[0, 2, 1, 3]),
         ]
@@ -123,16 +127,16 @@ def attention_model(form: Form = Form(), seed: int = 0) -> onnx.ModelProto:
 
 
 class _Priced(CostModel):
-    """The analytic model, with MultiHeadAttention priced at ``mha_us``."""
+    """The analytic model, with some ops at fixed prices (microseconds)."""
 
     name = "priced"
 
-    def __init__(self, mha_us: float) -> None:
+    def __init__(self, **prices: float) -> None:
         self.analytic = AnalyticCost()
-        self.mha_us = mha_us
+        self.prices = prices
 
     def node_cost(self, node: NodeSignature) -> float:
-        return self.mha_us if node.op_type == "MultiHeadAttention" else self.analytic.node_cost(node)
+        return self.prices.get(node.op_type, self.analytic.node_cost(node))
 
 
 def optimized(model: onnx.ModelProto, target: str = "ort", cost: CostModel | None = None) -> onnx.ModelProto:
@@ -146,7 +150,7 @@ def optimized(model: onnx.ModelProto, target: str = "ort", cost: CostModel | Non
 
 
 def _fused_node(model: onnx.ModelProto) -> onnx.NodeProto:
-    (node,) = [n for n in model.graph.node if n.op_type == "MultiHeadAttention"]
+    (node,) = [n for n in model.graph.node if n.op_type in ("MultiHeadAttention", "Attention")]
     return node
 
 
@@ -156,6 +160,7 @@ FORMS = {
     "causal Where mask": Form(mask="causal"),
     "Div on the scores, transposed key, no guard": Form(scale="div_scores", key_chain="transpose", nan_guard=False),
     "unscaled, flattened heads": Form(scale="none", flatten=True, mask="causal"),
+    "unbiased projections": Form(mask="causal", biased=False),
 }
 
 
@@ -164,8 +169,8 @@ def test_attention_is_fused_and_computes_the_same(form: Form) -> None:
     model = attention_model(form)
     result = optimized(model)
     ops = op_types(result)
-    assert ops[MHA] == 1
-    assert ops["Softmax"] == 0 and ops["Transpose"] == 0
+    assert (ops[ATTENTION], ops[MHA]) == ((1, 0) if form.biased else (0, 1))
+    assert ops["Softmax"] == 0 and ops["Transpose"] == 0 and ops["MatMul"] == (0 if form.biased else 3)
     assert ops["Reshape"] == (1 if form.flatten else 0)
     attrs = {a.name: helper.get_attribute_value(a) for a in _fused_node(result).attribute}
     assert attrs["num_heads"] == N
@@ -178,9 +183,21 @@ def test_attention_is_fused_and_computes_the_same(form: Form) -> None:
 
 
 def test_causal_mask_is_the_fused_nodes_attention_bias() -> None:
-    result = optimized(attention_model(Form(mask="causal")))
-    inputs = list(_fused_node(result).input)
-    assert len(inputs) == 6 and inputs[3:5] == ["", ""] and inputs[5]
+    for cost in (AnalyticCost(), _Priced(Attention=1e6)):
+        result = optimized(attention_model(Form(mask="causal")), cost=cost)
+        inputs = list(_fused_node(result).input)
+        assert len(inputs) == 6 and inputs[3:5] == ["", ""] and inputs[5]
+
+
+def test_attention_takes_the_projection_weights_side_by_side() -> None:
+    model = attention_model()
+    result = optimized(model)
+    x, weight, bias = _fused_node(result).input
+    values = {t.name: numpy_helper.to_array(t) for t in result.graph.initializer}
+    originals = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
+    assert x == "x"
+    np.testing.assert_array_equal(values[weight], np.concatenate([originals[f"w{p}"] for p in "qkv"], axis=-1))
+    np.testing.assert_array_equal(values[bias], np.concatenate([originals[f"b{p}"] for p in "qkv"]))
 
 
 def test_portable_target_keeps_standard_ops() -> None:
@@ -191,11 +208,13 @@ def test_portable_target_keeps_standard_ops() -> None:
     check_and_compare(model, result)
 
 
-def test_fused_form_is_left_when_the_cost_model_prices_it_higher() -> None:
+def test_the_cost_model_chooses_among_the_forms() -> None:
     model = attention_model()
-    assert op_types(optimized(model, cost=_Priced(mha_us=0.5)))[MHA] == 1
-    result = optimized(model, cost=_Priced(mha_us=1e6))
-    assert op_types(result)[MHA] == 0 and op_types(result)["Softmax"] == 1
+    mha = optimized(model, cost=_Priced(Attention=1e6, MultiHeadAttention=0.5))
+    assert (op_types(mha)[MHA], op_types(mha)[ATTENTION], op_types(mha)["MatMul"]) == (1, 0, 3)
+    check_and_compare(model, mha)
+    result = optimized(model, cost=_Priced(Attention=1e6, MultiHeadAttention=1e6))
+    assert op_types(result)[MHA] == op_types(result)[ATTENTION] == 0 and op_types(result)["Softmax"] == 1
     check_and_compare(model, result)
 
 
@@ -209,6 +228,9 @@ def test_sites_name_the_projections_heads_and_scale() -> None:
     (site,) = _sites(attention_model(Form(mask="additive")))
     assert (site.query, site.key, site.value, site.bias) == ("q3", "k3", "v3", "mask")
     assert (site.num_heads, site.fused_shape, site.output_shape) == (N, (B, S, H), (B, S, H))
+    assert site.projections == ("x", "wq", "wk", "wv", "bq", "bk", "bv")
+    (unbiased,) = _sites(attention_model(Form(biased=False)))
+    assert unbiased.projections == ()
 
 
 def test_softmax_over_another_axis_is_not_attention() -> None:
@@ -232,4 +254,4 @@ def test_graph_without_softmax_has_no_sites() -> None:
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])],
     )
-    assert attention_sites(graph, collect_facts(helper.make_model(graph), None), lambda name: None) == []
+    assert attention_sites(graph, collect_facts(helper.make_model(graph), None), lambda name: None, set()) == []

@@ -34,8 +34,6 @@ import onnx
 if TYPE_CHECKING:  # facts.py calls this module while collecting its facts
     from onnxsat.eqsat.facts import GraphFacts
 
-MULTI_HEAD_ATTENTION = "MultiHeadAttention"
-
 
 @dataclass(frozen=True)
 class AttentionSite:
@@ -58,6 +56,9 @@ class AttentionSite:
     """Position of the Softmax node: the fused node takes its place and name."""
     reshape: int
     """Position of the merging Reshape node."""
+    projections: tuple[str, ...] = ()
+    """(x, Wq, Wk, Wv, bq, bk, bv) when Q, K and V are ``x @ W + b`` of one [B, S, K] input with constant
+    weights of one width: then com.microsoft Attention, which projects x itself, can stand for it too."""
 
 
 Reader = Callable[[str], "np.ndarray | None"]
@@ -66,7 +67,7 @@ Reader = Callable[[str], "np.ndarray | None"]
 class _Graph:
     """The lookups the matcher needs: producers, attributes, shapes and small constants."""
 
-    def __init__(self, graph: onnx.GraphProto, facts: GraphFacts, read: Reader) -> None:
+    def __init__(self, graph: onnx.GraphProto, facts: GraphFacts, read: Reader, constants: set[str]) -> None:
         self.producer: dict[str, tuple[int, onnx.NodeProto]] = {}
         for position, node in enumerate(graph.node):
             for name in node.output:
@@ -79,6 +80,7 @@ class _Graph:
                     self.readers.setdefault(name, []).append(node)
         self.facts = facts
         self.read = read
+        self.constants = constants
 
     def node(self, name: str, op_type: str) -> onnx.NodeProto | None:
         found = self.producer.get(name)
@@ -212,7 +214,39 @@ def _match(g: _Graph, position: int, softmax: onnx.NodeProto) -> AttentionSite |
     if int(np.prod(out_shape)) != int(np.prod(fused_shape)):
         return None
     scale = factor * q_factor * k_factor
-    return AttentionSite(output, query, key, value, bias, n, scale, fused_shape, out_shape, position, reshape_position)
+    projections = _projections(g, (query, key, value))
+    return AttentionSite(
+        output, query, key, value, bias, n, scale, fused_shape, out_shape, position, reshape_position, projections
+    )
+
+
+def _projections(g: _Graph, qkv: tuple[str, str, str]) -> tuple[str, ...]:
+    """(x, Wq, Wk, Wv, bq, bk, bv) if each of ``qkv`` is ``Add(MatMul(x, W), b)`` of one 3-D x, with constant
+    [K, H] weights and [H] biases of one H; () otherwise."""
+    found = []
+    for name in qkv:
+        add = g.node(name, "Add")
+        if add is None or len(add.input) != 2:
+            return ()
+        for product, bias in (tuple(add.input), tuple(reversed(add.input))):
+            matmul = g.node(product, "MatMul")
+            if matmul is not None and bias in g.constants:
+                found.append((matmul.input[0], matmul.input[1], bias))
+                break
+        else:
+            return ()
+    inputs = {x for x, _, _ in found}
+    (x,) = inputs if len(inputs) == 1 else ("",)
+    x_shape = g.shape(x) if x else None
+    if x_shape is None or len(x_shape) != 3 or not all(w in g.constants for _, w, _ in found):
+        return ()
+    widths = {(g.shape(w), g.shape(b)) for _, w, b in found}
+    if len(widths) != 1:
+        return ()
+    ((w_shape, b_shape),) = widths
+    if w_shape is None or b_shape is None or len(w_shape) != 2 or w_shape[0] != x_shape[2] or b_shape != w_shape[1:]:
+        return ()
+    return (x, *(w for _, w, _ in found), *(b for _, _, b in found))
 
 
 def _nan_guard(g: _Graph, probabilities: str, readers: list[onnx.NodeProto]) -> str | None:
@@ -240,11 +274,16 @@ def _merged_output(g: _Graph, probabilities: str, readers: list[onnx.NodeProto])
     return value, reshape.output[0], g.producer[reshape.output[0]][0]
 
 
-def attention_sites(graph: onnx.GraphProto, facts: GraphFacts, read: Reader) -> list[AttentionSite]:
-    """Every attention of the graph the fused op can stand for (see the module docstring), in graph order."""
+def attention_sites(
+    graph: onnx.GraphProto, facts: GraphFacts, read: Reader, constants: set[str]
+) -> list[AttentionSite]:
+    """Every attention of the graph the fused op can stand for (see the module docstring), in graph order.
+
+    ``read`` gives the value of a small constant; ``constants`` names the initializers that cannot be
+    overridden at run time."""
     if not any(node.op_type == "Softmax" for node in graph.node):
         return []
-    g = _Graph(graph, facts, read)
+    g = _Graph(graph, facts, read, constants)
     sites = []
     for position, node in enumerate(graph.node):
         if node.op_type == "Softmax" and node.domain in ("", "ai.onnx") and len(node.input) == 1:

@@ -278,7 +278,7 @@ def collect_facts(model: onnx.ModelProto, typed: onnx.ModelProto | None, base_di
     constants = [t for t in graph.initializer if t.name not in overridable and t.name not in facts.graph_outputs]
     read_small = _small_constant_reader(graph, constants, base_dir)
     facts.absorbable_pads = list(absorbable_pads(graph, read_small, facts.sole_use, _opset(model)))
-    facts.attention_sites = attention_sites(graph, facts, read_small)
+    facts.attention_sites = attention_sites(graph, facts, read_small, {t.name for t in constants})
     facts.equal_initializers = equal_initializers(constants, base_dir)
     return facts
 

@@ -18,39 +18,82 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import onnx
-from egglog import Ruleset, String, bindings, eq, ne, rule, ruleset, union
+from egglog import Ruleset, String, bindings, eq, i64, ne, rule, ruleset, union
 from onnx import helper
 
-from onnxsat.eqsat.attention_sites import MULTI_HEAD_ATTENTION, AttentionSite
-from onnxsat.eqsat.language import Args, Attrs, Dims, Node, Tensor, attention_site, has_shape, has_type, out
+from onnxsat.eqsat.attention_sites import AttentionSite
+from onnxsat.eqsat.language import (
+    Args,
+    Attrs,
+    Dims,
+    Node,
+    Tensor,
+    args_of,
+    attention_projection,
+    attention_site,
+    dims_of,
+    has_shape,
+    has_type,
+    out,
+)
 from onnxsat.eqsat.rules.families import ORT_ONLY, register_family
-from onnxsat.eqsat.rules.patterns import result
+from onnxsat.eqsat.rules.patterns import derived, result
 
 if TYPE_CHECKING:  # the encoder calls this module
     from onnxsat.eqsat.encode import EncodedModel
 
 MICROSOFT = "com.microsoft"
+MULTI_HEAD_ATTENTION = "MultiHeadAttention"
+ATTENTION = "Attention"
 
 attention: Ruleset = ruleset(name="attention")
 
 
 @attention.register
 def _fuse_attention(
-    y: Tensor, inputs: Args, attrs: Attrs, fused: Dims, merged: Dims, node_id: String, reshape_id: String
+    y: Tensor,
+    inputs: Args,
+    attrs: Attrs,
+    fused: Dims,
+    merged: Dims,
+    node_id: String,
+    reshape_id: String,
+    x: Tensor,
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    tail: Args,
+    weights: Args,
+    biases: Args,
+    k_dim: i64,
+    width: i64,
 ) -> object:
-    site = attention_site(y, inputs, attrs, fused, merged, node_id, reshape_id)
+    """One rule per fused op, and per whether a Reshape must follow it (the merged output's shape differs)."""
+    site = [attention_site(y, inputs, attrs, fused, merged, node_id, reshape_id), ne(node_id).to(String(""))]
     mha = out(Node(MULTI_HEAD_ATTENTION, MICROSOFT, attrs, inputs, Args.nil(), node_id, 1), 0)
-    yield rule(site, eq(merged).to(fused), ne(node_id).to(String("")), name="attention -> MultiHeadAttention").then(
-        union(y).with_(mha)
-    )
-    reshaped = result("Reshape", Attrs.none(), Args.cons(mha, Args.cons(Tensor.ints(merged), Args.nil())), reshape_id)
-    yield rule(
-        site, ne(merged).to(fused), ne(node_id).to(String("")), name="attention -> MultiHeadAttention+Reshape"
-    ).then(
-        union(y).with_(reshaped),
-        has_shape(mha, fused),
-        has_type(mha, onnx.TensorProto.FLOAT),
-    )
+    weight = derived("concat_last", weights, Attrs.none())
+    bias = derived("concat_last", biases, Attrs.none())
+    projected = Args.cons(x, Args.cons(weight, Args.cons(bias, tail)))
+    attention_node = out(Node(ATTENTION, MICROSOFT, attrs, projected, Args.nil(), node_id, 1), 0)
+    projection = [
+        attention_projection(y, x, weights, biases, k_dim, width),
+        eq(inputs).to(Args.cons(q, Args.cons(k, Args.cons(v, tail)))),
+    ]
+    weight_shapes = [has_shape(weight, dims_of(k_dim, width)), has_shape(bias, dims_of(width))]
+    for op, fused_output, conditions, shapes in (
+        (MULTI_HEAD_ATTENTION, mha, [], []),
+        (ATTENTION, attention_node, projection, weight_shapes),
+    ):
+        yield rule(*site, *conditions, eq(merged).to(fused), name=f"attention -> {op}").then(
+            union(y).with_(fused_output), *shapes
+        )
+        reshaped = result("Reshape", Attrs.none(), args_of(fused_output, Tensor.ints(merged)), reshape_id)
+        yield rule(*site, *conditions, ne(merged).to(fused), name=f"attention -> {op}+Reshape").then(
+            union(y).with_(reshaped),
+            has_shape(fused_output, fused),
+            has_type(fused_output, onnx.TensorProto.FLOAT),
+            *shapes,
+        )
 
 
 Call = bindings.Call | bindings.Lit
@@ -59,6 +102,10 @@ _SPAN = bindings.PanicSpan()
 
 def _call(name: str, *args: Call) -> bindings.Call:
     return bindings.Call(_SPAN, name, list(args))
+
+
+def _int(value: int) -> bindings.Lit:
+    return bindings.Lit(_SPAN, bindings.Int(value))
 
 
 def _dims(dims: tuple[int, ...]) -> bindings.Call:
@@ -83,7 +130,11 @@ def site_facts(
     if not sites:
         return []
     node_ids = {position: node_id for node_id, position in encoded.node_position.items()}
-    encoded.egraph.register(attention_site(Tensor.ref(-2), Args.nil(), Attrs.none(), Dims.nil(), Dims.nil(), "", ""))
+    inert = Tensor.ref(-2)
+    encoded.egraph.register(
+        attention_site(inert, Args.nil(), Attrs.none(), Dims.nil(), Dims.nil(), "", ""),
+        attention_projection(inert, inert, Args.nil(), Args.nil(), -1, -1),
+    )
     commands = []
     for site in sites:
         key = len(attributes)
@@ -93,13 +144,26 @@ def site_facts(
             "AttentionSite",
             ref(site.output),
             args(inputs),
-            _call("AttrsTable", bindings.Lit(_SPAN, bindings.Int(key))),
+            _call("AttrsTable", _int(key)),
             _dims(site.fused_shape),
             _dims(site.output_shape),
             bindings.Lit(_SPAN, bindings.String(node_ids[site.softmax])),
             bindings.Lit(_SPAN, bindings.String(node_ids[site.reshape])),
         )
         commands.append(bindings.ActionCommand(bindings.Expr_(_SPAN, fact)))
+        if site.projections:
+            x, weights, biases = site.projections[0], site.projections[1:4], site.projections[4:]
+            k_dim, width = encoded.facts.shapes[weights[0]]
+            projection = _call(
+                "AttentionProjection",
+                ref(site.output),
+                ref(x),
+                args(list(weights)),
+                args(list(biases)),
+                _int(k_dim),
+                _int(3 * width),
+            )
+            commands.append(bindings.ActionCommand(bindings.Expr_(_SPAN, projection)))
     return commands
 
 
