@@ -1,15 +1,19 @@
-"""Scaled dot-product attention offered as ONNX Runtime's fused com.microsoft op (``--target ort``).
+"""Scaled dot-product attention offered as ONNX Runtime's fused com.microsoft ops (``--target ort``).
 
     Reshape(Transpose(MatMul(Softmax(MatMul(Q_heads * c1, K_heads^T * c2) + mask), V_heads)))
         ==>  MultiHeadAttention(Q, K, V, attention_bias=mask, num_heads=N, scale=c1*c2)   [Reshape]
+        ==>  Attention(x, [Wq Wk Wv], [bq bk bv], attention_bias=mask, ...)               [Reshape]
+             where Q, K, V = x @ Wq + bq, x @ Wk + bk, x @ Wv + bv with constant weights
 
 Q, K and V are the [B, S, N*D] projections before their heads are split. The attentions are found in
 Python when the model is encoded (``attention_sites``: every condition for the equality is listed
-there) and asserted as ``AttentionSite`` facts; the rule here only adds the fused node to the class of
-the merged output, so the original graph stays in the e-graph and the cost model decides which form is
-extracted. A Reshape follows the fused node when the export flattens the merged heads to another shape
-(GPT-2's [B*S, N*D]). Causal masks need nothing of their own: exporters add them to the scores as a
-constant mask, which the fused op takes as its ``attention_bias``.
+there) and asserted as ``AttentionSite`` (and ``AttentionProjection``) facts; the rules here only add
+the fused nodes to the class of the merged output, so the original graph stays in the e-graph and the
+cost model decides which of the three forms is extracted: Attention also does the projections, so it
+saves three products and three bias additions, but its weights are a new constant per layer (the
+originals go when nothing else reads them). A Reshape follows the fused node when the export flattens
+the merged heads to another shape (GPT-2's [B*S, N*D]). Causal masks need nothing of their own:
+exporters add them to the scores as a constant mask, which the fused ops take as ``attention_bias``.
 """
 
 from __future__ import annotations
