@@ -45,6 +45,7 @@ class Form:
     flatten: bool = False  # merge the heads into [B*S, H] (GPT-2) rather than [B, S, H]
     softmax_axis: int = -1
     biased: bool = True  # Q, K, V = x @ W + b (else x @ W, which the Attention op cannot take)
+    grouped: bool = False  # Llama's form: one K/V head repeated for N query heads, rotary-like Mul after the split
 
 
 def _const(name: str, value: np.ndarray) -> onnx.TensorProto:
@@ -64,11 +65,16 @@ def attention_model(form: Form = Form(), seed: int = 0) -> onnx.ModelProto:
         _const("zero", np.array(0.0, np.float32)),
         _const("lowest", np.array(FLOAT32_MIN, np.float32)),
         _const("causal", np.tril(np.ones((S, S), bool))[None, None]),
+        _const("rotary", rng.standard_normal((1, 1, S, D)).astype(np.float32)),
+        _const("group_axis", np.array([2], np.int64)),
+        _const("repeat", np.array([B, 1, N, S, D], np.int64)),
+        _const("head_shape", np.array([B, N, S, D], np.int64)),
     ]
     inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, [B, S, H])]
     for part in "qkv":
-        inits += [_const(f"w{part}", rng.standard_normal((H, H)).astype(np.float32) * 0.3)]
-        inits += [_const(f"b{part}", rng.standard_normal(H).astype(np.float32) * 0.1)]
+        width = D if form.grouped and part != "q" else H
+        inits += [_const(f"w{part}", rng.standard_normal((H, width)).astype(np.float32) * 0.3)]
+        inits += [_const(f"b{part}", rng.standard_normal(width).astype(np.float32) * 0.1)]
         product = f"{part}_mm" if form.biased else f"{part}3"
         nodes.append(helper.make_node("MatMul", ["x", f"w{part}"], [product]))
         if form.biased:
@@ -77,18 +83,31 @@ def attention_model(form: Form = Form(), seed: int = 0) -> onnx.ModelProto:
             helper.make_node("Reshape", [f"{part}3", "split_shape"], [f"{part}_split"]),
             helper.make_node("Transpose", [f"{part}_split"], [f"{part}4"], perm=[0, 2, 1, 3]),
         ]
+    q4, k4, v4 = "q4", "k4", "v4"
+    if form.grouped:  # rotary-like products after the split, then the K/V head repeated N times
+        nodes += [
+            helper.make_node("Mul", ["q4", "rotary"], ["q_rotated"]),
+            helper.make_node("Mul", ["k4", "rotary"], ["k_rotated"]),
+        ]
+        for name, source in (("k", "k_rotated"), ("v", "v4")):
+            nodes += [
+                helper.make_node("Unsqueeze", [source, "group_axis"], [f"{name}_grouped"]),
+                helper.make_node("Expand", [f"{name}_grouped", "repeat"], [f"{name}_repeated"]),
+            ]
+        nodes.append(helper.make_node("Reshape", ["v_repeated", "head_shape"], ["v_heads"]))
+        q4, k4, v4 = "q_rotated", "k_repeated", "v_heads"
     if form.key_chain == "reshape":
         nodes += [
-            helper.make_node("Reshape", ["k4", "flat_keys"], ["k_flat"]),
+            helper.make_node("Reshape", [k4, "flat_keys"], ["k_flat"]),
             helper.make_node("Transpose", ["k_flat"], ["k_flat_t"], perm=[0, 2, 1]),
             helper.make_node("Reshape", ["k_flat_t", "keys_t"], ["kT"]),
         ]
     else:
-        nodes.append(helper.make_node("Transpose", ["k4"], ["kT"], perm=[0, 1, 3, 2]))
-    q, k = "q4", "kT"
+        nodes.append(helper.make_node("Transpose", [k4], ["kT"], perm=[0, 1, 3, 2]))
+    q, k = q4, "kT"
     if form.scale == "sqrt_both":
         nodes += [
-            helper.make_node("Mul", ["q4", "root_scale"], ["q_scaled"]),
+            helper.make_node("Mul", [q4, "root_scale"], ["q_scaled"]),
             helper.make_node("Mul", ["kT", "root_scale"], ["k_scaled"]),
         ]
         q, k = "q_scaled", "k_scaled"
@@ -116,7 +135,7 @@ def attention_model(form: Form = Form(), seed: int = 0) -> onnx.ModelProto:
         ]
         probs = "probs_safe"
     nodes += [
-        helper.make_node("MatMul", [probs, "v4"], ["context"]),
+        helper.make_node("MatMul", [probs, v4], ["context"]),
         helper.make_node("Transpose", ["context"], ["context_t"], perm=[0, 2, 1, 3]),
         helper.make_node("Reshape", ["context_t", "merged_shape"], ["merged"]),
         helper.make_node("Relu", ["merged"], ["y"]),
@@ -161,6 +180,7 @@ FORMS = {
     "Div on the scores, transposed key, no guard": Form(scale="div_scores", key_chain="transpose", nan_guard=False),
     "unscaled, flattened heads": Form(scale="none", flatten=True, mask="causal"),
     "unbiased projections": Form(mask="causal", biased=False),
+    "grouped, rotated after the split": Form(mask="causal", grouped=True),
 }
 
 
@@ -169,9 +189,13 @@ def test_attention_is_fused_and_computes_the_same(form: Form) -> None:
     model = attention_model(form)
     result = optimized(model)
     ops = op_types(result)
-    assert (ops[ATTENTION], ops[MHA]) == ((1, 0) if form.biased else (0, 1))
-    assert ops["Softmax"] == 0 and ops["Transpose"] == 0 and ops["MatMul"] == (0 if form.biased else 3)
-    assert ops["Reshape"] == (1 if form.flatten else 0)
+    projected = form.biased and not form.grouped
+    assert (ops[ATTENTION], ops[MHA]) == ((1, 0) if projected else (0, 1))
+    assert ops["Softmax"] == 0 and ops["MatMul"] == (0 if projected else 3)
+    if form.grouped:  # the head splits and V's repeat stay; Q is merged back, K's repeated heads regrouped
+        assert (ops["Transpose"], ops["Reshape"]) == (3 + 1, 3 + 1 + 2)
+    else:
+        assert (ops["Transpose"], ops["Reshape"]) == (0, 1 if form.flatten else 0)
     attrs = {a.name: helper.get_attribute_value(a) for a in _fused_node(result).attribute}
     assert attrs["num_heads"] == N
     assert attrs["scale"] == pytest.approx(1.0 if form.scale == "none" else D**-0.5, rel=1e-6)
@@ -231,6 +255,12 @@ def test_sites_name_the_projections_heads_and_scale() -> None:
     assert site.projections == ("x", "wq", "wk", "wv", "bq", "bk", "bv")
     (unbiased,) = _sites(attention_model(Form(biased=False)))
     assert unbiased.projections == ()
+
+
+def test_grouped_sites_read_query_and_repeated_keys_in_heads_layout() -> None:
+    (site,) = _sites(attention_model(Form(grouped=True)))
+    assert (site.query, site.key, site.value) == ("q_rotated", "k_repeated", "v_heads")
+    assert (site.query_merge, site.kv_heads, site.key_regroup, site.projections) == (True, True, (B, N, S, D), ())
 
 
 def test_softmax_over_another_axis_is_not_attention() -> None:

@@ -10,7 +10,9 @@ the short ``AttentionSite`` relation, and the extractor decides whether it is ta
 
 What must hold for the fused form to compute the same values:
   * Q, K, V are [B, S, N*D] tensors whose heads are split by a Reshape to [B, S, N, D] and a Transpose
-    [0, 2, 1, 3]; the result's heads are merged by the inverse Transpose and a Reshape;
+    [0, 2, 1, 3], or reach the products as [B, N, S, D] by other means (rotary embeddings applied after
+    the split, a grouped K/V head repeated N times): the fused op then reads K and V in that layout and Q
+    transposed and reshaped back; the result's heads are merged by the inverse Transpose and a Reshape;
   * K reaches the product transposed on its last two axes (directly or through the exporter's
     Reshape [B*N, T, D] / Transpose [0, 2, 1] / Reshape [B, N, D, T] chain);
   * the scale is a product of constant scalars (Mul) and reciprocals (Div) on Q, K or the scores;
@@ -56,6 +58,16 @@ class AttentionSite:
     """Position of the Softmax node: the fused node takes its place and name."""
     reshape: int
     """Position of the merging Reshape node."""
+    query_merge: bool = False
+    """``query`` is [B, N, S, D] (rotary embeddings applied after the head split): the fused node reads it
+    transposed to [B, S, N, D] and reshaped to [B, S, N*D]."""
+    kv_heads: bool = False
+    """``key`` and ``value`` are [B, N, T, D], the layout the fused op also takes, not [B, T, N*D]."""
+    key_regroup: tuple[int, ...] = ()
+    """The [B, N, T, D] shape ``key`` is reshaped to when it holds those values in another shape (the
+    exporter's expanded [B, Nkv, N/Nkv, T, D] key of grouped-query attention); () when it has it."""
+    transpose: int = -1
+    """Position of the Transpose that merges the heads: a Transpose the fused form adds takes its id."""
     projections: tuple[str, ...] = ()
     """(x, Wq, Wk, Wv, bq, bk, bv) when Q, K and V are ``x @ W + b`` of one [B, S, K] input with constant
     weights of one width: then com.microsoft Attention, which projects x itself, can stand for it too."""
@@ -141,7 +153,8 @@ def _heads_of(g: _Graph, name: str) -> str | None:
 
 
 def _untransposed_key(g: _Graph, name: str) -> str | None:
-    """The [B, N, T, D] key whose last two axes ``name`` ([B, N, D, T]) swaps, or None."""
+    """The key whose last two axes ``name`` ([B, N, D, T]) swaps: [B, N, T, D], or for the exporter's chain
+    any tensor its first Reshape reads (the same values in row-major order), or None."""
     transpose = g.node(name, "Transpose")
     if transpose is not None and g.perm(transpose) == [0, 1, 3, 2]:
         return transpose.input[0]
@@ -154,11 +167,11 @@ def _untransposed_key(g: _Graph, name: str) -> str | None:
     inner = g.node(middle.input[0], "Reshape")
     if inner is None:
         return None
-    key, flat, swapped = g.shape(inner.input[0]), g.shape(inner.output[0]), g.shape(name)
-    if key is None or flat is None or swapped is None or len(key) != 4:
+    flat, swapped = g.shape(inner.output[0]), g.shape(name)
+    if flat is None or swapped is None or len(swapped) != 4:
         return None
-    b, n, t, d = key
-    return inner.input[0] if flat == (b * n, t, d) and swapped == (b, n, d, t) else None
+    b, n, d, t = swapped
+    return inner.input[0] if flat == (b * n, t, d) else None
 
 
 def _is_attention_bias(mask: tuple[int, ...], scores: tuple[int, ...]) -> bool:
@@ -189,9 +202,8 @@ def _match(g: _Graph, position: int, softmax: onnx.NodeProto) -> AttentionSite |
     if matmul is None:
         return None
     q_heads, q_factor = _scaled(g, matmul.input[0])
-    k_swapped, k_factor = _scaled(g, matmul.input[1])
-    query, k_heads = _heads_of(g, q_heads), _untransposed_key(g, k_swapped)
-    key = _heads_of(g, k_heads) if k_heads is not None else None
+    k_source, k_factor = _scaled(g, matmul.input[1])
+    key = _untransposed_key(g, k_source)
     probabilities = softmax.output[0]
     readers = g.readers.get(probabilities, [])
     guard = _nan_guard(g, probabilities, readers)
@@ -199,24 +211,45 @@ def _match(g: _Graph, position: int, softmax: onnx.NodeProto) -> AttentionSite |
         probabilities = guard
         readers = g.readers.get(probabilities, [])
     merged = _merged_output(g, probabilities, readers)
-    if query is None or key is None or merged is None:
+    head_shape = g.shape(q_heads)
+    if key is None or merged is None or head_shape is None or len(head_shape) != 4:
         return None
-    value, output, reshape_position = merged
-    q_shape, k_shape, v_shape = g.shape(query), g.shape(key), g.shape(value)
-    out_shape = g.shape(output)
-    if q_shape is None or k_shape is None or v_shape is None or out_shape is None:
+    value, output, transpose_position, reshape_position = merged
+    d, out_shape, v_heads = head_shape[3], g.shape(output), g.shape(value)
+    if head_shape != (b, n, s, d) or out_shape is None or v_heads is None or v_heads[:3] != (b, n, t):
         return None
-    if q_shape[:2] != (b, s) or k_shape[:2] != (b, t) or v_shape[:2] != (b, t) or q_shape[2] != k_shape[2]:
-        return None
-    if q_shape[2] % n or v_shape[2] % n or not all(g.facts.is_float32(x) for x in (query, key, value, output)):
-        return None
-    fused_shape = (b, s, v_shape[2])
-    if int(np.prod(out_shape)) != int(np.prod(fused_shape)):
+    fused_shape = (b, s, n * v_heads[3])
+    query = _heads_of(g, q_heads)
+    key3 = _heads_of(g, key) if g.shape(key) == (b, n, t, d) else None
+    value3 = _heads_of(g, value)
+    key_regroup: tuple[int, ...] = ()
+    if key3 is not None and value3 is not None:
+        key, value = key3, value3
+    elif g.shape(key) != (b, n, t, d):
+        key_regroup = (b, n, t, d)
+    operands = [query or q_heads, key, value, output]
+    if int(np.prod(out_shape)) != int(np.prod(fused_shape)) or not all(g.facts.is_float32(x) for x in operands):
         return None
     scale = factor * q_factor * k_factor
-    projections = _projections(g, (query, key, value))
+    kv_heads = key3 is None or value3 is None
+    projections = _projections(g, (query, key, value)) if query is not None and not kv_heads else ()
     return AttentionSite(
-        output, query, key, value, bias, n, scale, fused_shape, out_shape, position, reshape_position, projections
+        output,
+        query or q_heads,
+        key,
+        value,
+        bias,
+        n,
+        scale,
+        fused_shape,
+        out_shape,
+        position,
+        reshape_position,
+        query_merge=query is None,
+        kv_heads=kv_heads,
+        key_regroup=key_regroup,
+        transpose=transpose_position,
+        projections=projections,
     )
 
 
@@ -258,20 +291,19 @@ def _nan_guard(g: _Graph, probabilities: str, readers: list[onnx.NodeProto]) -> 
     return where[0].output[0] if g.scalar(where[0].input[1]) == 0.0 else None
 
 
-def _merged_output(g: _Graph, probabilities: str, readers: list[onnx.NodeProto]) -> tuple[str, str, int] | None:
-    """(value [B, T, N*Dv], merged output, the merging Reshape's position) or None."""
+def _merged_output(g: _Graph, probabilities: str, readers: list[onnx.NodeProto]) -> tuple[str, str, int, int] | None:
+    """(value [B, N, T, Dv], merged output, the merging Transpose's and Reshape's positions) or None."""
     matmuls = [r for r in readers if r.op_type == "MatMul" and r.input[0] == probabilities]
     if len(matmuls) != 1:
         return None
-    value = _heads_of(g, matmuls[0].input[1])
     transposes = [r for r in g.readers.get(matmuls[0].output[0], []) if r.op_type == "Transpose"]
-    if value is None or len(transposes) != 1 or g.perm(transposes[0]) != [0, 2, 1, 3]:
+    if len(transposes) != 1 or g.perm(transposes[0]) != [0, 2, 1, 3]:
         return None
     reshapes = [r for r in g.readers.get(transposes[0].output[0], []) if r.op_type == "Reshape"]
     if len(reshapes) != 1:
         return None
-    reshape = reshapes[0]
-    return value, reshape.output[0], g.producer[reshape.output[0]][0]
+    transpose, reshape = transposes[0].output[0], reshapes[0].output[0]
+    return matmuls[0].input[1], reshape, g.producer[transpose][0], g.producer[reshape][0]
 
 
 def attention_sites(

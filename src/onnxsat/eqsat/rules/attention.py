@@ -139,22 +139,30 @@ def site_facts(
         attention_site(inert, Args.nil(), Attrs.none(), Dims.nil(), Dims.nil(), "", ""),
         attention_projection(inert, inert, Args.nil(), Args.nil(), -1, -1),
     )
-    commands = []
+    commands: list[bindings.ActionCommand] = []
     for site in sites:
         key = len(attributes)
         attributes.append(fused_attributes(site))
-        inputs = [site.query, site.key, site.value] + (["", "", site.bias] if site.bias else [])
+        helpers = _Helpers(commands, attributes, node_ids[site.transpose], node_ids[site.reshape])
+        query = ref(site.query)
+        if site.query_merge:  # [B, N, S, D] -> [B, S, N, D] -> [B, S, N*D]
+            b, s, hidden = site.fused_shape[0], site.fused_shape[1], site.num_heads * _head_size(encoded, site)
+            query = helpers.transpose(query, [0, 2, 1, 3], (b, s, site.num_heads, hidden // site.num_heads))
+            query = helpers.reshape(query, (b, s, hidden))
+        key_term = helpers.reshape(ref(site.key), site.key_regroup) if site.key_regroup else ref(site.key)
+        tail = args(["", "", site.bias] if site.bias else [])
+        inputs = _call("ArgsCons", query, _call("ArgsCons", key_term, _call("ArgsCons", ref(site.value), tail)))
         fact = _call(
             "AttentionSite",
             ref(site.output),
-            args(inputs),
+            inputs,
             _call("AttrsTable", _int(key)),
             _dims(site.fused_shape),
             _dims(site.output_shape),
-            bindings.Lit(_SPAN, bindings.String(node_ids[site.softmax])),
-            bindings.Lit(_SPAN, bindings.String(node_ids[site.reshape])),
+            _string(node_ids[site.softmax]),
+            _string(node_ids[site.reshape]),
         )
-        commands.append(bindings.ActionCommand(bindings.Expr_(_SPAN, fact)))
+        commands.append(_fact(fact))
         if site.projections:
             x, weights, biases = site.projections[0], site.projections[1:4], site.projections[4:]
             k_dim, width = encoded.facts.shapes[weights[0]]
@@ -167,8 +175,55 @@ def site_facts(
                 _int(k_dim),
                 _int(3 * width),
             )
-            commands.append(bindings.ActionCommand(bindings.Expr_(_SPAN, projection)))
+            commands.append(_fact(projection))
     return commands
+
+
+def _head_size(encoded: EncodedModel, site: AttentionSite) -> int:
+    return encoded.facts.shapes[site.query][3]
+
+
+class _Helpers:
+    """Terms for the Transpose and Reshape nodes a fused form adds around its inputs, with their shapes
+    (the cost model reads them); they take the ids of the merging Transpose and Reshape they resemble."""
+
+    def __init__(
+        self,
+        commands: list[bindings.ActionCommand],
+        attributes: list[list[onnx.AttributeProto]],
+        transpose_id: str,
+        reshape_id: str,
+    ) -> None:
+        self.commands, self.attributes = commands, attributes
+        self.transpose_id, self.reshape_id = transpose_id, reshape_id
+
+    def output(self, node: bindings.Call, dims: tuple[int, ...]) -> bindings.Call:
+        term = _call("Out", node, _int(0))
+        self.commands.append(_fact(_call("HasShape", term, _dims(dims))))
+        self.commands.append(_fact(_call("HasType", term, _int(onnx.TensorProto.FLOAT))))
+        return term
+
+    def transpose(self, x: bindings.Call, perm: list[int], dims: tuple[int, ...]) -> bindings.Call:
+        key = len(self.attributes)
+        self.attributes.append([helper.make_attribute("perm", perm)])
+        inputs = _call("ArgsCons", x, _call("ArgsNil"))
+        return self.output(_node("Transpose", _call("AttrsTable", _int(key)), inputs, self.transpose_id), dims)
+
+    def reshape(self, x: bindings.Call, dims: tuple[int, ...]) -> bindings.Call:
+        inputs = _call("ArgsCons", x, _call("ArgsCons", _call("TensorInts", _dims(dims)), _call("ArgsNil")))
+        return self.output(_node("Reshape", _call("AttrsNone"), inputs, self.reshape_id), dims)
+
+
+def _node(op_type: str, attrs: bindings.Call, inputs: bindings.Call, node_id: str) -> bindings.Call:
+    return _call("Node", _string(op_type), _string(""), attrs, inputs, _call("ArgsNil"), _string(node_id), _int(1))
+
+
+def _string(value: str) -> bindings.Lit:
+    return bindings.Lit(_SPAN, bindings.String(value))
+
+
+def _fact(expr: bindings.Call) -> bindings.ActionCommand:
+    return bindings.ActionCommand(bindings.Expr_(_SPAN, expr))
 
 
 register_family(attention, stage="simplify", order=135, targets=ORT_ONLY, requires_op="Softmax")
