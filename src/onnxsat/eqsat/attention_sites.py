@@ -19,9 +19,10 @@ What must hold for the fused form to compute the same values:
   * the mask, if any, is added to the scores and has shape [1 or B, 1 or N, S, T] (the op's
     ``attention_bias``);
   * Softmax runs over the last axis, and everything is float32.
-The NaN guard after Softmax (``Where(IsNaN(p), 0, p)``) is dropped: Softmax gives NaN only for a NaN or
-infinite score, which finite inputs and the finite mask values exporters use (the float32 minimum) do not
-produce.
+The NaN guard after Softmax (``Where(IsNaN(p), 0, p)``) is dropped only when the mask is known to be
+finite (absent, a ``Where`` of two finite constants as exporters write it, or a finite constant): Softmax
+then gives NaN only for a NaN or infinite score, which finite inputs do not produce. A mask that may hold
+-inf could mask a whole row, which the guard turns into zeros and the fused op would not.
 """
 
 from __future__ import annotations
@@ -208,6 +209,8 @@ def _match(g: _Graph, position: int, softmax: onnx.NodeProto) -> AttentionSite |
     readers = g.readers.get(probabilities, [])
     guard = _nan_guard(g, probabilities, readers)
     if guard is not None:
+        if bias and not _finite_mask(g, bias):
+            return None
         probabilities = guard
         readers = g.readers.get(probabilities, [])
     merged = _merged_output(g, probabilities, readers)
@@ -280,6 +283,16 @@ def _projections(g: _Graph, qkv: tuple[str, str, str]) -> tuple[str, ...]:
     if w_shape is None or b_shape is None or len(w_shape) != 2 or w_shape[0] != x_shape[2] or b_shape != w_shape[1:]:
         return ()
     return (x, *(w for _, w, _ in found), *(b for _, _, b in found))
+
+
+def _finite_mask(g: _Graph, mask: str) -> bool:
+    """The mask holds finite values only: a finite constant, or a ``Where`` choosing between two."""
+    where = g.node(mask, "Where")
+    if where is not None and len(where.input) == 3:
+        values = [g.scalar(name) for name in where.input[1:]]
+        return all(v is not None and np.isfinite(v) for v in values)
+    value = g.read(mask)
+    return value is not None and bool(np.all(np.isfinite(value)))
 
 
 def _nan_guard(g: _Graph, probabilities: str, readers: list[onnx.NodeProto]) -> str | None:
