@@ -18,7 +18,7 @@ from eqsat_helpers import check_and_compare, make_model, op_types, random_feeds
 from onnx import TensorProto, helper, numpy_helper
 
 from onnxsat.eqsat.attention_sites import attention_sites
-from onnxsat.eqsat.costs import AnalyticCost, CostModel, NodeSignature
+from onnxsat.eqsat.costs import AnalyticCost, CostModel, MeasuredCost, NodeSignature, TensorInfo
 from onnxsat.eqsat.decode import decode
 from onnxsat.eqsat.encode import encode
 from onnxsat.eqsat.extract import extract
@@ -291,3 +291,26 @@ def test_graph_without_softmax_has_no_sites() -> None:
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])],
     )
     assert attention_sites(graph, collect_facts(helper.make_model(graph), None), lambda name: None, set()) == []
+
+
+def _signature(op: str, inputs: tuple[TensorInfo | None, ...]) -> NodeSignature:
+    attributes = (helper.make_attribute("num_heads", N), helper.make_attribute("scale", 0.5))
+    return NodeSignature(op, "com.microsoft", attributes, inputs, (TensorInfo((B, S, H), TensorProto.FLOAT),), 1)
+
+
+def test_both_cost_models_price_the_fused_ops() -> None:
+    """ORT runs each fused signature the rules write, so ``measured`` times it rather than estimating it."""
+    x, bias = TensorInfo((B, S, H), TensorProto.FLOAT), TensorInfo((1, 1, S, S), TensorProto.FLOAT, True)
+    heads = TensorInfo((B, N, S, D), TensorProto.FLOAT)
+    signatures = [
+        _signature("MultiHeadAttention", (x, x, x, None, None, bias)),
+        _signature("MultiHeadAttention", (x, heads, heads)),
+        _signature(
+            "Attention",
+            (x, TensorInfo((H, 3 * H), TensorProto.FLOAT, True), TensorInfo((3 * H,), TensorProto.FLOAT, True)),
+        ),
+    ]
+    measured = MeasuredCost(persist=False, warmup=1, min_runs=2, max_runs=3, budget_ms=1.0)
+    for signature in signatures:
+        assert measured.figure(signature).source == "measured"
+        assert AnalyticCost().flops(signature) >= 4 * B * S * S * H  # at least Q @ K^T and P @ V
