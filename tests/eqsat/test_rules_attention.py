@@ -24,6 +24,7 @@ from onnxsat.eqsat.encode import encode
 from onnxsat.eqsat.extract import extract
 from onnxsat.eqsat.facts import collect_facts
 from onnxsat.eqsat.frozen import freeze
+from onnxsat.eqsat.optimizer import OptimizeOptions, optimize_model
 from onnxsat.eqsat.rules import applicable, rulesets_for
 from onnxsat.eqsat.saturate import SaturationLimits, saturate
 
@@ -314,3 +315,14 @@ def test_both_cost_models_price_the_fused_ops() -> None:
     for signature in signatures:
         assert measured.figure(signature).source == "measured"
         assert AnalyticCost().flops(signature) >= 4 * B * S * S * H  # at least Q @ K^T and P @ V
+
+
+@pytest.mark.parametrize("target", ["ort", "portable"])
+def test_optimize_verifies_the_fused_model(target: str) -> None:
+    """The whole pass: the fused model passes ONNXSat's own verification against the original."""
+    model = attention_model(Form(mask="causal"))
+    optimized, report = optimize_model(model, OptimizeOptions(target=target))
+    assert report.verification is not None and report.verification.ok
+    fused = {label: count for label, count in report.fusions.items() if "Attention" in label}
+    assert fused == ({"Softmax -> com.microsoft::Attention": 1} if target == "ort" else {})
+    assert all(node.domain in ("", "ai.onnx") for node in optimized.graph.node) == (target == "portable")
