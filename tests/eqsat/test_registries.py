@@ -63,7 +63,7 @@ def test_each_target_runs_the_same_families_in_the_same_order() -> None:
     assert rulesets_for("none").empty
     assert _names(TARGETS["portable"].simplify) == PORTABLE_SIMPLIFY
     assert _names(TARGETS["portable"].grow) == ["parallel_merge"]
-    assert _names(TARGETS["ort"].simplify) == [*PORTABLE_SIMPLIFY, "activation_fusion", "ort_guards"]
+    assert _names(TARGETS["ort"].simplify) == [*PORTABLE_SIMPLIFY, "activation_fusion", "attention", "ort_guards"]
     assert _names(TARGETS["ort"].grow) == ["parallel_merge"]
 
 

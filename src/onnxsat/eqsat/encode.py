@@ -47,6 +47,7 @@ from onnxsat.eqsat.language import (
     static_value,
     value_flag,
 )
+from onnxsat.eqsat.rules.attention import site_facts
 from onnxsat.eqsat.rules.layout_sinking import OP_KINDS
 
 _SPAN = bindings.PanicSpan()
@@ -224,6 +225,7 @@ class _Encoder:
             self.commands.append(
                 _fact(_call("InversePerms", _call("AttrsTable", _int(outer)), _call("AttrsTable", _int(inner))))
             )
+        self.commands += site_facts(self.result, self.args, self.ref)
         for output in graph.output:
             if output.name in self.constants:  # an initializer returned as is needs a handle too
                 handle = _call("TensorRef", _int(self.result.tensor_id(output.name)))

@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 
+from onnxsat.eqsat.attention_sites import AttentionSite, attention_sites
 from onnxsat.eqsat.folding import evaluate_node
 from onnxsat.eqsat.registry import register
 from onnxsat.eqsat.weights import constant_node_value
@@ -224,6 +225,8 @@ class GraphFacts:
     """(output, operand, rank) of binary elementwise nodes whose output keeps an operand's known shape."""
     absorbable_pads: list[str] = field(default_factory=list)
     """Outputs of Pads that the pool reading them can take into its own padding (``window_pads``)."""
+    attention_sites: list[AttentionSite] = field(default_factory=list)
+    """Scaled dot-product attentions a fused op can stand for (``attention_sites``)."""
     equal_initializers: dict[str, str] = field(default_factory=dict)
     """Constant initializer name -> the first (by name) constant initializer with the same type, dims
     and bytes: duplicates the encoder writes as one term, so nodes that read them merge by hash-consing."""
@@ -273,9 +276,9 @@ def collect_facts(model: onnx.ModelProto, typed: onnx.ModelProto | None, base_di
     facts.parallel_pairs = parallel_pairs(model, facts)
     facts.same_shape = same_shape_operands(graph, facts)
     constants = [t for t in graph.initializer if t.name not in overridable and t.name not in facts.graph_outputs]
-    facts.absorbable_pads = list(
-        absorbable_pads(graph, _small_constant_reader(graph, constants, base_dir), facts.sole_use, _opset(model))
-    )
+    read_small = _small_constant_reader(graph, constants, base_dir)
+    facts.absorbable_pads = list(absorbable_pads(graph, read_small, facts.sole_use, _opset(model)))
+    facts.attention_sites = attention_sites(graph, facts, read_small, {t.name for t in constants})
     facts.equal_initializers = equal_initializers(constants, base_dir)
     return facts
 

@@ -175,6 +175,15 @@ Transpose pair is an ``Attrs.computed`` known only at decode, so no rule could s
 pad_into_pool = relation("PadIntoPool", Tensor, egg_fn="PadIntoPool")
 """The output of a constant-mode Pad whose only reader, a pool, can take the padding into its own: every
 condition (pad value, kernel width, ceil mode, the pool's divisor) is checked in Python (``window_pads``)."""
+attention_site = relation("AttentionSite", Tensor, Args, Attrs, Dims, Dims, String, String, egg_fn="AttentionSite")
+"""(output, fused inputs, fused attributes, fused output shape, output shape, fused node id, merging Reshape's
+id): a scaled dot-product attention found in Python at encode time (``attention_sites``), which one
+com.microsoft MultiHeadAttention computes; the pattern spans too many nodes for one rule body."""
+attention_projection = relation(
+    "AttentionProjection", Tensor, Tensor, Args, Args, i64, i64, egg_fn="AttentionProjection"
+)
+"""(merged output of an ``AttentionSite``, x, [Wq, Wk, Wv], [bq, bk, bv], K, 3H): its Q, K and V are
+``x @ W + b`` with constant weights, so com.microsoft Attention with the weights side by side computes it too."""
 op_kind = relation("OpKind", String, String, egg_fn="OpKind")
 """(op type, kind): the op belongs to a class a rule family treats alike (``layout_sinking.OP_KINDS``)."""
 opset_at_least = relation("OpsetAtLeast", i64, egg_fn="OpsetAtLeast")
