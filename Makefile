@@ -49,8 +49,13 @@ bench: $(STAMP)
 # ONNXSat, ORT's transformers optimizer and onnxslim on BERT, ViT, GPT-2 and a tiny Llama (issue 20), one table.
 # Installs the zoo extra (torch, transformers) if missing, exports the models into out/transformers (about 1.4 GB,
 # once), then optimizes each in measured child processes and times them; 15-30 minutes. Not part of `make test`.
+# PyTorch for the exports: the CPU wheel in /opt/wheels where there is one (the plain `torch` from PyPI pulls
+# gigabytes of CUDA); then transformers. torchvision (in the zoo extra) is not needed here.
+TORCH_WHEEL ?= $(firstword $(wildcard /opt/wheels/torch-*+cpu-*.whl) torch)
+
 bench-transformers: $(STAMP)
-	$(BIN)/python -c "import torch, transformers" 2>/dev/null || $(BIN)/pip install --quiet -e ".[zoo]"
+	$(BIN)/python -c "import torch" 2>/dev/null || $(BIN)/pip install --quiet "$(TORCH_WHEEL)"
+	$(BIN)/python -c "import transformers" 2>/dev/null || $(BIN)/pip install --quiet "transformers>=4.40"
 	$(BIN)/python -m tools.transformers_bench --build --models out/transformers --markdown out/transformers/bench.md
 
 clean:

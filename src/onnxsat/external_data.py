@@ -25,6 +25,7 @@ import onnx
 from onnx import AttributeProto, GraphProto, TensorProto
 
 from onnxsat.errors import InvalidModelError, UnsafeModelError
+from onnxsat.proto_fields import copy_fields
 
 _ALIGNMENT = 4096
 """Tensors in a written data file start on page boundaries, so ONNX Runtime can memory-map them."""
@@ -201,15 +202,30 @@ def tensor_value(tensor: TensorProto, base_dir: Path | None) -> np.ndarray:
     return onnx.numpy_helper.to_array(loaded)
 
 
+STUB_BYTES = 2**20
+"""Main-graph initializers held in memory from this size on are stubbed in :func:`structure_view` too."""
+
+
 def structure_view(model: onnx.ModelProto) -> onnx.ModelProto:
-    """A copy for ``onnx.checker`` with each external tensor replaced by an empty stand-in.
+    """A copy for ``onnx.checker`` with each external tensor, and each large main-graph weight held in
+    memory, replaced by an empty stand-in.
 
     The checker can only find a data file relative to a model *path*; a model held in memory with
     references into another folder would fail it. The references themselves are checked by
-    :func:`reference`, so the checker is left to check the graph's structure.
+    :func:`reference`, so the checker is left to check the graph's structure. Large weights are left
+    out because the checker's copy of them (and ours for it) would be two more copies of the model:
+    their data cannot fail a structural check that their type and dims pass.
     """
     view = onnx.ModelProto()
-    view.CopyFrom(model)
+    copy_fields(model, view, skip={"graph"})
+    copy_fields(model.graph, view.graph, skip={"initializer"})
+    for tensor in model.graph.initializer:
+        if is_external(tensor) or (tensor.HasField("raw_data") and len(tensor.raw_data) >= STUB_BYTES):
+            stub = view.graph.initializer.add()
+            stub.name, stub.data_type = tensor.name, tensor.data_type
+            stub.dims.append(0)
+        else:
+            view.graph.initializer.append(tensor)
     for tensor in iter_tensors(view):
         if is_external(tensor):
             tensor.data_location = TensorProto.DEFAULT

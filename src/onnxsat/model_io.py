@@ -94,8 +94,7 @@ def check_model(model: onnx.ModelProto) -> None:
     empty stand-ins for them, since it can only find data files relative to a path on disk.
     """
     try:
-        if external_data.has_external_data(model):
-            model = external_data.structure_view(model)
+        model = external_data.structure_view(model)
         if model.ByteSize() > _PROTOBUF_LIMIT:
             return  # the checker cannot take it in memory; ONNX Runtime will load-check it instead
         onnx.checker.check_model(model, full_check=False)

@@ -20,9 +20,10 @@ import onnx
 import onnxruntime as ort
 
 from onnxsat.errors import InvalidModelError, RuntimeUnsupportedError
-from onnxsat.external_data import iter_tensors
+from onnxsat.external_data import iter_tensors, set_reference
 from onnxsat.inputs import InputsLike, InputSpec
 from onnxsat.model_io import check_model
+from onnxsat.proto_fields import copy_fields
 
 if TYPE_CHECKING:
     from onnxsat.runtime.tune import SessionSettings
@@ -157,8 +158,67 @@ def session(
         options.add_session_config_entry("session.disable_prepacking", "1")
         options.enable_cpu_mem_arena = False
     options.log_severity_level = 4  # ORT's own error log would add coloured lines to our one-line errors
-    source = str(model) if isinstance(model, Path) else model.SerializeToString()
-    return ort.InferenceSession(source, options, providers=providers)
+    if isinstance(model, Path):
+        return ort.InferenceSession(str(model), options, providers=providers)
+    light, shared = _large_weights_shared(model) if lean else (model, {})
+    if shared:
+        options.add_external_initializers(list(shared), [ort.OrtValue.ortvalue_from_numpy(v) for v in shared.values()])
+    sess = ort.InferenceSession(light.SerializeToString(), options, providers=providers)
+    sess._onnxsat_shared = shared
+    return sess
+
+
+SHARED_WEIGHT_BYTES = 2**20
+"""In-memory weights at least this large are handed to ONNX Runtime in place, not serialized with the model."""
+
+
+def _large_weights_shared(model: onnx.ModelProto) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
+    """A copy of ``model`` whose large in-memory initializers are stubs, and their values as arrays.
+
+    A session made from the whole model would hold each such weight three more times (the serialized
+    bytes, ORT's parsed copy, its tensor): weights a rule made at decode time (Q, K and V merged for
+    Attention: 85 MB on ViT-base) then dominated a verification's memory. ORT takes the arrays in place
+    for initializers the model declares as external; the stubs say so and are never read.
+    """
+    large = [
+        t
+        for t in model.graph.initializer
+        if t.data_location != onnx.TensorProto.EXTERNAL
+        and t.HasField("raw_data")
+        and len(t.raw_data) >= SHARED_WEIGHT_BYTES
+        and t.data_type in _SHAREABLE
+    ]
+    if not large:
+        return model, {}
+    names = {t.name for t in large}
+    light = onnx.ModelProto()
+    copy_fields(model, light, skip={"graph"})
+    copy_fields(model.graph, light.graph, skip={"initializer"})
+    shared: dict[str, np.ndarray] = {}
+    for tensor in model.graph.initializer:
+        if tensor.name not in names:
+            light.graph.initializer.append(tensor)
+            continue
+        dtype = onnx.helper.tensor_dtype_to_np_dtype(tensor.data_type)
+        shared[tensor.name] = np.frombuffer(tensor.raw_data, dtype=dtype).reshape(tuple(tensor.dims))
+        stub = light.graph.initializer.add()
+        stub.name, stub.data_type = tensor.name, tensor.data_type
+        stub.dims.extend(tensor.dims)
+        stub.data_location = onnx.TensorProto.EXTERNAL
+        set_reference(stub, "onnxsat-shared-in-memory", 0, len(tensor.raw_data))
+    return light, shared
+
+
+_SHAREABLE = {
+    onnx.TensorProto.FLOAT,
+    onnx.TensorProto.DOUBLE,
+    onnx.TensorProto.INT8,
+    onnx.TensorProto.UINT8,
+    onnx.TensorProto.INT16,
+    onnx.TensorProto.INT32,
+    onnx.TensorProto.INT64,
+}
+"""Element types whose raw bytes numpy reads as they are (no packing, no float16 bit tricks)."""
 
 
 def run_model(

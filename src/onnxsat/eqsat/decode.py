@@ -15,7 +15,6 @@ from dataclasses import dataclass, field
 import numpy as np
 import onnx
 from egglog import bindings
-from google.protobuf.message import Message
 
 import onnxsat.eqsat.rules  # noqa: F401  (registers the kernels that rule modules define next to their rules)
 from onnxsat.eqsat.activations import activation_attributes
@@ -27,6 +26,7 @@ from onnxsat.eqsat.frozen import ENode, FrozenEGraph, cons_cells
 from onnxsat.eqsat.weights import FOLDING_KERNELS, KERNELS, constant_node_value, sparse_tensor_value
 from onnxsat.errors import InvalidModelError
 from onnxsat.external_data import tensor_value
+from onnxsat.proto_fields import copy_fields
 
 MICROSOFT_DOMAIN = "com.microsoft"
 
@@ -346,10 +346,10 @@ class _Decoder:
                 self.emitted.append(_Emitted(alias, (len(source.graph.node), len(self.emitted))))
         nodes = self.ordered_nodes()
         model = onnx.ModelProto()
-        _copy_fields(source, model, skip={"graph"})
+        copy_fields(source, model, skip={"graph"})
         graph = model.graph
         rebuilt = {"node", "initializer", "sparse_initializer", "value_info", "quantization_annotation"}
-        _copy_fields(source.graph, graph, skip=rebuilt)
+        copy_fields(source.graph, graph, skip=rebuilt)
         graph.node.extend(nodes)
         keep = self.used_initializers | {v.name for v in source.graph.input}
         graph.initializer.extend(t for t in source.graph.initializer if t.name in keep)
@@ -377,20 +377,6 @@ def _claim_unique(base: str, used: set[str], avoid: frozenset[str] = frozenset()
         name = f"{base}_{counter}"
     used.add(name)
     return name
-
-
-def _copy_fields(source: Message, target: Message, skip: set[str]) -> None:
-    """Copy every set field of ``source`` into ``target`` except those named in ``skip``."""
-    for descriptor, value in source.ListFields():
-        if descriptor.name in skip:
-            continue
-        field_value = getattr(target, descriptor.name)
-        if descriptor.is_repeated:
-            field_value.extend(value)
-        elif descriptor.message_type is not None:
-            field_value.CopyFrom(value)
-        else:
-            setattr(target, descriptor.name, value)
 
 
 def decode(encoded: EncodedModel, snapshot: FrozenEGraph, choice: dict[bindings.Value, ENode]) -> DecodedModel:
