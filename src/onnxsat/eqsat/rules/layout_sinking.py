@@ -189,6 +189,8 @@ def _through_binary(
 ) -> object:
     d = Dims.cons(k, tail)
     laid_out = eq(z).to(_node(l_op, l_attrs, Args.cons(a, l_rest), l_id))
+    # The kinds again: the candidate fixed the e-classes, but y's and z's classes may hold other nodes.
+    kinds = (op_kind(b_op, String("binary")), op_kind(l_op, String("layout")))
     for operands, sunk_operands in (((z, c), (a, c)), ((c, z), (c, a))):
         sunk = _node(b_op, b_attrs, args_of(*sunk_operands), b_id)
         # A [1]-shaped constant would raise a rank-0 layout output to rank 1 (Squeeze to a scalar, then
@@ -198,6 +200,7 @@ def _through_binary(
                 sinkable_scalar(y, z, a, c),
                 eq(y).to(_node(b_op, b_attrs, args_of(*operands), b_id)),
                 laid_out,
+                *kinds,
                 has_shape(c, scalar),
                 *z_rank,
                 has_shape(a, d),
@@ -208,6 +211,7 @@ def _through_binary(
         sinkable_pair(y, z, w, a, b),
         eq(y).to(_node(b_op, b_attrs, args_of(z, w), b_id)),
         laid_out,
+        *kinds,
         eq(w).to(_node(l_op, l_attrs, Args.cons(b, l_rest), l_id2)),
         has_shape(a, d),
         has_shape(b, d),
