@@ -155,6 +155,11 @@ def optimize_model(
         extraction = extract(snapshot, cost_model, encoded, ort_lookahead=options.target == "ort")
     with phases("decode"), _collector_paused():
         decoded = decode(encoded, snapshot, extraction.choice)
+    eclasses, encode_commands = len(snapshot.classes), encoded.n_commands
+    # The e-graph, its snapshot and the extraction's choices are done with: freed before the result's
+    # verification run, whose weights are the peak of the whole optimization.
+    del snapshot, encoded
+    extraction.choice.clear()
     _return_freed_memory()
     with phases("verify"):
         result = verify(
@@ -182,11 +187,11 @@ def optimize_model(
     report.egraph = {
         "enodes_before": enodes_before,
         "enodes_after": stats.enodes or enodes_before,
-        "eclasses": len(snapshot.classes),
+        "eclasses": eclasses,
         "iterations": stats.iterations,
         "stop_reason": stats.stop_reason,
         "grow_bans": stats.banned,
-        "encode_commands": encoded.n_commands,
+        "encode_commands": encode_commands,
         "extracted_cost": extraction.cost,
         "tree_cost": extraction.tree_cost,
         "dag_switches": extraction.dag_switches,
