@@ -20,7 +20,7 @@ import onnx
 import onnxruntime as ort
 
 from onnxsat.errors import InvalidModelError, RuntimeUnsupportedError
-from onnxsat.external_data import iter_tensors, set_reference
+from onnxsat.external_data import expected_nbytes, iter_tensors, set_reference
 from onnxsat.inputs import InputsLike, InputSpec
 from onnxsat.model_io import check_model
 from onnxsat.proto_fields import copy_fields
@@ -180,13 +180,13 @@ def _large_weights_shared(model: onnx.ModelProto) -> tuple[onnx.ModelProto, dict
     Attention: 85 MB on ViT-base) then dominated a verification's memory. ORT takes the arrays in place
     for initializers the model declares as external; the stubs say so and are never read.
     """
-    large = [
+    large = [  # sized from dims and type: reading ``raw_data`` in Python copies it
         t
         for t in model.graph.initializer
         if t.data_location != onnx.TensorProto.EXTERNAL
         and t.HasField("raw_data")
-        and len(t.raw_data) >= SHARED_WEIGHT_BYTES
         and t.data_type in _SHAREABLE
+        and (expected_nbytes(t) or 0) >= SHARED_WEIGHT_BYTES
     ]
     if not large:
         return model, {}
@@ -200,12 +200,13 @@ def _large_weights_shared(model: onnx.ModelProto) -> tuple[onnx.ModelProto, dict
             light.graph.initializer.append(tensor)
             continue
         dtype = onnx.helper.tensor_dtype_to_np_dtype(tensor.data_type)
-        shared[tensor.name] = np.frombuffer(tensor.raw_data, dtype=dtype).reshape(tuple(tensor.dims))
+        array = np.frombuffer(tensor.raw_data, dtype=dtype).reshape(tuple(tensor.dims))
+        shared[tensor.name] = array
         stub = light.graph.initializer.add()
         stub.name, stub.data_type = tensor.name, tensor.data_type
         stub.dims.extend(tensor.dims)
         stub.data_location = onnx.TensorProto.EXTERNAL
-        set_reference(stub, "onnxsat-shared-in-memory", 0, len(tensor.raw_data))
+        set_reference(stub, "onnxsat-shared-in-memory", 0, array.nbytes)
     return light, shared
 
 
