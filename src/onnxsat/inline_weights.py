@@ -188,8 +188,8 @@ def write_one_file(model: onnx.ModelProto, base_dir: Path, source: Path, model_f
     out = onnx.ModelProto()
     out.CopyFrom(model)
     lazy = _lazy_tensors(out, base_dir, source)
-    lazy_names = {id(t) for t in lazy}
-    kept = [t for t in out.graph.initializer if id(t) not in lazy_names]
+    lazy_names = {t.name for t in lazy}  # initializer names are unique in a graph
+    kept = [t for t in out.graph.initializer if t.name not in lazy_names]
     headers = []
     for tensor in lazy:
         header = TensorProto()
