@@ -25,7 +25,7 @@ import onnx
 from onnx import AttributeProto, GraphProto, TensorProto
 
 from onnxsat.errors import InvalidModelError, UnsafeModelError
-from onnxsat.proto_fields import copy_fields
+from onnxsat.proto_fields import with_initializers_replaced
 
 _ALIGNMENT = 4096
 """Tensors in a written data file start on page boundaries, so ONNX Runtime can memory-map them."""
@@ -216,16 +216,7 @@ def structure_view(model: onnx.ModelProto) -> onnx.ModelProto:
     out because the checker's copy of them (and ours for it) would be two more copies of the model:
     their data cannot fail a structural check that their type and dims pass.
     """
-    view = onnx.ModelProto()
-    copy_fields(model, view, skip={"graph"})
-    copy_fields(model.graph, view.graph, skip={"initializer"})
-    for tensor in model.graph.initializer:
-        if is_external(tensor) or (tensor.HasField("raw_data") and len(tensor.raw_data) >= STUB_BYTES):
-            stub = view.graph.initializer.add()
-            stub.name, stub.data_type = tensor.name, tensor.data_type
-            stub.dims.append(0)
-        else:
-            view.graph.initializer.append(tensor)
+    view = with_initializers_replaced(model, _empty_stand_in)
     for tensor in iter_tensors(view):
         if is_external(tensor):
             tensor.data_location = TensorProto.DEFAULT
@@ -233,6 +224,16 @@ def structure_view(model: onnx.ModelProto) -> onnx.ModelProto:
             del tensor.dims[:]
             tensor.dims.append(0)
     return view
+
+
+def _empty_stand_in(tensor: TensorProto) -> TensorProto | None:
+    """An empty tensor of ``tensor``'s name and type if it is external or large (sized by its serialized
+    size: reading ``raw_data`` in Python would copy it), else None."""
+    if not (is_external(tensor) or (tensor.HasField("raw_data") and tensor.ByteSize() >= STUB_BYTES)):
+        return None
+    stub = TensorProto(name=tensor.name, data_type=tensor.data_type)
+    stub.dims.append(0)
+    return stub
 
 
 def write_model_with_data(

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
+import onnx
 from google.protobuf.message import Message
 
 
@@ -20,3 +23,17 @@ def copy_fields(source: Message, target: Message, skip: set[str]) -> None:
             field_value.CopyFrom(value)
         else:
             setattr(target, descriptor.name, value)
+
+
+def with_initializers_replaced(
+    model: onnx.ModelProto, replace: Callable[[onnx.TensorProto], onnx.TensorProto | None]
+) -> onnx.ModelProto:
+    """A copy of ``model`` whose main-graph initializers are ``replace(tensor)``, or the tensor itself
+    where that is None: stand-ins for large weights without copying the weights first."""
+    view = onnx.ModelProto()
+    copy_fields(model, view, skip={"graph"})
+    copy_fields(model.graph, view.graph, skip={"initializer"})
+    for tensor in model.graph.initializer:
+        stand_in = replace(tensor)
+        view.graph.initializer.append(tensor if stand_in is None else stand_in)
+    return view

@@ -23,7 +23,7 @@ from onnxsat.errors import InvalidModelError, RuntimeUnsupportedError
 from onnxsat.external_data import expected_nbytes, iter_tensors, set_reference
 from onnxsat.inputs import InputsLike, InputSpec
 from onnxsat.model_io import check_model
-from onnxsat.proto_fields import copy_fields
+from onnxsat.proto_fields import with_initializers_replaced
 
 if TYPE_CHECKING:
     from onnxsat.runtime.tune import SessionSettings
@@ -180,34 +180,33 @@ def _large_weights_shared(model: onnx.ModelProto) -> tuple[onnx.ModelProto, dict
     Attention: 85 MB on ViT-base) then dominated a verification's memory. ORT takes the arrays in place
     for initializers the model declares as external; the stubs say so and are never read.
     """
-    large = [  # sized from dims and type: reading ``raw_data`` in Python copies it
-        t
-        for t in model.graph.initializer
-        if t.data_location != onnx.TensorProto.EXTERNAL
-        and t.HasField("raw_data")
-        and t.data_type in _SHAREABLE
-        and (expected_nbytes(t) or 0) >= SHARED_WEIGHT_BYTES
-    ]
-    if not large:
+    if not any(_shareable(t) for t in model.graph.initializer):
         return model, {}
-    names = {t.name for t in large}
-    light = onnx.ModelProto()
-    copy_fields(model, light, skip={"graph"})
-    copy_fields(model.graph, light.graph, skip={"initializer"})
     shared: dict[str, np.ndarray] = {}
-    for tensor in model.graph.initializer:
-        if tensor.name not in names:
-            light.graph.initializer.append(tensor)
-            continue
+
+    def in_place(tensor: onnx.TensorProto) -> onnx.TensorProto | None:
+        if not _shareable(tensor):
+            return None
         dtype = onnx.helper.tensor_dtype_to_np_dtype(tensor.data_type)
         array = np.frombuffer(tensor.raw_data, dtype=dtype).reshape(tuple(tensor.dims))
         shared[tensor.name] = array
-        stub = light.graph.initializer.add()
-        stub.name, stub.data_type = tensor.name, tensor.data_type
-        stub.dims.extend(tensor.dims)
-        stub.data_location = onnx.TensorProto.EXTERNAL
+        stub = onnx.TensorProto(name=tensor.name, data_type=tensor.data_type, dims=tensor.dims)
         set_reference(stub, "onnxsat-shared-in-memory", 0, array.nbytes)
+        return stub
+
+    light = with_initializers_replaced(model, in_place)
     return light, shared
+
+
+def _shareable(tensor: onnx.TensorProto) -> bool:
+    """A large in-memory weight numpy can read as it is (sized from dims and type: reading ``raw_data`` in
+    Python copies it)."""
+    return (
+        tensor.data_location != onnx.TensorProto.EXTERNAL
+        and tensor.HasField("raw_data")
+        and tensor.data_type in _SHAREABLE
+        and (expected_nbytes(tensor) or 0) >= SHARED_WEIGHT_BYTES
+    )
 
 
 _SHAREABLE = {

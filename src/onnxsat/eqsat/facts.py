@@ -366,7 +366,8 @@ def _ends(tensor: onnx.TensorProto, base_dir: Path | None) -> bytes:
         head = read_bytes(ExternalRef(ref.path, ref.offset, size))
         return head + read_bytes(ExternalRef(ref.path, ref.offset + ref.length - size, size))
     if tensor.HasField("raw_data"):
-        return tensor.raw_data[:_END_BYTES] + tensor.raw_data[-_END_BYTES:]
+        data = tensor.raw_data  # each read of the field copies it
+        return data[:_END_BYTES] + data[-_END_BYTES:]
     return b""  # values in typed fields: small tensors, compared whole
 
 

@@ -15,9 +15,10 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 
-from egglog import EGraph, Ruleset, RunReport, Schedule
+from egglog import EGraph, RunReport, Schedule
 
 from onnxsat.eqsat.rules import RuleSchedule, analysis
+from onnxsat.eqsat.rules.families import ruleset_name
 from onnxsat.eqsat.rules.patterns import report_name
 
 GROW_MATCH_LIMIT = 1000
@@ -113,12 +114,12 @@ def saturate(egraph: EGraph, schedule: RuleSchedule, limits: SaturationLimits) -
             stats.stop_reason = f"iteration limit ({limits.max_iterations})"
             break
         reports = [runs.timed("analysis", analysed)]
-        reports += [runs.timed(_name(ruleset), ruleset) for ruleset in schedule.simplify]
+        reports += [runs.timed(ruleset_name(ruleset), ruleset) for ruleset in schedule.simplify]
         skipped = False  # a banned family may still have work: the search is not saturated yet
         for ruleset, back_off in zip(schedule.grow, back_offs, strict=True):
             skipped |= not back_off.allowed(stats.iterations)
             if back_off.allowed(stats.iterations):
-                grown_report = runs.timed(_name(ruleset), ruleset)
+                grown_report = runs.timed(ruleset_name(ruleset), ruleset)
                 back_off.record(stats.iterations, sum(grown_report.num_matches_per_rule.values()))
                 reports += [grown_report, runs.timed("analysis", analysed)]
         stats.iterations += 1
@@ -141,10 +142,6 @@ def saturate(egraph: EGraph, schedule: RuleSchedule, limits: SaturationLimits) -
             stats.stop_reason = f"memory limit ({limits.max_memory_mib:g} MiB)"
             break
     return stats
-
-
-def _name(ruleset: Ruleset) -> str:
-    return ruleset.ident.name if ruleset.ident is not None else "?"
 
 
 class _Runs:

@@ -65,6 +65,11 @@ FAMILIES: dict[str, RuleFamily] = {}
 """Family name -> family, in registration (module import) order; :func:`ordered` gives run order."""
 
 
+def ruleset_name(ruleset: Ruleset) -> str:
+    """The egglog name a ruleset was made with (``ruleset(name=...)``), "" for an unnamed one."""
+    return ruleset.ident.name if ruleset.ident is not None else ""
+
+
 def register_family(
     ruleset: Ruleset,
     *,
@@ -79,7 +84,7 @@ def register_family(
     Refuses a second family of one name or one ``order``, an unknown stage, and unknown targets (or
     ``none``, which runs nothing), so a mistake fails when the package is imported.
     """
-    name = ruleset.ident.name if ruleset.ident is not None else ""
+    name = ruleset_name(ruleset)
     if not name:
         raise RegistryError("a rule family's ruleset needs a name: ruleset(name=...)")
     if name in FAMILIES:
