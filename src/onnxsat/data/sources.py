@@ -83,27 +83,83 @@ held out. Independent of the training seed, so every retrain is measured on the 
 
 @dataclass(frozen=True)
 class Dataset:
-    """Model-ready samples: ``inputs`` float32 ``[N, ...]``, ``labels`` int64 ``[N]`` or None."""
+    """Model-ready samples: ``inputs`` ``[N, ...]`` (float32, or the integers a ``.npz`` holds), ``labels``
+    int64 ``[N]`` or None.
+
+    With ``streams``, the data is sequences for a model that keeps state: ``inputs`` ``[S, T, ...]`` are S
+    streams of T steps (each step one sample, fed as a batch of one), ``lengths`` ``[S]`` how many steps
+    of each are real (all T when None), ``labels`` ``[S, T]`` or None.
+    """
 
     inputs: np.ndarray
     labels: np.ndarray | None
     name: str
+    streams: bool = False
+    lengths: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.inputs)
 
     def batches(self, size: int) -> Iterator[tuple[np.ndarray, np.ndarray | None]]:
-        """Consecutive batches of ``size`` samples in dataset order; the last one may be shorter."""
+        """Consecutive batches of ``size`` samples in dataset order; the last one may be shorter. Streams
+        give their steps in order, stream after stream."""
         if size < 1:
             raise ValueError(f"batch size must be at least 1, got {size}")
+        if self.streams:
+            steps = np.concatenate(
+                [stream[:length] for stream, length in zip(self.inputs, self.stream_lengths, strict=True)]
+            )
+            labels = self.step_labels()
+            for start in range(0, len(steps), size):
+                yield steps[start : start + size], None if labels is None else labels[start : start + size]
+            return
         for start in range(0, len(self), size):
             labels = None if self.labels is None else self.labels[start : start + size]
             yield self.inputs[start : start + size], labels
 
+    @property
+    def stream_lengths(self) -> np.ndarray:
+        """Steps per stream (streams only)."""
+        if self.lengths is not None:
+            return self.lengths
+        return np.full(len(self.inputs), self.inputs.shape[1] if self.inputs.ndim > 1 else 0, dtype=np.int64)
+
+    @property
+    def samples(self) -> int:
+        """Samples scored: one per sample, or one per real step of every stream."""
+        return int(self.stream_lengths.sum()) if self.streams else len(self)
+
+    def step_labels(self) -> np.ndarray | None:
+        """Labels in the order outputs are scored (streams: each stream's real steps, in turn)."""
+        if self.labels is None or not self.streams:
+            return self.labels
+        return np.concatenate([row[:length] for row, length in zip(self.labels, self.stream_lengths, strict=True)])
+
     def take(self, n: int) -> Dataset:
-        """The first ``n`` samples: a deterministic subset, e.g. a quick calibration set."""
-        labels = None if self.labels is None else self.labels[:n]
-        return Dataset(self.inputs[:n], labels, self.name)
+        """The first ``n`` samples (or streams): a deterministic subset, e.g. a quick calibration set."""
+        return self.subset(np.arange(min(n, len(self))))
+
+    def subset(self, indices: np.ndarray) -> Dataset:
+        """The samples (or streams) at ``indices``, in that order."""
+        labels = None if self.labels is None else self.labels[indices]
+        lengths = None if self.lengths is None else self.lengths[indices]
+        return Dataset(self.inputs[indices], labels, self.name, self.streams, lengths)
+
+    def split(self, held_out: float, seed: int = 0) -> tuple[Dataset, Dataset | None]:
+        """(search part, held-out part): a seeded random ``held_out`` fraction of the samples (streams)
+        set apart, each part in dataset order; no held-out part when the fraction is 0 or the data has
+        fewer than two samples (streams)."""
+        count = len(self)
+        kept = min(count - 1, max(1, round(count * held_out))) if held_out > 0 and count >= 2 else 0
+        if not kept:
+            return self, None
+        chosen = np.zeros(count, dtype=bool)
+        chosen[np.random.default_rng(seed).permutation(count)[:kept]] = True
+        search, rest = self.subset(np.flatnonzero(~chosen)), self.subset(np.flatnonzero(chosen))
+        return (
+            Dataset(search.inputs, search.labels, f"{self.name} (search part)", self.streams, search.lengths),
+            Dataset(rest.inputs, rest.labels, f"{self.name} (held out)", self.streams, rest.lengths),
+        )
 
 
 @dataclass(frozen=True)
@@ -124,16 +180,21 @@ def load_dataset(
     limit: int | None = None,
     mean: Sequence[float] | None = None,
     std: Sequence[float] | None = None,
+    streams: bool = False,
 ) -> Dataset:
     """Load ``spec`` ("digits" or a path) fitted to a model input of ``input_shape`` (batch dim first).
 
     A path is a folder of images (in class subfolders, labelled by sorted folder name, or all at the
     top level, unlabelled), a CIFAR-10 python-batches folder or one batch file, or a ``.npz`` holding
     ``inputs`` and optionally ``labels``. Dims that are None, a name, or <= 0 are dynamic.
+
+    ``streams``: sequences for a model that keeps state, from a ``.npz`` only: ``inputs`` ``[S, T, ...]``
+    (each step one sample of the model's input), optional ``lengths`` ``[S]`` and ``labels`` ``[S, T]``;
+    ``limit`` then counts streams.
     """
     if limit is not None and limit < 1:
         raise DataError(f"{spec}: the sample limit must be at least 1, got {limit}")
-    dataset = _load(spec, input_shape, limit, mean, std)
+    dataset = _npz_streams(Path(spec), input_shape, limit) if streams else _load(spec, input_shape, limit, mean, std)
     if len(dataset) == 0:
         raise DataError(f"{spec}: holds no samples")
     return dataset
@@ -370,13 +431,52 @@ def _normalize(images: np.ndarray, layout: _ImageLayout) -> np.ndarray:
 
 
 def _npz(path: Path, input_shape: Sequence[int | str | None], limit: int | None) -> Dataset:
-    """``inputs`` (cast to float32, checked against the model's shape) and optional ``labels``."""
+    """``inputs`` (floats as float32, integers as stored: token ids, bytes; checked against the model's
+    shape) and optional ``labels``."""
     inputs, raw_labels = _read_npz(path)
-    if not (np.issubdtype(inputs.dtype, np.integer) or np.issubdtype(inputs.dtype, np.floating)):
-        raise DataError(f"{path}: 'inputs' holds {inputs.dtype} values, not numbers")
+    inputs = _numbers(inputs, path)
     require_shape(inputs.shape, input_shape, str(path))
     labels = None if raw_labels is None else _checked_labels(raw_labels, len(inputs), str(path))
-    return Dataset(inputs[:limit].astype(np.float32), None if labels is None else labels[:limit], f"npz:{path}")
+    return Dataset(inputs[:limit], None if labels is None else labels[:limit], f"npz:{path}")
+
+
+def _numbers(inputs: np.ndarray, path: Path) -> np.ndarray:
+    if np.issubdtype(inputs.dtype, np.integer):
+        return inputs
+    if np.issubdtype(inputs.dtype, np.floating):
+        return inputs.astype(np.float32)
+    raise DataError(f"{path}: 'inputs' holds {inputs.dtype} values, not numbers")
+
+
+def _npz_streams(path: Path, input_shape: Sequence[int | str | None], limit: int | None) -> Dataset:
+    """Streams from a ``.npz``: ``inputs`` ``[S, T, ...]``, optional ``lengths`` ``[S]``, ``labels`` ``[S, T]``."""
+    if not path.is_file():
+        raise DataError(f"{path}: streams for a stateful model come from a .npz file, and there is none there")
+    inputs, raw_labels = _read_npz(path)
+    inputs = _numbers(inputs, path)
+    if inputs.ndim < 2:
+        raise DataError(f"{path}: streams need 'inputs' of shape [streams, steps, ...], got {list(inputs.shape)}")
+    require_shape(inputs.shape[1:], input_shape, f"{path} (one stream)")
+    streams, steps = inputs.shape[:2]
+    with np.load(path, allow_pickle=False) as loaded:
+        raw_lengths = loaded["lengths"] if "lengths" in loaded.files else None
+    lengths = None
+    if raw_lengths is not None:
+        lengths = np.asarray(raw_lengths)
+        if lengths.shape != (streams,) or not np.issubdtype(lengths.dtype, np.integer):
+            raise DataError(f"{path}: 'lengths' must be {streams} whole numbers, one per stream")
+        if lengths.min() < 1 or lengths.max() > steps:
+            raise DataError(f"{path}: 'lengths' must be between 1 and {steps} steps")
+        lengths = lengths.astype(np.int64)[:limit]
+    labels = None
+    if raw_labels is not None:
+        labels = np.asarray(raw_labels)
+        if labels.shape != (streams, steps):
+            raise DataError(
+                f"{path}: stream labels must be [streams, steps] = [{streams}, {steps}], got {list(labels.shape)}"
+            )
+        labels = _checked_labels(labels.reshape(-1), streams * steps, str(path)).reshape(streams, steps)[:limit]
+    return Dataset(inputs[:limit], labels, f"npz:{path} ({min(streams, limit or streams)} streams)", True, lengths)
 
 
 def _read_npz(path: Path) -> tuple[np.ndarray, np.ndarray | None]:

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from onnxsat.html.charts import grouped_bars, horizontal_bars
+from onnxsat.html.charts import horizontal_bars
 from onnxsat.html.page import Page
+from onnxsat.html.scores import add_scores
 from onnxsat.html.verification import add_verification
 from onnxsat.sparsity.report import SparsifyReport
 
@@ -51,27 +52,9 @@ def sparsify_page(report: SparsifyReport) -> Page:
     for note in report.notes:
         page.paragraph(f"Note: {note}", note=True)
     if report.baseline is not None and report.accuracy is not None:
-        page.heading("Accuracy")
-        kind = report.baseline.kind
-        page.paragraph(f"{kind} on {report.data} ({report.baseline.samples} samples).")
-        before, after = report.baseline, report.accuracy
-        page.table(
-            ["", "top-1", "top-5"],
-            [
-                ("dense", f"{before.top1:.2%}", f"{before.top5:.2%}"),
-                ("sparse", f"{after.top1:.2%}", f"{after.top5:.2%}"),
-                ("drop", f"{before.top1 - after.top1:.2%}", f"{before.top5 - after.top5:.2%}"),
-            ],
-        )
-        page.figure(
-            grouped_bars(
-                ["top-1", "top-5"],
-                {"dense": [100 * before.top1, 100 * before.top5], "sparse": [100 * after.top1, 100 * after.top5]},
-                f"{kind} (%)",
-                f"{kind.capitalize()} before and after",
-            ),
-            alt=f"bar chart of {kind} before and after",
-        )
+        held = report.held_out
+        held_out = None if held is None else (held.data, held.baseline, held.score, held.drop)
+        add_scores(page, report.data, report.metrics, report.baseline, report.accuracy, held_out)
     if report.search:
         _add_search(page, report)
     if report.sizes:

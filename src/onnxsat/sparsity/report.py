@@ -6,9 +6,20 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from onnxsat.core import ReportBase
-from onnxsat.data.metrics import Accuracy
+from onnxsat.metrics import Score
 from onnxsat.sparsity.methods import LayerSparsity
 from onnxsat.verification import VerificationResult
+
+
+@dataclass
+class HeldOut:
+    """The chosen model on data the search never used: the honest figure beside the search's."""
+
+    data: str
+    baseline: Score
+    score: Score
+    drop: float
+    within_budget: bool
 
 
 @dataclass
@@ -24,8 +35,12 @@ class SparsifyReport(ReportBase):
     notes: list[str] = field(default_factory=list)
     data: str | None = None
     metric: str | None = None
-    baseline: Accuracy | None = None
-    accuracy: Accuracy | None = None
+    """The metric of the output that counts (the worst); ``metrics`` has every scored output's."""
+    metrics: dict[str, dict[str, str]] = field(default_factory=dict)
+    """Per scored output: its metric and why (``auto: one score per class per sample ([10])``)."""
+    baseline: Score | None = None
+    accuracy: Score | None = None
+    held_out: HeldOut | None = None
     max_drop: float | None = None
     search: dict[str, object] = field(default_factory=dict)
     """Budget search: uniform and per-layer results and the evaluations made (see ``search.py``)."""
@@ -46,8 +61,13 @@ class SparsifyReport(ReportBase):
     def summary(self) -> list[str]:
         lines = [f"{self.method}: {self.overall:.1%} of the prunable weights are zero"]
         if self.baseline is not None and self.accuracy is not None:
-            before, after = self.baseline.top1, self.accuracy.top1
-            lines.append(f"{self.baseline.kind} top-1 on {self.data}: {before:.2%} -> {after:.2%}")
+            lines.append(f"{self.baseline.kind} on {self.data}: {self.baseline.text()} -> {self.accuracy.text()}")
+        if self.held_out is not None:
+            held = self.held_out
+            lines.append(
+                f"held out ({held.score.samples} samples the search never used): {held.baseline.text()} -> "
+                f"{held.score.text()}, drop {held.drop:.2%}"
+            )
         return lines + self.notes
 
     def to_table(self) -> str:
@@ -66,12 +86,25 @@ class SparsifyReport(ReportBase):
         total = sum(layer.size for layer in self.layers)
         lines.append(f"{'total':<52}{total:>10,}{sum(x.zeros_before for x in self.layers):>14,}{self.overall:>10.2%}")
         lines.extend(f"note: {note}" for note in self.notes)
+        if self.metrics:
+            lines.append("")
+            lines.append("scored outputs:")
+            lines.extend(f"  {name}: {m['metric']} ({m['why']})" for name, m in self.metrics.items())
         if self.baseline is not None and self.accuracy is not None:
             lines.append("")
             lines.append(f"{self.baseline.kind} on {self.data} ({self.baseline.samples} samples):")
+            for before, after in zip(self.baseline.outputs, self.accuracy.outputs, strict=True):
+                details = ", ".join(f"{k} {v:.4g}" for k, v in after.details.items())
+                lines.append(
+                    f"  {before.output}: {before.metric} {before.value:.2%} -> {after.value:.2%}"
+                    + (f" ({details})" if details else "")
+                )
+        if self.held_out is not None:
+            held = self.held_out
+            verdict = "inside" if held.within_budget else "OUTSIDE"
             lines.append(
-                f"  before: top-1 {self.baseline.top1:.2%}, top-5 {self.baseline.top5:.2%}; after: top-1 "
-                f"{self.accuracy.top1:.2%}, top-5 {self.accuracy.top5:.2%}"
+                f"held out: {held.data} ({held.score.samples} samples the search never used): "
+                f"{held.baseline.text()} -> {held.score.text()}, drop {held.drop:.2%} ({verdict} the budget)"
             )
         if self.search:
             lines.append("")

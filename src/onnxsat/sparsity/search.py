@@ -20,27 +20,26 @@ models a search tries.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 import onnx
 import onnxruntime as ort
 
-from onnxsat.data.metrics import Accuracy, fidelity, topk_accuracy
+from onnxsat.data.outputs import OutputRunner
 from onnxsat.data.sources import Dataset
-from onnxsat.errors import DataError, SettingsError
+from onnxsat.errors import SettingsError
 from onnxsat.inputs import DEFAULT_DYNAMIC_DIM, InputsLike, InputSpec, fixed_dim, random_inputs
+from onnxsat.metrics import AUTO, Budget, Metric, MetricSpec, Score
 from onnxsat.sparsity.methods import MaskResult, sparsity_masks
 from onnxsat.sparsity.targets import SparsityTarget
 from onnxsat.verification import session
 
-METRICS = ("top1", "top5")
-
 
 def data_input(model: onnx.ModelProto, given: Collection[str] = ()) -> onnx.ValueInfoProto:
-    """The one graph input that is neither an initializer nor ``given`` (by ``--inputs``): what
-    calibration samples are fed to."""
+    """The one graph input that is neither an initializer nor ``given`` (by ``--inputs``, or a state
+    input of ``--stateful``): what calibration samples are fed to."""
     initializers = {t.name for t in model.graph.initializer}
     inputs = [v for v in model.graph.input if v.name not in initializers and v.name not in given]
     if len(inputs) != 1:
@@ -86,18 +85,20 @@ class Evaluator:
         targets: list[SparsityTarget],
         weights: Mapping[str, np.ndarray],
         dataset: Dataset,
-        metric: str = "top1",
+        metric: MetricSpec | Mapping[str, Metric] = AUTO,
         batch_size: int = 64,
         given: Mapping[str, np.ndarray] | None = None,
+        outputs: Sequence[str] = (),
+        state: Mapping[str, str] | None = None,
     ) -> None:
-        """``given``: the inputs the user fixed (``--inputs``), fed as they are with every batch."""
-        if metric not in METRICS:
-            raise SettingsError(f"unknown metric {metric!r}; choose from {', '.join(METRICS)}")
+        """``given``: the inputs the user fixed (``--inputs``), fed as they are with every batch;
+        ``metric``/``outputs``: how and which outputs are scored (``--metric``, ``--metric-output``);
+        ``state``: state inputs and the outputs fed back to them (``--stateful``)."""
         self.given = dict(given or {})
-        self.metric, self.dataset = metric, dataset
-        self.batch_size = batch_size_for(model, batch_size, self.given)
+        self.state = dict(state or {})
+        self.dataset = dataset
         self.weights = dict(weights)
-        self.input_name = data_input(model, self.given).name
+        excluded = set(self.given) | set(self.state)
         fed = onnx.ModelProto()
         fed.CopyFrom(model)
         if fed.ir_version < 4:
@@ -108,44 +109,51 @@ class Evaluator:
                 tensor = next(t for t in fed.graph.initializer if t.name == target.name)
                 fed.graph.input.append(onnx.helper.make_tensor_value_info(target.name, tensor.data_type, target.shape))
         self.session = session(fed, ort.GraphOptimizationLevel.ORT_ENABLE_ALL)
-        self.output_name = self.session.get_outputs()[0].name
+        self.runner = OutputRunner(
+            self.session,
+            data_input(model, excluded).name,
+            dataset,
+            batch_size=batch_size_for(model, batch_size, excluded),
+            given=self.given,
+            state=self.state,
+        )
         self.evaluations = 0
-        self.reference = self.logits({})
-        self.baseline = self.measure(self.reference)
+        self.reference = self.outputs({})
+        assert self.runner.batch_axes is not None
+        self.budget = Budget(
+            self.reference, self.runner.batch_axes, dataset.step_labels(), metric, outputs, set(self.state.values())
+        )
+        self.baseline = self.budget.baseline
 
-    def logits(self, masks: Mapping[str, np.ndarray]) -> np.ndarray:
-        """First output over the whole dataset with the masked weights zeroed (every batch run)."""
-        feeds = dict(self.given)
+    def outputs(self, masks: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """Every output over the whole dataset with the masked weights zeroed (every batch run)."""
+        feeds = {}
         for name, value in self.weights.items():
             mask = masks.get(name)
             feeds[name] = value if mask is None else np.where(mask, np.zeros((), value.dtype), value)
-        outputs = []
-        for inputs, _ in self.dataset.batches(self.batch_size):
-            outputs.append(self.session.run([self.output_name], {self.input_name: inputs, **feeds})[0])
         self.evaluations += 1
-        logits = np.concatenate(outputs)
-        if logits.ndim != 2:
-            raise DataError(f"accuracy needs [N, classes] logits; the model's first output has shape {logits.shape}")
-        return logits
+        return self.runner.run(feeds)
 
-    def measure(self, logits: np.ndarray) -> Accuracy:
-        labels = self.dataset.labels
-        return topk_accuracy(logits, labels) if labels is not None else fidelity(self.reference, logits)
+    def measure(self, outputs: Mapping[str, np.ndarray]) -> Score:
+        return self.budget.score(outputs)
 
-    def value(self, accuracy: Accuracy) -> float:
-        return accuracy.top1 if self.metric == "top1" else accuracy.top5
-
-    def drop(self, masks: Mapping[str, np.ndarray]) -> tuple[float, Accuracy]:
-        """Baseline minus pruned value of the metric (a fraction: 0.01 is one point), and the accuracy."""
-        accuracy = self.measure(self.logits(masks))
-        return self.value(self.baseline) - self.value(accuracy), accuracy
+    def drop(self, masks: Mapping[str, np.ndarray]) -> tuple[float, Score]:
+        """The baseline's minus the pruned model's score of the worst scored output (a fraction: 0.01 is
+        one point), and the score."""
+        score = self.measure(self.outputs(masks))
+        return score.drop, score
 
     def distortion(self, masks: Mapping[str, np.ndarray]) -> float:
-        """How far the pruned logits move from the dense ones: ||pruned - dense|| / ||dense||, summed over
-        the data. Unlike accuracy (steps of one sample) it grows smoothly with sparsity, so it can rank
-        layers by sensitivity."""
-        logits = self.logits(masks)
-        return float(np.linalg.norm(logits - self.reference) / max(np.linalg.norm(self.reference), 1e-12))
+        """How far the pruned scored outputs move from the dense ones: ||pruned - dense|| / ||dense||,
+        summed over the data and the scored outputs. Unlike a metric (steps of one sample) it grows
+        smoothly with sparsity, so it can rank layers by sensitivity."""
+        outputs = self.outputs(masks)
+        noise = signal = 0.0
+        for name in self.budget.metrics:
+            reference = np.asarray(self.reference[name], dtype=np.float64)
+            noise += float(np.sum((np.asarray(outputs[name], dtype=np.float64) - reference) ** 2))
+            signal += float(np.sum(reference**2))
+        return float(np.sqrt(noise) / max(np.sqrt(signal), 1e-12))
 
 
 MaskMaker = Callable[[float | Mapping[str, float]], MaskResult]
@@ -157,7 +165,7 @@ class SearchResult:
 
     levels: float | dict[str, float]
     chosen: MaskResult
-    accuracy: Accuracy
+    accuracy: Score
     drop: float
     trail: list[tuple[str, float, float]] = field(default_factory=list)
     """(what was tried, overall sparsity, drop) per evaluation."""
@@ -177,7 +185,7 @@ def search_uniform(
 ) -> SearchResult:
     """The highest single level within ``budget`` (scan by ``step``, then bisect to ``resolution``)."""
     trail: list[tuple[str, float, float]] = []
-    best: tuple[float, MaskResult, Accuracy, float] | None = None
+    best: tuple[float, MaskResult, Score, float] | None = None
 
     def attempt(level: float) -> bool:
         nonlocal best

@@ -8,23 +8,24 @@ a budget, its measured drop is inside the budget (the search guarantees it and t
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import onnx
 
+from onnxsat.data.outputs import parse_stateful
 from onnxsat.data.sources import Dataset, load_dataset
 from onnxsat.errors import SettingsError
 from onnxsat.external_data import tensor_value
 from onnxsat.inputs import InputSpec, random_inputs
+from onnxsat.metrics import AUTO, Metric, MetricSpec, check_spec, metric_names
 from onnxsat.options import float_list, option, percent
 from onnxsat.sparsity.calibration import channel_norms
 from onnxsat.sparsity.methods import METHODS, MaskResult, check_sparsity, get_method, sparsity_masks
-from onnxsat.sparsity.report import SparsifyReport
+from onnxsat.sparsity.report import HeldOut, SparsifyReport
 from onnxsat.sparsity.search import (
-    METRICS,
     Evaluator,
     MaskMaker,
     batch_size_for,
@@ -40,6 +41,8 @@ from onnxsat.sparsity.targets import SparsityTarget, select, sparsity_targets
 from onnxsat.verification import Tolerance, check_lossy, reference_run, verify
 
 RANDOM_CALIBRATION_SAMPLES = 32
+RANDOM_STREAMS = 4
+RANDOM_STREAM_STEPS = 32
 
 
 @dataclass
@@ -53,7 +56,26 @@ class SparsifyOptions:
     """The level to reach; None with ``max_drop`` (the search chooses it)."""
     max_drop: float | None = option(None, type=percent, help="search the highest sparsity whose drop stays within this")
     """Largest allowed drop of ``metric`` as a fraction (0.01 = one point), or None for no search."""
-    metric: str = option("top1", choices=lambda: METRICS, help="metric of the budget (default top1)")
+    metric: MetricSpec = option(
+        AUTO,
+        metavar="METRIC",
+        help="how outputs are scored: auto (default: chosen per output), "
+        + "|".join(n for n in metric_names() if n != AUTO)
+        + ", or package.module:function",
+    )
+    """A built-in metric, ``auto``, ``module:function``, or (Python API) a function
+    ``(reference, candidate, labels) -> score in [0, 1]``."""
+    metric_output: list[str] = option(
+        default_factory=list, metavar="NAME", help="outputs the budget applies to (default all but fed-back state)"
+    )
+    stateful: list[str] = option(
+        default_factory=list,
+        metavar="IN=OUT",
+        help="state input fed from this output, step after step; --data then holds streams [S, T, ...]",
+    )
+    holdout: float = option(
+        0.2, type=percent, help="share of --data the search never sees, scored at the end (default 20%%; 0: none)"
+    )
     data: str | None = option(
         None, help="digits, an image folder, a CIFAR-10 batches folder, an .npz (inputs, labels), or random"
     )
@@ -92,6 +114,14 @@ class SparsifyOptions:
             raise SettingsError(f"--step must be in (0, 1), got {self.step:g}")
         if self.limit is not None and self.limit < 1:
             raise SettingsError(f"--limit must be at least 1, got {self.limit}")
+        if not 0.0 <= self.holdout < 1.0:
+            raise SettingsError(f"--holdout must be in [0%, 100%), got {self.holdout:.2%}")
+        check_spec(self.metric)
+        parse_stateful(self.stateful)
+
+    @property
+    def state(self) -> dict[str, str]:
+        return parse_stateful(self.stateful)
 
 
 def _calibration_batches(
@@ -100,9 +130,10 @@ def _calibration_batches(
     """The data's batches, or seeded random inputs when no data was given (said in the report)."""
     if dataset is not None:
         given = options.inputs.given
-        name = data_input(model, given).name
-        for inputs, _ in dataset.batches(batch_size_for(model, options.batch_size, given)):
-            yield {**given, name: inputs}
+        fixed = {**given, **_zero_state(model, options.state)}
+        name = data_input(model, fixed).name
+        for inputs, _ in dataset.batches(1 if dataset.streams else batch_size_for(model, options.batch_size, fixed)):
+            yield {**fixed, name: inputs}
         return
     for seed in range(RANDOM_CALIBRATION_SAMPLES):
         yield random_inputs(model, options.inputs, seed)
@@ -113,11 +144,36 @@ def _dataset(model: onnx.ModelProto, options: SparsifyOptions) -> Dataset | None
     ``fidelity``."""
     if options.data is None:
         return None
+    excluded = set(options.inputs.given) | set(options.state)
     if options.data == "random":
+        if options.state:  # seeded random streams: 4 of 32 steps each (or --limit streams)
+            streams = options.limit or RANDOM_STREAMS
+            spec = options.inputs
+            fed = InputSpec(spec.shapes, {**spec.given, **_zero_state(model, options.state)}, spec.source)
+            steps = random_dataset(model, streams * RANDOM_STREAM_STEPS, fed).inputs
+            steps = steps.reshape(streams, RANDOM_STREAM_STEPS, *steps.shape[1:])
+            return Dataset(
+                steps, None, f"random ({streams} streams of {RANDOM_STREAM_STEPS} seeded normal steps)", True
+            )
         return random_dataset(model, options.limit or RANDOM_CALIBRATION_SAMPLES, options.inputs)
-    dims = input_dims(model, options.inputs.given)
-    dataset = load_dataset(options.data, dims, limit=options.limit, mean=options.mean, std=options.std)
-    return Dataset(dataset.inputs, None, f"{dataset.name} (fidelity)") if options.fidelity else dataset
+    dims = input_dims(model, excluded)
+    dataset = load_dataset(
+        options.data, dims, limit=options.limit, mean=options.mean, std=options.std, streams=bool(options.state)
+    )
+    if options.fidelity:
+        return Dataset(dataset.inputs, None, f"{dataset.name} (fidelity)", dataset.streams, dataset.lengths)
+    return dataset
+
+
+def _zero_state(model: onnx.ModelProto, state: dict[str, str]) -> dict[str, np.ndarray]:
+    """Zeros for each state input (dynamic dims 1): calibration runs steps from a fresh state."""
+    feeds = {}
+    for value in model.graph.input:
+        if value.name in state:
+            dims = [d.dim_value if d.dim_value > 0 else 1 for d in value.type.tensor_type.shape.dim]
+            dtype = onnx.helper.tensor_dtype_to_np_dtype(value.type.tensor_type.elem_type)
+            feeds[value.name] = np.zeros(dims, dtype=dtype)
+    return feeds
 
 
 def sparsify_model(
@@ -141,12 +197,21 @@ def sparsify_model(
                 f"calibrated on {RANDOM_CALIBRATION_SAMPLES} seeded random inputs: give --data for real activations"
             )
     masks_at = mask_maker(options.method, targets, weights, norms)
+    held_out = None
     if dataset is not None:
-        batch, given = options.batch_size, options.inputs.given
-        evaluator = Evaluator(model, targets, weights, dataset, options.metric, batch, given)
-        report.data, report.metric, report.baseline = dataset.name, options.metric, evaluator.baseline
+        if options.max_drop is not None:  # the search never sees the held-out part
+            dataset, held_out = dataset.split(options.holdout)
+        evaluator = _evaluator(model, targets, weights, dataset, options, options.metric)
+        report.data, report.baseline = dataset.name, evaluator.baseline
+        report.metric, report.metrics = evaluator.baseline.metric, evaluator.budget.describe()
     if options.max_drop is not None:
         result = _search(evaluator, masks_at, targets, options, report)
+        if held_out is not None:
+            held = _evaluator(model, targets, weights, held_out, options, evaluator.budget.metrics)
+            drop, score = held.drop(result.masks)
+            report.held_out = HeldOut(held_out.name, held.baseline, score, drop, drop <= options.max_drop)
+        else:
+            report.notes.append("no held-out score: the data has fewer than two samples (streams) or --holdout is 0")
     else:
         assert options.sparsity is not None
         result = sparsity_masks(options.method, targets, weights, options.sparsity, norms)
@@ -169,6 +234,19 @@ def sparsify_model(
         report.verification = verify(dense, sparse, options.inputs, tolerance, reference=reference, base_dir=base_dir)
     report.seconds = time.perf_counter() - start
     return sparse, report
+
+
+def _evaluator(
+    model: onnx.ModelProto,
+    targets: list[SparsityTarget],
+    weights: dict[str, np.ndarray],
+    dataset: Dataset,
+    options: SparsifyOptions,
+    metric: MetricSpec | Mapping[str, Metric],
+) -> Evaluator:
+    given = options.inputs.given
+    state, outputs = options.state, options.metric_output
+    return Evaluator(model, targets, weights, dataset, metric, options.batch_size, given, outputs, state)
 
 
 def _initializer_value(model: onnx.ModelProto, target: SparsityTarget, base_dir: Path | None) -> np.ndarray:

@@ -24,10 +24,13 @@ from onnxsat.bench.writing import csv_text, model_labels, save_figure, settings_
 from onnxsat.data.metrics import Accuracy
 from onnxsat.data.sources import Dataset, load_dataset
 from onnxsat.errors import SettingsError
+from onnxsat.metrics import Score
 from onnxsat.sparsity.methods import METHODS
-from onnxsat.sparsity.search import METRICS, input_dims, random_dataset
+from onnxsat.sparsity.search import input_dims, random_dataset
 from onnxsat.sparsity.targets import SparsityTarget, sparsity_targets
 from onnxsat.timing import environment
+CLASSIFIER_METRICS = ("top1", "top5")
+"""The experiments measure classifiers, and report both figures."""
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -82,8 +85,8 @@ class SparsityExperimentSettings:
                 raise SettingsError(f"unknown method {method!r}; choose from {', '.join(METHODS)}")
         if len(set(self.methods)) != len(self.methods):
             raise SettingsError(f"a method is listed twice: {', '.join(self.methods)}")
-        if self.metric not in METRICS:
-            raise SettingsError(f"unknown metric {self.metric!r}; choose from {', '.join(METRICS)}")
+        if self.metric not in CLASSIFIER_METRICS:
+            raise SettingsError(f"unknown metric {self.metric!r}; choose from {', '.join(CLASSIFIER_METRICS)}")
         if not 0.0 <= self.budget < 1.0:
             raise SettingsError(f"--budget must be in [0%, 100%), got {self.budget:.2%}")
         if not self.levels or any(not 0.0 <= level < 1.0 for level in self.levels):
@@ -184,6 +187,14 @@ def points(drop: float) -> str:
 
 def metric_value(accuracy: Accuracy, metric: str) -> float:
     return accuracy.top1 if metric == "top1" else accuracy.top5
+
+
+def as_accuracy(score: Score) -> Accuracy:
+    """A budget's top-1/top-5 score as the experiments' Accuracy (both figures, "fidelity" without labels)."""
+    top1, top5 = score.detail("top1"), score.detail("top5")
+    if top1 is None or top5 is None:
+        raise ValueError(f"the experiments score classifiers: {score.metric} has no top-1/top-5 figures")
+    return Accuracy(top1, top5, score.samples, "accuracy" if score.kind == "accuracy" else "fidelity")
 
 
 def level_text(level: float) -> str:

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from onnxsat.bench.sparsity.common import (
+    as_accuracy,
     experiment_dataset,
     fixed_batch,
     level_text,
@@ -91,7 +92,7 @@ def sweep_model(
     dataset = experiment_dataset(model, settings, label)
     batch = fixed_batch(model) or settings.batch_size
     evaluator = Evaluator(model, targets, weights, dataset, settings.metric, batch)
-    base = evaluator.baseline
+    base = as_accuracy(evaluator.baseline)
     info = SweepModel(
         label,
         str(path),
@@ -117,7 +118,7 @@ def sweep_model(
     tqdm = require("tqdm", "bench experiment's progress bar").tqdm
     for method, level in tqdm(steps, desc=f"experiment 2: {label}", unit="level", leave=False, disable=None):
         pruned = sparsity_masks(method, targets, weights, level, norms)
-        _, accuracy = evaluator.drop(pruned.masks)
+        accuracy = as_accuracy(evaluator.drop(pruned.masks)[1])
         row = LevelRow(
             label,
             method,

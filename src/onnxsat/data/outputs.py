@@ -1,0 +1,211 @@
+"""Running a model over a dataset and gathering every output per sample, wherever its batch axis is.
+
+What a metric compares is each sample's output, so outputs are gathered samples first (``[N, ...]``)
+whatever the model does: a CTC recognizer exports ``[T, N, classes]``, a recurrent state ``[2, N, H]``.
+The batch axis of each output is found once, by feeding one sample and then two when the batch is
+dynamic (the axis that grew), or from the declared dims and sizes when it is fixed. Models whose batch
+is fixed are fed batches of exactly that size (a fixed 1: sample by sample); dynamic ones in batches;
+the results are the same either way. An output with no batch axis at all is gathered sample by sample.
+
+Models that keep state (streaming speech, VAD) are fed streams step by step, the state outputs fed
+back to the state inputs (``--stateful IN=OUT``), starting from zeros; every step is one sample.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+import onnxruntime as ort
+
+from onnxsat.data.sources import Dataset
+from onnxsat.errors import DataError, RuntimeUnsupportedError, SettingsError
+from onnxsat.verification import tidy_ort_message
+
+ORT_DTYPES = {
+    "tensor(float)": np.float32,
+    "tensor(float16)": np.float16,
+    "tensor(double)": np.float64,
+    "tensor(int64)": np.int64,
+    "tensor(int32)": np.int32,
+    "tensor(int16)": np.int16,
+    "tensor(int8)": np.int8,
+    "tensor(uint8)": np.uint8,
+    "tensor(bool)": np.bool_,
+}
+
+
+def parse_stateful(specs: Sequence[str] | Mapping[str, str] | None) -> dict[str, str]:
+    """``["state=stateN", ...]`` -> ``{"state": "stateN"}``; a malformed pairing is one line."""
+    if not specs:
+        return {}
+    if isinstance(specs, Mapping):
+        return dict(specs)
+    pairs: dict[str, str] = {}
+    for spec in specs:
+        name, sep, output = spec.partition("=")
+        if not sep or not name or not output:
+            raise SettingsError(
+                f"--stateful {spec!r}: write INPUT=OUTPUT (the state input and the output fed back to it)"
+            )
+        pairs[name] = output
+    return pairs
+
+
+class OutputRunner:
+    """Runs one ONNX Runtime session over one dataset; :meth:`run` returns every output ``[N, ...]``."""
+
+    def __init__(
+        self,
+        session: ort.InferenceSession,
+        input_name: str,
+        dataset: Dataset,
+        *,
+        batch_size: int = 64,
+        given: Mapping[str, np.ndarray] | None = None,
+        state: Mapping[str, str] | None = None,
+    ) -> None:
+        self.session, self.input_name, self.dataset = session, input_name, dataset
+        self.given = dict(given or {})
+        self.state = dict(state or {})
+        inputs = {i.name: i for i in session.get_inputs()}
+        self.outputs = [o.name for o in session.get_outputs()]
+        self._declared = {o.name: list(o.shape) for o in session.get_outputs()}
+        _check_state(self.state, input_name, inputs, self.outputs)
+        if dataset.streams and not self.state:
+            raise SettingsError("the data holds streams: say which state is fed back with --stateful INPUT=OUTPUT")
+        model_input = inputs[input_name]
+        self.dtype = ORT_DTYPES.get(model_input.type)
+        if self.dtype is None:
+            raise DataError(f"the model's input {input_name!r} is a {model_input.type}: data cannot be fed to it")
+        first = model_input.shape[0] if model_input.shape else None
+        self.fixed_batch = first if isinstance(first, int) and first > 0 else None
+        self.batch_name = first if isinstance(first, str) else None
+        self._state_inputs = {name: inputs[name] for name in self.state}
+        self.batch_size = self.fixed_batch or batch_size
+        self.batch_axes: dict[str, int | None] | None = None
+
+    def run(self, feeds: Mapping[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:
+        """Every output over the whole dataset, samples (or stream steps) first, with ``feeds`` (weights
+        fed as inputs) beside the data and the user's given inputs."""
+        fixed = {**self.given, **(feeds or {})}
+        if self.dataset.streams:
+            return self._streams(fixed)
+        if self.batch_axes is None:
+            self.batch_axes = self._find_batch_axes(fixed)
+        step = self.batch_size if all(axis is not None for axis in self.batch_axes.values()) else 1
+        gathered: dict[str, list[np.ndarray]] = {name: [] for name in self.outputs}
+        for inputs, _ in self.dataset.batches(step):
+            count = len(inputs)
+            if self.fixed_batch is not None and count < self.fixed_batch:  # pad; the padding's rows are dropped
+                inputs = np.concatenate([inputs, np.zeros((self.fixed_batch - count, *inputs.shape[1:]), inputs.dtype)])
+            results = self._run({**fixed, self.input_name: inputs.astype(self.dtype, copy=False)})
+            for name, value in zip(self.outputs, results, strict=True):
+                gathered[name].append(_samples_first(value, self.batch_axes[name], count, name))
+        return {name: _joined(parts, name) for name, parts in gathered.items()}
+
+    def _find_batch_axes(self, fixed: Mapping[str, np.ndarray]) -> dict[str, int | None]:
+        """Per output, the axis that holds the samples (None: the output has none)."""
+        data = self.dataset.inputs
+        if self.fixed_batch is None and len(data) >= 2:
+            one = self._run({**fixed, self.input_name: data[:1].astype(self.dtype, copy=False)})
+            two = self._run({**fixed, self.input_name: data[:2].astype(self.dtype, copy=False)})
+            axes: dict[str, int | None] = {}
+            for name, a, b in zip(self.outputs, one, two, strict=True):
+                grown = [i for i, (x, y) in enumerate(zip(a.shape, b.shape, strict=False)) if (x, y) == (1, 2)]
+                if (
+                    a.ndim != b.ndim
+                    or len(grown) > 1
+                    or any(x != y for i, (x, y) in enumerate(zip(a.shape, b.shape, strict=False)) if i not in grown)
+                ):
+                    raise DataError(
+                        f"output {name!r} has shape {list(a.shape)} for one sample and {list(b.shape)} for two: "
+                        "no single batch axis to split it into samples"
+                    )
+                axes[name] = grown[0] if grown else None
+            return axes
+        probe = self._run({**fixed, self.input_name: self._first_batch()})
+        size = self.fixed_batch or 1
+        return {
+            name: self._guess_axis(name, value.shape, size) for name, value in zip(self.outputs, probe, strict=True)
+        }
+
+    def _first_batch(self) -> np.ndarray:
+        size = self.fixed_batch or 1
+        inputs = next(self.dataset.batches(size))[0]
+        if len(inputs) < size:
+            inputs = np.concatenate([inputs, np.zeros((size - len(inputs), *inputs.shape[1:]), inputs.dtype)])
+        return inputs.astype(self.dtype, copy=False)
+
+    def _guess_axis(self, name: str, shape: Sequence[int], batch: int) -> int | None:
+        """The batch axis from the declared dims (the input's batch name) or, failing that, the first axis
+        of the batch's size, declared dynamic ones first."""
+        declared = self._declared.get(name) or []
+        if self.batch_name is not None and self.batch_name in declared:
+            return declared.index(self.batch_name)
+        candidates = [i for i, size in enumerate(shape) if size == batch]
+        dynamic = [i for i in candidates if i >= len(declared) or not isinstance(declared[i], int)]
+        return (dynamic or candidates or [None])[0]
+
+    def _streams(self, fixed: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """Each stream step by step from zero state, state outputs fed back; outputs per step, in order."""
+        gathered: dict[str, list[np.ndarray]] = {name: [] for name in self.outputs}
+        data = self.dataset.inputs
+        for stream, length in zip(data, self.dataset.stream_lengths, strict=True):
+            state = {name: _zeros(info) for name, info in self._state_inputs.items()}
+            for step in stream[: int(length)]:
+                feeds = {**fixed, **state, self.input_name: step[None].astype(self.dtype, copy=False)}
+                results = dict(zip(self.outputs, self._run(feeds), strict=True))
+                if self.batch_axes is None:
+                    self.batch_axes = {n: self._guess_axis(n, v.shape, 1) for n, v in results.items()}
+                for name, value in results.items():
+                    gathered[name].append(_samples_first(value, self.batch_axes[name], 1, name))
+                state = {name: results[output] for name, output in self.state.items()}
+        return {name: _joined(parts, name) for name, parts in gathered.items()}
+
+    def _run(self, feeds: Mapping[str, np.ndarray]) -> list[np.ndarray]:
+        try:
+            return self.session.run(self.outputs, dict(feeds))
+        except Exception as error:  # ORT raises several unrelated exception types
+            reason = tidy_ort_message(" ".join(str(error).split())) or type(error).__name__
+            raise RuntimeUnsupportedError(f"ONNX Runtime cannot run the model on the data: {reason}") from None
+
+
+def _check_state(state: Mapping[str, str], data_input: str, inputs: Mapping[str, object], outputs: list[str]) -> None:
+    for name, output in state.items():
+        if name not in inputs:
+            raise SettingsError(
+                f"--stateful {name}={output}: the model has no input {name!r} (its inputs: {', '.join(inputs)})"
+            )
+        if output not in outputs:
+            raise SettingsError(
+                f"--stateful {name}={output}: the model has no output {output!r} (its outputs: {', '.join(outputs)})"
+            )
+        if name == data_input:
+            raise SettingsError(f"--stateful {name}={output}: {name!r} is the input the data is fed to")
+
+
+def _zeros(info: ort.NodeArg) -> np.ndarray:
+    """A state input's start: zeros of its declared shape, dynamic dims 1 (one stream at a time)."""
+    dtype = ORT_DTYPES.get(info.type, np.float32)
+    return np.zeros([d if isinstance(d, int) and d > 0 else 1 for d in info.shape], dtype=dtype)
+
+
+def _samples_first(value: np.ndarray, axis: int | None, count: int, name: str) -> np.ndarray:
+    """``value`` with its batch axis first, cut to ``count`` real samples; no axis: one sample, added."""
+    value = np.asarray(value)
+    if axis is None:
+        if count != 1:
+            raise DataError(f"output {name!r} has no batch axis but was run on {count} samples")
+        return value[None]
+    if axis >= value.ndim or value.shape[axis] < count:
+        raise DataError(f"output {name!r} has shape {list(value.shape)} for a batch of {count}: no batch axis")
+    return np.moveaxis(value, axis, 0)[:count]
+
+
+def _joined(parts: list[np.ndarray], name: str) -> np.ndarray:
+    shapes = {part.shape[1:] for part in parts}
+    if len(shapes) > 1:
+        sizes = ", ".join(str(list(s)) for s in sorted(shapes)[:3])
+        raise DataError(f"output {name!r} has a different shape per sample ({sizes}): it cannot be scored as one array")
+    return np.concatenate(parts) if parts else np.zeros((0,))

@@ -1,0 +1,52 @@
+"""The accuracy section every budgeted pass's page shares: scored outputs, their metrics, before and
+after on the search data, and the held-out figure."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from onnxsat.html.charts import grouped_bars
+from onnxsat.html.page import Page
+from onnxsat.metrics import Score
+
+
+def add_scores(
+    page: Page,
+    data: str | None,
+    metrics: Mapping[str, Mapping[str, str]],
+    before: Score,
+    after: Score,
+    held_out: tuple[str, Score, Score, float] | None = None,
+) -> None:
+    """``held_out``: (data name, original's score, result's score, drop) on data the search never used."""
+    page.heading("Accuracy")
+    page.paragraph(f"{before.kind} on {data} ({before.samples} samples).")
+    if metrics:
+        page.table(["output", "metric", "why"], [(name, m["metric"], m["why"]) for name, m in metrics.items()])
+    rows = []
+    for base, result in zip(before.outputs, after.outputs, strict=True):
+        details = ", ".join(f"{k} {v:.4g}" for k, v in result.details.items())
+        rows.append(
+            (
+                base.output,
+                base.metric,
+                f"{base.value:.2%}",
+                f"{result.value:.2%}",
+                f"{base.value - result.value:.2%}",
+                details,
+            )
+        )
+    page.table(["output", "metric", "original", "result", "drop", "details"], rows)
+    labels = [f"{o.output} ({o.metric})" for o in before.outputs]
+    values = {"original": [100 * o.value for o in before.outputs], "result": [100 * o.value for o in after.outputs]}
+    if held_out is not None:
+        name, held_before, held_after, drop = held_out
+        page.paragraph(
+            f"Held out: {name}, {held_after.samples} samples the search never used: {held_before.text()} -> "
+            f"{held_after.text()}, drop {drop:.2%}."
+        )
+        values["result (held out)"] = [100 * o.value for o in held_after.outputs]
+    page.figure(
+        grouped_bars(labels, values, f"{before.kind} (%)", f"{before.kind.capitalize()} before and after"),
+        alt=f"bar chart of {before.kind} before and after",
+    )

@@ -1,0 +1,23 @@
+"""Metrics for accuracy budgets: one registry, used by every budgeted pass and by the reports.
+
+Each module beside this one defines metrics for one kind of output and registers them; ``budget``
+scores candidates with them, ``selection`` picks one per output for ``--metric auto``, and ``custom``
+loads a user's own ``module:function``.
+"""
+
+from onnxsat.metrics import classification, dense_maps, detection, sequence, similarity  # noqa: F401  (registration)
+from onnxsat.metrics.base import METRICS, Measure, Metric
+from onnxsat.metrics.budget import AUTO, Budget, MetricSpec, OutputScore, Score, check_spec, metric_names
+
+__all__ = [
+    "AUTO",
+    "METRICS",
+    "Budget",
+    "Measure",
+    "Metric",
+    "MetricSpec",
+    "OutputScore",
+    "Score",
+    "check_spec",
+    "metric_names",
+]

@@ -1,0 +1,70 @@
+"""What a metric is: a score in [0, 1] of a candidate model's outputs against the original's (or labels).
+
+Every budgeted pass measures the same way: run the original and the candidate on the same data, hand
+one output's per-sample arrays of both (batch first, ``[N, ...]``) to a metric, and read back a score
+where 1 is "as good as the original could be" and the budget is a drop from the original's own score.
+A metric also says whether an output fits it, so a wrong choice is one line naming the output, not a
+traceback from inside numpy.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from onnxsat.registry import Registry
+
+Labels = np.ndarray | None
+"""Int64 labels ``[N]``, one per sample, when the data has them."""
+
+
+@dataclass(frozen=True)
+class Measure:
+    """One metric on one output: ``value`` in [0, 1] is what a budget spends; ``details`` are finer
+    figures for the report (top-5 beside top-1, per-position agreement beside whole sequences)."""
+
+    value: float
+    details: dict[str, float] = field(default_factory=dict)
+
+
+Measurer = Callable[[np.ndarray, np.ndarray, Labels], Measure]
+"""(the original's output ``[N, ...]``, the candidate's, labels or None) -> the candidate's measure."""
+Fit = Callable[[np.ndarray, int], str | None]
+"""(the original's output ``[N, ...]``, the axis the model's batch dim had) -> None if the metric
+applies to it, else why not, in a few words ("needs [N, classes]; per sample it is [40, 6625]")."""
+
+
+@dataclass(frozen=True)
+class Metric:
+    """A named way of scoring one output; ``uses_labels``: against labels when the data has them
+    (else agreement with the original), otherwise always agreement with the original."""
+
+    name: str
+    summary: str
+    measure: Measurer
+    fits: Fit
+    uses_labels: bool = False
+
+
+METRICS: Registry[Metric] = Registry("metric", "metric")
+"""Built-in metrics by name, filled by the modules beside this one; ``module:function`` names a user's own."""
+
+
+def register(metric: Metric) -> Metric:
+    return METRICS.register(metric.name, metric)
+
+
+def per_sample_shape(output: np.ndarray) -> tuple[int, ...]:
+    return tuple(int(d) for d in output.shape[1:])
+
+
+def shape_text(shape: tuple[int, ...]) -> str:
+    return "[" + ", ".join(map(str, shape)) + "]"
+
+
+def unit_interval(values: np.ndarray) -> bool:
+    """Whether every finite value lies in [0, 1] (probabilities, sigmoid scores)."""
+    finite = values[np.isfinite(values)]
+    return finite.size > 0 and float(finite.min()) >= 0.0 and float(finite.max()) <= 1.0

@@ -1,0 +1,160 @@
+"""Scoring candidates against the original on one dataset: the metric of every scored output, and a
+drop that is the worst output's.
+
+A budgeted pass builds one :class:`Budget` from the original's outputs, then asks it for each candidate's
+:class:`Score`. The budget applies to the outputs the user names (all but fed-back state by default);
+each is scored with its metric (``auto`` chooses per output), and the output that lost most counts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from onnxsat.errors import SettingsError
+from onnxsat.metrics.base import METRICS, Labels, Metric
+from onnxsat.metrics.custom import is_user_spec, user_metric
+from onnxsat.metrics.selection import choose
+
+AUTO = "auto"
+
+MetricSpec = str | Callable[[np.ndarray, np.ndarray, Labels], float]
+"""A built-in metric's name, ``auto``, ``module:function``, or (Python API) a function."""
+
+
+def metric_names() -> list[str]:
+    return [AUTO, *METRICS]
+
+
+def resolve(spec: MetricSpec) -> Metric | None:
+    """The metric ``spec`` names (None for ``auto``); an unknown name or unimportable function is one line."""
+    if is_user_spec(spec):
+        return user_metric(spec)  # type: ignore[arg-type]
+    if spec == AUTO:
+        return None
+    return METRICS.lookup(str(spec))
+
+
+def check_spec(spec: MetricSpec) -> None:
+    """Refuse a metric that does not exist before any work (imports a user's module)."""
+    resolve(spec)
+
+
+@dataclass(frozen=True)
+class OutputScore:
+    output: str
+    metric: str
+    value: float
+    baseline: float
+    details: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def drop(self) -> float:
+        return self.baseline - self.value
+
+
+@dataclass(frozen=True)
+class Score:
+    """One model's figures on the data: per scored output, and the worst output's as the whole."""
+
+    outputs: tuple[OutputScore, ...]
+    samples: int
+    kind: str
+    """``accuracy`` when a metric scored against labels, else ``agreement`` (with the original)."""
+
+    @property
+    def worst(self) -> OutputScore:
+        return max(self.outputs, key=lambda o: (o.drop, -o.value))
+
+    @property
+    def value(self) -> float:
+        return self.worst.value
+
+    @property
+    def drop(self) -> float:
+        return self.worst.drop
+
+    @property
+    def metric(self) -> str:
+        return self.worst.metric
+
+    def detail(self, name: str) -> float | None:
+        """A finer figure of the worst output (``top5`` beside ``top1``)."""
+        return self.worst.details.get(name)
+
+    def text(self) -> str:
+        """``top1 98.24%`` or, for several outputs, each one: ``output: sequence 87.50%, ...``."""
+        if len(self.outputs) == 1:
+            return f"{self.outputs[0].metric} {self.outputs[0].value:.2%}"
+        return ", ".join(f"{o.output}: {o.metric} {o.value:.2%}" for o in self.outputs)
+
+
+class Budget:
+    """The metrics of the scored outputs, fixed on the original's outputs; scores candidates."""
+
+    def __init__(
+        self,
+        reference: Mapping[str, np.ndarray],
+        batch_axes: Mapping[str, int | None],
+        labels: Labels = None,
+        metric: MetricSpec | Mapping[str, Metric] = AUTO,
+        outputs: Sequence[str] = (),
+        exclude: Collection[str] = (),
+    ) -> None:
+        """``outputs``: the scored outputs (default: all but ``exclude``, the fed-back state); ``metric``:
+        a spec for all of them, or the choices of another budget (to score held-out data the same way)."""
+        self.reference = dict(reference)
+        self.labels = labels
+        names = list(outputs) or [name for name in reference if name not in exclude]
+        unknown = [name for name in names if name not in reference]
+        if unknown:
+            raise SettingsError(
+                f"--metric-output {unknown[0]!r}: the model has no such output (it has: {', '.join(reference)})"
+            )
+        if not names:
+            raise SettingsError("no output is left to score: every output is fed back as state")
+        self.metrics: dict[str, Metric] = {}
+        self.reasons: dict[str, str] = {}
+        fixed = None if isinstance(metric, Mapping) else resolve(metric)
+        for name in names:
+            output, axis = self.reference[name], batch_axes.get(name) or 0
+            if isinstance(metric, Mapping):
+                self.metrics[name], self.reasons[name] = metric[name], "as on the search data"
+            elif fixed is None:
+                choice = choose(name, output, axis)
+                self.metrics[name], self.reasons[name] = choice.metric, f"auto: {choice.why}"
+            else:
+                why_not = fixed.fits(output, axis)
+                if why_not is not None:
+                    raise SettingsError(
+                        f"--metric {fixed.name} does not fit output {name!r}: {why_not}"
+                        + ("; name the outputs to score with --metric-output" if len(reference) > 1 else "")
+                    )
+                self.metrics[name], self.reasons[name] = fixed, "given"
+        self.baseline = self._score(self.reference, None)
+
+    def score(self, outputs: Mapping[str, np.ndarray]) -> Score:
+        return self._score(outputs, self.baseline)
+
+    def drop(self, outputs: Mapping[str, np.ndarray]) -> tuple[float, Score]:
+        score = self.score(outputs)
+        return score.drop, score
+
+    def _score(self, outputs: Mapping[str, np.ndarray], baseline: Score | None) -> Score:
+        scored = []
+        for name, metric in self.metrics.items():
+            labels = self.labels if metric.uses_labels else None
+            measure = metric.measure(self.reference[name], outputs[name], labels)
+            base = measure.value if baseline is None else next(o.value for o in baseline.outputs if o.output == name)
+            scored.append(OutputScore(name, metric.name, measure.value, base, dict(measure.details)))
+        kind = (
+            "accuracy" if self.labels is not None and any(m.uses_labels for m in self.metrics.values()) else "agreement"
+        )
+        samples = len(next(iter(self.reference.values())))
+        return Score(tuple(scored), samples, kind)
+
+    def describe(self) -> dict[str, dict[str, str]]:
+        """Per scored output, its metric and why it was chosen (for reports)."""
+        return {name: {"metric": m.name, "why": self.reasons[name]} for name, m in self.metrics.items()}

@@ -1,0 +1,125 @@
+"""Classifier outputs: top-1 / top-5 (against labels, or agreement with the original) and one-value
+decisions (a speech probability, a binary logit)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from onnxsat.errors import DataError
+from onnxsat.metrics.base import Labels, Measure, Metric, per_sample_shape, register, shape_text, unit_interval
+
+TOP_K = 5
+
+
+def class_scores(output: np.ndarray) -> np.ndarray | None:
+    """``[N, classes]`` from an output whose samples are one vector (``[N, C]``, ``[N, C, 1, 1]``), else None."""
+    shape = per_sample_shape(output)
+    wide = [d for d in shape if d != 1]
+    if len(wide) != 1 or wide[0] < 2:
+        return None
+    return output.reshape(len(output), -1)
+
+
+def class_ranks(scores: np.ndarray, classes: np.ndarray) -> np.ndarray:
+    """Where ``classes[i]`` stands in row i sorted from the highest score (0 = the argmax).
+
+    Ties go to the lower class index, as ``argmax`` does, so rank 0 is exactly "argmax is the class".
+    A row with a NaN is no prediction at all: its rank is past the last class, wrong at every k.
+    """
+    rows = np.arange(len(scores))
+    target = scores[rows, classes][:, None]
+    lower_index = np.arange(scores.shape[1])[None, :] < classes[:, None]
+    ranks = np.count_nonzero((scores > target) | ((scores == target) & lower_index), axis=1)
+    ranks[np.isnan(scores).any(axis=1)] = scores.shape[1]
+    return ranks
+
+
+def _fits_classes(reference: np.ndarray, batch_axis: int) -> str | None:
+    del batch_axis
+    if class_scores(reference) is None:
+        shape = shape_text(per_sample_shape(reference))
+        return f"needs one score per class per sample ([N, classes]); per sample it is {shape}"
+    return None
+
+
+def _targets(reference: np.ndarray, labels: Labels) -> np.ndarray:
+    scores = class_scores(reference)
+    assert scores is not None
+    if labels is None:
+        return np.argmax(scores, axis=1)
+    if len(labels) != len(scores):
+        raise DataError(f"{len(labels)} labels but {len(scores)} samples")
+    if len(labels) and labels.max() >= scores.shape[1]:
+        raise DataError(f"labels go up to {labels.max()} but the model has {scores.shape[1]} classes")
+    return labels.astype(np.int64)
+
+
+def _top_k(reference: np.ndarray, candidate: np.ndarray, labels: Labels, k: int) -> Measure:
+    scores = class_scores(candidate)
+    assert scores is not None
+    ranks = class_ranks(scores, _targets(reference, labels))
+    top1 = float(np.mean(ranks == 0))
+    top5 = float(np.mean(ranks < min(TOP_K, scores.shape[1])))
+    return Measure(top1 if k == 1 else top5, {"top1": top1, "top5": top5})
+
+
+def top1(reference: np.ndarray, candidate: np.ndarray, labels: Labels) -> Measure:
+    return _top_k(reference, candidate, labels, 1)
+
+
+def top5(reference: np.ndarray, candidate: np.ndarray, labels: Labels) -> Measure:
+    return _top_k(reference, candidate, labels, TOP_K)
+
+
+def decision_threshold(reference: np.ndarray) -> float:
+    """0.5 for probabilities (every value in [0, 1]), else 0 (logits): read from the original alone, so
+    every candidate is cut at the same place."""
+    return 0.5 if unit_interval(np.asarray(reference, dtype=np.float64)) else 0.0
+
+
+def _fits_decision(reference: np.ndarray, batch_axis: int) -> str | None:
+    del batch_axis
+    if int(np.prod(per_sample_shape(reference), dtype=np.int64)) != 1:
+        return f"needs one value per sample; per sample it is {shape_text(per_sample_shape(reference))}"
+    return None
+
+
+def binary(reference: np.ndarray, candidate: np.ndarray, labels: Labels) -> Measure:
+    """Share of samples whose decision (value at or above the threshold) is the original's; with labels
+    (0 or 1), share of right decisions."""
+    threshold = decision_threshold(reference)
+    decided = candidate.reshape(len(candidate)) >= threshold
+    truth = reference.reshape(len(reference)) >= threshold if labels is None else labels.astype(bool)
+    positive = truth.sum()
+    both = (decided & truth).sum()
+    recall = float(both / positive) if positive else 1.0
+    return Measure(float(np.mean(decided == truth)), {"threshold": threshold, "recall": recall})
+
+
+register(
+    Metric(
+        "top1",
+        "share of samples whose top class is the label's (or the original's)",
+        top1,
+        _fits_classes,
+        uses_labels=True,
+    )
+)
+register(
+    Metric(
+        "top5",
+        "share of samples whose label (or the original's top class) is among the top 5",
+        top5,
+        _fits_classes,
+        uses_labels=True,
+    )
+)
+register(
+    Metric(
+        "binary",
+        "one value per sample: share of decisions (at 0.5 for probabilities, 0 for logits) unchanged",
+        binary,
+        _fits_decision,
+        uses_labels=True,
+    )
+)

@@ -1,0 +1,76 @@
+"""Which metric fits an output, chosen from its shape, values and name (``--metric auto``).
+
+The rules, first match wins, each with the reason the report prints:
+- integer or boolean values: ``exact``;
+- one value per sample: ``binary`` (a probability or a logit);
+- one score per class (``[N, C]``, ``[N, C, 1, 1]``): ``top1``;
+- ``[N, K, A]`` with a short axis of box coordinates in pixels then scores in [0, 1]: ``detection``;
+- ``[N, T, C]`` whose rows are probabilities or log-probabilities, whose time axis came before the batch
+  (``[T, N, C]``, as CTC models export), or named like logits: ``sequence``;
+- maps ``[N, C, H, W]``, or ``[N, H, W]`` of probabilities: ``map``;
+- anything else: ``cosine``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from onnxsat.metrics.base import METRICS, Metric, per_sample_shape, shape_text, unit_interval
+from onnxsat.metrics.classification import class_scores
+from onnxsat.metrics.dense_maps import map_shape
+from onnxsat.metrics.detection import boxes_in_pixels, yolo_layout
+
+_ROW_TOLERANCE = 1e-3
+_SEQUENCE_NAMES = ("logit", "ctc", "softmax", "prob")
+
+
+@dataclass(frozen=True)
+class Choice:
+    metric: Metric
+    why: str
+
+
+def choose(name: str, reference: np.ndarray, batch_axis: int) -> Choice:
+    """The metric for output ``name`` of the original (``reference``, samples first; ``batch_axis``: where
+    the model had the batch), with the reason."""
+    shape = per_sample_shape(reference)
+    text = shape_text(shape)
+    if not np.issubdtype(reference.dtype, np.floating):
+        return Choice(METRICS["exact"], f"{reference.dtype} values")
+    if int(np.prod(shape, dtype=np.int64)) == 1:
+        return Choice(METRICS["binary"], "one value per sample")
+    if class_scores(reference) is not None:
+        return Choice(METRICS["top1"], f"one score per class per sample ({text})")
+    if len(shape) == 2:
+        layout = yolo_layout(reference)
+        if layout is not None and boxes_in_pixels(reference, layout):
+            order = "[4+classes, anchors]" if layout.channels_first else "[anchors, 5+classes]"
+            return Choice(METRICS["detection"], f"YOLO-style {order} per sample ({text}), boxes in pixels")
+        why = _sequence_reason(name, reference, batch_axis)
+        if why is not None:
+            return Choice(METRICS["sequence"], f"{why} ({text} per sample)")
+        if unit_interval(np.asarray(reference, dtype=np.float64)) and map_shape(reference) is not None:
+            return Choice(METRICS["map"], f"a map of values in [0, 1] per sample ({text})")
+    elif len(shape) == 3 and map_shape(reference) is not None:
+        return Choice(METRICS["map"], f"{shape[0]}-channel maps per sample ({text})")
+    return Choice(METRICS["cosine"], f"no specific metric fits {text} per sample")
+
+
+def _sequence_reason(name: str, reference: np.ndarray, batch_axis: int) -> str | None:
+    values = np.asarray(reference, dtype=np.float64)
+    if batch_axis == 1:
+        return "time-major scores [T, N, classes]"
+    sums = values.sum(axis=-1)
+    if values.min() >= 0 and np.allclose(sums, 1.0, atol=_ROW_TOLERANCE):
+        return "probabilities per step"
+    if values.max() <= 0:
+        top = values.max(axis=-1, keepdims=True)
+        log_sums = np.log(np.exp(values - top).sum(axis=-1)) + top[..., 0]
+        if np.allclose(log_sums, 0.0, atol=_ROW_TOLERANCE):
+            return "log-probabilities per step"
+    lowered = name.lower()
+    if any(word in lowered for word in _SEQUENCE_NAMES):
+        return f"scores per step named {name!r}"
+    return None
