@@ -13,15 +13,19 @@ import pytest
 from browser_check import open_pages
 
 from onnxsat.cli import main
-from onnxsat.data.metrics import Accuracy
 from onnxsat.html import Page, write_page
 from onnxsat.html.sparsify import sparsify_page
+from onnxsat.metrics import OutputScore, Score
 from onnxsat.sparsity.methods import LayerSparsity
-from onnxsat.sparsity.report import SparsifyReport
+from onnxsat.sparsity.report import HeldOut, SparsifyReport
 from onnxsat.verification import VerificationResult
 from onnxsat.zoo.synthetic import demo_cnn
 
 pytestmark = pytest.mark.xdist_group("html_pages")  # the pages and the browser run once, on one worker
+
+
+def _score(value: float, baseline: float) -> Score:
+    return Score((OutputScore("logits", "top1", value, baseline, {"top1": value, "top5": 1.0}),), 360, "accuracy")
 
 
 def searched_sparsify_report() -> SparsifyReport:
@@ -38,8 +42,10 @@ def searched_sparsify_report() -> SparsifyReport:
         overall=0.6,
         data="digits",
         metric="top1",
-        baseline=Accuracy(0.97, 1.0, 360, "accuracy"),
-        accuracy=Accuracy(0.955, 0.997, 360, "accuracy"),
+        baseline=_score(0.97, 0.97),
+        accuracy=_score(0.955, 0.97),
+        metrics={"logits": {"metric": "top1", "why": "auto: one score per class per sample ([10])"}},
+        held_out=HeldOut("digits (held out)", _score(0.96, 0.96), _score(0.95, 0.96), 0.01, True),
         max_drop=0.02,
         search={
             "uniform": {"level": 0.5, "sparsity": 0.5, "drop": 0.01},
@@ -110,7 +116,7 @@ def test_sparsify_pages(seen: dict[str, dict[str, object]]) -> None:
     assert {"weight", "sparsity", "|w| cut"} <= headers(seen["sparsify"])
     assert seen["sparsify"]["images"] == "1" and seen["sparsify"]["broken"] == "0"
     searched = seen["searched"]
-    assert {"top-1", "top-5", "search", "tried", "within budget"} <= headers(searched)
+    assert {"output", "metric", "original", "result", "drop", "search", "tried", "within budget"} <= headers(searched)
     assert searched["images"] == "2" and searched["broken"] == "0"  # sparsity per layer, accuracy
 
 

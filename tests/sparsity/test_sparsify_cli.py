@@ -87,19 +87,41 @@ def test_budget_search_stays_inside_and_per_layer_beats_or_matches_uniform(tmp_p
     source = mlp(tmp_path / "mlp.onnx")
     data = labelled_data(source, tmp_path / "data.npz")
     out, report = tmp_path / "out.onnx", tmp_path / "report.json"
-    code = main(
-        ["sparsify", str(source), "--max-drop", "5%", "--data", str(data), "-o", str(out), "--report", str(report)]
-    )
+    args = ["sparsify", str(source), "--max-drop", "5%", "--data", str(data), "--holdout", "0"]
+    code = main([*args, "-o", str(out), "--report", str(report)])
     assert code == 0
     found = json.loads(report.read_text())
     search = found["search"]
     assert search["uniform"]["drop"] <= 0.05 and search["uniform"]["sparsity"] > 0.1
     assert found["overall"] >= search["uniform"]["sparsity"]
-    assert found["baseline"]["top1"] == 1.0 and found["accuracy"]["top1"] >= 0.95
+    assert found["metric"] == "top1" and found["metrics"]["logits"]["metric"] == "top1"
+    assert found["baseline"]["value"] == 1.0 and found["accuracy"]["value"] >= 0.95
+    assert found["held_out"] is None
     # the written model really scores what the report says
     x, labels = np.load(data)["inputs"], np.load(data)["labels"]
     logits = ort.InferenceSession(str(out), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
-    assert (logits.argmax(axis=1) == labels).mean() == pytest.approx(found["accuracy"]["top1"])
+    assert (logits.argmax(axis=1) == labels).mean() == pytest.approx(found["accuracy"]["value"])
+
+
+def test_the_held_out_split_is_never_searched_and_scores_the_written_model(tmp_path: Path) -> None:
+    source = mlp(tmp_path / "mlp.onnx")
+    data = labelled_data(source, tmp_path / "data.npz")
+    out, report = tmp_path / "out.onnx", tmp_path / "report.json"
+    args = ["sparsify", str(source), "--max-drop", "5%", "--data", str(data), "--holdout", "25%"]
+    assert main([*args, "-o", str(out), "--report", str(report)]) == 0
+    found = json.loads(report.read_text())
+    x, labels = np.load(data)["inputs"], np.load(data)["labels"]
+    held = found["held_out"]
+    assert found["baseline"]["samples"] == 150 and held["score"]["samples"] == 50
+    # the held-out part is the seeded quarter the search did not score: recompute both parts from the file
+    chosen = np.zeros(len(x), dtype=bool)
+    chosen[np.random.default_rng(0).permutation(len(x))[:50]] = True
+    logits = ort.InferenceSession(str(out), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    right = logits.argmax(axis=1) == labels
+    assert right[~chosen].mean() == pytest.approx(found["accuracy"]["value"])
+    assert right[chosen].mean() == pytest.approx(held["score"]["value"])
+    assert held["drop"] == pytest.approx(held["baseline"]["value"] - held["score"]["value"])
+    assert held["within_budget"] == (held["drop"] <= 0.05)
 
 
 def test_sparse_initializers_shrink_the_file_and_keep_the_outputs(tmp_path: Path) -> None:

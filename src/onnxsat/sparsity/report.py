@@ -56,6 +56,13 @@ class SparsifyReport(ReportBase):
         for layer, entry in zip(self.layers, data["layers"], strict=True):
             entry["sparsity"] = layer.sparsity
             entry["size"] = layer.size
+        for key, score in (("baseline", self.baseline), ("accuracy", self.accuracy)):
+            if score is not None:
+                data[key].update(metric=score.metric, value=score.value, drop=score.drop)
+        if self.held_out is not None:
+            for key in ("baseline", "score"):
+                score = getattr(self.held_out, key)
+                data["held_out"][key].update(metric=score.metric, value=score.value)
         return data
 
     def summary(self) -> list[str]:

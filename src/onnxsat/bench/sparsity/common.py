@@ -29,6 +29,7 @@ from onnxsat.sparsity.methods import METHODS
 from onnxsat.sparsity.search import input_dims, random_dataset
 from onnxsat.sparsity.targets import SparsityTarget, sparsity_targets
 from onnxsat.timing import environment
+
 CLASSIFIER_METRICS = ("top1", "top5")
 """The experiments measure classifiers, and report both figures."""
 
