@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import types
 import typing
+from collections.abc import Callable as CallableABC
 from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -73,6 +74,8 @@ def matches(value: Any, hint: Any) -> bool:
         return isinstance(value, Mapping) and all(
             matches(k, key_hint) and matches(v, value_hint) for k, v in value.items()
         )
+    if origin is CallableABC:  # the Python API may pass a function; a file cannot hold one
+        return False
     raise TypeError(f"configuration annotation {hint!r} is not supported by the checker")
 
 
@@ -81,6 +84,8 @@ def describe(hint: Any) -> str:
     origin = typing.get_origin(hint)
     if origin in (typing.Union, types.UnionType):
         return " or ".join(describe(option) for option in typing.get_args(hint))
+    if origin is CallableABC:
+        return "function (Python API only)"
     if origin is not None:
         args = ", ".join(describe(arg) for arg in typing.get_args(hint))
         return f"{getattr(origin, '__name__', str(origin))}[{args}]"

@@ -3,6 +3,7 @@
 The rules, first match wins, each with the reason the report prints:
 - integer or boolean values: ``exact``;
 - one value per sample: ``binary`` (a probability or a logit);
+- named like an embedding (``embed``, ``hidden``, ``feature``, ``pooler``, ``vector``): ``cosine``;
 - one score per class (``[N, C]``, ``[N, C, 1, 1]``): ``top1``;
 - ``[N, K, A]`` with a short axis of box coordinates in pixels then scores in [0, 1]: ``detection``;
 - ``[N, T, C]`` whose rows are probabilities or log-probabilities, whose time axis came before the batch
@@ -24,6 +25,7 @@ from onnxsat.metrics.detection import boxes_in_pixels, yolo_layout
 
 _ROW_TOLERANCE = 1e-3
 _SEQUENCE_NAMES = ("logit", "ctc", "softmax", "prob")
+_EMBEDDING_NAMES = ("embed", "hidden", "feature", "pooler", "vector")
 
 
 @dataclass(frozen=True)
@@ -41,6 +43,9 @@ def choose(name: str, reference: np.ndarray, batch_axis: int) -> Choice:
         return Choice(METRICS["exact"], f"{reference.dtype} values")
     if int(np.prod(shape, dtype=np.int64)) == 1:
         return Choice(METRICS["binary"], "one value per sample")
+    lowered = name.lower()
+    if any(word in lowered for word in _EMBEDDING_NAMES):
+        return Choice(METRICS["cosine"], f"named like an embedding ({name!r}, {text} per sample)")
     if class_scores(reference) is not None:
         return Choice(METRICS["top1"], f"one score per class per sample ({text})")
     if len(shape) == 2:

@@ -1,0 +1,131 @@
+"""Auto-selection, several outputs (the worst counts), and a user's own metric, loaded and checked."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from onnxsat.errors import DataError, SettingsError
+from onnxsat.metrics import Budget, check_spec
+from onnxsat.metrics.selection import choose
+
+RNG = np.random.default_rng(1)
+
+
+def softmax(x: np.ndarray) -> np.ndarray:
+    e = np.exp(x - x.max(axis=-1, keepdims=True))
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+def yolo_like(count: int = 2) -> np.ndarray:
+    out = np.empty((count, 4 + 3, 60))
+    out[:, :4] = RNG.uniform(0, 320, size=(count, 4, 60))
+    out[:, 4:] = RNG.uniform(0, 1, size=(count, 3, 60))
+    return out
+
+
+@pytest.mark.parametrize(
+    ("name", "output", "batch_axis", "expected"),
+    [
+        ("logits", RNG.normal(size=(4, 10)), 0, "top1"),
+        ("head", RNG.normal(size=(4, 10, 1, 1)), 0, "top1"),
+        ("speech", RNG.uniform(size=(4, 1)), 0, "binary"),
+        ("label", RNG.integers(0, 5, size=(4,)), 0, "exact"),
+        ("output0", yolo_like(), 0, "detection"),
+        ("softmax_0.tmp_0", softmax(RNG.normal(size=(2, 40, 97))), 0, "sequence"),
+        ("output", RNG.normal(size=(2, 40, 97)), 1, "sequence"),  # [T, N, C] as exported, batch on axis 1
+        ("output", np.log(softmax(RNG.normal(size=(2, 40, 97)))), 0, "sequence"),
+        ("sigmoid_0.tmp_0", RNG.uniform(size=(2, 1, 32, 32)), 0, "map"),
+        ("seg", RNG.normal(size=(2, 5, 16, 16)), 0, "map"),
+        ("last_hidden_state", RNG.normal(size=(2, 16, 32)), 0, "cosine"),
+    ],
+)
+def test_auto_chooses_from_shape_values_and_name(name: str, output: np.ndarray, batch_axis: int, expected: str) -> None:
+    assert choose(name, output, batch_axis).metric.name == expected
+
+
+def test_the_worst_output_counts_and_each_is_reported() -> None:
+    reference = {"logits": RNG.normal(size=(20, 5)), "embedding": RNG.normal(size=(20, 8))}
+    budget = Budget(reference, {"logits": 0, "embedding": 0})
+    assert budget.describe()["logits"]["metric"] == "top1"
+    assert budget.describe()["embedding"]["metric"] == "cosine"
+    assert budget.baseline.drop == 0.0 and budget.baseline.kind == "agreement"
+    candidate = {"logits": reference["logits"].copy(), "embedding": -reference["embedding"]}
+    drop, score = budget.drop(candidate)
+    assert drop == pytest.approx(1.0) and score.metric == "cosine"
+    assert {o.output: o.value for o in score.outputs}["logits"] == 1.0
+    only = Budget(reference, {}, outputs=["logits"])
+    assert only.drop(candidate)[0] == 0.0
+
+
+def test_state_outputs_are_left_out_unless_named() -> None:
+    reference = {"prob": RNG.uniform(size=(6, 1)), "stateN": RNG.normal(size=(6, 2, 8))}
+    assert list(Budget(reference, {}, exclude={"stateN"}).metrics) == ["prob"]
+    assert list(Budget(reference, {}, outputs=["stateN"], exclude={"stateN"}).metrics) == ["stateN"]
+
+
+def test_a_metric_that_does_not_fit_or_an_unknown_output_is_one_line() -> None:
+    reference = {"maps": RNG.uniform(size=(2, 1, 8, 8)), "logits": RNG.normal(size=(2, 4))}
+    with pytest.raises(SettingsError, match=r"--metric top1 does not fit output 'maps'.*--metric-output"):
+        Budget(reference, {}, metric="top1")
+    with pytest.raises(SettingsError, match="no such output"):
+        Budget(reference, {}, outputs=["boxes"])
+    with pytest.raises(SettingsError, match="unknown metric 'accuracy'"):
+        check_spec("accuracy")
+
+
+def test_labels_make_it_accuracy_for_the_metrics_that_use_them() -> None:
+    logits = np.eye(4)[[0, 1, 2, 3]] * 5
+    budget = Budget({"logits": logits}, {}, labels=np.array([0, 1, 2, 0]))
+    assert budget.baseline.kind == "accuracy" and budget.baseline.value == 0.75
+
+
+@pytest.fixture
+def user_module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+    (tmp_path / "my_scores.py").write_text(
+        "import numpy as np\n"
+        "def close(reference, candidate, labels):\n"
+        "    return float(np.mean(np.abs(reference - candidate) < 0.1))\n"
+        "def text(reference, candidate, labels):\n"
+        "    return 'good'\n"
+        "def large(reference, candidate, labels):\n"
+        "    return 3\n"
+        "def broken(reference, candidate, labels):\n"
+        "    raise KeyError('boxes')\n"
+        "NOT_A_FUNCTION = 3\n"
+    )
+    monkeypatch.chdir(tmp_path)  # found in the current folder, as the command line finds it
+    yield "my_scores"
+    sys.modules.pop("my_scores", None)
+
+
+def test_a_users_module_function_scores_every_output(user_module: str) -> None:
+    reference = {"y": np.zeros((4, 3))}
+    budget = Budget(reference, {}, metric=f"{user_module}:close")
+    assert budget.baseline.value == 1.0 and budget.describe()["y"]["metric"] == "my_scores:close"
+    assert budget.drop({"y": np.array([[0.0] * 3, [0.0] * 3, [1.0] * 3, [1.0] * 3])})[0] == 0.5
+
+
+def test_a_callable_from_the_python_api() -> None:
+    budget = Budget({"y": np.ones((3, 2))}, {}, metric=lambda r, c, labels: float(np.allclose(r, c)))
+    assert budget.drop({"y": np.zeros((3, 2))})[0] == 1.0
+
+
+@pytest.mark.parametrize(
+    ("function", "error", "message"),
+    [
+        ("missing_module_xyz:f", SettingsError, "cannot import missing_module_xyz"),
+        ("{m}:nothing", SettingsError, "has no nothing"),
+        ("{m}:NOT_A_FUNCTION", SettingsError, "not a function"),
+        ("{m}:text", DataError, r"returned str 'good', not a score in \[0, 1\]"),
+        ("{m}:large", DataError, r"returned 3.0, not a score"),
+        ("{m}:broken", DataError, "failed: KeyError"),
+        (":f", SettingsError, "package.module:function"),
+    ],
+)
+def test_a_users_metric_that_cannot_be_used_is_one_line(user_module: str, function: str, error: type, message: str) -> None:
+    with pytest.raises(error, match=message):
+        Budget({"y": np.zeros((2, 2))}, {}, metric=function.format(m=user_module))
