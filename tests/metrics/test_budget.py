@@ -126,6 +126,8 @@ def test_a_callable_from_the_python_api() -> None:
         (":f", SettingsError, "package.module:function"),
     ],
 )
-def test_a_users_metric_that_cannot_be_used_is_one_line(user_module: str, function: str, error: type, message: str) -> None:
+def test_a_users_metric_that_cannot_be_used_is_one_line(
+    user_module: str, function: str, error: type, message: str
+) -> None:
     with pytest.raises(error, match=message):
         Budget({"y": np.zeros((2, 2))}, {}, metric=function.format(m=user_module))

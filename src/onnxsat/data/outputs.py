@@ -71,7 +71,7 @@ class OutputRunner:
         inputs = {i.name: i for i in session.get_inputs()}
         self.outputs = [o.name for o in session.get_outputs()]
         self._declared = {o.name: list(o.shape) for o in session.get_outputs()}
-        _check_state(self.state, input_name, inputs, self.outputs)
+        check_state(self.state, list(inputs), self.outputs, input_name)
         if dataset.streams and not self.state:
             raise SettingsError("the data holds streams: say which state is fed back with --stateful INPUT=OUTPUT")
         model_input = inputs[input_name]
@@ -171,7 +171,8 @@ class OutputRunner:
             raise RuntimeUnsupportedError(f"ONNX Runtime cannot run the model on the data: {reason}") from None
 
 
-def _check_state(state: Mapping[str, str], data_input: str, inputs: Mapping[str, object], outputs: list[str]) -> None:
+def check_state(state: Mapping[str, str], inputs: Sequence[str], outputs: Sequence[str], data_input: str = "") -> None:
+    """Every pairing names a state input and an output the model has (and not the data's input)."""
     for name, output in state.items():
         if name not in inputs:
             raise SettingsError(

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 
-from onnxsat.data.outputs import parse_stateful
+from onnxsat.data.outputs import check_state, parse_stateful
 from onnxsat.data.sources import Dataset, load_dataset
 from onnxsat.errors import SettingsError
 from onnxsat.external_data import tensor_value
@@ -182,6 +182,8 @@ def sparsify_model(
     """Prune ``model`` (left unchanged) as ``options`` say; return the result and its report."""
     start = time.perf_counter()
     options.check()
+    graph = model.graph
+    check_state(options.state, [v.name for v in graph.input], [v.name for v in graph.output])
     targets = select(sparsity_targets(model), options.exclude)
     if not targets:
         raise SettingsError("the model has no prunable weights (Conv, ConvTranspose, Gemm or MatMul initializers)")

@@ -1,0 +1,88 @@
+"""Tiny models with the output layouts real exports have: time-major CTC scores, fed-back state."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+STEPS, FEATURES, CLASSES = 6, 8, 5
+HIDDEN = 4
+
+
+def _save(graph: onnx.GraphProto, path: Path) -> Path:
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 9
+    onnx.save(model, path)
+    return path
+
+
+def time_major(path: Path, batch: int | str = "N") -> Path:
+    """x [N, T, F] -> MatMul -> Softmax -> Transpose -> scores [T, N, C], as CTC recognizers export."""
+    weight = np.random.default_rng(3).normal(size=(FEATURES, CLASSES)).astype(np.float32)
+    graph = helper.make_graph(
+        [
+            helper.make_node("MatMul", ["x", "w"], ["h"], name="proj"),
+            helper.make_node("Softmax", ["h"], ["p"], axis=-1),
+            helper.make_node("Transpose", ["p"], ["scores"], perm=[1, 0, 2]),
+        ],
+        "ctc",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, STEPS, FEATURES])],
+        [helper.make_tensor_value_info("scores", TensorProto.FLOAT, [STEPS, batch, CLASSES])],
+        [numpy_helper.from_array(weight, "w")],
+    )
+    return _save(graph, path)
+
+
+def stateful(path: Path) -> Path:
+    """A recurrent cell as streaming exports have it: x [N, F], state [2, N, H] (batch on axis 1), sr a
+    fixed int64 input; prob [N, 1] = sigmoid(h @ v), stateN = [h, h] with h = tanh(x @ w + state[0] @ u)."""
+    rng = np.random.default_rng(4)
+    inits = [
+        numpy_helper.from_array(rng.normal(size=(FEATURES, HIDDEN)).astype(np.float32), "w"),
+        numpy_helper.from_array(rng.normal(size=(HIDDEN, HIDDEN)).astype(np.float32) * 0.5, "u"),
+        numpy_helper.from_array(rng.normal(size=(HIDDEN, 1)).astype(np.float32), "v"),
+        numpy_helper.from_array(np.array([0], dtype=np.int64), "zero"),
+    ]
+    graph = helper.make_graph(
+        [
+            helper.make_node("Gather", ["state", "zero"], ["s0"], axis=0),
+            helper.make_node("Squeeze", ["s0", "zero"], ["s"]),
+            helper.make_node("MatMul", ["x", "w"], ["xw"], name="input_proj"),
+            helper.make_node("MatMul", ["s", "u"], ["su"], name="recurrent"),
+            helper.make_node("Add", ["xw", "su"], ["pre"]),
+            helper.make_node("Tanh", ["pre"], ["h"]),
+            helper.make_node("MatMul", ["h", "v"], ["logit"], name="head"),
+            helper.make_node("Sigmoid", ["logit"], ["prob"]),
+            helper.make_node("Unsqueeze", ["h", "zero"], ["h1"]),
+            helper.make_node("Concat", ["h1", "h1"], ["stateN"], axis=0),
+            helper.make_node("Identity", ["sr"], ["sr_seen"]),
+        ],
+        "cell",
+        [
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", FEATURES]),
+            helper.make_tensor_value_info("state", TensorProto.FLOAT, [2, "N", HIDDEN]),
+            helper.make_tensor_value_info("sr", TensorProto.INT64, []),
+        ],
+        [
+            helper.make_tensor_value_info("prob", TensorProto.FLOAT, ["N", 1]),
+            helper.make_tensor_value_info("stateN", TensorProto.FLOAT, [2, "N", HIDDEN]),
+            helper.make_tensor_value_info("sr_seen", TensorProto.INT64, []),
+        ],
+        inits,
+    )
+    return _save(graph, path)
+
+
+def stateful_reference(path: Path, streams: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The cell's prob for every step of every stream, and the last state, computed in numpy."""
+    weights = {t.name: numpy_helper.to_array(t) for t in onnx.load(path).graph.initializer}
+    probs = []
+    for stream in streams:
+        state = np.zeros(HIDDEN, dtype=np.float32)
+        for step in stream:
+            state = np.tanh(step @ weights["w"] + state @ weights["u"])
+            probs.append(1 / (1 + np.exp(-(state @ weights["v"]))))
+    return np.array(probs), state

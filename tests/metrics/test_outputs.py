@@ -1,0 +1,72 @@
+"""Outputs gathered samples first wherever the batch axis is; fixed and dynamic batches agree; streams
+run step by step with their state fed back."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+from models import CLASSES, FEATURES, STEPS, stateful, stateful_reference, time_major
+
+from onnxsat.data.outputs import OutputRunner, parse_stateful
+from onnxsat.data.sources import Dataset
+from onnxsat.errors import SettingsError
+
+
+def session(path: Path) -> ort.InferenceSession:
+    return ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+
+
+def test_a_time_major_output_is_gathered_samples_first_and_batches_do_not_matter(tmp_path: Path) -> None:
+    data = np.random.default_rng(0).normal(size=(7, STEPS, FEATURES)).astype(np.float32)
+    dataset = Dataset(data, None, "x")
+    dynamic = OutputRunner(session(time_major(tmp_path / "d.onnx")), "x", dataset, batch_size=3)
+    gathered = dynamic.run()["scores"]
+    assert dynamic.batch_axes == {"scores": 1}
+    assert gathered.shape == (7, STEPS, CLASSES)
+    direct = session(tmp_path / "d.onnx").run(None, {"x": data})[0]
+    np.testing.assert_allclose(gathered, direct.transpose(1, 0, 2), rtol=1e-6)
+    one = OutputRunner(session(time_major(tmp_path / "one.onnx", batch=1)), "x", dataset)
+    np.testing.assert_allclose(one.run()["scores"], gathered, rtol=1e-6)
+    assert one.batch_axes == {"scores": 1}
+    fixed = OutputRunner(session(time_major(tmp_path / "four.onnx", batch=4)), "x", dataset)  # last batch padded
+    np.testing.assert_allclose(fixed.run()["scores"], gathered, rtol=1e-6)
+
+
+def test_streams_feed_the_state_back_step_after_step(tmp_path: Path) -> None:
+    path = stateful(tmp_path / "cell.onnx")
+    streams = np.random.default_rng(1).normal(size=(3, 5, FEATURES)).astype(np.float32)
+    dataset = Dataset(streams, None, "streams", streams=True, lengths=np.array([5, 2, 4]))
+    runner = OutputRunner(
+        session(path), "x", dataset, given={"sr": np.array(16000)}, state=parse_stateful(["state=stateN"])
+    )
+    outputs = runner.run()
+    assert outputs["prob"].shape == (11, 1) and outputs["stateN"].shape == (11, 2, 4)
+    assert runner.batch_axes is not None and runner.batch_axes["stateN"] == 1
+    expected = np.concatenate(
+        [stateful_reference(path, stream[None, :length])[0] for stream, length in zip(streams, [5, 2, 4])]
+    )
+    np.testing.assert_allclose(outputs["prob"], expected, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize(
+    ("pairs", "message"),
+    [
+        (["nope=stateN"], "the model has no input 'nope'"),
+        (["state=nope"], "the model has no output 'nope'"),
+        (["x=stateN"], "is the input the data is fed to"),
+        (["state"], "write INPUT=OUTPUT"),
+    ],
+)
+def test_a_state_pairing_the_model_does_not_have_is_one_line(tmp_path: Path, pairs: list[str], message: str) -> None:
+    dataset = Dataset(np.zeros((1, 2, FEATURES), np.float32), None, "s", streams=True)
+    with pytest.raises(SettingsError, match=message):
+        OutputRunner(session(stateful(tmp_path / "c.onnx")), "x", dataset, state=parse_stateful(pairs))
+
+
+def test_streams_without_state_are_refused(tmp_path: Path) -> None:
+    dataset = Dataset(np.zeros((1, 2, FEATURES), np.float32), None, "s", streams=True)
+    with pytest.raises(SettingsError, match="--stateful"):
+        OutputRunner(session(stateful(tmp_path / "c.onnx")), "x", dataset)

@@ -1,0 +1,92 @@
+"""``onnxsat sparsify --max-drop`` on outputs that are not [N, classes]: time-major sequences, a stateful
+stream model, a chosen output, a user's metric; and the one-line refusals, with nothing written."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from models import FEATURES, STEPS, stateful, time_major
+
+from onnxsat.cli import main
+
+
+def budget_run(model: Path, data: Path, tmp_path: Path, *extra: str) -> tuple[int, dict, Path]:
+    out, report = tmp_path / "out.onnx", tmp_path / "report.json"
+    args = ["sparsify", str(model), "--max-drop", "10%", "--data", str(data), "-o", str(out), "--report", str(report)]
+    code = main([*args, *extra])
+    return code, (json.loads(report.read_text()) if report.exists() else {}), out
+
+
+def test_a_time_major_recognizer_is_budgeted_by_its_decoded_sequences(tmp_path: Path) -> None:
+    model = time_major(tmp_path / "ctc.onnx")
+    data = tmp_path / "lines.npz"
+    np.savez(data, inputs=np.random.default_rng(2).normal(size=(40, STEPS, FEATURES)).astype(np.float32))
+    code, report, out = budget_run(model, data, tmp_path)
+    assert code == 0 and out.exists()
+    assert report["metrics"]["scores"]["metric"] == "sequence"
+    assert "time-major" in report["metrics"]["scores"]["why"]
+    assert report["accuracy"]["drop"] <= 0.10
+    assert "per-position" in report["accuracy"]["outputs"][0]["details"]
+    assert report["held_out"]["score"]["samples"] == 8
+
+
+def streams(path: Path, count: int = 6, steps: int = 12) -> Path:
+    np.savez(path, inputs=np.random.default_rng(3).normal(size=(count, steps, FEATURES)).astype(np.float32))
+    return path
+
+
+def test_a_stateful_model_is_scored_over_its_streams(tmp_path: Path) -> None:
+    model = stateful(tmp_path / "cell.onnx")
+    feeds = tmp_path / "feeds.npz"
+    np.savez(feeds, sr=np.array(16000, dtype=np.int64))
+    data = streams(tmp_path / "streams.npz")
+    code, report, _ = budget_run(model, data, tmp_path, "--stateful", "state=stateN", "--inputs", str(feeds))
+    assert code == 0
+    assert set(report["metrics"]) == {"prob", "sr_seen"}  # the fed-back state is not scored
+    assert report["metrics"]["prob"]["metric"] == "binary"
+    assert report["baseline"]["samples"] == 5 * 12  # five streams searched, every step one sample
+    assert report["held_out"]["score"]["samples"] == 12
+    code, report, _ = budget_run(
+        model, data, tmp_path, "--stateful", "state=stateN", "--inputs", str(feeds), "--metric-output", "prob"
+    )
+    assert code == 0 and set(report["metrics"]) == {"prob"}
+
+
+def test_a_users_metric_from_the_command_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "line_metrics.py").write_text(
+        "import numpy as np\n"
+        "def argmax_steps(reference, candidate, labels):\n"
+        "    return float(np.mean(reference.argmax(-1) == candidate.argmax(-1)))\n"
+    )
+    monkeypatch.chdir(tmp_path)
+    model = time_major(tmp_path / "ctc.onnx")
+    data = tmp_path / "lines.npz"
+    np.savez(data, inputs=np.random.default_rng(2).normal(size=(20, STEPS, FEATURES)).astype(np.float32))
+    code, report, _ = budget_run(model, data, tmp_path, "--metric", "line_metrics:argmax_steps")
+    assert code == 0 and report["metric"] == "line_metrics:argmax_steps"
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--metric", "top1"], "--metric top1 does not fit output 'prob'"),
+        (["--metric", "no_such_module_q:f"], "cannot import no_such_module_q"),
+        (["--metric-output", "boxes"], "--metric-output 'boxes': the model has no such output"),
+        (["--stateful", "h=stateN"], "the model has no input 'h'"),
+    ],
+)
+def test_bad_metric_settings_are_one_line_and_write_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], extra: list[str], message: str
+) -> None:
+    model = stateful(tmp_path / "cell.onnx")
+    feeds = tmp_path / "feeds.npz"
+    np.savez(feeds, sr=np.array(16000, dtype=np.int64))
+    data = streams(tmp_path / "streams.npz", count=2, steps=3)
+    stateful_flag = [] if "--stateful" in extra else ["--stateful", "state=stateN"]
+    code, _, out = budget_run(model, data, tmp_path, *stateful_flag, "--inputs", str(feeds), *extra)
+    err = capsys.readouterr().err.strip()
+    assert code == 9 and not out.exists()
+    assert message in err and len(err.splitlines()) == 1 and "Traceback" not in err
