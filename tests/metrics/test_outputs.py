@@ -46,7 +46,7 @@ def test_streams_feed_the_state_back_step_after_step(tmp_path: Path) -> None:
     assert outputs["prob"].shape == (11, 1) and outputs["stateN"].shape == (11, 2, 4)
     assert runner.batch_axes is not None and runner.batch_axes["stateN"] == 1
     expected = np.concatenate(
-        [stateful_reference(path, stream[None, :length])[0] for stream, length in zip(streams, [5, 2, 4])]
+        [stateful_reference(path, stream[None, :length])[0] for stream, length in zip(streams, [5, 2, 4], strict=True)]
     )
     np.testing.assert_allclose(outputs["prob"], expected, rtol=1e-5, atol=1e-6)
 
