@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from tools.real_models.catalogue import RealModel, WheelFile
+from tools.real_models.catalogue import Pinned, WheelFile
 
 ENV_VAR = "ONNXSAT_REAL_MODELS"
 DEFAULT_CACHE = Path("~/.cache/onnxsat/real_models")
@@ -33,15 +33,15 @@ def cache_dir() -> Path:
     return Path(os.environ.get(ENV_VAR) or DEFAULT_CACHE).expanduser()
 
 
-def wheel_folder(model: RealModel, cache: Path) -> Path:
+def wheel_folder(model: Pinned, cache: Path) -> Path:
     return cache / f"{model.package}-{model.version}"
 
 
-def file_path(model: RealModel, file: WheelFile, cache: Path | None = None) -> Path:
+def file_path(model: Pinned, file: WheelFile, cache: Path | None = None) -> Path:
     return wheel_folder(model, cache_dir() if cache is None else cache) / file.member
 
 
-def model_path(model: RealModel, cache: Path | None = None) -> Path:
+def model_path(model: Pinned, cache: Path | None = None) -> Path:
     return file_path(model, model.model, cache)
 
 
@@ -53,7 +53,7 @@ def sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def is_cached(model: RealModel, cache: Path | None = None) -> bool:
+def is_cached(model: Pinned, cache: Path | None = None) -> bool:
     """Every file of ``model`` is on disk with its catalogued hash."""
     return all(_intact(file_path(model, file, cache), file) for file in model.files)
 
@@ -93,13 +93,13 @@ def find_wheel(requirement: str, folder: Path) -> Path:
 
 @dataclass(frozen=True)
 class Fetched:
-    model: RealModel
+    model: Pinned
     path: Path
     downloaded: bool
     """False when every file was already cached."""
 
 
-def fetch(model: RealModel, cache: Path | None = None, download: Downloader = pip_download) -> Fetched:
+def fetch(model: Pinned, cache: Path | None = None, download: Downloader = pip_download) -> Fetched:
     """``model``'s files in the cache, from its wheel (downloaded unless already in ``cache/wheels``)."""
     cache = cache_dir() if cache is None else cache
     if is_cached(model, cache):

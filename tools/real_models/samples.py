@@ -25,6 +25,31 @@ class Samples:
             raise ValueError(f"{len(self.batch)} samples but {len(self.truth)} truths")
 
 
+@dataclass(frozen=True)
+class Streams:
+    """Streams of real inputs fed one step at a time, all streams as one batch per step.
+
+    ``steps[s, t]`` is what stream ``s`` feeds the model at step ``t`` (one sample of the model's stepped
+    input, without the batch axis); ``truth[s]`` is what stream ``s`` holds, per step (speech or not).
+    """
+
+    steps: np.ndarray
+    truth: tuple[object, ...]
+
+    def __post_init__(self) -> None:
+        if len(self.steps) != len(self.truth):
+            raise ValueError(f"{len(self.steps)} streams but {len(self.truth)} truths")
+
+    @property
+    def count(self) -> int:
+        return int(self.steps.shape[0])
+
+    @property
+    def length(self) -> int:
+        """Steps per stream."""
+        return int(self.steps.shape[1])
+
+
 def write_feeds(path: Path, feeds: dict[str, np.ndarray]) -> Path:
     """``feeds`` as an uncompressed ``.npz`` at ``path`` (folders made); returns ``path``."""
     path.parent.mkdir(parents=True, exist_ok=True)
