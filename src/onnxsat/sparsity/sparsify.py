@@ -186,7 +186,13 @@ def sparsify_model(
     check_state(options.state, [v.name for v in graph.input], [v.name for v in graph.output])
     targets = select(sparsity_targets(model), options.exclude)
     if not targets:
-        raise SettingsError("the model has no prunable weights (Conv, ConvTranspose, Gemm or MatMul initializers)")
+        hidden = _weighted_nodes_in_bodies(model.graph)
+        where = (
+            f"; its {hidden} Conv/Gemm/MatMul nodes sit inside If/Loop/Scan bodies, not reached yet" if hidden else ""
+        )
+        raise SettingsError(
+            f"the model has no prunable weights (Conv, ConvTranspose, Gemm or MatMul initializers){where}"
+        )
     original = reference_run(model, options.inputs, base_dir=base_dir)  # an input ORT cannot run is said first
     weights = {t.name: np.asarray(_initializer_value(model, t, base_dir)) for t in targets}
     dataset = _dataset(model, options)
@@ -236,6 +242,17 @@ def sparsify_model(
         report.verification = verify(dense, sparse, options.inputs, tolerance, reference=reference, base_dir=base_dir)
     report.seconds = time.perf_counter() - start
     return sparse, report
+
+
+def _weighted_nodes_in_bodies(graph: onnx.GraphProto) -> int:
+    """How many Conv/ConvTranspose/Gemm/MatMul nodes the control-flow bodies of ``graph`` hold (nested too)."""
+    ops = {"Conv", "ConvTranspose", "Gemm", "MatMul"}
+    count = 0
+    for node in graph.node:
+        for attribute in node.attribute:
+            for body in [attribute.g] if attribute.HasField("g") else list(attribute.graphs):
+                count += sum(n.op_type in ops for n in body.node) + _weighted_nodes_in_bodies(body)
+    return count
 
 
 def _evaluator(
