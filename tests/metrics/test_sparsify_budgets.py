@@ -90,3 +90,22 @@ def test_bad_metric_settings_are_one_line_and_write_nothing(
     err = capsys.readouterr().err.strip()
     assert code == 9 and not out.exists()
     assert message in err and len(err.splitlines()) == 1 and "Traceback" not in err
+
+
+def test_the_python_api_takes_a_metric_function(tmp_path: Path) -> None:
+    import onnxsat
+
+    model = time_major(tmp_path / "ctc.onnx")
+    data = tmp_path / "lines.npz"
+    np.savez(data, inputs=np.random.default_rng(2).normal(size=(20, STEPS, FEATURES)).astype(np.float32))
+    calls: list[tuple[int, ...]] = []
+
+    def same_best_steps(reference: np.ndarray, candidate: np.ndarray, labels: object) -> float:
+        calls.append(reference.shape)
+        return float(np.mean(reference.argmax(-1) == candidate.argmax(-1)))
+
+    out = tmp_path / "out.onnx"
+    report = onnxsat.sparsify(model, out, sparsity=None, max_drop=0.1, data=str(data), metric=same_best_steps)
+    assert out.exists() and report.accuracy is not None and report.accuracy.drop <= 0.1
+    # samples first: the search part (16) in every evaluation, the held-out part (4) for the final score only
+    assert set(calls) == {(16, STEPS, 5), (4, STEPS, 5)} and calls.count((4, STEPS, 5)) == 2
