@@ -36,9 +36,10 @@ def time_major(path: Path, batch: int | str = "N") -> Path:
     return _save(graph, path)
 
 
-def stateful(path: Path) -> Path:
+def stateful(path: Path, echo_sr: bool = True) -> Path:
     """A recurrent cell as streaming exports have it: x [N, F], state [2, N, H] (batch on axis 1), sr a
-    fixed int64 input; prob [N, 1] = sigmoid(h @ v), stateN = [h, h] with h = tanh(x @ w + state[0] @ u)."""
+    fixed int64 input; prob [N, 1] = sigmoid(h @ v), stateN = [h, h] with h = tanh(x @ w + state[0] @ u);
+    ``echo_sr``: also an output with no batch axis (sr passed through), as some exports have."""
     rng = np.random.default_rng(4)
     inits = [
         numpy_helper.from_array(rng.normal(size=(FEATURES, HIDDEN)).astype(np.float32), "w"),
@@ -58,8 +59,8 @@ def stateful(path: Path) -> Path:
             helper.make_node("Sigmoid", ["logit"], ["prob"]),
             helper.make_node("Unsqueeze", ["h", "zero"], ["h1"]),
             helper.make_node("Concat", ["h1", "h1"], ["stateN"], axis=0),
-            helper.make_node("Identity", ["sr"], ["sr_seen"]),
-        ],
+        ]
+        + ([helper.make_node("Identity", ["sr"], ["sr_seen"])] if echo_sr else []),
         "cell",
         [
             helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", FEATURES]),
@@ -69,8 +70,8 @@ def stateful(path: Path) -> Path:
         [
             helper.make_tensor_value_info("prob", TensorProto.FLOAT, ["N", 1]),
             helper.make_tensor_value_info("stateN", TensorProto.FLOAT, [2, "N", HIDDEN]),
-            helper.make_tensor_value_info("sr_seen", TensorProto.INT64, []),
-        ],
+        ]
+        + ([helper.make_tensor_value_info("sr_seen", TensorProto.INT64, [])] if echo_sr else []),
         inits,
     )
     return _save(graph, path)
@@ -86,3 +87,41 @@ def stateful_reference(path: Path, streams: np.ndarray) -> tuple[np.ndarray, np.
             state = np.tanh(step @ weights["w"] + state @ weights["u"])
             probs.append(1 / (1 + np.exp(-(state @ weights["v"]))))
     return np.array(probs), state
+
+
+def branches(path: Path) -> Path:
+    """y = If(switch, x @ W_then, x @ W_else), x [N, F] -> y [N, CLASSES]: both branches keep their weight in
+    a Constant of the same name ``w`` (exports name each branch's weights alike), the else branch one
+    level deeper inside a nested If, as real exports nest them."""
+    rng = np.random.default_rng(6)
+
+    def body(name: str, weight: np.ndarray, nested: bool) -> onnx.GraphProto:
+        constant = helper.make_node("Constant", [], ["w"], value=numpy_helper.from_array(weight, "w"))
+        product = helper.make_node("MatMul", ["x", "w"], [f"{name}_y"], name=f"{name}_matmul")
+        out = [helper.make_tensor_value_info(f"{name}_y", TensorProto.FLOAT, None)]
+        if not nested:
+            return helper.make_graph([constant, product], name, [], out)
+        inner = helper.make_graph([constant, product], f"{name}_inner", [], out)
+        wrapper = helper.make_node("If", ["switch"], [f"{name}_y"], then_branch=inner, else_branch=inner)
+        return helper.make_graph([wrapper], name, [], out)
+
+    then_w = rng.normal(size=(FEATURES, CLASSES)).astype(np.float32)
+    else_w = rng.normal(size=(FEATURES, CLASSES)).astype(np.float32)
+    graph = helper.make_graph(
+        [
+            helper.make_node(
+                "If",
+                ["switch"],
+                ["y"],
+                then_branch=body("then", then_w, nested=False),
+                else_branch=body("else", else_w, nested=True),
+            )
+        ],
+        "branches",
+        [
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", FEATURES]),
+            helper.make_tensor_value_info("switch", TensorProto.BOOL, []),
+        ],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", CLASSES])],
+    )
+    return _save(graph, path)

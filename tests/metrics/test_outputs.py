@@ -35,8 +35,11 @@ def test_a_time_major_output_is_gathered_samples_first_and_batches_do_not_matter
     np.testing.assert_allclose(fixed.run()["scores"], gathered, rtol=1e-6)
 
 
-def test_streams_feed_the_state_back_step_after_step(tmp_path: Path) -> None:
-    path = stateful(tmp_path / "cell.onnx")
+@pytest.mark.parametrize("echo_sr", [True, False], ids=["one-by-one", "side-by-side"])
+def test_streams_feed_the_state_back_step_after_step(tmp_path: Path, echo_sr: bool) -> None:
+    """With an output that has no batch axis streams run one at a time, else all as one batch: the same
+    outputs either way."""
+    path = stateful(tmp_path / "cell.onnx", echo_sr)
     streams = np.random.default_rng(1).normal(size=(3, 5, FEATURES)).astype(np.float32)
     dataset = Dataset(streams, None, "streams", streams=True, lengths=np.array([5, 2, 4]))
     runner = OutputRunner(
@@ -45,6 +48,7 @@ def test_streams_feed_the_state_back_step_after_step(tmp_path: Path) -> None:
     outputs = runner.run()
     assert outputs["prob"].shape == (11, 1) and outputs["stateN"].shape == (11, 2, 4)
     assert runner.batch_axes is not None and runner.batch_axes["stateN"] == 1
+    assert runner._side_by_side is (not echo_sr)
     expected = np.concatenate(
         [stateful_reference(path, stream[None, :length])[0] for stream, length in zip(streams, [5, 2, 4], strict=True)]
     )

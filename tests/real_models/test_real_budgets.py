@@ -115,18 +115,28 @@ def test_a_voice_activity_detector_is_scored_over_its_speech_streams(tmp_path: P
     assert METRICS["binary"].measure(gathered["output"], gathered["output"], truth.astype(np.int64)).value >= 0.95
 
 
-def test_sparsify_refuses_a_model_whose_weights_sit_in_control_flow_in_one_line(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    """Silero's layers live in the branches of an If on the sample rate; sparsify reaches only the main
-    graph's weights today, so it says so and writes nothing (the budget never gets to run)."""
+def test_a_voice_activity_detector_is_sparsified_inside_a_budget_on_speech_streams(tmp_path: Path) -> None:
+    """Silero's layers live in the branches of an If on the sample rate: the branch 16 kHz speech takes is
+    pruned inside the budget, the 8 kHz branch (never reached by the data) left dense, one stream held out."""
     path = model_path("silero_vad")
     streams = speech_streams(path)
-    data, feeds, out = tmp_path / "streams.npz", tmp_path / "sr.npz", tmp_path / "out.onnx"
+    data, feeds = tmp_path / "streams.npz", tmp_path / "sr.npz"
+    out, report_path = tmp_path / "out.onnx", tmp_path / "report.json"
     np.savez(data, inputs=streams.steps)
     np.savez(feeds, sr=np.array(16000, dtype=np.int64))
     args = ["sparsify", str(path), "--max-drop", "2%", "--data", str(data), "--stateful", "state=stateN"]
-    code = main([*args, "--inputs", str(feeds), "-o", str(out)])
-    err = capsys.readouterr().err.strip()
-    assert code == 9 and not out.exists() and len(err.splitlines()) == 1
-    assert "no prunable weights" in err and "inside If/Loop/Scan bodies" in err
+    shape = ["--input-shape", f"input:1,{streams.steps.shape[2]}"]  # verification's random step
+    code = main([*args, "--inputs", str(feeds), *shape, "-o", str(out), "--report", str(report_path)])
+    assert code == 0
+    report = json.loads(report_path.read_text())
+    assert report["metrics"]["output"]["metric"] == "binary" and "stateN" not in report["metrics"]
+    steps = streams.steps.shape[1]
+    assert report["baseline"]["samples"] == 3 * steps and report["held_out"]["score"]["samples"] == steps
+    assert report["accuracy"]["drop"] <= 0.02 and report["overall"] > 0.3
+    assert all("then_branch" in layer["name"] for layer in report["layers"])  # sr == 16000 takes "then"
+    assert any("left dense: the data never reaches them" in note for note in report["notes"])
+    # the written model hears the held-out and search streams as the report says, run as Silero is run
+    batched = stream_outputs(STREAM_MODELS["silero_vad"], out, streams)
+    original = stream_outputs(STREAM_MODELS["silero_vad"], path, streams)
+    agreement = np.mean((batched > 0.5) == (original > 0.5))
+    assert agreement >= 1 - 0.02 - report["held_out"]["drop"]

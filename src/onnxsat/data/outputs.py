@@ -84,6 +84,8 @@ class OutputRunner:
         self._state_inputs = {name: inputs[name] for name in self.state}
         self.batch_size = self.fixed_batch or batch_size
         self.batch_axes: dict[str, int | None] | None = None
+        self._side_by_side: bool | None = None
+        """Streams: whether they run as one batch (found on the first run)."""
 
     def run(self, feeds: Mapping[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:
         """Every output over the whole dataset, samples (or stream steps) first, with ``feeds`` (weights
@@ -148,7 +150,67 @@ class OutputRunner:
         return (dynamic or candidates or [None])[0]
 
     def _streams(self, fixed: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-        """Each stream step by step from zero state, state outputs fed back; outputs per step, in order."""
+        """Every stream from zero state, step by step, state outputs fed back; outputs per step, stream
+        after stream. Streams run side by side as one batch when the data input's batch and each state
+        input's one dynamic dim allow it, else one at a time: the same outputs either way."""
+        axes = self._state_axes()
+        if axes is None or self.fixed_batch is not None or len(self.dataset) < 2:
+            return self._streams_one_by_one(fixed)
+        data, lengths = self.dataset.inputs, self.dataset.stream_lengths
+        count = len(data)
+        if self._side_by_side is None:
+            found = self._stream_batch_axes(fixed, axes)
+            self._side_by_side = all(axis is not None for axis in found.values())  # else per stream
+            self.batch_axes = found if self._side_by_side else None
+        if not self._side_by_side:
+            return self._streams_one_by_one(fixed)
+        assert self.batch_axes is not None
+        state = {name: _zeros(info, count, axes[name]) for name, info in self._state_inputs.items()}
+        steps: dict[str, list[np.ndarray]] = {name: [] for name in self.outputs}
+        for step in range(int(lengths.max())):
+            feeds = {**fixed, **state, self.input_name: data[:, step].astype(self.dtype, copy=False)}
+            results = dict(zip(self.outputs, self._run(feeds), strict=True))
+            for name, value in results.items():
+                steps[name].append(_samples_first(value, self.batch_axes[name], count, name))
+            state = {name: results[output] for name, output in self.state.items()}
+        gathered = {}
+        for name, parts in steps.items():
+            try:
+                per_stream = np.stack(parts, axis=1)  # [streams, steps, ...]
+            except ValueError:
+                raise DataError(
+                    f"output {name!r} has a different shape from step to step: it cannot be scored"
+                ) from None
+            gathered[name] = np.concatenate([per_stream[s, : int(n)] for s, n in enumerate(lengths)])
+        return gathered
+
+    def _state_axes(self) -> dict[str, int] | None:
+        """Each state input's batch axis: its one dynamic dim; None when one has none or several."""
+        axes = {}
+        for name, info in self._state_inputs.items():
+            dynamic = [i for i, d in enumerate(info.shape) if not (isinstance(d, int) and d > 0)]
+            if len(dynamic) != 1:
+                return None
+            axes[name] = dynamic[0]
+        return axes
+
+    def _stream_batch_axes(self, fixed: Mapping[str, np.ndarray], axes: Mapping[str, int]) -> dict[str, int | None]:
+        """Per output, the axis that grows from one stream to two at the first step."""
+        first = self.dataset.inputs[:, 0]
+        shapes = []
+        for count in (1, 2):
+            state = {name: _zeros(info, count, axes[name]) for name, info in self._state_inputs.items()}
+            feeds = {**fixed, **state, self.input_name: first[:count].astype(self.dtype, copy=False)}
+            shapes.append([np.shape(value) for value in self._run(feeds)])
+        found: dict[str, int | None] = {}
+        for name, one, two in zip(self.outputs, *shapes, strict=True):
+            grown = [i for i, (a, b) in enumerate(zip(one, two, strict=False)) if (a, b) == (1, 2)]
+            if len(one) != len(two) or len(grown) > 1:
+                raise DataError(f"output {name!r} has shape {list(one)} for one stream and {list(two)} for two")
+            found[name] = grown[0] if grown else None
+        return found
+
+    def _streams_one_by_one(self, fixed: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         gathered: dict[str, list[np.ndarray]] = {name: [] for name in self.outputs}
         data = self.dataset.inputs
         for stream, length in zip(data, self.dataset.stream_lengths, strict=True):
@@ -186,10 +248,14 @@ def check_state(state: Mapping[str, str], inputs: Sequence[str], outputs: Sequen
             raise SettingsError(f"--stateful {name}={output}: {name!r} is the input the data is fed to")
 
 
-def _zeros(info: ort.NodeArg) -> np.ndarray:
-    """A state input's start: zeros of its declared shape, dynamic dims 1 (one stream at a time)."""
+def _zeros(info: ort.NodeArg, streams: int = 1, axis: int | None = None) -> np.ndarray:
+    """A state input's start: zeros of its declared shape, ``streams`` on the batch ``axis`` and 1 for
+    any other dynamic dim."""
     dtype = ORT_DTYPES.get(info.type, np.float32)
-    return np.zeros([d if isinstance(d, int) and d > 0 else 1 for d in info.shape], dtype=dtype)
+    dims = [d if isinstance(d, int) and d > 0 else 1 for d in info.shape]
+    if axis is not None:
+        dims[axis] = streams
+    return np.zeros(dims, dtype=dtype)
 
 
 def _samples_first(value: np.ndarray, axis: int | None, count: int, name: str) -> np.ndarray:

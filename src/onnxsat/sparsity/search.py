@@ -97,17 +97,22 @@ class Evaluator:
         self.given = dict(given or {})
         self.state = dict(state or {})
         self.dataset = dataset
-        self.weights = dict(weights)
+        self.weights = {t.name: weights[t.name] for t in targets}
         excluded = set(self.given) | set(self.state)
         fed = onnx.ModelProto()
         fed.CopyFrom(model)
         if fed.ir_version < 4:
             fed.ir_version = 4
         listed = {v.name for v in fed.graph.input}
-        for target in targets:
-            if target.name not in listed:
-                tensor = next(t for t in fed.graph.initializer if t.name == target.name)
-                fed.graph.input.append(onnx.helper.make_tensor_value_info(target.name, tensor.data_type, target.shape))
+        fed_names = {target.name for target in targets}
+        kept = []
+        for tensor in fed.graph.initializer:  # fed every run: plain inputs (ORT refuses to feed an initializer
+            if tensor.name not in fed_names:  # that only control-flow bodies read)
+                kept.append(tensor)
+            elif tensor.name not in listed:
+                fed.graph.input.append(onnx.helper.make_tensor_value_info(tensor.name, tensor.data_type, tensor.dims))
+        del fed.graph.initializer[:]
+        fed.graph.initializer.extend(kept)
         self.session = session(fed, ort.GraphOptimizationLevel.ORT_ENABLE_ALL)
         self.runner = OutputRunner(
             self.session,

@@ -22,6 +22,7 @@ from onnxsat.external_data import tensor_value
 from onnxsat.inputs import InputSpec, random_inputs
 from onnxsat.metrics import AUTO, Metric, MetricSpec, check_spec, metric_names
 from onnxsat.options import float_list, option, percent
+from onnxsat.sparsity.bodies import lift_body_weights
 from onnxsat.sparsity.calibration import channel_norms
 from onnxsat.sparsity.methods import METHODS, MaskResult, check_sparsity, get_method, sparsity_masks
 from onnxsat.sparsity.report import HeldOut, SparsifyReport
@@ -184,11 +185,14 @@ def sparsify_model(
     options.check()
     graph = model.graph
     check_state(options.state, [v.name for v in graph.input], [v.name for v in graph.output])
+    model, lifted = lift_body_weights(model)
     targets = select(sparsity_targets(model), options.exclude)
     if not targets:
         hidden = _weighted_nodes_in_bodies(model.graph)
         where = (
-            f"; its {hidden} Conv/Gemm/MatMul nodes sit inside If/Loop/Scan bodies, not reached yet" if hidden else ""
+            f"; its {hidden} Conv/Gemm/MatMul nodes inside If/Loop/Scan bodies read no constant weight"
+            if hidden
+            else ""
         )
         raise SettingsError(
             f"the model has no prunable weights (Conv, ConvTranspose, Gemm or MatMul initializers){where}"
@@ -197,9 +201,14 @@ def sparsify_model(
     weights = {t.name: np.asarray(_initializer_value(model, t, base_dir)) for t in targets}
     dataset = _dataset(model, options)
     report = SparsifyReport(input=source, output=None, method=options.method, requested=options.sparsity)
+    if lifted:
+        report.notes.append(
+            f"{len(lifted)} weights inside If/Loop/Scan bodies moved to the main graph (read from there by name, "
+            "values unchanged) so they can be pruned"
+        )
     norms = None
     if get_method(options.method).needs_activations:
-        norms = channel_norms(model, targets, _calibration_batches(model, dataset, options))
+        norms = _norms(model, targets, _calibration_batches(model, dataset, options), report)
         if dataset is None:
             report.notes.append(
                 f"calibrated on {RANDOM_CALIBRATION_SAMPLES} seeded random inputs: give --data for real activations"
@@ -211,6 +220,19 @@ def sparsify_model(
             dataset, held_out = dataset.split(options.holdout)
         evaluator = _evaluator(model, targets, weights, dataset, options, options.metric)
         report.data, report.baseline = dataset.name, evaluator.baseline
+        unreached = _unreached(evaluator, targets)
+        if unreached:  # their pruning could not be measured: a branch the data never takes
+            targets = [t for t in targets if t.name not in unreached]
+            if not targets:
+                raise SettingsError(
+                    "no prunable weight is reached by the data: every one sits in a branch it never takes"
+                )
+            masks_at = mask_maker(options.method, targets, weights, norms)
+            named = ", ".join(sorted(unreached)[:3]) + (" ..." if len(unreached) > 3 else "")
+            report.notes.append(
+                f"{len(unreached)} weights inside If/Loop/Scan bodies left dense: the data never reaches them "
+                f"(a branch it does not take), so their pruning could not be measured: {named}"
+            )
         report.metric, report.metrics = evaluator.baseline.metric, evaluator.budget.describe()
     if options.max_drop is not None:
         result = _search(evaluator, masks_at, targets, options, report)
@@ -225,6 +247,11 @@ def sparsify_model(
         result = sparsity_masks(options.method, targets, weights, options.sparsity, norms)
         if dataset is not None:
             report.accuracy = evaluator.drop(result.masks)[1]
+        elif any(t.in_body for t in targets):
+            report.notes.append(
+                "weights inside If/Loop/Scan bodies were pruned with no --data to show which branches run: "
+                "give --data to leave the ones it never reaches dense"
+            )
     report.layers, report.overall = result.layers, result.sparsity
     report.span_fraction, report.notes = result.span_fraction, report.notes + result.notes
     sparse = with_masks(model, result.masks, base_dir)
@@ -242,6 +269,33 @@ def sparsify_model(
         report.verification = verify(dense, sparse, options.inputs, tolerance, reference=reference, base_dir=base_dir)
     report.seconds = time.perf_counter() - start
     return sparse, report
+
+
+def _unreached(evaluator: Evaluator, targets: list[SparsityTarget]) -> set[str]:
+    """Body weights whose removal leaves every scored output exactly as it was on the data."""
+    unreached = set()
+    for target in targets:
+        if target.in_body and evaluator.distortion({target.name: np.ones(target.shape, dtype=bool)}) == 0.0:
+            unreached.add(target.name)
+    return unreached
+
+
+def _norms(
+    model: onnx.ModelProto,
+    targets: list[SparsityTarget],
+    batches: Iterator[dict[str, np.ndarray]],
+    report: SparsifyReport,
+) -> dict[str, np.ndarray]:
+    """Channel norms for the calibrated method; a weight inside a body (whose activation cannot be made a
+    graph output) gets norms of one: it is scored by |w| alone, as the report says."""
+    tapped = [t for t in targets if not t.in_body]
+    norms = channel_norms(model, tapped, batches) if tapped else {}
+    inside = [t for t in targets if t.in_body]
+    for target in inside:
+        norms[target.name] = np.ones(int(target.channel_of_elements().max()) + 1)
+    if inside:
+        report.notes.append(f"calibrated: {len(inside)} weights inside If/Loop/Scan bodies scored by |w| alone")
+    return norms
 
 
 def _weighted_nodes_in_bodies(graph: onnx.GraphProto) -> int:

@@ -12,6 +12,7 @@ calibrated method needs: the activation norm of that channel scales the element'
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
@@ -43,6 +44,8 @@ class SparsityTarget:
     activation_axis: int
     channel_axis: int
     groups: int = 1
+    in_body: bool = False
+    """Read by a node inside an If/Loop/Scan body (its activation cannot be tapped as a graph output)."""
 
     @property
     def size(self) -> int:
@@ -84,21 +87,32 @@ def _target(node: onnx.NodeProto, weight: onnx.TensorProto) -> SparsityTarget | 
 
 
 def sparsity_targets(model: onnx.ModelProto) -> list[SparsityTarget]:
-    """The weights pruning targets, in graph order (see the module docstring)."""
+    """The weights pruning targets, in graph order (see the module docstring); nodes inside If/Loop/Scan
+    bodies count too when the weight they read is a main-graph initializer (``in_body``)."""
     graph = model.graph
     overridable = {v.name for v in graph.input} if model.ir_version >= 4 else set()
     initializers = {t.name: t for t in graph.initializer if t.name not in overridable}
     found: dict[str, SparsityTarget] = {}
-    for node in graph.node:
-        if node.domain not in DOMAINS or len(node.input) < 2:
-            continue
-        weight = initializers.get(node.input[1])
-        if weight is None or weight.data_type not in FLOAT_TYPES or weight.name in found:
-            continue
-        target = _target(node, weight)
-        if target is not None and target.size > 0:
-            found[weight.name] = target
+    _collect(graph, initializers, found, in_body=False)
     return list(found.values())
+
+
+def _collect(
+    graph: onnx.GraphProto, initializers: dict[str, onnx.TensorProto], found: dict[str, SparsityTarget], in_body: bool
+) -> None:
+    for node in graph.node:
+        if node.domain in DOMAINS and len(node.input) >= 2:
+            weight = initializers.get(node.input[1])
+            if weight is not None and weight.data_type in FLOAT_TYPES and weight.name not in found:
+                target = _target(node, weight)
+                if target is not None and target.size > 0:
+                    found[weight.name] = dataclasses.replace(target, in_body=in_body)
+        for attribute in node.attribute:
+            subgraphs = [attribute.g] if attribute.type == onnx.AttributeProto.GRAPH else list(attribute.graphs)
+            for body in subgraphs:  # a body's own names hide the outer initializers of the same name
+                own = {v.name for v in body.input} | {t.name for t in body.initializer}
+                own |= {out for n in body.node for out in n.output}
+                _collect(body, {k: v for k, v in initializers.items() if k not in own}, found, in_body=True)
 
 
 def select(targets: list[SparsityTarget], exclude: list[str]) -> list[SparsityTarget]:
