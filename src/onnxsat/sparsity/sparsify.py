@@ -61,7 +61,7 @@ class SparsifyOptions:
         AUTO,
         metavar="METRIC",
         help="how outputs are scored: auto (default: chosen per output), "
-        + "|".join(n for n in metric_names() if n != AUTO)
+        + ", ".join(n for n in metric_names() if n != AUTO)
         + ", or package.module:function",
     )
     """A built-in metric, ``auto``, ``module:function``, or (Python API) a function
