@@ -3,6 +3,10 @@
 Pruning is judged by what it costs in accuracy. With labels that is plain top-k accuracy; without
 them ("fidelity") the pruned model is compared with the original's own predictions, which needs no
 labels at all and measures exactly what pruning changed.
+
+This is the classifier evaluation the benchmarks and the zoo's training report; accuracy budgets on
+any output (sequences, detections, maps, a user's metric) go through the registry in ``onnxsat.metrics``,
+whose ranking this module shares.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ import onnxruntime as ort
 
 from onnxsat.data.sources import Dataset, require_shape
 from onnxsat.errors import DataError, RuntimeUnsupportedError
+from onnxsat.metrics.classification import class_ranks
 from onnxsat.verification import session, tidy_ort_message
 
 TOP_K = 5
@@ -42,7 +47,7 @@ def topk_accuracy(logits: np.ndarray, labels: np.ndarray) -> Accuracy:
         raise DataError(f"labels must be 0 or more, found {labels.min()}")
     if labels.max() >= classes:
         raise DataError(f"labels go up to {labels.max()} but the model has {classes} classes")
-    return _accuracy(_ranks(logits, labels.astype(np.int64)), classes, "accuracy")
+    return _accuracy(class_ranks(logits, labels.astype(np.int64)), classes, "accuracy")
 
 
 def fidelity(reference_logits: np.ndarray, logits: np.ndarray) -> Accuracy:
@@ -54,7 +59,7 @@ def fidelity(reference_logits: np.ndarray, logits: np.ndarray) -> Accuracy:
         raise DataError(
             f"reference logits have shape {list(reference_logits.shape)} but the model's have {list(logits.shape)}"
         )
-    return _accuracy(_ranks(logits, np.argmax(reference_logits, axis=1)), logits.shape[1], "fidelity")
+    return _accuracy(class_ranks(logits, np.argmax(reference_logits, axis=1)), logits.shape[1], "fidelity")
 
 
 def run_logits(
@@ -120,20 +125,6 @@ def _check_rows(logits: np.ndarray, count: int, against: str) -> None:
         raise DataError(f"{len(logits)} rows of logits but {count} {against}")
     if count == 0:
         raise DataError("no samples to measure accuracy on")
-
-
-def _ranks(logits: np.ndarray, classes: np.ndarray) -> np.ndarray:
-    """Where ``classes[i]`` stands in row i sorted from highest logit (0 = the argmax).
-
-    Ties go to the lower class index, as ``argmax`` does, so rank 0 is exactly "argmax is the class".
-    A row with a NaN is no prediction at all: its rank is past the last class, wrong at every k.
-    """
-    rows = np.arange(len(logits))
-    target = logits[rows, classes][:, None]
-    lower_index = np.arange(logits.shape[1])[None, :] < classes[:, None]
-    ranks = np.count_nonzero((logits > target) | ((logits == target) & lower_index), axis=1)
-    ranks[np.isnan(logits).any(axis=1)] = logits.shape[1]
-    return ranks
 
 
 def _accuracy(ranks: np.ndarray, classes: int, kind: str) -> Accuracy:
