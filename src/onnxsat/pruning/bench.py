@@ -30,12 +30,12 @@ import onnx
 import onnxruntime as ort
 
 from onnxsat.data.metrics import evaluate, run_logits
+from onnxsat.data.model_input import input_dims, random_dataset
 from onnxsat.data.sources import Dataset, load_dataset
 from onnxsat.errors import SettingsError
 from onnxsat.inputs import InputSpec, random_inputs
 from onnxsat.pruning.cost import mac_count, parameter_count
 from onnxsat.pruning.prune import PruneOptions, prune_model
-from onnxsat.sparsity.search import input_dims, random_dataset
 from onnxsat.timing import ratios_to, time_rounds, timing_session
 from onnxsat.verification import session
 

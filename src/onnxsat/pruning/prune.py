@@ -17,6 +17,7 @@ import numpy as np
 import onnx
 
 from onnxsat import model_io
+from onnxsat.data.model_input import batch_size_for, data_input, input_dims
 from onnxsat.data.sources import Dataset, load_dataset
 from onnxsat.errors import SettingsError
 from onnxsat.inputs import InputSpec, random_inputs
@@ -38,7 +39,6 @@ from onnxsat.pruning.reconstruct import reconstruct
 from onnxsat.pruning.report import GroupReport, PruneReport
 from onnxsat.pruning.trees import ChannelGroup, Forest, build_groups, format_trees, render_trees
 from onnxsat.pruning.unfuse import fused_count, split_fused
-from onnxsat.sparsity.search import batch_size_for, data_input, input_dims
 from onnxsat.verification import check_lossy, reference_run
 
 RANDOM_CALIBRATION_SAMPLES = 16

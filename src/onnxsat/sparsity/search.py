@@ -20,60 +20,20 @@ models a search tries.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 import onnx
 import onnxruntime as ort
 
+from onnxsat.data.model_input import batch_size_for, data_input
 from onnxsat.data.outputs import OutputRunner
 from onnxsat.data.sources import Dataset
-from onnxsat.errors import SettingsError
-from onnxsat.inputs import DEFAULT_DYNAMIC_DIM, InputsLike, InputSpec, fixed_dim, random_inputs
 from onnxsat.metrics import AUTO, Budget, Metric, MetricSpec, Score
 from onnxsat.sparsity.methods import MaskResult, sparsity_masks
 from onnxsat.sparsity.targets import SparsityTarget
 from onnxsat.verification import session
-
-
-def data_input(model: onnx.ModelProto, given: Collection[str] = ()) -> onnx.ValueInfoProto:
-    """The one graph input that is neither an initializer nor ``given`` (by ``--inputs``, or a state
-    input of ``--stateful``): what calibration samples are fed to."""
-    initializers = {t.name for t in model.graph.initializer}
-    inputs = [v for v in model.graph.input if v.name not in initializers and v.name not in given]
-    if len(inputs) != 1:
-        names = ", ".join(v.name for v in inputs)
-        raise SettingsError(
-            f"data is fed to one input, and this model has {len(inputs)} not given by --inputs ({names}); "
-            "give the others' values with --inputs FEEDS.npz"
-        )
-    return inputs[0]
-
-
-def input_dims(model: onnx.ModelProto, given: Collection[str] = ()) -> list[int | None]:
-    """The data input's dims, None where dynamic: what ``load_dataset`` fits samples to."""
-    return [fixed_dim(d) for d in data_input(model, given).type.tensor_type.shape.dim]
-
-
-def batch_size_for(model: onnx.ModelProto, requested: int, given: Collection[str] = ()) -> int:
-    """``requested``, or the model's batch size when its input fixes one (exports often fix it to 1)."""
-    dims = input_dims(model, given)
-    return (dims[0] if dims else None) or requested
-
-
-def random_dataset(model: onnx.ModelProto, count: int, inputs: InputsLike = None, first_seed: int = 0) -> Dataset:
-    """``count`` seeded standard-normal samples of the data input (``inputs.random_inputs``, one seed per
-    call), unlabelled: what calibration and fidelity use when the user gives no data. A model whose
-    batch dim is fixed gets whole batches (``count`` rounded down to a multiple of it, at least one)."""
-    spec = InputSpec.of(inputs)
-    name, dims = data_input(model, spec.given).name, input_dims(model, spec.given)
-    sized = spec.shapes.get(name)
-    rest = list(sized[1:]) if sized else [d if d is not None else DEFAULT_DYNAMIC_DIM for d in dims[1:]]
-    per_call = (dims[0] if dims else None) or 1
-    calls = max(1, count // per_call)
-    chunks = [random_inputs(model, {name: [per_call, *rest]}, first_seed + index)[name] for index in range(calls)]
-    return Dataset(np.concatenate(chunks), None, f"random ({calls * per_call} seeded normal inputs)")
 
 
 class Evaluator:

@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 
+from onnxsat.data.model_input import batch_size_for, data_input, input_dims, random_dataset
 from onnxsat.data.outputs import check_state, parse_stateful
 from onnxsat.data.sources import Dataset, load_dataset
 from onnxsat.errors import SettingsError
@@ -26,17 +27,7 @@ from onnxsat.sparsity.bodies import lift_body_weights
 from onnxsat.sparsity.calibration import channel_norms
 from onnxsat.sparsity.methods import METHODS, MaskResult, check_sparsity, get_method, sparsity_masks
 from onnxsat.sparsity.report import HeldOut, SparsifyReport
-from onnxsat.sparsity.search import (
-    Evaluator,
-    MaskMaker,
-    batch_size_for,
-    data_input,
-    input_dims,
-    mask_maker,
-    random_dataset,
-    search_per_layer,
-    search_uniform,
-)
+from onnxsat.sparsity.search import Evaluator, MaskMaker, mask_maker, search_per_layer, search_uniform
 from onnxsat.sparsity.storage import to_sparse_initializers, with_masks
 from onnxsat.sparsity.targets import SparsityTarget, select, sparsity_targets
 from onnxsat.verification import Tolerance, check_lossy, reference_run, verify

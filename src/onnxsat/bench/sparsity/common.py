@@ -22,11 +22,11 @@ from onnx import numpy_helper
 from onnxsat import model_io
 from onnxsat.bench.writing import csv_text, model_labels, save_figure, settings_json
 from onnxsat.data.metrics import Accuracy
+from onnxsat.data.model_input import input_dims, random_dataset
 from onnxsat.data.sources import Dataset, load_dataset
 from onnxsat.errors import SettingsError
 from onnxsat.metrics import Score
 from onnxsat.sparsity.methods import METHODS
-from onnxsat.sparsity.search import input_dims, random_dataset
 from onnxsat.sparsity.targets import SparsityTarget, sparsity_targets
 from onnxsat.timing import environment
 

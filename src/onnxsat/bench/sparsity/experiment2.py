@@ -29,11 +29,12 @@ from onnxsat.bench.sparsity.common import (
 )
 from onnxsat.bench.writing import markdown_table
 from onnxsat.data.metrics import Accuracy
+from onnxsat.data.model_input import data_input
 from onnxsat.extras import require
 from onnxsat.html.charts import new_figure
 from onnxsat.sparsity.calibration import channel_norms
 from onnxsat.sparsity.methods import sparsity_masks
-from onnxsat.sparsity.search import Evaluator, data_input
+from onnxsat.sparsity.search import Evaluator
 from onnxsat.timing import environment_line, load_whole
 
 if TYPE_CHECKING:

@@ -1,0 +1,73 @@
+"""Scoring whole candidate models against the original on one dataset: what a budgeted pass that makes
+new models (quantize, compress) asks, one ONNX Runtime session per candidate.
+
+Sparsify scores hundreds of masks through one session whose weights are inputs; a pass that rewrites
+the graph (quantization inserts nodes) cannot, so each candidate gets its own session, run over the
+same data by the same :class:`~onnxsat.data.outputs.OutputRunner` and scored by the same
+:class:`~onnxsat.metrics.budget.Budget` as the original.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+
+from onnxsat.data.outputs import OutputRunner
+from onnxsat.data.sources import Dataset
+from onnxsat.metrics.base import Metric
+from onnxsat.metrics.budget import AUTO, Budget, MetricSpec, Score
+from onnxsat.verification import session
+
+
+class ModelScorer:
+    """The original's outputs on ``dataset``, fixed once; :meth:`score` runs a candidate the same way."""
+
+    def __init__(
+        self,
+        original: onnx.ModelProto,
+        input_name: str,
+        dataset: Dataset,
+        *,
+        metric: MetricSpec | Mapping[str, Metric] = AUTO,
+        outputs: Sequence[str] = (),
+        given: Mapping[str, np.ndarray] | None = None,
+        state: Mapping[str, str] | None = None,
+        batch_size: int = 64,
+        threads: int = 1,
+    ) -> None:
+        self.input_name, self.dataset = input_name, dataset
+        self.given, self.state = dict(given or {}), dict(state or {})
+        self.batch_size, self.threads = batch_size, threads
+        self.evaluations = 0
+        runner = self._runner(original)
+        self.reference = runner.run()
+        self.budget = Budget(
+            self.reference, runner.batch_axes or {}, dataset.step_labels(), metric, outputs, set(self.state.values())
+        )
+        self.baseline = self.budget.baseline
+
+    def outputs(self, candidate: onnx.ModelProto) -> dict[str, np.ndarray]:
+        self.evaluations += 1
+        return self._runner(candidate).run()
+
+    def score(self, candidate: onnx.ModelProto) -> Score:
+        return self.budget.score(self.outputs(candidate))
+
+    def distortion(self, candidate: onnx.ModelProto) -> float:
+        """||candidate - original|| / ||original|| over the scored outputs: smooth where scores step."""
+        outputs = self.outputs(candidate)
+        noise = signal = 0.0
+        for name in self.budget.metrics:
+            reference = np.asarray(self.reference[name], dtype=np.float64)
+            noise += float(np.sum((np.asarray(outputs[name], dtype=np.float64) - reference) ** 2))
+            signal += float(np.sum(reference**2))
+        return float(np.sqrt(noise) / max(np.sqrt(signal), 1e-12))
+
+    def _runner(self, model: onnx.ModelProto) -> OutputRunner:
+        sess = session(model, ort.GraphOptimizationLevel.ORT_ENABLE_ALL, threads=self.threads)
+        return OutputRunner(
+            sess, self.input_name, self.dataset, batch_size=self.batch_size, given=self.given, state=self.state
+        )

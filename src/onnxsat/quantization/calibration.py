@@ -1,0 +1,44 @@
+"""Calibration data for ONNX Runtime's static quantizer, from the user's data or seeded random inputs."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from onnxsat.data.sources import Dataset
+
+if TYPE_CHECKING:
+    from onnxruntime.quantization import CalibrationDataReader
+
+
+def calibration_reader(
+    input_name: str,
+    dataset: Dataset,
+    given: Mapping[str, np.ndarray],
+    dtype: type,
+    batch_size: int,
+    fixed_batch: int | None = None,
+) -> CalibrationDataReader:
+    """A ``CalibrationDataReader`` over ``dataset`` in batches, the user's fixed inputs (``--inputs``)
+    beside every batch. A model whose batch dim is fixed gets batches of exactly that size (the last
+    one filled up by repeating its samples, which leaves the ranges as they are)."""
+    from onnxruntime.quantization import CalibrationDataReader
+
+    step = fixed_batch or batch_size
+
+    class DatasetReader(CalibrationDataReader):
+        def __init__(self) -> None:
+            self.batches: Iterator[dict[str, np.ndarray]] = self._batches()
+
+        def _batches(self) -> Iterator[dict[str, np.ndarray]]:
+            for inputs, _ in dataset.batches(step):
+                if fixed_batch is not None and len(inputs) < fixed_batch:
+                    inputs = np.resize(inputs, (fixed_batch, *inputs.shape[1:]))
+                yield {**given, input_name: np.asarray(inputs).astype(dtype, copy=False)}
+
+        def get_next(self) -> dict[str, np.ndarray] | None:
+            return next(self.batches, None)
+
+    return DatasetReader()

@@ -1,0 +1,177 @@
+"""The ways to quantize, each a call into ONNX Runtime's quantizer: static QDQ, dynamic, 4-bit weight-only.
+
+ONNXSat does not quantize by hand: ``onnxruntime.quantization`` knows which ops its kernels run in
+integers and how to write them. A mode here turns (model, nodes to leave in float, calibration) into a
+quantized model; which nodes to leave, and which mode, is decided by measurement elsewhere.
+
+- ``static``: QDQ format, weights int8 per channel, activations uint8 with ranges calibrated on data
+  (ORT then runs QLinearConv / QLinearMatMul on VNNI): what pays for convolution nets.
+- ``dynamic``: MatMul/Gemm weights int8, activations quantized per run (MatMulInteger): no calibration,
+  what pays for transformer MatMuls; convolutions are left alone (ConvInteger is slow on CPU).
+- ``weight-only``: MatMul weights in 4 bits (MatMulNBits, blocks of 32): a smaller file and less memory
+  traffic for large MatMuls.
+"""
+
+from __future__ import annotations
+
+import logging
+import tempfile
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import onnx
+
+from onnxsat.registry import Registry
+
+if TYPE_CHECKING:
+    from onnxruntime.quantization import CalibrationDataReader
+
+CALIBRATIONS = ("minmax", "entropy", "percentile")
+"""ORT's calibrators by the names ``--calibration`` takes (onnxruntime.quantization is imported only
+when a model is quantized: it adds a quarter second to every command's start)."""
+
+
+@dataclass
+class Calibration:
+    """Where calibration ranges come from: a data reader the first time, then a cache file of ranges,
+    so the many candidates a search tries are calibrated once."""
+
+    reader: Callable[[], CalibrationDataReader]
+    method: str
+    cache: Path
+
+    def arguments(self) -> dict[str, object]:
+        from onnxruntime.quantization import CalibrationMethod
+
+        methods = {
+            "minmax": CalibrationMethod.MinMax,
+            "entropy": CalibrationMethod.Entropy,
+            "percentile": CalibrationMethod.Percentile,
+        }
+        cached = self.cache.is_file()
+        return {
+            "calibration_data_reader": None if cached else self.reader(),
+            "calibrate_method": methods[self.method],
+            "calibration_cache_path": self.cache,
+        }
+
+
+Quantizer = Callable[[onnx.ModelProto, Sequence[str], Calibration | None, Sequence[str] | None], onnx.ModelProto]
+"""(model, names of nodes left in float, calibration, the only nodes to quantize or None for all) -> the
+quantized model."""
+
+
+@dataclass(frozen=True)
+class QuantMode:
+    name: str
+    summary: str
+    ops: frozenset[str]
+    """Op types this mode quantizes (the nodes whose speed and damage are measured)."""
+    calibrated: bool
+    quantize: Quantizer
+
+
+MODES: Registry[QuantMode] = Registry("quantization mode", "mode")
+
+
+def _through_file(write: Callable[[Path], None]) -> onnx.ModelProto:
+    """Run one of ORT's quantizers (they write files) and read back what it wrote."""
+    with tempfile.TemporaryDirectory(prefix="onnxsat-quant-") as folder:
+        target = Path(folder) / "quantized.onnx"
+        quiet = logging.getLogger().level
+        logging.getLogger().setLevel(logging.ERROR)  # ORT's quantizer logs advice on every call
+        try:
+            write(target)
+        finally:
+            logging.getLogger().setLevel(quiet)
+        return onnx.load(str(target))
+
+
+def static(
+    model: onnx.ModelProto, exclude: Sequence[str], calibration: Calibration | None, only: Sequence[str] | None = None
+) -> onnx.ModelProto:
+    from onnxruntime.quantization import QuantFormat, QuantType, quantize_static
+
+    assert calibration is not None
+    return _through_file(
+        lambda target: quantize_static(
+            model,
+            target,
+            quant_format=QuantFormat.QDQ,
+            per_channel=True,
+            activation_type=QuantType.QUInt8,
+            weight_type=QuantType.QInt8,
+            nodes_to_exclude=list(exclude),
+            nodes_to_quantize=list(only or []),
+            **calibration.arguments(),  # type: ignore[arg-type]
+        )
+    )
+
+
+DYNAMIC_OPS = ("MatMul", "Gemm", "Attention")
+
+
+def dynamic(
+    model: onnx.ModelProto, exclude: Sequence[str], calibration: Calibration | None, only: Sequence[str] | None = None
+) -> onnx.ModelProto:
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    del calibration
+    return _through_file(
+        lambda target: quantize_dynamic(
+            model,
+            target,
+            op_types_to_quantize=list(DYNAMIC_OPS),
+            weight_type=QuantType.QInt8,
+            nodes_to_exclude=list(exclude),
+        )
+    )
+
+
+WEIGHT_ONLY_BLOCK = 32
+
+
+def weight_only(
+    model: onnx.ModelProto, exclude: Sequence[str], calibration: Calibration | None, only: Sequence[str] | None = None
+) -> onnx.ModelProto:
+    del calibration
+    from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
+
+    copy = onnx.ModelProto()
+    copy.CopyFrom(model)  # the quantizer edits the model it is given
+    quantizer = MatMulNBitsQuantizer(
+        copy,
+        block_size=WEIGHT_ONLY_BLOCK,
+        is_symmetric=True,
+        accuracy_level=4,
+        nodes_to_exclude=list(exclude),
+        nodes_to_include=list(only) if only else None,
+    )
+    quantizer.process()
+    return quantizer.model.model
+
+
+MODES.register(
+    "static",
+    QuantMode(
+        "static",
+        "QDQ, int8 weights per channel, uint8 activations calibrated on data",
+        frozenset({"Conv", "ConvTranspose", "MatMul", "Gemm"}),
+        True,
+        static,
+    ),
+)
+MODES.register(
+    "dynamic",
+    QuantMode(
+        "dynamic", "int8 MatMul/Gemm weights, activations quantized per run", frozenset(DYNAMIC_OPS), False, dynamic
+    ),
+)
+MODES.register(
+    "weight-only",
+    QuantMode(
+        "weight-only", "4-bit MatMul weights in blocks of 32 (MatMulNBits)", frozenset({"MatMul"}), False, weight_only
+    ),
+)

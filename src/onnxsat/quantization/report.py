@@ -1,0 +1,132 @@
+"""What ``onnxsat quantize`` did: per node and per mode, accuracy, latency and sizes; a table and JSON."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from onnxsat.core import ReportBase
+from onnxsat.metrics import Score
+from onnxsat.sparsity.report import HeldOut
+from onnxsat.verification import VerificationResult
+
+
+@dataclass
+class NodeDecision:
+    """One quantizable node: quantized or kept in float, and the measurements that decided it."""
+
+    node: str
+    op_type: str
+    quantized: bool
+    why: str
+    speed: float | None = None
+    """fp32 time / int8 time of the node alone on this machine (above 1: int8 pays); None if not measured."""
+    sensitivity: float | None = None
+    """Relative change of the scored outputs with this node alone quantized; None if not measured."""
+
+
+@dataclass
+class ModeTrial:
+    """One mode tried: how many nodes it quantized, its drop on the search data and its measured speed."""
+
+    mode: str
+    quantized: int = 0
+    kept: int = 0
+    drop: float | None = None
+    speedup: float | None = None
+    evaluations: int = 0
+    error: str | None = None
+    """Why the mode gave no usable model (nothing to quantize, budget missed, ORT refused it)."""
+
+
+@dataclass
+class QuantizeReport(ReportBase):
+    input: str
+    output: str | None
+    mode: str
+    """The mode asked for (``auto`` or one of the modes)."""
+    chosen: str | None = None
+    trials: list[ModeTrial] = field(default_factory=list)
+    nodes: list[NodeDecision] = field(default_factory=list)
+    data: str | None = None
+    metric: str | None = None
+    metrics: dict[str, dict[str, str]] = field(default_factory=dict)
+    baseline: Score | None = None
+    accuracy: Score | None = None
+    held_out: HeldOut | None = None
+    max_drop: float | None = None
+    latency: dict[str, float] = field(default_factory=dict)
+    """fp32_ms, quantized_ms, speedup, threads: ORT with all optimizations, interleaved rounds, medians."""
+    sizes: dict[str, int] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+    verification: VerificationResult | None = None
+    seconds: float = 0.0
+    written: bool = False
+
+    def summary(self) -> list[str]:
+        quantized = sum(n.quantized for n in self.nodes)
+        lines = [f"{self.chosen or 'nothing'}: {quantized} of {len(self.nodes)} quantizable nodes quantized"]
+        if self.latency:
+            lines.append(
+                f"latency {self.latency['fp32_ms']:.2f} -> {self.latency['quantized_ms']:.2f} ms "
+                f"({self.latency['speedup']:.2f}x, ORT all, {int(self.latency['threads'])} thread(s))"
+            )
+        if self.baseline is not None and self.accuracy is not None:
+            lines.append(f"{self.baseline.kind} on {self.data}: {self.baseline.text()} -> {self.accuracy.text()}")
+        if self.held_out is not None:
+            held = self.held_out
+            lines.append(
+                f"held out ({held.score.samples} samples): {held.baseline.text()} -> {held.score.text()}, "
+                f"drop {held.drop:.2%}"
+            )
+        return lines + self.notes
+
+    def to_table(self) -> str:
+        lines = [f"ONNXSat quantize  {self.input} -> {self.output or '(not written)'}"]
+        lines.append(f"mode {self.mode}: chosen {self.chosen or 'none'}")
+        if self.trials:
+            lines.append("")
+            lines.append(f"{'mode':<13}{'quantized':>10}{'kept':>6}{'drop':>9}{'speedup':>9}  note")
+            for t in self.trials:
+                drop = f"{t.drop:.2%}" if t.drop is not None else "-"
+                speed = f"{t.speedup:.2f}x" if t.speedup is not None else "-"
+                lines.append(f"{t.mode:<13}{t.quantized:>10}{t.kept:>6}{drop:>9}{speed:>9}  {t.error or ''}")
+        if self.nodes:
+            lines.append("")
+            lines.append(f"{'node':<44}{'op':<9}{'int8 speed':>11}{'sensitivity':>13}  decision")
+            for n in self.nodes:
+                speed = f"{n.speed:.2f}x" if n.speed is not None else "-"
+                sens = f"{n.sensitivity:.3g}" if n.sensitivity is not None else "-"
+                decision = "quantized" if n.quantized else f"float: {n.why}"
+                lines.append(f"{n.node[:43]:<44}{n.op_type:<9}{speed:>11}{sens:>13}  {decision}")
+        if self.metrics:
+            lines.append("")
+            lines.append("scored outputs:")
+            lines.extend(f"  {name}: {m['metric']} ({m['why']})" for name, m in self.metrics.items())
+        if self.baseline is not None and self.accuracy is not None:
+            lines.append(
+                f"{self.baseline.kind} on {self.data} ({self.baseline.samples} samples): "
+                f"{self.baseline.text()} -> {self.accuracy.text()}"
+            )
+        if self.held_out is not None:
+            held = self.held_out
+            verdict = "inside" if held.within_budget else "OUTSIDE"
+            lines.append(
+                f"held out: {held.data} ({held.score.samples} samples the search never used): "
+                f"{held.baseline.text()} -> {held.score.text()}, drop {held.drop:.2%} ({verdict} the budget)"
+            )
+        if self.max_drop is not None:
+            lines.append(f"budget: drop at most {self.max_drop:.2%}")
+        if self.latency:
+            lines.append(
+                f"latency (ORT all optimizations, {int(self.latency['threads'])} thread(s), median of "
+                f"interleaved rounds): fp32 {self.latency['fp32_ms']:.3f} ms, quantized "
+                f"{self.latency['quantized_ms']:.3f} ms, {self.latency['speedup']:.2f}x"
+            )
+        if self.sizes:
+            lines.append("file size: " + ", ".join(f"{k} {v:,} bytes" for k, v in self.sizes.items()))
+        lines.extend(f"note: {note}" for note in self.notes)
+        if self.verification is not None:
+            status = "PASSED" if self.verification.ok else "FAILED"
+            lines.append(f"verification {status}: {self.verification.error or 'loads and runs in ONNX Runtime'}")
+        lines.append(f"seconds: {self.seconds:.2f}")
+        return "\n".join(lines)
