@@ -21,12 +21,14 @@ _LAZY = {
     "optimize": "onnxsat.api",
     "sparsify": "onnxsat.api",
     "prune": "onnxsat.api",
+    "quantize": "onnxsat.api",
     "run_pipeline": "onnxsat.api",
     "OptimizeOptions": "onnxsat.eqsat.optimizer",
     "optimize_model": "onnxsat.eqsat.optimizer",
     "OptimizeReport": "onnxsat.report",
     "SparsifyOptions": "onnxsat.sparsity.sparsify",
     "PruneOptions": "onnxsat.pruning.prune",
+    "QuantizeOptions": "onnxsat.quantization.quantize",
     "Tolerance": "onnxsat.verification",
     "VerificationResult": "onnxsat.verification",
     "verify": "onnxsat.verification",
@@ -48,9 +50,10 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:
-    from onnxsat.api import optimize, prune, run_pipeline, sparsify
+    from onnxsat.api import optimize, prune, quantize, run_pipeline, sparsify
     from onnxsat.eqsat.optimizer import OptimizeOptions, optimize_model
     from onnxsat.pruning.prune import PruneOptions
+    from onnxsat.quantization.quantize import QuantizeOptions
     from onnxsat.report import OptimizeReport
     from onnxsat.sparsity.sparsify import SparsifyOptions
     from onnxsat.verification import Tolerance, VerificationResult, verify
@@ -60,6 +63,7 @@ __all__ = [
     "OptimizeOptions",
     "OptimizeReport",
     "PruneOptions",
+    "QuantizeOptions",
     "SparsifyOptions",
     "Tolerance",
     "VerificationFailedError",
@@ -68,6 +72,7 @@ __all__ = [
     "optimize",
     "optimize_model",
     "prune",
+    "quantize",
     "run_pipeline",
     "sparsify",
     "verify",

@@ -20,10 +20,13 @@ from onnxsat.eqsat.optimizer import OptimizeOptions
 from onnxsat.inputs import InputSpec
 from onnxsat.passes.eqsat import EqsatPass
 from onnxsat.passes.prune import PrunePass
+from onnxsat.passes.quantize import QuantizePass
 from onnxsat.passes.sparsify import SparsifyPass
 from onnxsat.pipelines.file import run_pipeline_file
 from onnxsat.pruning.prune import PruneOptions
 from onnxsat.pruning.report import PruneReport
+from onnxsat.quantization.quantize import QuantizeOptions
+from onnxsat.quantization.report import QuantizeReport
 from onnxsat.report import OptimizeReport
 from onnxsat.runner import RunSettings, run_one
 from onnxsat.sparsity.report import SparsifyReport
@@ -107,6 +110,23 @@ def sparsify(
     """Zero small weights of ``input_path`` into ``output_path`` (``settings``: ``SparsifyOptions``' fields,
     e.g. ``sparsity=0.5`` or ``max_drop=0.01, data="digits-test"``)."""
     step = SparsifyPass(options or SparsifyOptions(**settings))
+    return run_file(step, input_path, output_path, report, _spec(input_shapes, inputs), force=force)
+
+
+def quantize(
+    input_path: PathLike,
+    output_path: PathLike,
+    options: QuantizeOptions | None = None,
+    *,
+    report: PathLike | None = None,
+    input_shapes: dict[str, list[int]] | None = None,
+    inputs: Feeds = None,
+    force: bool = False,
+    **settings: Any,
+) -> QuantizeReport:
+    """Quantize ``input_path`` into ``output_path`` where it pays (``settings``: ``QuantizeOptions``' fields,
+    e.g. ``mode="static", max_drop=0.005, data="digits-test"``)."""
+    step = QuantizePass(options or QuantizeOptions(**settings))
     return run_file(step, input_path, output_path, report, _spec(input_shapes, inputs), force=force)
 
 

@@ -84,6 +84,10 @@ class Score:
         """A finer figure of the worst output (``top5`` beside ``top1``)."""
         return self.worst.details.get(name)
 
+    def headline(self) -> dict[str, object]:
+        """The figures a report's JSON puts beside the per-output ones: the worst output's metric, value, drop."""
+        return {"metric": self.metric, "value": self.value, "drop": self.drop}
+
     def text(self) -> str:
         """``top1 98.24%`` or, for several outputs, each one: ``output: sequence 87.50%, ...``."""
         if len(self.outputs) == 1:

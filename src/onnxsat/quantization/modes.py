@@ -89,6 +89,14 @@ def _through_file(write: Callable[[Path], None]) -> onnx.ModelProto:
         return onnx.load(str(target))
 
 
+def _copy(model: onnx.ModelProto) -> onnx.ModelProto:
+    """ORT's quantizers edit the model they are given (saving it with external data rewrites its tensors
+    into references to a temporary file): each gets its own copy."""
+    copy = onnx.ModelProto()
+    copy.CopyFrom(model)
+    return copy
+
+
 def static(
     model: onnx.ModelProto, exclude: Sequence[str], calibration: Calibration | None, only: Sequence[str] | None = None
 ) -> onnx.ModelProto:
@@ -97,7 +105,7 @@ def static(
     assert calibration is not None
     return _through_file(
         lambda target: quantize_static(
-            model,
+            _copy(model),
             target,
             quant_format=QuantFormat.QDQ,
             per_channel=True,
@@ -121,7 +129,7 @@ def dynamic(
     del calibration
     return _through_file(
         lambda target: quantize_dynamic(
-            model,
+            _copy(model),
             target,
             op_types_to_quantize=list(DYNAMIC_OPS),
             weight_type=QuantType.QInt8,
@@ -139,10 +147,8 @@ def weight_only(
     del calibration
     from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
 
-    copy = onnx.ModelProto()
-    copy.CopyFrom(model)  # the quantizer edits the model it is given
     quantizer = MatMulNBitsQuantizer(
-        copy,
+        _copy(model),
         block_size=WEIGHT_ONLY_BLOCK,
         is_symmetric=True,
         accuracy_level=4,

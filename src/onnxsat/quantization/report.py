@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
+from typing import Any
 
 from onnxsat.core import ReportBase
 from onnxsat.metrics import Score
-from onnxsat.sparsity.report import HeldOut
+from onnxsat.sparsity.report import HeldOut, with_score_headlines
 from onnxsat.verification import VerificationResult
 
 
@@ -61,6 +62,9 @@ class QuantizeReport(ReportBase):
     verification: VerificationResult | None = None
     seconds: float = 0.0
     written: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        return with_score_headlines(asdict(self), self.baseline, self.accuracy, self.held_out)
 
     def summary(self) -> list[str]:
         quantized = sum(n.quantized for n in self.nodes)

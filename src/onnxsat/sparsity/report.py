@@ -22,6 +22,19 @@ class HeldOut:
     within_budget: bool
 
 
+def with_score_headlines(
+    data: dict[str, Any], baseline: Score | None, accuracy: Score | None, held_out: HeldOut | None
+) -> dict[str, Any]:
+    """``data`` (a report's ``asdict``) with each score's headline figures beside its per-output ones."""
+    for key, score in (("baseline", baseline), ("accuracy", accuracy)):
+        if score is not None:
+            data[key].update(score.headline())
+    if held_out is not None:
+        for key in ("baseline", "score"):
+            data["held_out"][key].update(getattr(held_out, key).headline())
+    return data
+
+
 @dataclass
 class SparsifyReport(ReportBase):
     input: str
@@ -56,14 +69,7 @@ class SparsifyReport(ReportBase):
         for layer, entry in zip(self.layers, data["layers"], strict=True):
             entry["sparsity"] = layer.sparsity
             entry["size"] = layer.size
-        for key, score in (("baseline", self.baseline), ("accuracy", self.accuracy)):
-            if score is not None:
-                data[key].update(metric=score.metric, value=score.value, drop=score.drop)
-        if self.held_out is not None:
-            for key in ("baseline", "score"):
-                score = getattr(self.held_out, key)
-                data["held_out"][key].update(metric=score.metric, value=score.value)
-        return data
+        return with_score_headlines(data, self.baseline, self.accuracy, self.held_out)
 
     def summary(self) -> list[str]:
         lines = [f"{self.method}: {self.overall:.1%} of the prunable weights are zero"]

@@ -1,0 +1,71 @@
+"""``onnxsat quantize --html``: the modes tried, every quantizable node's decision, accuracy, latency, sizes."""
+
+from __future__ import annotations
+
+from onnxsat.html.page import Page
+from onnxsat.html.scores import add_scores
+from onnxsat.html.verification import add_verification
+from onnxsat.quantization.report import QuantizeReport
+
+
+def quantize_page(report: QuantizeReport) -> Page:
+    page = Page("ONNXSat quantize", f"{report.input} -> {report.output or '(not written)'}")
+    facts = [
+        ("input", report.input),
+        ("output", report.output or "not written"),
+        ("mode", f"{report.mode} (chosen: {report.chosen or 'none'})"),
+        ("seconds", f"{report.seconds:.2f}"),
+    ]
+    if report.latency:
+        latency = report.latency
+        threads = int(latency["threads"])
+        facts.append(
+            (
+                "latency",
+                f"{latency['fp32_ms']:.3f} ms -> {latency['quantized_ms']:.3f} ms "
+                f"({latency['speedup']:.2f}x, ORT all optimizations, {threads} thread(s))",
+            )
+        )
+    page.facts(facts)
+    if report.trials:
+        page.heading("Modes tried")
+        page.table(
+            ["mode", "quantized", "kept in float", "drop", "speedup", "note"],
+            [
+                (
+                    t.mode,
+                    t.quantized,
+                    t.kept,
+                    f"{t.drop:.2%}" if t.drop is not None else "-",
+                    f"{t.speedup:.2f}x" if t.speedup is not None else "-",
+                    t.error or "",
+                )
+                for t in report.trials
+            ],
+        )
+    if report.nodes:
+        page.heading("Nodes")
+        page.table(
+            ["node", "op", "int8 speed alone", "damage alone", "decision"],
+            [
+                (
+                    n.node,
+                    n.op_type,
+                    f"{n.speed:.2f}x" if n.speed is not None else "-",
+                    f"{n.sensitivity:.3g}" if n.sensitivity is not None else "-",
+                    "quantized" if n.quantized else f"float: {n.why}",
+                )
+                for n in report.nodes
+            ],
+        )
+    for note in report.notes:
+        page.paragraph(f"Note: {note}", note=True)
+    if report.baseline is not None and report.accuracy is not None:
+        held = report.held_out
+        held_out = None if held is None else (held.data, held.baseline, held.score, held.drop)
+        add_scores(page, report.data, report.metrics, report.baseline, report.accuracy, held_out)
+    if report.sizes:
+        page.heading("File size")
+        page.table(["model", "bytes"], list(report.sizes.items()))
+    add_verification(page, report.verification, "loads and runs in ONNX Runtime")
+    return page

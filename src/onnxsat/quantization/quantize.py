@@ -1,0 +1,504 @@
+"""``onnxsat quantize`` end to end: normalise, calibrate, measure each node, search inside the budget.
+
+1. **Normalise** with ONNXSat's own lossless passes (BatchNormalization folded, standard ops only, the
+   normal form of weights and dims) and name every node, so the quantizer sees a clean graph.
+2. **Measure speed per node**: each quantizable node alone, fp32 against int8, in ONNX Runtime on this
+   machine; a node that is slower quantized stays in float.
+3. **Quantize** with ONNX Runtime's quantizer (``modes``), calibrated once on the search part of the data.
+4. **Budget**: the drop of the scored outputs (the metric registry, as sparsify) on the search part. If
+   it is too large, each node's damage is measured alone (the outputs' relative change with only it
+   quantized) and the fewest most damaging nodes are left in float, found by bisection.
+5. **auto** tries the modes the model's ops call for and keeps the fastest result inside the budget,
+   timed side by side with the fp32 model under ORT with every optimization on; a result slower than
+   the fp32 model is not written.
+6. **Verify**: the checker, a load and a run in ORT; a model ORT refuses is never written. The held-out
+   part of the data gives the honest drop.
+"""
+
+from __future__ import annotations
+
+import statistics
+import tempfile
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+
+from onnxsat.data.model_input import batch_size_for, data_input, evaluation_data, random_dataset
+from onnxsat.data.outputs import ORT_DTYPES
+from onnxsat.data.sources import Dataset
+from onnxsat.errors import RuntimeUnsupportedError, SettingsError
+from onnxsat.inputs import InputSpec, fixed_dim
+from onnxsat.metrics import AUTO, MetricSpec, Score, check_spec, metric_names
+from onnxsat.metrics.scorer import ModelScorer
+from onnxsat.options import float_list, option, percent
+from onnxsat.quantization.calibration import calibration_reader
+from onnxsat.quantization.modes import CALIBRATIONS, MODES, Calibration, QuantMode
+from onnxsat.quantization.report import ModeTrial, NodeDecision, QuantizeReport
+from onnxsat.sparsity.report import HeldOut
+from onnxsat.timing import ratios_to, time_rounds, timing_session
+from onnxsat.verification import check_lossy, reference_run
+
+AUTO_MODE = "auto"
+SLOWER = 1.0
+"""A node whose int8 form is not faster than this ratio stays in float."""
+NOT_SLOWER = 0.97
+"""``auto`` writes nothing whose whole-model speedup is below this (ratio noise on this machine)."""
+RANDOM_SAMPLES = 32
+LATENCY_ROUNDS, LATENCY_WARMUP = 20, 3
+
+
+@dataclass
+class QuantizeOptions:
+    """The quantize pass's settings: ``onnxsat quantize``'s flags, the ``quantize`` pipeline keys, keywords."""
+
+    mode: str = option(
+        AUTO_MODE,
+        choices=lambda: [AUTO_MODE, *MODES],
+        help="auto (default: the fastest of the modes the model's ops call for), static, dynamic, weight-only",
+    )
+    max_drop: float | None = option(None, type=percent, help="largest allowed drop of the metric, e.g. 0.5%%")
+    metric: MetricSpec = option(
+        AUTO,
+        metavar="METRIC",
+        help="how outputs are scored: auto (default), "
+        + ", ".join(n for n in metric_names() if n != AUTO)
+        + ", or package.module:function",
+    )
+    metric_output: list[str] = option(default_factory=list, metavar="NAME", help="outputs the budget applies to")
+    data: str | None = option(
+        None, help="calibration and budget data: digits, an image folder, CIFAR-10, an .npz (inputs, labels), random"
+    )
+    fidelity: bool = option(False, help="ignore labels: agreement with the float model")
+    limit: int | None = option(None, type=int, help="use at most this many samples of the data")
+    mean: Sequence[float] | None = option(None, type=float_list, help="per-channel mean for images scaled to [0, 1]")
+    std: Sequence[float] | None = option(None, type=float_list, help="per-channel std images are divided by")
+    holdout: float = option(0.2, type=percent, help="share of --data the search never sees (default 20%%)")
+    calibration: str = option("minmax", choices=CALIBRATIONS, help="calibration of activation ranges (static)")
+    exclude: list[str] = option(default_factory=list, metavar="NODE", help="nodes to leave in float")
+    threads: int = option(1, type=int, help="intra-op threads latency is measured with (default 1)")
+    node_timing: bool = option(True, flag="--no-node-timing", negate=True, help="skip timing each node alone")
+    batch_size: int = 64
+    inputs: InputSpec = field(default_factory=InputSpec)
+
+    def check(self) -> None:
+        if self.mode != AUTO_MODE:
+            MODES.lookup(self.mode)
+        if self.max_drop is not None:
+            if not 0.0 <= self.max_drop < 1.0:
+                raise SettingsError(f"--max-drop must be in [0%, 100%), got {self.max_drop:.2%}")
+            if self.data is None:
+                raise SettingsError("--max-drop needs --data to measure the drop on")
+        if not 0.0 <= self.holdout < 1.0:
+            raise SettingsError(f"--holdout must be in [0%, 100%), got {self.holdout:.2%}")
+        if self.limit is not None and self.limit < 1:
+            raise SettingsError(f"--limit must be at least 1, got {self.limit}")
+        if self.threads < 1:
+            raise SettingsError(f"--threads must be at least 1, got {self.threads}")
+        check_spec(self.metric)
+
+
+@dataclass
+class Candidate:
+    mode: str
+    model: onnx.ModelProto
+    excluded: dict[str, str]
+    """Nodes of the mode's ops left in float, and why."""
+    score: Score | None
+    sensitivity: dict[str, float] = field(default_factory=dict)
+    speedup: float | None = None
+
+
+def quantize_model(
+    model: onnx.ModelProto, options: QuantizeOptions, source: str = "<memory>", base_dir: Path | None = None
+) -> tuple[onnx.ModelProto, QuantizeReport]:
+    """Quantize ``model`` (left unchanged) as ``options`` say; return the result and its report."""
+    start = time.perf_counter()
+    options.check()
+    report = QuantizeReport(input=source, output=None, mode=options.mode, max_drop=options.max_drop)
+    _check_opset(model)
+    original_run = reference_run(model, options.inputs, base_dir=base_dir)  # an input ORT cannot run is said first
+    prepared = _prepare(model, options, base_dir, report)
+    unknown = [name for name in options.exclude if name not in {n.name for n in prepared.graph.node}]
+    if unknown:
+        raise SettingsError(f"--exclude {unknown[0]!r} names no node of the model")
+    modes = _modes(prepared, options)
+    given = options.inputs.given
+    model_input = data_input(prepared, given)
+    dataset = evaluation_data(
+        model,
+        options.data,
+        options.inputs,
+        limit=options.limit,
+        mean=options.mean,
+        std=options.std,
+        fidelity=options.fidelity,
+    )
+    if dataset is None:
+        dataset = random_dataset(model, RANDOM_SAMPLES, options.inputs)
+        report.notes.append(f"calibrated and scored on {len(dataset)} seeded random inputs: give --data for real ones")
+    search, held_out = dataset.split(options.holdout) if options.data is not None else (dataset, None)
+    batch = batch_size_for(prepared, options.batch_size, given)
+    scorer = ModelScorer(
+        model,
+        model_input.name,
+        search,
+        metric=options.metric,
+        outputs=options.metric_output,
+        given=given,
+        batch_size=batch,
+        threads=options.threads,
+    )
+    report.data, report.baseline = search.name, scorer.baseline
+    report.metric, report.metrics = scorer.baseline.metric, scorer.budget.describe()
+    feeds = _latency_feeds(prepared, search, model_input.name, options.inputs)
+    with tempfile.TemporaryDirectory(prefix="onnxsat-calibration-") as folder:
+        dtype = ORT_DTYPES.get(_ort_type(model_input), np.float32)
+        fixed = fixed_dim(model_input.type.tensor_type.shape.dim[0]) if model_input.type.tensor_type.shape.dim else None
+        calibration = Calibration(
+            lambda: calibration_reader(model_input.name, search, given, dtype, batch, fixed),
+            options.calibration,
+            Path(folder) / "ranges.json",
+        )
+        candidates = []
+        for mode in modes:
+            trial = ModeTrial(mode.name)
+            report.trials.append(trial)
+            candidate = _search_mode(mode, prepared, options, scorer, calibration, trial)
+            if candidate is not None:
+                candidate.speedup = trial.speedup = _speedup(model, candidate.model, feeds, options.threads)
+                candidates.append(candidate)
+    chosen = _choose(candidates, options, report)
+    report.chosen = chosen.mode
+    report.nodes = _decisions(prepared, chosen, MODES[chosen.mode], report.trials)
+    report.accuracy = chosen.score
+    if held_out is not None:
+        held = ModelScorer(
+            model,
+            model_input.name,
+            held_out,
+            metric=scorer.budget.metrics,
+            outputs=options.metric_output,
+            given=given,
+            batch_size=batch,
+            threads=options.threads,
+        )
+        score = held.score(chosen.model)
+        drop = score.drop
+        within = options.max_drop is None or drop <= options.max_drop
+        report.held_out = HeldOut(held_out.name, held.baseline, score, drop, within)
+    report.latency = _latency(model, chosen.model, feeds, options.threads)
+    names = [output.name for output in model.graph.output]
+    _, report.verification = check_lossy(original_run, chosen.model, names, "quantization", base_dir)
+    report.sizes = {"original": model.ByteSize(), "quantized": chosen.model.ByteSize()}
+    report.seconds = time.perf_counter() - start
+    return chosen.model, report
+
+
+def _check_opset(model: onnx.ModelProto) -> None:
+    """ORT's quantizer writes opset-10+ QuantizeLinear/DequantizeLinear (13+ for per-channel)."""
+    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
+    if opset < 10:
+        raise SettingsError(f"the model uses opset {opset}; quantization needs opset 10 or later (13 for per channel)")
+
+
+def _prepare(
+    model: onnx.ModelProto, options: QuantizeOptions, base_dir: Path | None, report: QuantizeReport
+) -> onnx.ModelProto:
+    """The model in the form the quantizer does best with: ONNXSat's portable optimization (BatchNorm
+    folded into convolutions, standard ops) when it verifies, every node named, weights in memory."""
+    from onnxsat.eqsat.optimizer import OptimizeOptions, optimize_model
+
+    prepared = model
+    try:
+        optimized, optimize_report = optimize_model(
+            model, OptimizeOptions(target="portable", inputs=options.inputs), base_dir=base_dir
+        )
+        if optimize_report.verification is not None and optimize_report.verification.ok:
+            prepared = optimized
+            folded = sum(optimize_report.nodes_before.values()) - sum(optimize_report.nodes_after.values())
+            if folded:
+                report.notes.append(
+                    f"normalised first: {folded} nodes folded away (ONNXSat optimize --target portable)"
+                )
+        else:
+            report.notes.append("quantized as given: ONNXSat's own normalisation did not verify on this model")
+    except Exception as error:  # normalising is an improvement, never a reason to fail
+        report.notes.append(f"quantized as given: normalisation failed ({type(error).__name__})")
+    named = onnx.ModelProto()
+    named.CopyFrom(prepared)
+    if base_dir is not None:
+        from onnx.external_data_helper import load_external_data_for_model
+
+        load_external_data_for_model(named, str(base_dir))
+    named = _at_least_opset(named, PER_CHANNEL_OPSET, report)
+    used = {node.name for node in named.graph.node if node.name}
+    for index, node in enumerate(named.graph.node):
+        if not node.name:
+            name = f"{node.op_type}_{index}"
+            while name in used:
+                name += "_"
+            node.name = name
+            used.add(name)
+    return named
+
+
+PER_CHANNEL_OPSET = 13
+"""Per-channel weights need DequantizeLinear's ``axis``, from opset 13; ORT's quantizer writes it whatever
+the model's opset, and ORT then refuses an opset-12 model (Paddle2ONNX exports are opset 11-12)."""
+
+
+def _at_least_opset(model: onnx.ModelProto, opset: int, report: QuantizeReport) -> onnx.ModelProto:
+    """``model`` converted to ``opset`` when older (ONNX's version converter), as the report says."""
+    current = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), opset)
+    if current >= opset:
+        return model
+    from onnx import version_converter
+
+    try:
+        converted = version_converter.convert_version(model, opset)
+        onnx.checker.check_model(converted)
+    except Exception as error:  # the converter raises several types on ops it cannot lift
+        raise SettingsError(
+            f"the model uses opset {current} and ONNX's converter cannot bring it to opset {opset}, which "
+            f"per-channel quantization needs: {' '.join(str(error).split())[:160]}"
+        ) from None
+    report.notes.append(f"converted from opset {current} to {opset} first (per-channel weights need it)")
+    return converted
+
+
+def _modes(model: onnx.ModelProto, options: QuantizeOptions) -> list[QuantMode]:
+    """The modes to try: the one asked for, or for ``auto`` those the model's weighted ops call for."""
+    weighted = {node.op_type for node in _weighted_nodes(model)}
+    if options.mode != AUTO_MODE:
+        mode = MODES[options.mode]
+        if not weighted & mode.ops:
+            raise SettingsError(
+                f"nothing to quantize: the model has no {'/'.join(sorted(mode.ops))} node with a constant weight"
+            )
+        return [mode]
+    if not weighted:
+        raise SettingsError("nothing to quantize: the model has no Conv, MatMul or Gemm node with a constant weight")
+    modes = []
+    if weighted & {"Conv", "ConvTranspose"} or weighted & {"MatMul", "Gemm"}:
+        modes.append(MODES["static"])
+    if weighted & {"MatMul", "Gemm"}:
+        modes.append(MODES["dynamic"])
+    if "MatMul" in weighted and _largest_matmul(model) >= 2**20:
+        modes.append(MODES["weight-only"])
+    return modes
+
+
+def _weighted_nodes(model: onnx.ModelProto) -> list[onnx.NodeProto]:
+    """Conv, ConvTranspose, MatMul and Gemm nodes whose weight (input 1) is a float initializer."""
+    floats = {
+        t.name for t in model.graph.initializer if t.data_type in (onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16)
+    }
+    ops = {"Conv", "ConvTranspose", "MatMul", "Gemm"}
+    return [
+        n
+        for n in model.graph.node
+        if n.op_type in ops and n.domain in ("", "ai.onnx") and len(n.input) > 1 and n.input[1] in floats
+    ]
+
+
+def _largest_matmul(model: onnx.ModelProto) -> int:
+    sizes = {t.name: int(np.prod(t.dims)) for t in model.graph.initializer}
+    return max((sizes.get(n.input[1], 0) for n in _weighted_nodes(model) if n.op_type == "MatMul"), default=0)
+
+
+def _search_mode(
+    mode: QuantMode,
+    model: onnx.ModelProto,
+    options: QuantizeOptions,
+    scorer: ModelScorer,
+    calibration: Calibration,
+    trial: ModeTrial,
+) -> Candidate | None:
+    """The mode's best model inside the budget (see the module docstring), or None (``trial.error`` says why)."""
+    start_evaluations = scorer.evaluations
+    nodes = [n.name for n in _weighted_nodes(model) if n.op_type in mode.ops]
+    excluded = {name: "asked (--exclude)" for name in options.exclude if name in nodes}
+    if options.node_timing and mode.name in ("static", "dynamic"):
+        for name, ratio in _node_speeds(model, [n for n in nodes if n not in excluded], mode.name).items():
+            if ratio < SLOWER:
+                excluded[name] = f"slower quantized ({ratio:.2f}x alone)"
+    candidates = [n for n in nodes if n not in excluded]
+    if not candidates:
+        trial.error = "every node stays in float (slower quantized, or excluded)"
+        return None
+
+    def build(left_out: Sequence[str], only: Sequence[str] | None = None) -> onnx.ModelProto:
+        calib = calibration if mode.calibrated else None
+        try:
+            result = mode.quantize(model, [*excluded, *left_out], calib, only)
+        except Exception as error:  # ORT's quantizer raises many types on graphs it does not handle
+            raise RuntimeUnsupportedError(
+                f"ONNX Runtime's quantizer failed ({mode.name}): {type(error).__name__}: {error}"
+            ) from None
+        _check_loads(result, mode.name)
+        return result
+
+    try:
+        quantized = build([])
+        score = scorer.score(quantized)
+    except RuntimeUnsupportedError as error:
+        trial.error = str(error)
+        return None
+    candidate = Candidate(mode.name, quantized, dict(excluded), score)
+    if options.max_drop is not None and score.drop > options.max_drop:
+        candidate = _within_budget(candidate, candidates, options.max_drop, scorer, build, trial)
+    trial.evaluations = scorer.evaluations - start_evaluations
+    if candidate is None:
+        return None
+    trial.quantized = len(nodes) - len(candidate.excluded)
+    trial.kept = len(candidate.excluded)
+    trial.drop = candidate.score.drop if candidate.score is not None else None
+    return candidate
+
+
+def _within_budget(
+    candidate: Candidate,
+    nodes: list[str],
+    budget: float,
+    scorer: ModelScorer,
+    build: Callable[..., onnx.ModelProto],
+    trial: ModeTrial,
+) -> Candidate | None:
+    """Leave the fewest most damaging nodes in float so the drop fits: damage measured per node alone,
+    then a bisection on how many of the worst to leave out."""
+    damage = {}
+    for name in nodes:
+        try:
+            damage[name] = scorer.distortion(build([], only=[name]))
+        except RuntimeUnsupportedError:
+            damage[name] = float("inf")
+    ranked = sorted(nodes, key=lambda n: -damage[n])
+    low, high, best = 1, len(ranked), None
+    while low <= high:
+        middle = (low + high) // 2
+        if middle == len(ranked):
+            break
+        model = build(ranked[:middle])
+        score = scorer.score(model)
+        if score.drop <= budget:
+            best, high = (middle, model, score), middle - 1
+        else:
+            low = middle + 1
+    if best is None:
+        trial.error = f"no subset of nodes fits the budget (every node quantized: drop {candidate.score.drop:.2%})"
+        return None
+    count, model, score = best
+    excluded = {**candidate.excluded, **{n: f"damage {damage[n]:.3g}: over the budget" for n in ranked[:count]}}
+    return Candidate(candidate.mode, model, excluded, score, damage)
+
+
+def _node_speeds(model: onnx.ModelProto, nodes: Sequence[str], mode: str) -> dict[str, float]:
+    """fp32 time / int8 time of each node alone (the node-speed module, cached per machine)."""
+    from onnxsat.quantization.node_speed import node_speeds
+
+    try:
+        return {name: speed.ratio for name, speed in node_speeds(model, nodes, mode=mode).items()}
+    except Exception:  # timing is advice: a model it cannot cut into nodes is quantized without it
+        return {}
+
+
+def _check_loads(model: onnx.ModelProto, mode: str) -> None:
+    """A quantized model ORT refuses (invalid QDQ placement) is a failed candidate, never a result."""
+    try:
+        onnx.checker.check_model(model)
+        timing_session(model, ort.GraphOptimizationLevel.ORT_ENABLE_ALL)
+    except Exception as error:  # onnx and ORT raise several unrelated types
+        raise RuntimeUnsupportedError(
+            f"the {mode} model does not load in ONNX Runtime: {' '.join(str(error).split())[:200]}"
+        ) from None
+
+
+def _latency_feeds(model: onnx.ModelProto, dataset: Dataset, name: str, inputs: InputSpec) -> dict[str, np.ndarray]:
+    """One batch of one sample (or the model's fixed batch) from the data, the given inputs beside it."""
+    dims = model.graph.input
+    value = next(v for v in dims if v.name == name)
+    batch = fixed_dim(value.type.tensor_type.shape.dim[0]) or 1 if value.type.tensor_type.shape.dim else 1
+    sample = np.resize(dataset.inputs[:batch], (batch, *dataset.inputs.shape[1:]))
+    dtype = onnx.helper.tensor_dtype_to_np_dtype(value.type.tensor_type.elem_type)
+    return {**inputs.given, name: sample.astype(dtype)}
+
+
+def _times(
+    original: onnx.ModelProto, candidate: onnx.ModelProto, feeds: Mapping[str, np.ndarray], threads: int
+) -> list[list[float]]:
+    level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    sessions = [timing_session(m, level, threads) for m in (original, candidate)]
+    runners = [lambda s=s: s.run(None, dict(feeds)) for s in sessions]
+    return time_rounds(runners, LATENCY_ROUNDS, LATENCY_WARMUP)
+
+
+def _speedup(
+    original: onnx.ModelProto, candidate: onnx.ModelProto, feeds: Mapping[str, np.ndarray], threads: int
+) -> float:
+    fp32, quantized = _times(original, candidate, feeds, threads)
+    return statistics.median(ratios_to(fp32, quantized))
+
+
+def _latency(
+    original: onnx.ModelProto, candidate: onnx.ModelProto, feeds: Mapping[str, np.ndarray], threads: int
+) -> dict[str, float]:
+    fp32, quantized = _times(original, candidate, feeds, threads)
+    return {
+        "fp32_ms": statistics.median(fp32) * 1e3,
+        "quantized_ms": statistics.median(quantized) * 1e3,
+        "speedup": statistics.median(ratios_to(fp32, quantized)),
+        "threads": float(threads),
+    }
+
+
+def _choose(candidates: list[Candidate], options: QuantizeOptions, report: QuantizeReport) -> Candidate:
+    """The fastest candidate; ``auto`` refuses one slower than the float model (one line, nothing written)."""
+    if not candidates:
+        reasons = "; ".join(f"{t.mode}: {t.error}" for t in report.trials if t.error)
+        raise SettingsError(f"no quantized model fits: {reasons}")
+    best = max(candidates, key=lambda c: c.speedup or 0.0)
+    if best.speedup is not None and best.speedup < NOT_SLOWER:
+        message = f"every quantized form is slower than the float model here (best: {best.mode} {best.speedup:.2f}x)"
+        if options.mode == AUTO_MODE:
+            raise SettingsError(f"{message}; nothing written")
+        report.notes.append(message)
+    return best
+
+
+def _decisions(
+    model: onnx.ModelProto, chosen: Candidate, mode: QuantMode, trials: list[ModeTrial]
+) -> list[NodeDecision]:
+    del trials
+    speeds = {}
+    decisions = []
+    for node in _weighted_nodes(model):
+        if node.op_type not in mode.ops:
+            continue
+        why = chosen.excluded.get(node.name, "")
+        if why.startswith("slower quantized ("):
+            speeds[node.name] = float(why.split("(")[1].split("x")[0])
+        decisions.append(
+            NodeDecision(
+                node.name,
+                node.op_type,
+                node.name not in chosen.excluded,
+                why,
+                speeds.get(node.name),
+                chosen.sensitivity.get(node.name),
+            )
+        )
+    return decisions
+
+
+def _ort_type(value: onnx.ValueInfoProto) -> str:
+    names = {
+        onnx.TensorProto.FLOAT: "tensor(float)",
+        onnx.TensorProto.FLOAT16: "tensor(float16)",
+        onnx.TensorProto.DOUBLE: "tensor(double)",
+    }
+    return names.get(value.type.tensor_type.elem_type, "tensor(float)")
