@@ -1,0 +1,1 @@
+"""INT8 quantization of ONNX models on top of ``onnxruntime.quantization``."""
