@@ -365,7 +365,8 @@ def boundary_cut(
     model: onnx.ModelProto, feeds: Mapping[str, np.ndarray]
 ) -> tuple[onnx.ModelProto, dict[str, np.ndarray]] | None:
     """The QDQ model without the QuantizeLinear of its graph inputs and the DequantizeLinear of its outputs
-    (8-bit in and out), and feeds quantized to match; None if it has no such boundary."""
+    (8-bit in and out), with seeded random 8-bit feeds (values do not change an integer kernel's speed); None if
+    it has no such boundary, or something else reads a graph input that would go."""
     graph = model.graph
     constants = {t.name: t for t in graph.initializer}
     inputs = {v.name for v in graph.input}
@@ -378,6 +379,8 @@ def boundary_cut(
     cut.CopyFrom(model)
     dropped = {id(n) for n in entry + exit_}
     kept = [n for n in graph.node if id(n) not in dropped]
+    if {n.input[0] for n in entry} & {name for n in kept for name in n.input}:
+        return None
     del cut.graph.node[:]
     cut.graph.node.extend(kept)
     new_feeds = {name: value for name, value in feeds.items() if name not in {n.input[0] for n in entry}}
