@@ -35,6 +35,7 @@ from onnxsat.errors import RuntimeUnsupportedError, SettingsError
 from onnxsat.inputs import InputSpec, fixed_dim
 from onnxsat.metrics import AUTO, MetricSpec, Score, check_spec, metric_names
 from onnxsat.metrics.scorer import ModelScorer
+from onnxsat.normal_form import normal_form
 from onnxsat.options import float_list, option, percent
 from onnxsat.quantization.calibration import calibration_reader
 from onnxsat.quantization.modes import CALIBRATIONS, MODES, Calibration, QuantMode
@@ -110,6 +111,9 @@ class Candidate:
     """Nodes of the mode's ops left in float, and why."""
     score: Score | None
     sensitivity: dict[str, float] = field(default_factory=dict)
+    """Damage per node alone (the outputs' relative change), when the budget needed it."""
+    speeds: dict[str, float] = field(default_factory=dict)
+    """fp32 time / int8 time per weighted node alone, when timed."""
     speedup: float | None = None
 
 
@@ -174,7 +178,7 @@ def quantize_model(
                 candidates.append(candidate)
     chosen = _choose(candidates, options, report)
     report.chosen = chosen.mode
-    report.nodes = _decisions(prepared, chosen, MODES[chosen.mode], report.trials)
+    report.nodes = _decisions(prepared, chosen, MODES[chosen.mode])
     report.accuracy = chosen.score
     if held_out is not None:
         held = ModelScorer(
@@ -235,6 +239,7 @@ def _prepare(
         from onnx.external_data_helper import load_external_data_for_model
 
         load_external_data_for_model(named, str(base_dir))
+    named, _ = normal_form(named, in_place=True)  # weights made as Constant nodes become initializers again
     named = _at_least_opset(named, PER_CHANNEL_OPSET, report)
     used = {node.name for node in named.graph.node if node.name}
     for index, node in enumerate(named.graph.node):
@@ -321,10 +326,14 @@ def _search_mode(
 ) -> Candidate | None:
     """The mode's best model inside the budget (see the module docstring), or None (``trial.error`` says why)."""
     start_evaluations = scorer.evaluations
-    nodes = [n.name for n in _weighted_nodes(model) if n.op_type in mode.ops]
+    nodes = [n.name for n in model.graph.node if n.op_type in mode.ops and n.domain in ("", "ai.onnx")]
+    weighted = {n.name for n in _weighted_nodes(model)}
     excluded = {name: "asked (--exclude)" for name in options.exclude if name in nodes}
+    speeds: dict[str, float] = {}
     if options.node_timing and mode.name in ("static", "dynamic"):
-        for name, ratio in _node_speeds(model, [n for n in nodes if n not in excluded], mode.name).items():
+        timed = [n for n in nodes if n not in excluded and n in weighted]
+        speeds = _node_speeds(model, timed, mode.name, options.inputs.dims(), options.threads)
+        for name, ratio in speeds.items():
             if ratio < SLOWER:
                 excluded[name] = f"slower quantized ({ratio:.2f}x alone)"
     candidates = [n for n in nodes if n not in excluded]
@@ -349,7 +358,7 @@ def _search_mode(
     except RuntimeUnsupportedError as error:
         trial.error = str(error)
         return None
-    candidate = Candidate(mode.name, quantized, dict(excluded), score)
+    candidate = Candidate(mode.name, quantized, dict(excluded), score, speeds=speeds)
     if options.max_drop is not None and score.drop > options.max_drop:
         candidate = _within_budget(candidate, candidates, options.max_drop, scorer, build, trial)
     trial.evaluations = scorer.evaluations - start_evaluations
@@ -394,17 +403,25 @@ def _within_budget(
         return None
     count, model, score = best
     excluded = {**candidate.excluded, **{n: f"damage {damage[n]:.3g}: over the budget" for n in ranked[:count]}}
-    return Candidate(candidate.mode, model, excluded, score, damage)
+    return Candidate(candidate.mode, model, excluded, score, damage, candidate.speeds)
 
 
-def _node_speeds(model: onnx.ModelProto, nodes: Sequence[str], mode: str) -> dict[str, float]:
-    """fp32 time / int8 time of each node alone (the node-speed module, cached per machine)."""
+def _node_speeds(
+    model: onnx.ModelProto, nodes: Sequence[str], mode: str, shapes: Mapping[str, Sequence[int]], threads: int
+) -> dict[str, float]:
+    """fp32 time / int8 time of each node alone (the node-speed module, cached per machine). For static
+    mode, the int8 node between quantized neighbours (its own input quantization and output dequantization
+    cut off, as ORT fuses them away inside a quantized chain); for dynamic mode, the node as it runs."""
     from onnxsat.quantization.node_speed import node_speeds
 
     try:
-        return {name: speed.ratio for name, speed in node_speeds(model, nodes, mode=mode).items()}
+        speeds = node_speeds(model, nodes, mode=mode, threads=threads, shapes=shapes)
     except Exception:  # timing is advice: a model it cannot cut into nodes is quantized without it
         return {}
+    return {
+        name: speed.core_ratio if mode == "static" and speed.core_ratio is not None else speed.ratio
+        for name, speed in speeds.items()
+    }
 
 
 def _check_loads(model: onnx.ModelProto, mode: str) -> None:
@@ -470,29 +487,20 @@ def _choose(candidates: list[Candidate], options: QuantizeOptions, report: Quant
     return best
 
 
-def _decisions(
-    model: onnx.ModelProto, chosen: Candidate, mode: QuantMode, trials: list[ModeTrial]
-) -> list[NodeDecision]:
-    del trials
-    speeds = {}
-    decisions = []
-    for node in _weighted_nodes(model):
-        if node.op_type not in mode.ops:
-            continue
-        why = chosen.excluded.get(node.name, "")
-        if why.startswith("slower quantized ("):
-            speeds[node.name] = float(why.split("(")[1].split("x")[0])
-        decisions.append(
-            NodeDecision(
-                node.name,
-                node.op_type,
-                node.name not in chosen.excluded,
-                why,
-                speeds.get(node.name),
-                chosen.sensitivity.get(node.name),
-            )
+def _decisions(model: onnx.ModelProto, chosen: Candidate, mode: QuantMode) -> list[NodeDecision]:
+    """Every node the chosen mode's search could leave in float: quantized or not, and what was measured."""
+    return [
+        NodeDecision(
+            node.name,
+            node.op_type,
+            node.name not in chosen.excluded,
+            chosen.excluded.get(node.name, ""),
+            chosen.speeds.get(node.name),
+            chosen.sensitivity.get(node.name),
         )
-    return decisions
+        for node in model.graph.node
+        if node.op_type in mode.ops and node.domain in ("", "ai.onnx")
+    ]
 
 
 def _ort_type(value: onnx.ValueInfoProto) -> str:
