@@ -22,7 +22,7 @@ from tools.real_models.agreement import feeds_of, first_output, original_reading
 from tools.real_models.catalogue import MODELS, RealModel
 from tools.real_models.samples import Samples, write_feeds
 
-LOSSY = ("sparsify", "prune")
+LOSSY = ("sparsify", "prune", "quantize")
 
 
 class RealInputs:

@@ -131,20 +131,29 @@ def quantize_model(
     if unknown:
         raise SettingsError(f"--exclude {unknown[0]!r} names no node of the model")
     modes = _modes(prepared, options)
-    given = options.inputs.given
+    given = dict(options.inputs.given)
+    fed = _fed_data(prepared, options) if options.data is None else None
+    if fed is not None:  # no --data, but --inputs holds the data input's values: real samples to use
+        name, samples = fed
+        del given[name]
+        dataset = Dataset(samples, None, f"{name} from {options.inputs.source or '--inputs'}")
+        report.notes.append(f"calibrated and scored on the {len(samples)} samples --inputs gives {name}")
     model_input = data_input(prepared, given)
-    dataset = evaluation_data(
-        model,
-        options.data,
-        options.inputs,
-        limit=options.limit,
-        mean=options.mean,
-        std=options.std,
-        fidelity=options.fidelity,
-    )
-    if dataset is None:
-        dataset = random_dataset(model, RANDOM_SAMPLES, options.inputs)
-        report.notes.append(f"calibrated and scored on {len(dataset)} seeded random inputs: give --data for real ones")
+    if fed is None:
+        dataset = evaluation_data(
+            model,
+            options.data,
+            options.inputs,
+            limit=options.limit,
+            mean=options.mean,
+            std=options.std,
+            fidelity=options.fidelity,
+        )
+        if dataset is None:
+            dataset = random_dataset(model, RANDOM_SAMPLES, options.inputs)
+            report.notes.append(
+                f"calibrated and scored on {len(dataset)} seeded random inputs: give --data for real ones"
+            )
     search, held_out = dataset.split(options.holdout) if options.data is not None else (dataset, None)
     batch = batch_size_for(prepared, options.batch_size, given)
     scorer = ModelScorer(
@@ -201,6 +210,21 @@ def quantize_model(
     report.sizes = {"original": model.ByteSize(), "quantized": chosen.model.ByteSize()}
     report.seconds = time.perf_counter() - start
     return chosen.model, report
+
+
+def _fed_data(model: onnx.ModelProto, options: QuantizeOptions) -> tuple[str, np.ndarray] | None:
+    """(input, samples) when every input is given by ``--inputs`` and one is a float tensor with a batch
+    axis: the user's own values, better than random ones for calibration."""
+    given = options.inputs.given
+    initializers = {t.name for t in model.graph.initializer}
+    free = [v for v in model.graph.input if v.name not in initializers]
+    if not free or any(v.name not in given for v in free):
+        return None
+    for value in free:
+        array = given[value.name]
+        if np.issubdtype(array.dtype, np.floating) and array.ndim >= 1 and len(array) >= 1:
+            return value.name, array
+    return None
 
 
 def _check_opset(model: onnx.ModelProto) -> None:

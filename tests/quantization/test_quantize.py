@@ -1,0 +1,169 @@
+"""``onnxsat quantize``: each mode writes a model ONNX Runtime loads, the budget search leaves the most
+damaging nodes in float, per-node timings keep slow nodes in float, and bad input is one line."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from onnxsat.cli import main
+from onnxsat.quantization import node_speed
+from onnxsat.zoo.digits_cnn import bundled_digits_cnn
+
+DIGITS = ["--data", "digits-test"]
+
+
+def quantize(model: Path, tmp_path: Path, *extra: str) -> tuple[int, dict, Path]:
+    out, report = tmp_path / "out.onnx", tmp_path / "report.json"
+    code = main(["quantize", str(model), "-o", str(out), "--report", str(report), *extra])
+    return code, (json.loads(report.read_text()) if report.exists() else {}), out
+
+
+def ops(path: Path) -> Counter:
+    return Counter(node.op_type for node in onnx.load(path).graph.node)
+
+
+def runs(path: Path, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+    return ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, feeds)
+
+
+def mlp(path: Path, features: int = 64, hidden: int = 128, classes: int = 10, opset: int = 17) -> Path:
+    rng = np.random.default_rng(3)
+    graph = helper.make_graph(
+        [
+            helper.make_node("MatMul", ["x", "w1"], ["h"], name="fc1"),
+            helper.make_node("Relu", ["h"], ["r"], name="relu"),
+            helper.make_node("MatMul", ["r", "w2"], ["logits"], name="fc2"),
+        ],
+        "mlp",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", features])],
+        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["N", classes])],
+        [
+            numpy_helper.from_array(rng.normal(size=(features, hidden)).astype(np.float32) * 0.1, "w1"),
+            numpy_helper.from_array(rng.normal(size=(hidden, classes)).astype(np.float32) * 0.1, "w2"),
+        ],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    model.ir_version = 8
+    onnx.save(model, path)
+    return path
+
+
+def test_static_quantizes_the_digits_cnn_and_reports_every_node(tmp_path: Path) -> None:
+    code, report, out = quantize(bundled_digits_cnn(), tmp_path, "--mode", "static", "--no-node-timing", *DIGITS)
+    assert code == 0 and out.exists()
+    assert ops(out)["QuantizeLinear"] > 0 and ops(out)["DequantizeLinear"] > 0
+    assert report["chosen"] == "static" and report["verification"]["ok"]
+    nodes = {n["node"]: n for n in report["nodes"]}
+    assert {"conv1", "conv2", "fc1", "fc2"} <= set(nodes) and all(n["quantized"] for n in nodes.values())
+    assert report["metric"] == "top1" and report["held_out"]["score"]["samples"] == 79
+    assert report["sizes"]["quantized"] < report["sizes"]["original"] / 2
+    assert report["latency"]["fp32_ms"] > 0 and report["latency"]["threads"] == 1
+    x = np.random.default_rng(0).normal(size=(1, 1, 8, 8)).astype(np.float32)
+    assert runs(out, {"input": x})[0].shape == (1, 10)
+
+
+def test_the_budget_leaves_the_most_damaging_nodes_in_float(tmp_path: Path) -> None:
+    args = ["--mode", "static", "--no-node-timing", "--metric", "snr", *DIGITS]
+    code, free, _ = quantize(bundled_digits_cnn(), tmp_path, *args)
+    assert code == 0
+    budget = free["accuracy"]["drop"] / 2  # half what quantizing everything costs
+    assert budget > 0
+    code, report, out = quantize(bundled_digits_cnn(), tmp_path, *args, "--max-drop", repr(budget))
+    assert code == 0 and out.exists()
+    assert report["accuracy"]["drop"] <= budget
+    kept = [n for n in report["nodes"] if not n["quantized"]]
+    assert kept and all("damage" in n["why"] for n in kept)
+    assert all(n["sensitivity"] is not None for n in report["nodes"])
+    assert report["trials"][0]["evaluations"] > len(report["nodes"])  # each node alone, then the bisection
+
+
+def test_nodes_slower_quantized_stay_in_float(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The per-node timings decide; here they are stood in for, so the test does not time anything."""
+
+    def speeds(model: onnx.ModelProto, nodes: list[str], **_: object) -> dict[str, node_speed.NodeSpeed]:
+        return {
+            name: node_speed.NodeSpeed(name, "Conv", 10.0, 20.0 if name == "conv1" else 5.0, int8_core_us=None)
+            for name in nodes
+        }
+
+    monkeypatch.setattr(node_speed, "node_speeds", speeds)
+    code, report, _ = quantize(bundled_digits_cnn(), tmp_path, "--mode", "static", *DIGITS)
+    assert code == 0
+    nodes = {n["node"]: n for n in report["nodes"]}
+    assert not nodes["conv1"]["quantized"] and nodes["conv1"]["why"] == "slower quantized (0.50x alone)"
+    assert nodes["conv1"]["speed"] == 0.5 and nodes["conv2"]["quantized"] and nodes["conv2"]["speed"] == 2.0
+
+
+def test_dynamic_quantizes_matmuls(tmp_path: Path) -> None:
+    model = mlp(tmp_path / "mlp.onnx")
+    code, report, out = quantize(model, tmp_path, "--mode", "dynamic", "--no-node-timing")
+    assert code == 0 and report["chosen"] == "dynamic"
+    assert ops(out)["DynamicQuantizeLinear"] + ops(out)["MatMulInteger"] > 0
+    assert any("seeded random inputs" in note for note in report["notes"])
+    x = np.random.default_rng(1).normal(size=(3, 64)).astype(np.float32)
+    quantized, original = runs(out, {"x": x})[0], runs(model, {"x": x})[0]
+    assert np.corrcoef(quantized.ravel(), original.ravel())[0, 1] > 0.99
+
+
+def test_weight_only_writes_4_bit_matmuls(tmp_path: Path) -> None:
+    model = mlp(tmp_path / "mlp.onnx", features=128, hidden=256)
+    code, report, out = quantize(model, tmp_path, "--mode", "weight-only")
+    assert code == 0 and ops(out)["MatMulNBits"] == 2
+    assert report["sizes"]["quantized"] < report["sizes"]["original"] / 4
+
+
+def test_an_opset_12_model_is_converted_for_per_channel_weights(tmp_path: Path) -> None:
+    """ORT's quantizer writes DequantizeLinear with a per-channel axis, which ORT refuses below opset 13."""
+    model = mlp(tmp_path / "old.onnx", opset=12)
+    code, report, out = quantize(model, tmp_path, "--mode", "static", "--no-node-timing")
+    assert code == 0
+    assert any("converted from opset 12 to 13" in note for note in report["notes"])
+    assert next(o.version for o in onnx.load(out).opset_import if o.domain in ("", "ai.onnx")) >= 13
+
+
+def test_the_python_api(tmp_path: Path) -> None:
+    import onnxsat
+
+    out = tmp_path / "out.onnx"
+    report = onnxsat.quantize(mlp(tmp_path / "mlp.onnx"), out, mode="dynamic", node_timing=False)
+    assert out.exists() and report.chosen == "dynamic" and report.written
+
+
+def no_weights(path: Path) -> Path:
+    graph = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["y"])],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 9
+    onnx.save(model, path)
+    return path
+
+
+@pytest.mark.parametrize(
+    ("make", "extra", "code", "message"),
+    [
+        (no_weights, [], 9, "nothing to quantize"),
+        (mlp, ["--max-drop", "1%"], 9, "--max-drop needs --data"),
+        (mlp, ["--exclude", "nope"], 9, "--exclude 'nope' names no node"),
+        (mlp, ["--data", "digits"], 12, "the model input must be NCHW"),
+    ],
+)
+def test_bad_input_is_one_line_and_writes_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], make, extra: list[str], code: int, message: str
+) -> None:
+    model = make(tmp_path / "model.onnx")
+    exit_code, _, out = quantize(model, tmp_path, "--no-node-timing", *extra)
+    err = capsys.readouterr().err.strip()
+    assert exit_code == code and not out.exists()
+    assert message in err and "Traceback" not in err
