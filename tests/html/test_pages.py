@@ -67,12 +67,13 @@ def pages(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     folder = tmp_path_factory.mktemp("pages")
     model = folder / "cnn.onnx"
     onnx.save(demo_cnn(), str(model))
-    paths = {name: folder / f"{name}.html" for name in ("optimize", "sparsify", "prune", "bench_prune")}
+    paths = {name: folder / f"{name}.html" for name in ("optimize", "sparsify", "prune", "quantize", "bench_prune")}
     paths |= {"bench_compare": folder / "bench_compare.html", "experiment": folder / "experiment.html"}
     commands = {
         "optimize": ["optimize", str(model), "-o", str(folder / "opt.onnx")],
         "sparsify": ["sparsify", str(model), "-o", str(folder / "sparse.onnx"), "--sparsity", "0.5"],
         "prune": ["prune", str(model), "-o", str(folder / "pruned.onnx"), "--rate", "0.5"],
+        "quantize": ["quantize", str(model), "-o", str(folder / "q.onnx"), "--mode", "static", "--no-node-timing"],
         "bench_prune": ["bench", "prune", str(model), "--rates", "0.5", "--rounds", "2", "--no-reconstruct"],
         "bench_compare": ["bench", "compare", str(model), "--pairs", "2", "--warmup", "1"],
         "experiment": ["bench", "experiment", "2", "--models", str(model), "--samples", "16", "--levels", "0.3,0.6"],
@@ -118,6 +119,14 @@ def test_sparsify_pages(seen: dict[str, dict[str, object]]) -> None:
     searched = seen["searched"]
     assert {"output", "metric", "original", "result", "drop", "search", "tried", "within budget"} <= headers(searched)
     assert searched["images"] == "2" and searched["broken"] == "0"  # sparsity per layer, accuracy
+
+
+def test_quantize_page(seen: dict[str, dict[str, object]]) -> None:
+    page = seen["quantize"]
+    assert {"mode", "quantized", "kept in float", "node", "op", "decision", "metric", "original", "result"} <= headers(
+        page
+    )
+    assert page["images"] == "1" and page["broken"] == "0"  # accuracy before and after
 
 
 def test_prune_page(seen: dict[str, dict[str, object]]) -> None:

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from tools.real_models.catalogue import RealModel
 
-COMMANDS = ("optimize", "sparsify", "prune", "profile", "show")
+COMMANDS = ("optimize", "sparsify", "prune", "quantize", "profile", "show")
 WRITES_MODEL = frozenset({"optimize", "sparsify", "prune", "quantize"})
 EXTRA_ARGUMENTS: dict[str, tuple[str, ...]] = {"sparsify": ("--sparsity", "0.5")}
 OUTPUT_SUFFIX = {"show": ".svg"}
