@@ -100,7 +100,7 @@ def test_a_failing_pass_stops_the_pipeline_and_nothing_is_written(
 @pytest.mark.parametrize(
     ("change", "message"),
     [
-        ({"passes": [{"type": "quantize"}]}, "passes[0].type: unknown pass 'quantize'"),
+        ({"passes": [{"type": "distill"}]}, "passes[0].type: unknown pass 'distill'"),
         ({"passes": [{"type": "prune", "ratio": 0.5}]}, "passes[0]: the prune pass has no key 'ratio'"),
         ({"passes": [{"type": "prune", "rate": "half"}]}, "passes[0].rate: expected float, got str 'half'"),
         ({"passes": [{"type": "prune", "rate": 1.5}]}, "passes[0]: --rate must be in [0, 1)"),

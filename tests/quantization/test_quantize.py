@@ -115,7 +115,7 @@ def test_dynamic_quantizes_matmuls(tmp_path: Path) -> None:
 
 def test_weight_only_writes_4_bit_matmuls(tmp_path: Path) -> None:
     model = mlp(tmp_path / "mlp.onnx", features=128, hidden=256)
-    code, report, out = quantize(model, tmp_path, "--mode", "weight-only")
+    code, report, out = quantize(model, tmp_path, "--mode", "weight-only", "--max-drop", "100%")  # random weights
     assert code == 0 and ops(out)["MatMulNBits"] == 2
     assert report["sizes"]["quantized"] < report["sizes"]["original"] / 4
 
@@ -154,7 +154,7 @@ def no_weights(path: Path) -> Path:
     ("make", "extra", "code", "message"),
     [
         (no_weights, [], 9, "nothing to quantize"),
-        (mlp, ["--max-drop", "1%"], 9, "--max-drop needs --data"),
+        (mlp, ["--max-drop", "150%"], 9, "--max-drop must be in [0%, 100%]"),
         (mlp, ["--exclude", "nope"], 9, "--exclude 'nope' names no node"),
         (mlp, ["--data", "digits"], 12, "the model input must be NCHW"),
     ],
@@ -167,3 +167,16 @@ def test_bad_input_is_one_line_and_writes_nothing(
     err = capsys.readouterr().err.strip()
     assert exit_code == code and not out.exists()
     assert message in err and "Traceback" not in err
+
+
+def test_a_pipeline_quantizes_then_verifies_against_the_quantized_model(tmp_path: Path) -> None:
+    model = mlp(tmp_path / "mlp.onnx")
+    config = {
+        "input_model": str(model),
+        "output_model": str(tmp_path / "out.onnx"),
+        "passes": [{"type": "quantize", "mode": "dynamic", "node_timing": False}, {"type": "verify"}],
+    }
+    path = tmp_path / "pipe.json"
+    path.write_text(json.dumps(config))
+    assert main(["run", str(path)]) == 0
+    assert ops(tmp_path / "out.onnx")["DynamicQuantizeLinear"] + ops(tmp_path / "out.onnx")["MatMulInteger"] > 0
