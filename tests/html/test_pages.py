@@ -15,9 +15,9 @@ from browser_check import open_pages
 from onnxsat.cli import main
 from onnxsat.html import Page, write_page
 from onnxsat.html.sparsify import sparsify_page
-from onnxsat.metrics import OutputScore, Score
+from onnxsat.metrics import HeldOut, OutputScore, Score
 from onnxsat.sparsity.methods import LayerSparsity
-from onnxsat.sparsity.report import HeldOut, SparsifyReport
+from onnxsat.sparsity.report import SparsifyReport
 from onnxsat.verification import VerificationResult
 from onnxsat.zoo.synthetic import demo_cnn
 

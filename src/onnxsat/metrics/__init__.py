@@ -7,12 +7,23 @@ loads a user's own ``module:function``.
 
 from onnxsat.metrics import classification, dense_maps, detection, sequence, similarity  # noqa: F401  (registration)
 from onnxsat.metrics.base import METRICS, Measure, Metric
-from onnxsat.metrics.budget import AUTO, Budget, MetricSpec, OutputScore, Score, check_spec, metric_names
+from onnxsat.metrics.budget import (
+    AUTO,
+    Budget,
+    HeldOut,
+    MetricSpec,
+    OutputScore,
+    Score,
+    check_spec,
+    metric_names,
+    with_score_headlines,
+)
 
 __all__ = [
     "AUTO",
     "METRICS",
     "Budget",
+    "HeldOut",
     "Measure",
     "Metric",
     "MetricSpec",
@@ -20,4 +31,5 @@ __all__ = [
     "Score",
     "check_spec",
     "metric_names",
+    "with_score_headlines",
 ]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -162,3 +163,27 @@ class Budget:
     def describe(self) -> dict[str, dict[str, str]]:
         """Per scored output, its metric and why it was chosen (for reports)."""
         return {name: {"metric": m.name, "why": self.reasons[name]} for name, m in self.metrics.items()}
+
+
+@dataclass
+class HeldOut:
+    """The chosen model on data the search never used: the honest figure beside the search's."""
+
+    data: str
+    baseline: Score
+    score: Score
+    drop: float
+    within_budget: bool
+
+
+def with_score_headlines(
+    data: dict[str, Any], baseline: Score | None, accuracy: Score | None, held_out: HeldOut | None
+) -> dict[str, Any]:
+    """``data`` (a report's ``asdict``) with each score's headline figures beside its per-output ones."""
+    for key, score in (("baseline", baseline), ("accuracy", accuracy)):
+        if score is not None:
+            data[key].update(score.headline())
+    if held_out is not None:
+        for key in ("baseline", "score"):
+            data["held_out"][key].update(getattr(held_out, key).headline())
+    return data

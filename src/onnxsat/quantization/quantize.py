@@ -32,14 +32,13 @@ from onnxsat.data.model_input import batch_size_for, data_input, evaluation_data
 from onnxsat.data.sources import Dataset
 from onnxsat.errors import RuntimeUnsupportedError, SettingsError
 from onnxsat.inputs import InputSpec, fixed_dim
-from onnxsat.metrics import AUTO, MetricSpec, Score, check_spec, metric_names
+from onnxsat.metrics import AUTO, HeldOut, MetricSpec, Score, check_spec, metric_names
 from onnxsat.metrics.scorer import ModelScorer
 from onnxsat.normal_form import normal_form
 from onnxsat.options import float_list, option, percent
 from onnxsat.quantization.calibration import calibration_reader
 from onnxsat.quantization.modes import CALIBRATIONS, MODES, Calibration, QuantMode
 from onnxsat.quantization.report import ModeTrial, NodeDecision, QuantizeReport
-from onnxsat.sparsity.report import HeldOut
 from onnxsat.timing import ratios_to, time_rounds, timing_session
 from onnxsat.verification import check_lossy, reference_run
 

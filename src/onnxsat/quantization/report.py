@@ -6,8 +6,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from onnxsat.core import ReportBase
-from onnxsat.metrics import Score
-from onnxsat.sparsity.report import HeldOut, with_score_headlines
+from onnxsat.metrics import HeldOut, Score, with_score_headlines
 from onnxsat.verification import VerificationResult
 
 
@@ -95,13 +94,14 @@ class QuantizeReport(ReportBase):
                 speed = f"{t.speedup:.2f}x" if t.speedup is not None else "-"
                 lines.append(f"{t.mode:<13}{t.quantized:>10}{t.kept:>6}{drop:>9}{speed:>9}  {t.error or ''}")
         if self.nodes:
+            kept = [n for n in self.nodes if not n.quantized]
             lines.append("")
-            lines.append(f"{'node':<44}{'op':<9}{'int8 speed':>11}{'sensitivity':>13}  decision")
-            for n in self.nodes:
+            lines.append(f"{len(self.nodes) - len(kept)} of {len(self.nodes)} searchable nodes quantized; in float:")
+            lines.append(f"{'node':<44}{'op':<9}{'int8 speed':>11}{'damage':>9}  why")
+            for n in kept:
                 speed = f"{n.speed:.2f}x" if n.speed is not None else "-"
-                sens = f"{n.sensitivity:.3g}" if n.sensitivity is not None else "-"
-                decision = "quantized" if n.quantized else f"float: {n.why}"
-                lines.append(f"{n.node[:43]:<44}{n.op_type:<9}{speed:>11}{sens:>13}  {decision}")
+                damage = f"{n.sensitivity:.3g}" if n.sensitivity is not None else "-"
+                lines.append(f"{n.node[:43]:<44}{n.op_type:<9}{speed:>11}{damage:>9}  {n.why}")
         if self.metrics:
             lines.append("")
             lines.append("scored outputs:")

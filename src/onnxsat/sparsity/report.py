@@ -6,33 +6,9 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from onnxsat.core import ReportBase
-from onnxsat.metrics import Score
+from onnxsat.metrics import HeldOut, Score, with_score_headlines
 from onnxsat.sparsity.methods import LayerSparsity
 from onnxsat.verification import VerificationResult
-
-
-@dataclass
-class HeldOut:
-    """The chosen model on data the search never used: the honest figure beside the search's."""
-
-    data: str
-    baseline: Score
-    score: Score
-    drop: float
-    within_budget: bool
-
-
-def with_score_headlines(
-    data: dict[str, Any], baseline: Score | None, accuracy: Score | None, held_out: HeldOut | None
-) -> dict[str, Any]:
-    """``data`` (a report's ``asdict``) with each score's headline figures beside its per-output ones."""
-    for key, score in (("baseline", baseline), ("accuracy", accuracy)):
-        if score is not None:
-            data[key].update(score.headline())
-    if held_out is not None:
-        for key in ("baseline", "score"):
-            data["held_out"][key].update(getattr(held_out, key).headline())
-    return data
 
 
 @dataclass

@@ -21,12 +21,12 @@ from onnxsat.data.sources import Dataset, load_dataset
 from onnxsat.errors import SettingsError
 from onnxsat.external_data import tensor_value
 from onnxsat.inputs import InputSpec, random_inputs
-from onnxsat.metrics import AUTO, Metric, MetricSpec, check_spec, metric_names
+from onnxsat.metrics import AUTO, HeldOut, Metric, MetricSpec, check_spec, metric_names
 from onnxsat.options import float_list, option, percent
 from onnxsat.sparsity.bodies import lift_body_weights
 from onnxsat.sparsity.calibration import channel_norms
 from onnxsat.sparsity.methods import METHODS, MaskResult, check_sparsity, get_method, sparsity_masks
-from onnxsat.sparsity.report import HeldOut, SparsifyReport
+from onnxsat.sparsity.report import SparsifyReport
 from onnxsat.sparsity.search import Evaluator, MaskMaker, mask_maker, search_per_layer, search_uniform
 from onnxsat.sparsity.storage import to_sparse_initializers, with_masks
 from onnxsat.sparsity.targets import SparsityTarget, select, sparsity_targets
