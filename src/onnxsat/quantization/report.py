@@ -96,8 +96,12 @@ class QuantizeReport(ReportBase):
         if self.nodes:
             kept = [n for n in self.nodes if not n.quantized]
             lines.append("")
-            lines.append(f"{len(self.nodes) - len(kept)} of {len(self.nodes)} searchable nodes quantized; in float:")
-            lines.append(f"{'node':<44}{'op':<9}{'int8 speed':>11}{'damage':>9}  why")
+            lines.append(
+                f"{len(self.nodes) - len(kept)} of {len(self.nodes)} searchable nodes quantized"
+                + ("; in float:" if kept else "")
+            )
+            if kept:
+                lines.append(f"{'node':<44}{'op':<9}{'int8 speed':>11}{'damage':>9}  why")
             for n in kept:
                 speed = f"{n.speed:.2f}x" if n.speed is not None else "-"
                 damage = f"{n.sensitivity:.3g}" if n.sensitivity is not None else "-"
