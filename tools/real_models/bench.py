@@ -76,7 +76,7 @@ def bench_model(
                 agreed = f"{agreement(model, original, reference, run.output, feeds):.0%} {model.measure_name}"
             except Exception as error:  # a written model ORT cannot run is a finding, not a bench failure
                 agreed = f"does not run: {type(error).__name__}: {str(error).splitlines()[0][:120]}"
-            if command == "optimize" and not agreed.startswith("does not run"):
+            if command in ("optimize", "quantize") and not agreed.startswith("does not run"):
                 speedup = latency_ratio(original, run.output, feeds, settings)
         rows.append(Row(model.name, command, result_text(run), run.seconds, agreed, speedup))
     return reading, rows
