@@ -43,6 +43,8 @@ class ModelScorer:
         self.batch_size, self.threads = batch_size, threads
         self.evaluations = 0
         runner = self._runner(original)
+        self.fixed_batch, self.dtype = runner.fixed_batch, runner.dtype
+        self.feed_names = {input_name, *self.given}
         self.reference = runner.run()
         self.budget = Budget(
             self.reference, runner.batch_axes or {}, dataset.step_labels(), metric, outputs, set(self.state.values())
@@ -65,6 +67,12 @@ class ModelScorer:
             noise += float(np.sum((np.asarray(outputs[name], dtype=np.float64) - reference) ** 2))
             signal += float(np.sum(reference**2))
         return float(np.sqrt(noise) / max(np.sqrt(signal), 1e-12))
+
+    def sample_feeds(self, count: int) -> dict[str, np.ndarray]:
+        """The first ``count`` samples (exactly the model's batch when it fixes one) as one run's feeds."""
+        size = self.fixed_batch or min(count, len(self.dataset.inputs))
+        samples = np.resize(self.dataset.inputs[:size], (size, *self.dataset.inputs.shape[1:]))
+        return {**self.given, self.input_name: samples.astype(self.dtype, copy=False)}
 
     def _runner(self, model: onnx.ModelProto) -> OutputRunner:
         sess = session(model, ort.GraphOptimizationLevel.ORT_ENABLE_ALL, threads=self.threads)
