@@ -180,3 +180,53 @@ def test_a_pipeline_quantizes_then_verifies_against_the_quantized_model(tmp_path
     path.write_text(json.dumps(config))
     assert main(["run", str(path)]) == 0
     assert ops(tmp_path / "out.onnx")["DynamicQuantizeLinear"] + ops(tmp_path / "out.onnx")["MatMulInteger"] > 0
+
+
+def test_many_nodes_are_ranked_from_one_run_and_the_worst_measured_alone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Above ``EXACT_DAMAGE_NODES`` the ranking comes from the error each node adds in one run of the float
+    and the quantized model; the budget still holds."""
+    from onnxsat.quantization import quantize as quantize_module
+
+    monkeypatch.setattr(quantize_module, "EXACT_DAMAGE_NODES", 2)
+    args = ["--mode", "static", "--no-node-timing", "--metric", "snr", *DIGITS]
+    code, free, _ = quantize(bundled_digits_cnn(), tmp_path, *args)
+    budget = free["accuracy"]["drop"] / 2
+    code, report, _ = quantize(bundled_digits_cnn(), tmp_path, *args, "--max-drop", repr(budget))
+    assert code == 0 and report["accuracy"]["drop"] <= budget
+    measured = [n for n in report["nodes"] if n["sensitivity"] is not None]
+    assert len(measured) == len(report["nodes"])  # two measured alone, the others estimated
+    assert any(not n["quantized"] for n in report["nodes"])
+
+
+def test_error_jumps_blame_the_node_that_adds_the_error() -> None:
+    """A node whose quantized output is far off while its input is exact gets the damage; its consumer,
+    which only passes the error on, gets none."""
+    from onnxsat.quantization.quantize import _error_jumps
+
+    def relu_chain(scale_first: float) -> onnx.ModelProto:
+        graph = helper.make_graph(
+            [
+                helper.make_node("Mul", ["x", "k"], ["a"], name="first"),
+                helper.make_node("Relu", ["a"], ["b"], name="second"),
+            ],
+            "chain",
+            [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4])],
+            [helper.make_tensor_value_info("b", TensorProto.FLOAT, ["N", 4])],
+            [numpy_helper.from_array(np.array(scale_first, dtype=np.float32), "k")],
+        )
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+        model.ir_version = 9
+        return model
+
+    prepared, damaged = relu_chain(1.0), relu_chain(1.5)  # "first" computes 1.5x: 50% error it adds itself
+
+    class Scorer:
+        feed_names = frozenset({"x"})
+
+        def sample_feeds(self, count: int) -> dict[str, np.ndarray]:
+            return {"x": np.abs(np.random.default_rng(0).normal(size=(count, 4))).astype(np.float32) + 0.1}
+
+    damage = _error_jumps(prepared, damaged, ["first", "second"], Scorer())  # type: ignore[arg-type]
+    assert damage["first"] == pytest.approx(0.5, rel=1e-5) and damage["second"] == pytest.approx(0.0, abs=1e-6)
