@@ -131,29 +131,7 @@ def quantize_model(
     if unknown:
         raise SettingsError(f"--exclude {unknown[0]!r} names no node of the model")
     modes = _modes(prepared, options)
-    given = dict(options.inputs.given)
-    fed = _fed_data(prepared, options) if options.data is None else None
-    if fed is not None:  # no --data, but --inputs holds the data input's values: real samples to use
-        name, samples = fed
-        del given[name]
-        dataset = Dataset(samples, None, f"{name} from {options.inputs.source or '--inputs'}")
-        report.notes.append(f"calibrated and scored on the {len(samples)} samples --inputs gives {name}")
-    model_input = data_input(prepared, given)
-    if fed is None:
-        dataset = evaluation_data(
-            model,
-            options.data,
-            options.inputs,
-            limit=options.limit,
-            mean=options.mean,
-            std=options.std,
-            fidelity=options.fidelity,
-        )
-        if dataset is None:
-            dataset = random_dataset(model, RANDOM_SAMPLES, options.inputs)
-            report.notes.append(
-                f"calibrated and scored on {len(dataset)} seeded random inputs: give --data for real ones"
-            )
+    given, model_input, dataset = _budget_data(model, prepared, options, report)
     search, held_out = dataset.split(options.holdout) if options.data is not None else (dataset, None)
     batch = batch_size_for(prepared, options.batch_size, given)
     scorer = ModelScorer(
@@ -212,8 +190,40 @@ def quantize_model(
     return chosen.model, report
 
 
+def _budget_data(
+    model: onnx.ModelProto, prepared: onnx.ModelProto, options: QuantizeOptions, report: QuantizeReport
+) -> tuple[dict[str, np.ndarray], onnx.ValueInfoProto, Dataset]:
+    """(the inputs fed as given, the input data is fed to, the data): ``--data``; else the values
+    ``--inputs`` gives the data input; else seeded random inputs. The report says which."""
+    given = dict(options.inputs.given)
+    fed = _fed_data(prepared, options) if options.data is None else None
+    if fed is not None:
+        name, samples = fed
+        del given[name]
+        report.notes.append(f"calibrated and scored on the {len(samples)} samples --inputs gives {name}")
+        return (
+            given,
+            data_input(prepared, given),
+            Dataset(samples, None, f"{name} from {options.inputs.source or '--inputs'}"),
+        )
+    model_input = data_input(prepared, given)
+    dataset = evaluation_data(
+        model,
+        options.data,
+        options.inputs,
+        limit=options.limit,
+        mean=options.mean,
+        std=options.std,
+        fidelity=options.fidelity,
+    )
+    if dataset is None:
+        dataset = random_dataset(model, RANDOM_SAMPLES, options.inputs)
+        report.notes.append(f"calibrated and scored on {len(dataset)} seeded random inputs: give --data for real ones")
+    return given, model_input, dataset
+
+
 def _fed_data(model: onnx.ModelProto, options: QuantizeOptions) -> tuple[str, np.ndarray] | None:
-    """(input, samples) when every input is given by ``--inputs`` and one is a float tensor with a batch
+    """(input, samples) when every input is given by ``--inputs`` and one is a numeric tensor with a batch
     axis: the user's own values, better than random ones for calibration."""
     given = options.inputs.given
     initializers = {t.name for t in model.graph.initializer}
