@@ -15,6 +15,7 @@ import os
 import subprocess
 import sys
 import time
+import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -63,6 +64,9 @@ class SamplesReader(CalibrationDataReader):
 
 
 def first_line(error: BaseException | str, limit: int = 140) -> str:
+    """The first line of a message or exception; a bare ``assert`` says which function it failed in."""
+    if isinstance(error, BaseException) and not str(error).strip() and error.__traceback__ is not None:
+        error = f"{type(error).__name__} in {traceback.extract_tb(error.__traceback__)[-1].name}"
     text = error if isinstance(error, str) else f"{type(error).__name__}: {error}"
     lines = [line for line in text.strip().splitlines() if line.strip()]
     return (lines[0] if lines else text)[:limit]
@@ -71,11 +75,11 @@ def first_line(error: BaseException | str, limit: int = 140) -> str:
 def preprocessed(case: Case, out_dir: Path) -> tuple[Path, str]:
     """``quant_pre_process``'s output, or the raw model and why pre-processing failed. Runs in ``out_dir``:
     its symbolic shape inference leaves a temporary file in the working directory."""
-    target = out_dir / f"{case.name}.ort_pre.onnx"
+    target = out_dir.resolve() / f"{case.name}.ort_pre.onnx"
     here = Path.cwd()
     try:
         os.chdir(out_dir)
-        quant_pre_process(str(case.model), str(target))
+        quant_pre_process(str(here / case.model), str(target))
         return target, ""
     except Exception as error:  # a failing pre-process is a finding: the user then quantizes the raw model
         return case.model, f"pre-process failed ({first_line(error, 80)}), raw model quantized"
