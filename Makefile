@@ -60,3 +60,15 @@ bench-transformers: $(STAMP)
 
 clean:
 	rm -rf $(VENV) build *.egg-info src/*.egg-info
+
+# Issue 21: ORT's quantizer alone, `onnxsat quantize` and onnx-neural-compressor (when $(INC_PYTHON) exists: a venv
+# with `pip install onnx-neural-compressor prettytable scipy`) on a ResNet trained on the digits (PyTorch, a few
+# CPU minutes, once) and the real models; one table (benchmarks/quantize_issue21.md is one such run).
+DIGITS_RESNET ?= out/models/digits_resnet.onnx
+INC_PYTHON ?= /tmp/inc/bin/python
+.PHONY: bench-quantize
+bench-quantize: real-models
+	test -f $(DIGITS_RESNET) || ( $(BIN)/python -c "import torch" 2>/dev/null || $(BIN)/pip install --quiet "$(TORCH_WHEEL)"; \
+		$(BIN)/python -m tools.zoo.digits_resnet --out $(DIGITS_RESNET) )
+	ONNXSAT_INC_PYTHON=$(INC_PYTHON) $(BIN)/python -m tools.quantize_bench --digits-model $(DIGITS_RESNET) \
+		--markdown out/quantize_bench/bench.md
