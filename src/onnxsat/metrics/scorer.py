@@ -60,7 +60,14 @@ class ModelScorer:
 
     def distortion(self, candidate: onnx.ModelProto) -> float:
         """||candidate - original|| / ||original|| over the scored outputs: smooth where scores step."""
+        return self.judge(candidate)[1]
+
+    def judge(self, candidate: onnx.ModelProto) -> tuple[Score, float]:
+        """The candidate's score and its distortion, from one run."""
         outputs = self.outputs(candidate)
+        return self.budget.score(outputs), self._distortion(outputs)
+
+    def _distortion(self, outputs: Mapping[str, np.ndarray]) -> float:
         noise = signal = 0.0
         for name in self.budget.metrics:
             reference = np.asarray(self.reference[name], dtype=np.float64)

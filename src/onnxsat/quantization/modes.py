@@ -127,6 +127,10 @@ def static(
             activation_type=QuantType.QUInt8,
             weight_type=QuantType.QInt8,
             op_types_to_quantize=list(STATIC_OPS),
+            # ORT 1.31's bias-driven weight-scale adjustment fails on per-channel Gemm weights ("truth value
+            # of an array is ambiguous", on Magika after MatMul+Add became Gemm); without it the bias is
+            # still quantized to int32 with scale input_scale * weight_scale, as in ORT before 1.20
+            extra_options={"QDQDisableWeightAdjustForInt32Bias": True},
             nodes_to_exclude=list(exclude),
             nodes_to_quantize=list(only or []),
             **calibration.arguments(),  # type: ignore[arg-type]

@@ -454,19 +454,24 @@ def _damage(
     ``EXACT_DAMAGE_NODES``: the scored outputs' relative change with that node alone quantized. With more,
     one run of the float and the fully quantized model side by side estimates each node's share (the
     relative error it adds, see ``_error_jumps``); the worst ``EXACT_DAMAGE_NODES`` by that estimate are
-    then measured exactly and lead the order, the rest follow the estimate."""
+    then measured exactly and lead the order, the rest follow the estimate. Measured nodes are ordered by
+    the budget's drop, then by the distortion."""
     suspects, rest = nodes, []
     if len(nodes) > EXACT_DAMAGE_NODES:
         estimate = _error_jumps(model, candidate.model, nodes, scorer)
         by_estimate = sorted(nodes, key=lambda n: -estimate[n])
         suspects, rest = by_estimate[:EXACT_DAMAGE_NODES], [(n, estimate[n]) for n in by_estimate[EXACT_DAMAGE_NODES:]]
-    exact = {}
+    exact: dict[str, tuple[float, float]] = {}
     for name in suspects:
         try:
-            exact[name] = scorer.distortion(build([], only=[name]))
+            score, distortion = scorer.judge(build([], only=[name]))
+            exact[name] = (score.drop, distortion)
         except RuntimeUnsupportedError:
-            exact[name] = float("inf")
-    return sorted(exact.items(), key=lambda item: -item[1]) + rest
+            exact[name] = (float("inf"), float("inf"))
+    # the budget's own drop first (a LayerNorm's Add flipped 23% of Magika's labels while barely moving its
+    # logits), the smooth distortion to order the nodes whose drop is nil
+    ordered = sorted(exact.items(), key=lambda item: (-item[1][0], -item[1][1]))
+    return [(name, distortion) for name, (_, distortion) in ordered] + rest
 
 
 def _error_jumps(
