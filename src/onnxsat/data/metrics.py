@@ -6,7 +6,7 @@ labels at all and measures exactly what pruning changed.
 
 This is the classifier evaluation the benchmarks and the zoo's training report; accuracy budgets on
 any output (sequences, detections, maps, a user's metric) go through the registry in ``onnxsat.metrics``,
-whose ranking this module shares.
+whose top-k metrics rank classes with :func:`class_ranks` from here.
 """
 
 from __future__ import annotations
@@ -20,7 +20,6 @@ import onnxruntime as ort
 
 from onnxsat.data.sources import Dataset, require_shape
 from onnxsat.errors import DataError, RuntimeUnsupportedError
-from onnxsat.metrics.classification import class_ranks
 from onnxsat.verification import session, tidy_ort_message
 
 TOP_K = 5
@@ -125,6 +124,20 @@ def _check_rows(logits: np.ndarray, count: int, against: str) -> None:
         raise DataError(f"{len(logits)} rows of logits but {count} {against}")
     if count == 0:
         raise DataError("no samples to measure accuracy on")
+
+
+def class_ranks(scores: np.ndarray, classes: np.ndarray) -> np.ndarray:
+    """Where ``classes[i]`` stands in row i sorted from the highest score (0 = the argmax).
+
+    Ties go to the lower class index, as ``argmax`` does, so rank 0 is exactly "argmax is the class".
+    A row with a NaN is no prediction at all: its rank is past the last class, wrong at every k.
+    """
+    rows = np.arange(len(scores))
+    target = scores[rows, classes][:, None]
+    lower_index = np.arange(scores.shape[1])[None, :] < classes[:, None]
+    ranks = np.count_nonzero((scores > target) | ((scores == target) & lower_index), axis=1)
+    ranks[np.isnan(scores).any(axis=1)] = scores.shape[1]
+    return ranks
 
 
 def _accuracy(ranks: np.ndarray, classes: int, kind: str) -> Accuracy:

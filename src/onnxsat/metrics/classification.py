@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from onnxsat.data.metrics import class_ranks
 from onnxsat.errors import DataError
 from onnxsat.metrics.base import Labels, Measure, Metric, per_sample_shape, register, shape_text, unit_interval
 
@@ -18,20 +19,6 @@ def class_scores(output: np.ndarray) -> np.ndarray | None:
     if len(wide) != 1 or wide[0] < 2:
         return None
     return output.reshape(len(output), -1)
-
-
-def class_ranks(scores: np.ndarray, classes: np.ndarray) -> np.ndarray:
-    """Where ``classes[i]`` stands in row i sorted from the highest score (0 = the argmax).
-
-    Ties go to the lower class index, as ``argmax`` does, so rank 0 is exactly "argmax is the class".
-    A row with a NaN is no prediction at all: its rank is past the last class, wrong at every k.
-    """
-    rows = np.arange(len(scores))
-    target = scores[rows, classes][:, None]
-    lower_index = np.arange(scores.shape[1])[None, :] < classes[:, None]
-    ranks = np.count_nonzero((scores > target) | ((scores == target) & lower_index), axis=1)
-    ranks[np.isnan(scores).any(axis=1)] = scores.shape[1]
-    return ranks
 
 
 def _fits_classes(reference: np.ndarray, batch_axis: int) -> str | None:

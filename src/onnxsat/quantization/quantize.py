@@ -30,12 +30,14 @@ import onnxruntime as ort
 
 from onnxsat.data.model_input import batch_size_for, data_input, evaluation_data, random_dataset
 from onnxsat.data.sources import Dataset
+from onnxsat.eqsat.optimizer import OptimizeOptions, optimize_model
 from onnxsat.errors import RuntimeUnsupportedError, SettingsError
 from onnxsat.inputs import InputSpec, fixed_dim
 from onnxsat.metrics import AUTO, HeldOut, MetricSpec, Score, check_spec, metric_names
 from onnxsat.metrics.scorer import ModelScorer
 from onnxsat.normal_form import normal_form
 from onnxsat.options import float_list, option, percent
+from onnxsat.quantization import node_speed
 from onnxsat.quantization.calibration import calibration_reader
 from onnxsat.quantization.modes import CALIBRATIONS, MODES, Calibration, QuantMode
 from onnxsat.quantization.report import ModeTrial, NodeDecision, QuantizeReport
@@ -250,8 +252,6 @@ def _prepare(
 ) -> onnx.ModelProto:
     """The model in the form the quantizer does best with: ONNXSat's portable optimization (BatchNorm
     folded into convolutions, standard ops) when it verifies, every node named, weights in memory."""
-    from onnxsat.eqsat.optimizer import OptimizeOptions, optimize_model
-
     prepared = model
     try:
         optimized, optimize_report = optimize_model(
@@ -526,10 +526,8 @@ def _node_speeds(
     """fp32 time / int8 time of each node alone (the node-speed module, cached per machine). For static
     mode, the int8 node between quantized neighbours (its own input quantization and output dequantization
     cut off, as ORT fuses them away inside a quantized chain); for dynamic mode, the node as it runs."""
-    from onnxsat.quantization.node_speed import node_speeds
-
     try:
-        speeds = node_speeds(model, nodes, mode=mode, threads=threads, shapes=shapes)
+        speeds = node_speed.node_speeds(model, nodes, mode=mode, threads=threads, shapes=shapes)
     except Exception:  # timing is advice: a model it cannot cut into nodes is quantized without it
         return {}
     return {
