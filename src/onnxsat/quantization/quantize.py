@@ -20,7 +20,7 @@ from __future__ import annotations
 import statistics
 import tempfile
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -462,7 +462,7 @@ def _damage(
         by_estimate = sorted(nodes, key=lambda n: -estimate[n])
         suspects, rest = by_estimate[:EXACT_DAMAGE_NODES], [(n, estimate[n]) for n in by_estimate[EXACT_DAMAGE_NODES:]]
     exact: dict[str, tuple[float, float]] = {}
-    for name in suspects:
+    for name in _progress(suspects, f"{candidate.mode}: damage per node"):
         try:
             score, distortion = scorer.judge(build([], only=[name]))
             exact[name] = (score.drop, distortion)
@@ -472,6 +472,16 @@ def _damage(
     # logits), the smooth distortion to order the nodes whose drop is nil
     ordered = sorted(exact.items(), key=lambda item: (-item[1][0], -item[1][1]))
     return [(name, distortion) for name, (_, distortion) in ordered] + rest
+
+
+def _progress(items: Sequence[str], what: str) -> Iterable[str]:
+    """``items`` with a progress bar on a terminal when tqdm (the ``bench`` extra) is installed; without it,
+    or off a terminal, the items as they are."""
+    try:
+        from tqdm import tqdm
+    except ImportError:
+        return items
+    return tqdm(items, desc=what, unit="node", leave=False, disable=None)
 
 
 def _error_jumps(
