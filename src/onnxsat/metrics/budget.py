@@ -160,6 +160,16 @@ class Budget:
         samples = len(next(iter(self.reference.values())))
         return Score(tuple(scored), samples, kind)
 
+    def distortion(self, outputs: Mapping[str, np.ndarray]) -> float:
+        """How far ``outputs`` moved from the original's: ||outputs - original|| / ||original|| over every
+        scored output. Unlike a metric (steps of one sample) it moves smoothly, so it can rank what hurts."""
+        noise = signal = 0.0
+        for name in self.metrics:
+            reference = np.asarray(self.reference[name], dtype=np.float64)
+            noise += float(np.sum((np.asarray(outputs[name], dtype=np.float64) - reference) ** 2))
+            signal += float(np.sum(reference**2))
+        return float(np.sqrt(noise) / max(np.sqrt(signal), 1e-12))
+
     def describe(self) -> dict[str, dict[str, str]]:
         """Per scored output, its metric and why it was chosen (for reports)."""
         return {name: {"metric": m.name, "why": self.reasons[name]} for name, m in self.metrics.items()}

@@ -65,15 +65,7 @@ class ModelScorer:
     def judge(self, candidate: onnx.ModelProto) -> tuple[Score, float]:
         """The candidate's score and its distortion, from one run."""
         outputs = self.outputs(candidate)
-        return self.budget.score(outputs), self._distortion(outputs)
-
-    def _distortion(self, outputs: Mapping[str, np.ndarray]) -> float:
-        noise = signal = 0.0
-        for name in self.budget.metrics:
-            reference = np.asarray(self.reference[name], dtype=np.float64)
-            noise += float(np.sum((np.asarray(outputs[name], dtype=np.float64) - reference) ** 2))
-            signal += float(np.sum(reference**2))
-        return float(np.sqrt(noise) / max(np.sqrt(signal), 1e-12))
+        return self.budget.score(outputs), self.budget.distortion(outputs)
 
     def sample_feeds(self, count: int) -> dict[str, np.ndarray]:
         """The first ``count`` samples (exactly the model's batch when it fixes one) as one run's feeds."""

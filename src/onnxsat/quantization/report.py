@@ -7,6 +7,7 @@ from typing import Any
 
 from onnxsat.core import ReportBase
 from onnxsat.metrics import HeldOut, Score, with_score_headlines
+from onnxsat.metrics.text import summary_lines, table_lines
 from onnxsat.verification import VerificationResult
 
 
@@ -73,14 +74,7 @@ class QuantizeReport(ReportBase):
                 f"latency {self.latency['fp32_ms']:.2f} -> {self.latency['quantized_ms']:.2f} ms "
                 f"({self.latency['speedup']:.2f}x, ORT all, {int(self.latency['threads'])} thread(s))"
             )
-        if self.baseline is not None and self.accuracy is not None:
-            lines.append(f"{self.baseline.kind} on {self.data}: {self.baseline.text()} -> {self.accuracy.text()}")
-        if self.held_out is not None:
-            held = self.held_out
-            lines.append(
-                f"held out ({held.score.samples} samples): {held.baseline.text()} -> {held.score.text()}, "
-                f"drop {held.drop:.2%}"
-            )
+        lines += summary_lines(self.data, self.baseline, self.accuracy, self.held_out)
         return lines + self.notes
 
     def to_table(self) -> str:
@@ -106,22 +100,7 @@ class QuantizeReport(ReportBase):
                 speed = f"{n.speed:.2f}x" if n.speed is not None else "-"
                 damage = f"{n.sensitivity:.3g}" if n.sensitivity is not None else "-"
                 lines.append(f"{n.node[:43]:<44}{n.op_type:<9}{speed:>11}{damage:>9}  {n.why}")
-        if self.metrics:
-            lines.append("")
-            lines.append("scored outputs:")
-            lines.extend(f"  {name}: {m['metric']} ({m['why']})" for name, m in self.metrics.items())
-        if self.baseline is not None and self.accuracy is not None:
-            lines.append(
-                f"{self.baseline.kind} on {self.data} ({self.baseline.samples} samples): "
-                f"{self.baseline.text()} -> {self.accuracy.text()}"
-            )
-        if self.held_out is not None:
-            held = self.held_out
-            verdict = "inside" if held.within_budget else "OUTSIDE"
-            lines.append(
-                f"held out: {held.data} ({held.score.samples} samples the search never used): "
-                f"{held.baseline.text()} -> {held.score.text()}, drop {held.drop:.2%} ({verdict} the budget)"
-            )
+        lines += table_lines(self.data, self.metrics, self.baseline, self.accuracy, self.held_out)
         if self.max_drop is not None:
             lines.append(f"budget: drop at most {self.max_drop:.2%}")
         if self.latency:

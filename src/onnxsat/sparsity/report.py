@@ -7,6 +7,7 @@ from typing import Any
 
 from onnxsat.core import ReportBase
 from onnxsat.metrics import HeldOut, Score, with_score_headlines
+from onnxsat.metrics.text import summary_lines, table_lines
 from onnxsat.sparsity.methods import LayerSparsity
 from onnxsat.verification import VerificationResult
 
@@ -49,14 +50,7 @@ class SparsifyReport(ReportBase):
 
     def summary(self) -> list[str]:
         lines = [f"{self.method}: {self.overall:.1%} of the prunable weights are zero"]
-        if self.baseline is not None and self.accuracy is not None:
-            lines.append(f"{self.baseline.kind} on {self.data}: {self.baseline.text()} -> {self.accuracy.text()}")
-        if self.held_out is not None:
-            held = self.held_out
-            lines.append(
-                f"held out ({held.score.samples} samples the search never used): {held.baseline.text()} -> "
-                f"{held.score.text()}, drop {held.drop:.2%}"
-            )
+        lines += summary_lines(self.data, self.baseline, self.accuracy, self.held_out)
         return lines + self.notes
 
     def to_table(self) -> str:
@@ -75,26 +69,7 @@ class SparsifyReport(ReportBase):
         total = sum(layer.size for layer in self.layers)
         lines.append(f"{'total':<52}{total:>10,}{sum(x.zeros_before for x in self.layers):>14,}{self.overall:>10.2%}")
         lines.extend(f"note: {note}" for note in self.notes)
-        if self.metrics:
-            lines.append("")
-            lines.append("scored outputs:")
-            lines.extend(f"  {name}: {m['metric']} ({m['why']})" for name, m in self.metrics.items())
-        if self.baseline is not None and self.accuracy is not None:
-            lines.append("")
-            lines.append(f"{self.baseline.kind} on {self.data} ({self.baseline.samples} samples):")
-            for before, after in zip(self.baseline.outputs, self.accuracy.outputs, strict=True):
-                details = ", ".join(f"{k} {v:.4g}" for k, v in after.details.items())
-                lines.append(
-                    f"  {before.output}: {before.metric} {before.value:.2%} -> {after.value:.2%}"
-                    + (f" ({details})" if details else "")
-                )
-        if self.held_out is not None:
-            held = self.held_out
-            verdict = "inside" if held.within_budget else "OUTSIDE"
-            lines.append(
-                f"held out: {held.data} ({held.score.samples} samples the search never used): "
-                f"{held.baseline.text()} -> {held.score.text()}, drop {held.drop:.2%} ({verdict} the budget)"
-            )
+        lines += table_lines(self.data, self.metrics, self.baseline, self.accuracy, self.held_out)
         if self.search:
             lines.append("")
             lines.append(f"budget: {self.metric} drop at most {self.max_drop:.2%}")

@@ -112,13 +112,7 @@ class Evaluator:
         """How far the pruned scored outputs move from the dense ones: ||pruned - dense|| / ||dense||,
         summed over the data and the scored outputs. Unlike a metric (steps of one sample) it grows
         smoothly with sparsity, so it can rank layers by sensitivity."""
-        outputs = self.outputs(masks)
-        noise = signal = 0.0
-        for name in self.budget.metrics:
-            reference = np.asarray(self.reference[name], dtype=np.float64)
-            noise += float(np.sum((np.asarray(outputs[name], dtype=np.float64) - reference) ** 2))
-            signal += float(np.sum(reference**2))
-        return float(np.sqrt(noise) / max(np.sqrt(signal), 1e-12))
+        return self.budget.distortion(self.outputs(masks))
 
 
 MaskMaker = Callable[[float | Mapping[str, float]], MaskResult]
