@@ -42,7 +42,7 @@ from onnxsat.quantization.calibration import calibration_reader
 from onnxsat.quantization.modes import CALIBRATIONS, MODES, Calibration, QuantMode
 from onnxsat.quantization.report import ModeTrial, NodeDecision, QuantizeReport
 from onnxsat.timing import ratios_to, time_rounds, timing_session
-from onnxsat.verification import check_lossy, reference_run, session, with_outputs
+from onnxsat.verification import check_lossy, reference_run, run_model, session, with_outputs
 
 AUTO_MODE = "auto"
 SLOWER = 1.0
@@ -161,7 +161,7 @@ def quantize_model(
         for mode in modes:
             trial = ModeTrial(mode.name)
             report.trials.append(trial)
-            candidate = _search_mode(mode, prepared, options, scorer, calibration, trial)
+            candidate = _search_mode(mode, prepared, options, scorer, calibration, trial, original_run.feeds)
             if candidate is not None:
                 candidate.speedup = trial.speedup = _speedup(model, candidate.model, feeds, options.threads)
                 candidates.append(candidate)
@@ -358,6 +358,7 @@ def _search_mode(
     scorer: ModelScorer,
     calibration: Calibration,
     trial: ModeTrial,
+    check_feeds: Mapping[str, np.ndarray],
 ) -> Candidate | None:
     """The mode's best model inside the budget (see the module docstring), or None (``trial.error`` says why)."""
     start_evaluations = scorer.evaluations
@@ -384,7 +385,7 @@ def _search_mode(
             raise RuntimeUnsupportedError(
                 f"ONNX Runtime's quantizer failed ({mode.name}): {type(error).__name__}: {error}"
             ) from None
-        _check_loads(result, mode.name)
+        _check_loads(result, mode.name, check_feeds)
         return result
 
     try:
@@ -416,25 +417,39 @@ def _within_budget(
 ) -> Candidate | None:
     """Leave the fewest most damaging nodes in float so the drop fits: damage ranked (see ``_damage``), then
     a bisection on how many of the worst to leave out."""
-    ordered = _damage(model, candidate, nodes, scorer, build)
-    ranked, damage = [name for name, _ in ordered], dict(ordered)
-    low, high, best = 1, len(ranked), None
-    while low <= high:
-        middle = (low + high) // 2
-        if middle == len(ranked):
-            break
-        model = build(ranked[:middle])
-        score = scorer.score(model)
-        if score.drop <= budget:
-            best, high = (middle, model, score), middle - 1
-        else:
-            low = middle + 1
+    ordered = _damage(model, candidate, nodes, scorer, build, EXACT_DAMAGE_NODES)
+    best = _bisect([name for name, _ in ordered], budget, scorer, build)
+    if best is None and len(nodes) > EXACT_DAMAGE_NODES:  # the estimate misled: measure every node alone
+        ordered = _damage(model, candidate, nodes, scorer, build, len(nodes))
+        best = _bisect([name for name, _ in ordered], budget, scorer, build)
     if best is None:
         trial.error = f"no subset of nodes fits the budget (every node quantized: drop {candidate.score.drop:.2%})"
         return None
-    count, model, score = best
+    ranked, damage = [name for name, _ in ordered], dict(ordered)
+    count, quantized, score = best
     excluded = {**candidate.excluded, **{n: f"damage {damage[n]:.3g}: over the budget" for n in ranked[:count]}}
-    return Candidate(candidate.mode, model, excluded, score, damage, candidate.speeds)
+    return Candidate(candidate.mode, quantized, excluded, score, damage, candidate.speeds)
+
+
+def _bisect(
+    ranked: list[str], budget: float, scorer: ModelScorer, build: Callable[..., onnx.ModelProto]
+) -> tuple[int, onnx.ModelProto, Score] | None:
+    """The fewest of the first ``ranked`` nodes to leave in float for the drop to fit (drops are nearly
+    monotone in that count); None when leaving all but one out still does not fit."""
+    low, high, best = 1, len(ranked) - 1, None
+    while low <= high:
+        middle = (low + high) // 2
+        try:
+            quantized = build(ranked[:middle])
+        except RuntimeUnsupportedError:
+            low = middle + 1
+            continue
+        score = scorer.score(quantized)
+        if score.drop <= budget:
+            best, high = (middle, quantized, score), middle - 1
+        else:
+            low = middle + 1
+    return best
 
 
 EXACT_DAMAGE_NODES = 32
@@ -449,18 +464,19 @@ def _damage(
     nodes: list[str],
     scorer: ModelScorer,
     build: Callable[..., onnx.ModelProto],
+    exact_limit: int,
 ) -> list[tuple[str, float]]:
-    """The nodes, most damaging first, with the damage measured. Exactly, for up to
-    ``EXACT_DAMAGE_NODES``: the scored outputs' relative change with that node alone quantized. With more,
+    """The nodes, most damaging first, with the damage measured. Exactly, for up to ``exact_limit``:
+    the scored outputs' relative change with that node alone quantized. With more,
     one run of the float and the fully quantized model side by side estimates each node's share (the
-    relative error it adds, see ``_error_jumps``); the worst ``EXACT_DAMAGE_NODES`` by that estimate are
+    relative error it adds, see ``_error_jumps``); the worst ``exact_limit`` by that estimate are
     then measured exactly and lead the order, the rest follow the estimate. Measured nodes are ordered by
     the budget's drop, then by the distortion."""
     suspects, rest = nodes, []
-    if len(nodes) > EXACT_DAMAGE_NODES:
+    if len(nodes) > exact_limit:
         estimate = _error_jumps(model, candidate.model, nodes, scorer)
         by_estimate = sorted(nodes, key=lambda n: -estimate[n])
-        suspects, rest = by_estimate[:EXACT_DAMAGE_NODES], [(n, estimate[n]) for n in by_estimate[EXACT_DAMAGE_NODES:]]
+        suspects, rest = by_estimate[:exact_limit], [(n, estimate[n]) for n in by_estimate[exact_limit:]]
     exact: dict[str, tuple[float, float]] = {}
     for name in _progress(suspects, f"{candidate.mode}: damage per node"):
         try:
@@ -546,15 +562,18 @@ def _node_speeds(
     }
 
 
-def _check_loads(model: onnx.ModelProto, mode: str) -> None:
-    """A quantized model ORT refuses (invalid QDQ placement) is a failed candidate, never a result."""
+def _check_loads(model: onnx.ModelProto, mode: str, feeds: Mapping[str, np.ndarray]) -> None:
+    """A quantized model ORT refuses is a failed candidate, never a result: one that does not load (a
+    per-channel axis below opset 13), or that runs at the batch it was calibrated with but not at the
+    verification's with ORT's optimizations off (a per-axis scale sized by the calibration batch, which ORT's
+    constant folding hides: seen on Magika)."""
     try:
         onnx.checker.check_model(model)
-        timing_session(model, ort.GraphOptimizationLevel.ORT_ENABLE_ALL)
-    except Exception as error:  # onnx and ORT raise several unrelated types
+    except Exception as error:  # the checker raises several types
         raise RuntimeUnsupportedError(
-            f"the {mode} model does not load in ONNX Runtime: {' '.join(str(error).split())[:200]}"
+            f"the {mode} model fails the checker: {' '.join(str(error).split())[:200]}"
         ) from None
+    run_model(model, feeds, f"{mode} model")  # as verification will: ORT's optimizations off, its inputs
 
 
 def _latency_feeds(model: onnx.ModelProto, dataset: Dataset, name: str, inputs: InputSpec) -> dict[str, np.ndarray]:
