@@ -116,7 +116,13 @@ class Candidate:
     """Damage per node alone (the outputs' relative change), when the budget needed it."""
     speeds: dict[str, float] = field(default_factory=dict)
     """fp32 time / int8 time per weighted node alone, when timed."""
-    speedup: float | None = None
+    latency: dict[str, float] = field(default_factory=dict)
+    """Side by side with the float model (``_latency``): measured once, it both ranks the candidates and
+    is the chosen one's reported latency."""
+
+    @property
+    def speedup(self) -> float | None:
+        return self.latency.get("speedup")
 
 
 def quantize_model(
@@ -163,7 +169,8 @@ def quantize_model(
             report.trials.append(trial)
             candidate = _search_mode(mode, prepared, options, scorer, calibration, trial, original_run.feeds)
             if candidate is not None:
-                candidate.speedup = trial.speedup = _speedup(model, candidate.model, feeds, options.threads)
+                candidate.latency = _latency(model, candidate.model, feeds, options.threads)
+                trial.speedup = candidate.speedup
                 candidates.append(candidate)
     chosen = _choose(candidates, options, report)
     report.chosen = chosen.mode
@@ -184,7 +191,7 @@ def quantize_model(
         drop = score.drop
         within = options.max_drop is None or drop <= options.max_drop
         report.held_out = HeldOut(held_out.name, held.baseline, score, drop, within)
-    report.latency = _latency(model, chosen.model, feeds, options.threads)
+    report.latency = chosen.latency
     names = [output.name for output in model.graph.output]
     _, report.verification = check_lossy(original_run, chosen.model, names, "quantization", base_dir)
     report.sizes = {"original": model.ByteSize(), "quantized": chosen.model.ByteSize()}
@@ -586,26 +593,13 @@ def _latency_feeds(model: onnx.ModelProto, dataset: Dataset, name: str, inputs: 
     return {**inputs.given, name: sample.astype(dtype)}
 
 
-def _times(
-    original: onnx.ModelProto, candidate: onnx.ModelProto, feeds: Mapping[str, np.ndarray], threads: int
-) -> list[list[float]]:
-    level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    sessions = [timing_session(m, level, threads) for m in (original, candidate)]
-    runners = [lambda s=s: s.run(None, dict(feeds)) for s in sessions]
-    return time_rounds(runners, LATENCY_ROUNDS, LATENCY_WARMUP)
-
-
-def _speedup(
-    original: onnx.ModelProto, candidate: onnx.ModelProto, feeds: Mapping[str, np.ndarray], threads: int
-) -> float:
-    fp32, quantized = _times(original, candidate, feeds, threads)
-    return statistics.median(ratios_to(fp32, quantized))
-
-
 def _latency(
     original: onnx.ModelProto, candidate: onnx.ModelProto, feeds: Mapping[str, np.ndarray], threads: int
 ) -> dict[str, float]:
-    fp32, quantized = _times(original, candidate, feeds, threads)
+    level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    sessions = [timing_session(m, level, threads) for m in (original, candidate)]
+    runners = [lambda s=s: s.run(None, dict(feeds)) for s in sessions]
+    fp32, quantized = time_rounds(runners, LATENCY_ROUNDS, LATENCY_WARMUP)
     return {
         "fp32_ms": statistics.median(fp32) * 1e3,
         "quantized_ms": statistics.median(quantized) * 1e3,
