@@ -60,10 +60,7 @@ def quantize_page(report: QuantizeReport) -> Page:
         )
     for note in report.notes:
         page.paragraph(f"Note: {note}", note=True)
-    if report.baseline is not None and report.accuracy is not None:
-        held = report.held_out
-        held_out = None if held is None else (held.data, held.baseline, held.score, held.drop)
-        add_scores(page, report.data, report.metrics, report.baseline, report.accuracy, held_out)
+    add_scores(page, report.data, report.metrics, report.baseline, report.accuracy, report.held_out)
     if report.sizes:
         page.heading("File size")
         page.table(["model", "bytes"], list(report.sizes.items()))

@@ -7,18 +7,21 @@ from collections.abc import Mapping
 
 from onnxsat.html.charts import grouped_bars
 from onnxsat.html.page import Page
-from onnxsat.metrics import Score
+from onnxsat.metrics import HeldOut, Score
 
 
 def add_scores(
     page: Page,
     data: str | None,
     metrics: Mapping[str, Mapping[str, str]],
-    before: Score,
-    after: Score,
-    held_out: tuple[str, Score, Score, float] | None = None,
+    before: Score | None,
+    after: Score | None,
+    held_out: HeldOut | None = None,
 ) -> None:
-    """``held_out``: (data name, original's score, result's score, drop) on data the search never used."""
+    """The section, when the report has scores before and after; ``held_out``: the result on data the
+    search never used."""
+    if before is None or after is None:
+        return
     page.heading("Accuracy")
     page.paragraph(f"{before.kind} on {data} ({before.samples} samples).")
     if metrics:
@@ -40,12 +43,11 @@ def add_scores(
     labels = [f"{o.output} ({o.metric})" for o in before.outputs]
     values = {"original": [100 * o.value for o in before.outputs], "result": [100 * o.value for o in after.outputs]}
     if held_out is not None:
-        name, held_before, held_after, drop = held_out
         page.paragraph(
-            f"Held out: {name}, {held_after.samples} samples the search never used: {held_before.text()} -> "
-            f"{held_after.text()}, drop {drop:.2%}."
+            f"Held out: {held_out.data}, {held_out.score.samples} samples the search never used: "
+            f"{held_out.baseline.text()} -> {held_out.score.text()}, drop {held_out.drop:.2%}."
         )
-        values["result (held out)"] = [100 * o.value for o in held_after.outputs]
+        values["result (held out)"] = [100 * o.value for o in held_out.score.outputs]
     page.figure(
         grouped_bars(labels, values, f"{before.kind} (%)", f"{before.kind.capitalize()} before and after"),
         alt=f"bar chart of {before.kind} before and after",

@@ -51,10 +51,7 @@ def sparsify_page(report: SparsifyReport) -> Page:
         )
     for note in report.notes:
         page.paragraph(f"Note: {note}", note=True)
-    if report.baseline is not None and report.accuracy is not None:
-        held = report.held_out
-        held_out = None if held is None else (held.data, held.baseline, held.score, held.drop)
-        add_scores(page, report.data, report.metrics, report.baseline, report.accuracy, held_out)
+    add_scores(page, report.data, report.metrics, report.baseline, report.accuracy, report.held_out)
     if report.search:
         _add_search(page, report)
     if report.sizes:

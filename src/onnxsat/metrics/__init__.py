@@ -16,6 +16,7 @@ from onnxsat.metrics.budget import (
     Score,
     check_spec,
     metric_names,
+    metric_option,
     with_score_headlines,
 )
 
@@ -31,5 +32,6 @@ __all__ = [
     "Score",
     "check_spec",
     "metric_names",
+    "metric_option",
     "with_score_headlines",
 ]

@@ -18,6 +18,7 @@ from onnxsat.errors import SettingsError
 from onnxsat.metrics.base import METRICS, Labels, Metric
 from onnxsat.metrics.custom import is_user_spec, user_metric
 from onnxsat.metrics.selection import choose
+from onnxsat.options import option
 
 AUTO = "auto"
 
@@ -27,6 +28,17 @@ MetricSpec = str | Callable[[np.ndarray, np.ndarray, Labels], float]
 
 def metric_names() -> list[str]:
     return [AUTO, *METRICS]
+
+
+def metric_option() -> Any:
+    """The ``metric`` field of a budgeted pass's options (one declaration: its flag, help and default)."""
+    return option(
+        AUTO,
+        metavar="METRIC",
+        help="how outputs are scored: auto (default: chosen per output), "
+        + ", ".join(n for n in metric_names() if n != AUTO)
+        + ", or package.module:function",
+    )
 
 
 def resolve(spec: MetricSpec) -> Metric | None:

@@ -33,7 +33,7 @@ from onnxsat.data.sources import Dataset
 from onnxsat.eqsat.optimizer import OptimizeOptions, optimize_model
 from onnxsat.errors import RuntimeUnsupportedError, SettingsError
 from onnxsat.inputs import InputSpec, fixed_dim
-from onnxsat.metrics import AUTO, HeldOut, MetricSpec, Score, check_spec, metric_names
+from onnxsat.metrics import HeldOut, MetricSpec, Score, check_spec, metric_option
 from onnxsat.metrics.scorer import ModelScorer
 from onnxsat.normal_form import normal_form
 from onnxsat.options import float_list, option, percent
@@ -68,13 +68,7 @@ class QuantizeOptions:
     """Quantization can ruin a model silently (a text recognizer reading nothing, a detector finding
     nothing, both measured here), so there is always a budget; without --data it is measured on the values
     --inputs gives, else on seeded random inputs, and the report says so."""
-    metric: MetricSpec = option(
-        AUTO,
-        metavar="METRIC",
-        help="how outputs are scored: auto (default), "
-        + ", ".join(n for n in metric_names() if n != AUTO)
-        + ", or package.module:function",
-    )
+    metric: MetricSpec = metric_option()
     metric_output: list[str] = option(default_factory=list, metavar="NAME", help="outputs the budget applies to")
     data: str | None = option(
         None, help="calibration and budget data: digits, an image folder, CIFAR-10, an .npz (inputs, labels), random"

@@ -21,7 +21,7 @@ from onnxsat.data.sources import Dataset, load_dataset
 from onnxsat.errors import SettingsError
 from onnxsat.external_data import tensor_value
 from onnxsat.inputs import InputSpec, random_inputs
-from onnxsat.metrics import AUTO, HeldOut, Metric, MetricSpec, check_spec, metric_names
+from onnxsat.metrics import HeldOut, Metric, MetricSpec, check_spec, metric_option
 from onnxsat.options import float_list, option, percent
 from onnxsat.sparsity.bodies import lift_body_weights
 from onnxsat.sparsity.calibration import channel_norms
@@ -48,13 +48,7 @@ class SparsifyOptions:
     """The level to reach; None with ``max_drop`` (the search chooses it)."""
     max_drop: float | None = option(None, type=percent, help="search the highest sparsity whose drop stays within this")
     """Largest allowed drop of ``metric`` as a fraction (0.01 = one point), or None for no search."""
-    metric: MetricSpec = option(
-        AUTO,
-        metavar="METRIC",
-        help="how outputs are scored: auto (default: chosen per output), "
-        + ", ".join(n for n in metric_names() if n != AUTO)
-        + ", or package.module:function",
-    )
+    metric: MetricSpec = metric_option()
     """A built-in metric, ``auto``, ``module:function``, or (Python API) a function
     ``(reference, candidate, labels) -> score in [0, 1]``."""
     metric_output: list[str] = option(
