@@ -1,0 +1,326 @@
+"""Run many independent evaluations (``compress``'s candidate models): in this process, a local process pool or Ray.
+
+One interface, :class:`Executor`, whatever runs the work, so the search code never branches on it: ``map`` returns
+``fn(item)`` for every item in input order (results do not depend on which evaluation finished first) and calls
+``on_result(index, result)`` in this process as each one finishes, for a progress bar with the best so far.
+
+Why this way:
+
+- Local processes are started with "spawn": forking a process whose ONNX Runtime or egglog threads are running
+  can leave the child holding a lock no thread will release. A spawned worker imports what ``fn`` needs once.
+- An exception crosses back as a value, not raised in the worker: the caller gets the same type and message
+  (ONNXSat's errors pickle) and no worker traceback is printed under it. One that does not pickle arrives as an
+  instance of its type rebuilt from its message when it is an ONNXSat error, else as :class:`WorkerError`.
+- Fail fast: the first failure to arrive is raised and the evaluations not yet started are cancelled.
+- Ray is an extra (``onnxsat[ray]``) imported only here and only when asked for. Big ``bytes`` in an item (a model,
+  at least :data:`SHARE_MIN_BYTES`) go through Ray's object store once per distinct object (by identity): a base
+  model that every item holds is put once, not once per item, and each worker reads it from the node's store.
+  ``fn`` and the items are pickled with the standard :mod:`pickle`, as for the pool: a module-level function,
+  dataclasses and tuples, no lambdas.
+- A Ray instance started here is quiet (no dashboard, no worker logs forwarded, only errors logged), its workers
+  see this process's ``sys.path`` (as spawned pool workers do), and ``close`` shuts it down; one already running
+  in this process is reused and left running. A remote cluster runs ``fn`` on its own nodes: each needs ONNXSat
+  (the same version) and whatever module defines ``fn`` and the items' classes installed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import logging
+import multiprocessing
+import os
+import pickle
+import socket
+import sys
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ProcessPoolExecutor, as_completed
+from dataclasses import dataclass
+from types import ModuleType, TracebackType
+from typing import Any, Protocol, TypeVar
+
+from onnxsat.errors import OnnxSatError, SettingsError
+from onnxsat.extras import EXTRA_OF, require
+
+T = TypeVar("T")
+R = TypeVar("R")
+E = TypeVar("E", bound="_Closing")
+S = TypeVar("S")
+
+SHARE_MIN_BYTES = 1 << 20
+"""``bytes`` at least this long in an item go to Ray's object store on their own, once per distinct object."""
+
+RAY_PURPOSE = "evaluations on Ray"
+"""What the missing-extra line says needs Ray."""
+
+EXTRA_OF.setdefault("ray", ("ray", "ray"))  # so require() names onnxsat[ray]; belongs in extras.EXTRA_OF
+
+
+class Executor(Protocol):
+    """Runs ``fn`` over items somewhere; also a context manager that closes it."""
+
+    name: str
+    """What runs the evaluations, for reports: "local process pool (2 workers)", "Ray at ADDRESS"."""
+    where: str
+    """Which machine(s) ran them, for reports."""
+
+    def map(
+        self, fn: Callable[[T], R], items: Sequence[T], on_result: Callable[[int, R], None] | None = None
+    ) -> list[R]:
+        """``fn(item)`` for every item, in input order; ``on_result(index, result)`` called here as each finishes."""
+        ...
+
+    def close(self) -> None: ...
+
+    def __enter__(self: S) -> S: ...
+
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, traceback: TracebackType | None
+    ) -> None: ...
+
+
+class WorkerError(Exception):
+    """An evaluation raised an exception that cannot be sent back as itself: its type's name and message."""
+
+
+@dataclass(frozen=True)
+class _Failure:
+    """What a worker returns instead of raising, so the worker's traceback stays there."""
+
+    error: Exception
+
+
+def _portable(error: Exception) -> Exception:
+    """``error`` if it survives pickling, else the closest equivalent that does."""
+    candidates: list[Exception] = [error]
+    if isinstance(error, OnnxSatError):
+        with contextlib.suppress(Exception):  # one-line typed errors: the type and the line are all they say
+            candidates.append(type(error)(str(error)))
+    for candidate in candidates:
+        try:
+            pickle.loads(pickle.dumps(candidate))
+        except Exception:
+            continue
+        return candidate
+    return WorkerError(f"{type(error).__name__}: {error}")
+
+
+def _guarded(fn: Callable[[T], R], item: T) -> R | _Failure:
+    """Run in a worker: ``fn(item)``, or the exception it raised as a value."""
+    try:
+        return fn(item)
+    except Exception as error:
+        return _Failure(_portable(error))
+
+
+def _unwrapped(outcome: R | _Failure) -> R:
+    if isinstance(outcome, _Failure):
+        raise outcome.error
+    return outcome
+
+
+def _host() -> str:
+    return socket.gethostname() or "this machine"
+
+
+class _Closing:
+    """Context-manager plumbing shared by the executors."""
+
+    def close(self) -> None:
+        pass
+
+    def __enter__(self: E) -> E:
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, traceback: TracebackType | None
+    ) -> None:
+        self.close()
+
+
+class SerialExecutor(_Closing):
+    """Everything in this process, one item after another: ``workers=1``, tests and debugging (real tracebacks)."""
+
+    def __init__(self) -> None:
+        self.name = "this process (serial)"
+        self.where = f"this machine ({_host()}), one process"
+
+    def map(
+        self, fn: Callable[[T], R], items: Sequence[T], on_result: Callable[[int, R], None] | None = None
+    ) -> list[R]:
+        results = []
+        for index, item in enumerate(items):
+            result = fn(item)
+            if on_result is not None:
+                on_result(index, result)
+            results.append(result)
+        return results
+
+
+class PoolExecutor(_Closing):
+    """A local pool of spawned processes (``concurrent.futures``); each item is pickled to its worker."""
+
+    def __init__(self, workers: int) -> None:
+        self.workers = workers
+        self.name = f"local process pool ({workers} workers)"
+        self.where = f"this machine ({_host()}, {os.cpu_count()} CPUs)"
+        self._pool = ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"))
+
+    def map(
+        self, fn: Callable[[T], R], items: Sequence[T], on_result: Callable[[int, R], None] | None = None
+    ) -> list[R]:
+        futures: dict[Future[R | _Failure], int] = {
+            self._pool.submit(_guarded, fn, item): index for index, item in enumerate(items)
+        }
+        done: dict[int, R] = {}
+        try:
+            for future in as_completed(futures):
+                index = futures[future]
+                done[index] = _unwrapped(future.result())
+                if on_result is not None:
+                    on_result(index, done[index])
+        except BaseException:
+            for future in futures:
+                future.cancel()
+            raise
+        return [done[index] for index in range(len(futures))]
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True, cancel_futures=True)
+
+
+class _SharingPickler(pickle.Pickler):
+    """Pickles an item with its big ``bytes`` left out, as slots the worker fills from Ray's object store."""
+
+    def __init__(self, file: io.BytesIO, put: Callable[[bytes], Any]) -> None:
+        super().__init__(file, protocol=pickle.HIGHEST_PROTOCOL)
+        self.put = put
+        self.refs: list[Any] = []
+        self._slots: dict[int, int] = {}
+
+    def persistent_id(self, obj: Any) -> int | None:
+        if type(obj) is not bytes or len(obj) < SHARE_MIN_BYTES:
+            return None
+        if id(obj) not in self._slots:
+            self._slots[id(obj)] = len(self.refs)
+            self.refs.append(self.put(obj))
+        return self._slots[id(obj)]
+
+
+class _SharedUnpickler(pickle.Unpickler):
+    def __init__(self, payload: bytes, blobs: tuple[bytes, ...]) -> None:
+        super().__init__(io.BytesIO(payload))
+        self.blobs = blobs
+
+    def persistent_load(self, pid: Any) -> bytes:
+        return self.blobs[pid]
+
+
+def _ray_call(payload: bytes, *blobs: bytes) -> Any:
+    """A Ray task: rebuild ``fn`` and the item (Ray hands the big ``bytes``, passed as object refs, as values) and
+    run it. Unpickled here rather than by Ray, so a module missing on a node is raised as its ImportError."""
+    fn, item = _SharedUnpickler(payload, blobs).load()
+    return _guarded(fn, item)
+
+
+def _ray() -> ModuleType:
+    return require("ray", RAY_PURPOSE)
+
+
+class RayExecutor(_Closing):
+    """Ray tasks, one CPU each, on a local instance started here or on a cluster at an address."""
+
+    def __init__(self, address: str | None, workers: int | None) -> None:
+        ray = _ray()
+        self._ray = ray
+        self._started = False
+        if not ray.is_initialized():
+            self._init(address, workers)
+            self._started = True
+        self._remote = ray.remote(_ray_call)
+        cpus = int(ray.cluster_resources().get("CPU", 0))
+        nodes = [node for node in ray.nodes() if node.get("Alive")]
+        hosts = sorted({str(node.get("NodeManagerHostname", "?")) for node in nodes})
+        if address is None:
+            self.name = f"Ray (local, {cpus} CPUs)"
+            self.where = f"this machine ({_host()}, {cpus} CPUs for Ray)"
+        else:
+            self.name = f"Ray at {address}"
+            self.where = f"Ray cluster at {address}: {len(nodes)} nodes ({', '.join(hosts)}), {cpus} CPUs"
+
+    def _init(self, address: str | None, workers: int | None) -> None:
+        quiet: dict[str, Any] = {"log_to_driver": False, "logging_level": logging.ERROR}
+        if address is not None:
+            try:
+                self._ray.init(address=address, **quiet)
+            except ConnectionError as error:
+                raise SettingsError(f"cannot connect to the Ray cluster at {address}: {error}") from None
+            return
+        # address="local": a new instance here even when RAY_ADDRESS names a cluster
+        paths = list(dict.fromkeys(os.path.abspath(path) for path in sys.path if os.path.isdir(path or ".")))
+        self._ray.init(
+            address="local",
+            num_cpus=workers,
+            include_dashboard=False,
+            runtime_env={"env_vars": {"PYTHONPATH": os.pathsep.join(paths)}},
+            **quiet,
+        )
+
+    def map(
+        self, fn: Callable[[T], R], items: Sequence[T], on_result: Callable[[int, R], None] | None = None
+    ) -> list[R]:
+        ray = self._ray
+        stored: dict[int, tuple[bytes, Any]] = {}  # id -> (the bytes, kept alive so ids stay unique; its ref)
+
+        def put(blob: bytes) -> Any:
+            if id(blob) not in stored:
+                stored[id(blob)] = (blob, ray.put(blob))
+            return stored[id(blob)][1]
+
+        tasks: dict[Any, int] = {}  # ObjectRef of a result -> its item's index
+        done: dict[int, R] = {}
+        pending: list[Any] = []
+        try:
+            for index, item in enumerate(items):
+                file = io.BytesIO()
+                pickler = _SharingPickler(file, put)
+                pickler.dump((fn, item))  # a lambda fails here, as it would in the pool
+                ref = self._remote.remote(file.getvalue(), *pickler.refs)
+                tasks[ref] = index
+                pending.append(ref)
+            stored.clear()  # the submitted tasks hold the refs now
+            while pending:
+                ready, pending = ray.wait(pending, num_returns=1)
+                try:
+                    outcome = ray.get(ready[0])
+                except ray.exceptions.RayTaskError as error:  # outside fn: a module missing on a node
+                    raise (error.cause if isinstance(error.cause, Exception) else error) from None
+                index = tasks[ready[0]]
+                done[index] = _unwrapped(outcome)
+                if on_result is not None:
+                    on_result(index, done[index])
+        except BaseException:
+            for ref in pending:
+                ray.cancel(ref)
+            raise
+        return [done[index] for index in range(len(tasks))]
+
+    def close(self) -> None:
+        if self._started:
+            self._started = False
+            self._ray.shutdown()
+
+
+def make_executor(ray: str | None = None, workers: int | None = None) -> Executor:
+    """``ray=None``: a local process pool of ``workers`` processes (default: one per CPU; one worker runs
+    serially in this process); ``"auto"``: a local Ray instance with ``workers`` CPUs (default: all);
+    anything else: the address of a Ray cluster (``host:port``, or ``ray://host:port`` with ``ray[client]``),
+    whose nodes need ONNXSat installed; ``workers`` is then ignored. Close it (or use ``with``) when done."""
+    if workers is not None and workers < 1:
+        raise SettingsError(f"workers must be at least 1, not {workers}")
+    if ray is None:
+        count = workers if workers is not None else os.cpu_count() or 1
+        return SerialExecutor() if count == 1 else PoolExecutor(count)
+    if not ray.strip():
+        raise SettingsError("give a Ray cluster address, or 'auto' for a local Ray instance")
+    return RayExecutor(None if ray == "auto" else ray, workers)
