@@ -22,6 +22,7 @@ _LAZY = {
     "sparsify": "onnxsat.api",
     "prune": "onnxsat.api",
     "quantize": "onnxsat.api",
+    "compress": "onnxsat.api",
     "run_pipeline": "onnxsat.api",
     "OptimizeOptions": "onnxsat.eqsat.optimizer",
     "optimize_model": "onnxsat.eqsat.optimizer",
@@ -29,6 +30,7 @@ _LAZY = {
     "SparsifyOptions": "onnxsat.sparsity.sparsify",
     "PruneOptions": "onnxsat.pruning.prune",
     "QuantizeOptions": "onnxsat.quantization.quantize",
+    "CompressOptions": "onnxsat.compress.compress",
     "Tolerance": "onnxsat.verification",
     "VerificationResult": "onnxsat.verification",
     "verify": "onnxsat.verification",
@@ -50,7 +52,8 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:
-    from onnxsat.api import optimize, prune, quantize, run_pipeline, sparsify
+    from onnxsat.api import compress, optimize, prune, quantize, run_pipeline, sparsify
+    from onnxsat.compress.compress import CompressOptions
     from onnxsat.eqsat.optimizer import OptimizeOptions, optimize_model
     from onnxsat.pruning.prune import PruneOptions
     from onnxsat.quantization.quantize import QuantizeOptions
@@ -59,6 +62,7 @@ if TYPE_CHECKING:
     from onnxsat.verification import Tolerance, VerificationResult, verify
 
 __all__ = [
+    "CompressOptions",
     "OnnxSatError",
     "OptimizeOptions",
     "OptimizeReport",
@@ -69,6 +73,7 @@ __all__ = [
     "VerificationFailedError",
     "VerificationResult",
     "__version__",
+    "compress",
     "optimize",
     "optimize_model",
     "prune",

@@ -15,9 +15,13 @@ from typing import Any, Union
 
 import numpy as np
 
+from onnxsat.compress.compress import CompressOptions
+from onnxsat.compress.recipe_file import write_recipe
+from onnxsat.compress.report import CompressReport
 from onnxsat.core import Pass
 from onnxsat.eqsat.optimizer import OptimizeOptions
 from onnxsat.inputs import InputSpec
+from onnxsat.passes.compress import CompressPass
 from onnxsat.passes.eqsat import EqsatPass
 from onnxsat.passes.prune import PrunePass
 from onnxsat.passes.quantize import QuantizePass
@@ -145,6 +149,27 @@ def prune(
     e.g. ``rate=0.3, reconstruct=True, data="digits-train"``)."""
     step = PrunePass(options or PruneOptions(**settings))
     return run_file(step, input_path, output_path, report, _spec(input_shapes, inputs), force=force)
+
+
+def compress(
+    input_path: PathLike,
+    output_path: PathLike,
+    options: CompressOptions | None = None,
+    *,
+    report: PathLike | None = None,
+    input_shapes: dict[str, list[int]] | None = None,
+    inputs: Feeds = None,
+    force: bool = False,
+    **settings: Any,
+) -> CompressReport:
+    """The fastest model inside the budget into ``output_path``, its recipe beside it (``settings``:
+    ``CompressOptions``' fields, e.g. ``data="digits-train", eval_data="digits-test", max_drop=0.005``)."""
+    step = CompressPass(options or CompressOptions(**settings))
+    spec = _spec(input_shapes, inputs)
+    result = run_file(step, input_path, output_path, report, spec, force=force)
+    if result.written:
+        write_recipe(result, input_path, output_path, spec or step.options.inputs)
+    return result
 
 
 run_pipeline = run_pipeline_file

@@ -17,6 +17,7 @@ EXTRA_OF: dict[str, tuple[str, str]] = {
     "sklearn": ("data", "scikit-learn"),
     "PIL": ("data", "pillow"),
     "tqdm": ("bench", "tqdm"),
+    "ray": ("ray", "ray"),
     "onnxsim": ("bench", "onnxsim"),
     "onnxoptimizer": ("bench", "onnxoptimizer"),
     "onnxslim": ("bench", "onnxslim"),

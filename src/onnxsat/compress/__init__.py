@@ -1,1 +1,1 @@
-"""``onnxsat compress``: evaluate many independent candidate models of one network and keep the best."""
+"""``onnxsat compress``: the fastest model inside an accuracy budget, searched over pruning, quantization and fusion."""

@@ -40,7 +40,7 @@ from types import ModuleType, TracebackType
 from typing import Any, Protocol, TypeVar
 
 from onnxsat.errors import OnnxSatError, SettingsError
-from onnxsat.extras import EXTRA_OF, require
+from onnxsat.extras import require
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -52,8 +52,6 @@ SHARE_MIN_BYTES = 1 << 20
 
 RAY_PURPOSE = "evaluations on Ray"
 """What the missing-extra line says needs Ray."""
-
-EXTRA_OF.setdefault("ray", ("ray", "ray"))  # so require() names onnxsat[ray]; belongs in extras.EXTRA_OF
 
 
 class Executor(Protocol):

@@ -75,3 +75,33 @@ def horizontal_bars(names: Sequence[str], values: Sequence[float], xlabel: str, 
     axes.set_title(title)
     axes.grid(axis="x", alpha=0.3)
     return figure
+
+
+def pareto_scatter(
+    points: Sequence[tuple[float, float, bool]],
+    chosen: tuple[float, float] | None,
+    budget: float,
+    xlabel: str,
+    ylabel: str,
+    title: str,
+) -> Figure:
+    """Candidates as (x, y, on the front) points, the front joined by a step line, the chosen one ringed
+    and the budget a dashed vertical line at ``budget``."""
+    figure = new_figure(7.0, 4.2)
+    axes = figure.add_subplot()
+    others = [(x, y) for x, y, front in points if not front]
+    front = sorted((x, y) for x, y, on in points if on)
+    if others:
+        axes.scatter(*zip(*others, strict=True), color=COLOURS[0], alpha=0.6, label="candidates")
+    if front:
+        axes.plot(*zip(*front, strict=True), color=COLOURS[1], marker="o", drawstyle="steps-post", label="Pareto front")
+    if chosen is not None:
+        axes.scatter([chosen[0]], [chosen[1]], s=180, facecolors="none", edgecolors=COLOURS[3], linewidths=2,
+                     label="chosen")  # fmt: skip
+    axes.axvline(budget, color="#333333", linestyle="--", linewidth=1, label="budget")
+    axes.set_xlabel(xlabel)
+    axes.set_ylabel(ylabel)
+    axes.set_title(title)
+    axes.legend()
+    axes.grid(alpha=0.3)
+    return figure

@@ -4,8 +4,8 @@ A pipeline that fails in its fifth pass after minutes of saturation because of a
 wastes the user's time, so every key of every pass and surgeon is checked first, and each problem is
 one error naming the file and the place in it (``pipe.yaml: passes[2].surgeries[0]: ...``).
 
-Relative paths in the file (``input_model``, ``output_model``, ``report``) are read from the file's
-folder, so a pipeline and its model can move together.
+Relative paths in the file (``input_model``, ``output_model``, ``report``, ``inputs``, and ``data`` when
+it is a file there) are read from the file's folder, so a pipeline and its model can move together.
 """
 
 from __future__ import annotations
@@ -38,7 +38,8 @@ class PipelineSettings:
     inputs: str | None = None
     """A ``.npz`` feeds file of input values to use as given, like ``--inputs`` (relative to this file)."""
     data: str | None = None
-    """Data for the passes that take it (sparsify, prune) unless a pass names its own."""
+    """Data for the passes that take it (sparsify, prune) unless a pass names its own; a path is read from
+    the file's folder when it exists there."""
     rtol: float = 1e-4
     atol: float = 1e-5
     ort_rounding: float = 2.0
@@ -148,10 +149,13 @@ def run_pipeline(pipeline: Pipeline, force: bool = False) -> PipelineReport:
     Raises :class:`VerificationFailedError` (with ``.report``) when a pass fails and nothing is forced.
     """
     settings = pipeline.settings
+    data = settings.data
+    if data is not None and (pipeline.source.resolve().parent / data).exists():
+        data = str(pipeline.source.resolve().parent / data)
     run_settings = RunSettings(
         inputs=pipeline.inputs,
         tolerance=Tolerance(settings.rtol, settings.atol, settings.ort_rounding),
-        data=settings.data,
+        data=data,
         force=force or settings.force,
     )
     return run(

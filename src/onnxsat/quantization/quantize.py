@@ -630,3 +630,25 @@ def _decisions(model: onnx.ModelProto, chosen: Candidate, mode: QuantMode) -> li
         for node in model.graph.node
         if node.op_type in mode.ops and node.domain in ("", "ai.onnx")
     ]
+
+
+def applicable_modes(model: onnx.ModelProto) -> list[str]:
+    """The modes ``auto`` would try on ``model``: the ones its weighted ops call for (none: nothing to quantize)."""
+    try:
+        return [mode.name for mode in _modes(model, QuantizeOptions())]
+    except SettingsError:
+        return []
+
+
+def slower_nodes(model: onnx.ModelProto, mode: str, inputs: InputSpec, threads: int = 1) -> tuple[tuple[str, ...], int]:
+    """(nodes of ``model`` that run slower quantized in ``mode`` than in float, each timed alone on this
+    machine; how many weighted nodes the mode quantizes). Names are as quantization names them: what a
+    caller that quantizes elsewhere (compress's workers) should leave in float. Modes that are not timed
+    per node (weight-only) give none."""
+    options = QuantizeOptions(mode=mode, inputs=inputs, threads=threads)
+    prepared = _prepare(model, options, None, QuantizeReport(input="<memory>", output=None, mode=mode, max_drop=None))
+    nodes = [n.name for n in _weighted_nodes(prepared) if n.op_type in MODES[mode].ops]
+    if mode not in ("static", "dynamic"):
+        return (), len(nodes)
+    speeds = _node_speeds(prepared, nodes, mode, inputs.dims(), threads)
+    return tuple(sorted(name for name, ratio in speeds.items() if ratio < SLOWER)), len(nodes)

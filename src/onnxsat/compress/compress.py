@@ -1,0 +1,343 @@
+"""``onnxsat compress``: the fastest model inside an accuracy budget, searched over structured pruning,
+quantization and fusion together (see ``search`` for the strategy).
+
+The driver (this module) loads the data and sets part of it aside that the search never sees, fixes
+the metric on the original, starts the executor (a local process pool, or Ray), lets the search propose
+candidates, times the ones inside the budget here, then measures the chosen recipe step by step side by
+side, scores it on the held-out part and verifies it. The recipe comes back as pipeline entries that
+``onnxsat run`` replays into the same model.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import sys
+import time
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+import numpy as np
+import onnx
+
+from onnxsat.compress.evaluate import Outcome, Problem
+from onnxsat.compress.executor import make_executor
+from onnxsat.compress.recipe import CALIBRATION_LIMIT, Recipe
+from onnxsat.compress.report import CandidateRow, CompressReport, Contribution, mark_pareto
+from onnxsat.compress.search import Evaluated, Search, SearchSettings
+from onnxsat.compress.timing import SideBySide, machine
+from onnxsat.data.model_input import batch_size_for, data_input, input_dims
+from onnxsat.data.sources import Dataset, load_dataset
+from onnxsat.errors import SettingsError
+from onnxsat.inputs import InputSpec
+from onnxsat.metrics import HeldOut, MetricSpec, check_spec, metric_option
+from onnxsat.metrics.scorer import ModelScorer
+from onnxsat.options import float_list, option, percent
+from onnxsat.pruning.prune import association_trees
+from onnxsat.quantization.quantize import applicable_modes, slower_nodes
+from onnxsat.verification import check_lossy, reference_run
+
+TECHNIQUES = ("prune", "quantize", "fuse")
+
+
+@dataclass
+class CompressOptions:
+    """The compress pass's settings: ``onnxsat compress``'s flags, the ``compress`` pipeline keys, keywords."""
+
+    max_drop: float = option(0.01, type=percent, help="largest allowed drop of the metric (default 1%%)")
+    metric: MetricSpec = metric_option()
+    metric_output: list[str] = option(default_factory=list, metavar="NAME", help="outputs the budget applies to")
+    data: str | None = option(None, help="data the budget is measured on: digits, an image folder, CIFAR-10, an .npz")
+    eval_data: str | None = option(None, help="held-out data for the final figure (default: --holdout of --data)")
+    holdout: float = option(0.2, type=percent, help="share of --data the search never sees (default 20%%)")
+    fidelity: bool = option(False, help="ignore labels: agreement with the original model")
+    limit: int | None = option(None, type=int, help="use at most this many samples of the data")
+    mean: Sequence[float] | None = option(None, type=float_list, help="per-channel mean for images scaled to [0, 1]")
+    std: Sequence[float] | None = option(None, type=float_list, help="per-channel std images are divided by")
+    techniques: list[str] = option(
+        default_factory=lambda: list(TECHNIQUES),
+        metavar="NAME",
+        help="techniques the search may use (default: prune quantize fuse)",
+    )
+    latency_batch: int = option(1, type=int, help="batch size latency is measured at (default 1)")
+    threads: int = option(1, type=int, help="intra-op threads latency is measured with (default 1)")
+    budget_minutes: float = option(20.0, type=float, help="stop searching after this long; keep the best so far")
+    ray: str | None = option(None, metavar="auto|ADDRESS", help="run evaluations on Ray: auto (local) or a cluster")
+    workers: int | None = option(None, type=int, help="parallel evaluations (default: the cores here)")
+    seed: int = option(0, type=int, help="seed of the held-out split")
+    calibration_limit: int = CALIBRATION_LIMIT
+    batch_size: int = 64
+    inputs: InputSpec = field(default_factory=InputSpec)
+
+    def check(self) -> None:
+        if not 0.0 <= self.max_drop <= 1.0:
+            raise SettingsError(f"--max-drop must be in [0%, 100%], got {self.max_drop:.2%}")
+        if not 0.0 <= self.holdout < 1.0:
+            raise SettingsError(f"--holdout must be in [0%, 100%), got {self.holdout:.2%}")
+        for name, value in (("--latency-batch", self.latency_batch), ("--threads", self.threads)):
+            if value < 1:
+                raise SettingsError(f"{name} must be at least 1, got {value}")
+        if self.workers is not None and self.workers < 1:
+            raise SettingsError(f"--workers must be at least 1, got {self.workers}")
+        if self.limit is not None and self.limit < 1:
+            raise SettingsError(f"--limit must be at least 1, got {self.limit}")
+        if self.budget_minutes <= 0:
+            raise SettingsError(f"--budget-minutes must be positive, got {self.budget_minutes:g}")
+        unknown = [t for t in self.techniques if t not in TECHNIQUES]
+        if unknown or not self.techniques:
+            what = f"unknown technique {unknown[0]!r}" if unknown else "name at least one technique"
+            raise SettingsError(f"--techniques: {what} (known: {', '.join(TECHNIQUES)})")
+        check_spec(self.metric)
+
+
+def compress_model(
+    model: onnx.ModelProto, options: CompressOptions, source: str = "<memory>", base_dir: Path | None = None
+) -> tuple[onnx.ModelProto, CompressReport]:
+    """Compress ``model`` (left unchanged) inside ``options.max_drop``; return the result and its report."""
+    start = time.perf_counter()
+    options.check()
+    report = CompressReport(input=source, output=None, max_drop=options.max_drop)
+    original_run = reference_run(model, options.inputs, base_dir=base_dir)
+    model = _whole(model, base_dir)
+    search_data, held_data = _data(model, options)
+    given = options.inputs.given
+    input_name = data_input(model, given).name
+    batch = batch_size_for(model, options.batch_size, given)
+    scorer = ModelScorer(
+        model, input_name, search_data, metric=options.metric, outputs=options.metric_output, given=given,
+        batch_size=batch, threads=options.threads,
+    )  # fmt: skip
+    report.data, report.baseline = search_data.name, scorer.baseline
+    report.metric, report.metrics = scorer.baseline.metric, scorer.budget.describe()
+    problem = Problem(
+        key=uuid.uuid4().hex,
+        model=model.SerializeToString(),
+        inputs=search_data.inputs,
+        labels=search_data.labels,
+        data_name=search_data.name,
+        input_name=input_name,
+        spec=options.inputs,
+        metrics=scorer.budget.metrics,
+        metric_spec=options.metric,
+        outputs=list(options.metric_output),
+        batch_size=batch,
+        calibration_limit=options.calibration_limit,
+    )
+    groups = _groups(model, options, report) if "prune" in options.techniques else []
+    modes = applicable_modes(model) if "quantize" in options.techniques else []
+    if not groups and not modes and "fuse" not in options.techniques:
+        raise SettingsError("nothing to compress: the model has no prunable channel group and nothing to quantize")
+    feeds = _latency_feeds(model, search_data, input_name, options)
+    timer = SideBySide(model, feeds, options.threads)
+    slow = _SlowNodes(options.inputs, options.threads)
+    workers = options.workers or os.cpu_count() or 1
+    with make_executor(options.ray, workers) as executor:
+        report.evaluated_on = executor.name
+        settings = SearchSettings(
+            options.max_drop, groups, modes, "fuse" in options.techniques,
+            time.monotonic() + options.budget_minutes * 60, width=workers,
+        )  # fmt: skip
+        progress = _Progress()
+        search = Search(problem, settings, executor, timer, slow, on_progress=progress.update)
+        original = Outcome(Recipe(), scorer.baseline, 0.0, None, len(problem.model))
+        try:
+            chosen = search.run(original)
+            if chosen.outcome.model is None:
+                raise SettingsError(_nothing_fits(search.evaluated, options.max_drop))
+            steps = _contributions(search, chosen)
+        finally:
+            progress.close()
+    report.stopped_early = search.stopped_early
+    report.latency_where = machine()
+    result = onnx.load_from_string(steps[-1][0].outcome.model)  # type: ignore[arg-type]
+    chosen = steps[-1][0]
+    report.contributions = [Contribution(label, e.speedup, e.outcome.drop, e.outcome.size) for e, label in steps]
+    report.chosen, report.accuracy = chosen.recipe.label, chosen.outcome.score
+    report.recipe = chosen.recipe.passes(RECIPE_DATA, options.calibration_limit)
+    report.search_data = search_data
+    assert chosen.timed is not None
+    report.latency = {
+        "original_ms": chosen.timed.original_ms,
+        "compressed_ms": chosen.timed.latency_ms,
+        "speedup": chosen.timed.speedup,
+        "threads": float(options.threads),
+        "batch": float(feeds[input_name].shape[0]),
+    }
+    report.candidates = _rows(search.evaluated, options.max_drop)
+    mark_pareto(report.candidates)
+    report.notes += [f"{group}: pruned alone at 50% drops {drop:.2%}" for group, drop in _costly(search, options)]
+    if held_data is not None:
+        held = ModelScorer(
+            model, input_name, held_data, metric=scorer.budget.metrics, outputs=options.metric_output, given=given,
+            batch_size=batch, threads=options.threads,
+        )  # fmt: skip
+        score = held.score(result)
+        report.held_out = HeldOut(held_data.name, held.baseline, score, score.drop, score.drop <= options.max_drop)
+    names = [output.name for output in model.graph.output]
+    _, report.verification = check_lossy(original_run, result, names, "compression", None)
+    report.sizes = {"original": len(problem.model), "compressed": result.ByteSize()}
+    report.seconds = time.perf_counter() - start
+    return result, report
+
+
+RECIPE_DATA = "{data}"
+"""Placeholder for the calibration data file in ``report.recipe``, replaced where the recipe is written."""
+
+
+def _whole(model: onnx.ModelProto, base_dir: Path | None) -> onnx.ModelProto:
+    """The model with every weight in memory: workers get it as bytes."""
+    if base_dir is None or not any(t.data_location == onnx.TensorProto.EXTERNAL for t in model.graph.initializer):
+        return model
+    from onnx.external_data_helper import load_external_data_for_model
+
+    whole = onnx.ModelProto()
+    whole.CopyFrom(model)
+    load_external_data_for_model(whole, str(base_dir))
+    return whole
+
+
+def _data(model: onnx.ModelProto, options: CompressOptions) -> tuple[Dataset, Dataset | None]:
+    """(search data, held-out data): ``--data`` less its held-out part, or ``--data`` and ``--eval-data``."""
+    if options.data is None:
+        raise SettingsError("compress needs --data: the accuracy budget is measured on it")
+    dims = input_dims(model, options.inputs.given)
+
+    def load(spec: str) -> Dataset:
+        dataset = load_dataset(spec, dims, limit=options.limit, mean=options.mean, std=options.std)
+        return replace(dataset, labels=None) if options.fidelity else dataset
+
+    dataset = load(options.data)
+    if options.eval_data is not None:
+        return dataset, load(options.eval_data)
+    return dataset.split(options.holdout, options.seed)
+
+
+def _groups(model: onnx.ModelProto, options: CompressOptions, report: CompressReport) -> list[str]:
+    """Prunable channel groups, each named by its first root node."""
+    try:
+        _, _, forest = association_trees(model)
+    except Exception as error:  # pruning is one technique among three: a graph it cannot read is not fatal
+        report.notes.append(f"pruning left out: its association trees failed ({type(error).__name__}: {error})")
+        return []
+    return [group.roots[0].node for group in forest.groups if group.prunable]
+
+
+def _latency_feeds(
+    model: onnx.ModelProto, dataset: Dataset, name: str, options: CompressOptions
+) -> dict[str, np.ndarray]:
+    """``--latency-batch`` samples of the search data (or the model's fixed batch), given inputs beside."""
+    batch = batch_size_for(model, options.latency_batch, options.inputs.given)
+    value = next(v for v in model.graph.input if v.name == name)
+    dtype = onnx.helper.tensor_dtype_to_np_dtype(value.type.tensor_type.elem_type)
+    samples = np.resize(dataset.inputs[:batch], (batch, *dataset.inputs.shape[1:])).astype(dtype)
+    return {**options.inputs.given, name: samples}
+
+
+class _SlowNodes:
+    """``slower_nodes`` per (model, mode), measured here once; None when every node is slower quantized."""
+
+    def __init__(self, inputs: InputSpec, threads: int) -> None:
+        self.inputs, self.threads = inputs, threads
+        self.cache: dict[tuple[str, str], tuple[str, ...] | None] = {}
+
+    def __call__(self, model: bytes, mode: str) -> tuple[str, ...] | None:
+        key = (hashlib.sha256(model).hexdigest(), mode)
+        if key not in self.cache:
+            try:
+                slow, count = slower_nodes(onnx.load_from_string(model), mode, self.inputs, self.threads)
+            except Exception:  # timing is advice: a model it cannot time is quantized whole
+                slow, count = (), 1
+            self.cache[key] = slow if len(slow) < count else None
+        return self.cache[key]
+
+
+def _contributions(search: Search, chosen: Evaluated) -> list[tuple[Evaluated, str]]:
+    """The chosen recipe step by step (pruning, then quantization, then fusion), each built and all timed
+    in one side-by-side run: what each technique adds, and the chosen model's reported speed."""
+    recipe = chosen.recipe
+    prefixes: list[tuple[Recipe, str]] = []
+    if recipe.prune:
+        prefixes.append((Recipe(prune=recipe.prune), Recipe(prune=recipe.prune).label))
+    if recipe.quantize:
+        step = replace(recipe, fuse=False)
+        prefixes.append((step, "+ " + step.label.split(" + ")[-1]))
+    if recipe.fuse:
+        prefixes.append((recipe, "+ fuse"))
+    built = search.batch("contribution", [r for r, _ in prefixes])
+    figures = search.timer.measure([b.outcome.model for b in built])  # type: ignore[misc]
+    steps = []
+    for result, figure, (_, label) in zip(built, figures, prefixes, strict=True):
+        steps.append((replace(result, timed=figure), label))
+    return steps
+
+
+def _nothing_fits(evaluated: list[Evaluated], max_drop: float) -> str:
+    scored = [e for e in evaluated if e.outcome.drop is not None]
+    if not scored:
+        reasons = sorted({e.outcome.error for e in evaluated if e.outcome.error})
+        return "no candidate could be built" + (f": {reasons[0]}" if reasons else "") + "; nothing written"
+    inside = [e for e in scored if e.outcome.drop <= max_drop]  # type: ignore[operator]
+    if inside:
+        fastest = max(inside, key=lambda e: e.speedup)
+        return (
+            f"no candidate inside the {max_drop:.2%} budget is faster than the original (closest: "
+            f"{fastest.recipe.label}, {fastest.speedup:.2f}x, drop {fastest.outcome.drop:.2%}); nothing written"
+        )
+    closest = min(scored, key=lambda e: e.outcome.drop)  # type: ignore[arg-type,return-value]
+    return (
+        f"no candidate fits the {max_drop:.2%} budget (closest: {closest.recipe.label}, drop "
+        f"{closest.outcome.drop:.2%}); nothing written"
+    )
+
+
+def _rows(evaluated: list[Evaluated], max_drop: float) -> list[CandidateRow]:
+    rows = []
+    for index, e in enumerate(evaluated, start=1):
+        score = e.outcome.score
+        rows.append(
+            CandidateRow(
+                index=index,
+                stage=e.stage,
+                label=e.recipe.label,
+                recipe={"passes": e.recipe.passes(RECIPE_DATA)},
+                drop=e.outcome.drop,
+                value=score.value if score is not None else None,
+                within_budget=e.outcome.drop is not None and e.outcome.drop <= max_drop and not e.outcome.error,
+                speedup=e.timed.speedup if e.timed is not None else None,
+                latency_ms=e.timed.latency_ms if e.timed is not None else None,
+                size=e.outcome.size,
+                seconds=e.outcome.seconds,
+                error=e.outcome.error,
+            )
+        )
+    return rows
+
+
+def _costly(search: Search, options: CompressOptions) -> list[tuple[str, float]]:
+    return [(g, d) for g, d in search.sensitivity.items() if d > options.max_drop]
+
+
+class _Progress:
+    """A progress bar on stderr with the best model so far (tqdm, the ``bench`` extra; nothing without it)."""
+
+    def __init__(self) -> None:
+        try:
+            from tqdm import tqdm
+        except ImportError:
+            self.bar = None
+        else:
+            self.bar = tqdm(desc="compress", unit="candidate", leave=False, disable=None, file=sys.stderr)
+
+    def update(self, best: Evaluated | None, count: int) -> None:
+        if self.bar is None:
+            return
+        self.bar.n = count
+        if best is not None:
+            self.bar.set_postfix_str(f"best {best.speedup:.2f}x: {best.recipe.label}", refresh=False)
+        self.bar.refresh()
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()

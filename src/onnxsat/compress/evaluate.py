@@ -1,0 +1,137 @@
+"""One candidate's evaluation: build its recipe and score it against the original on the search data.
+
+This is the unit of work the executor ships to a worker process or a Ray task, so everything it needs
+travels with it (the original as bytes, the search samples as arrays) and it touches nothing of the
+driver's. Accuracy is deterministic (same recipe, same data, same model), so a local run and a Ray run
+score every candidate alike. Latency is never measured here: a worker shares its machine with other
+workers, or is another machine, so the driver times candidates itself (see ``compress``).
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+
+from onnxsat.compress.recipe import Recipe, build
+from onnxsat.data.sources import Dataset
+from onnxsat.errors import OnnxSatError
+from onnxsat.inputs import InputSpec
+from onnxsat.metrics import Score
+from onnxsat.metrics.budget import MetricSpec
+from onnxsat.metrics.scorer import ModelScorer
+
+
+@dataclass
+class Problem:
+    """What every candidate of one search shares."""
+
+    key: str
+    """Names this problem in a worker's cache (the driver makes it unique per search)."""
+    model: bytes
+    """The original, serialized, every weight inside."""
+    inputs: np.ndarray
+    labels: np.ndarray | None
+    data_name: str
+    input_name: str
+    spec: InputSpec
+    metrics: dict[str, Any]
+    """Per scored output, the metric the driver chose on the original: every worker scores alike."""
+    metric_spec: MetricSpec
+    """The user's ``--metric``, for quantization's own node search inside a recipe."""
+    outputs: list[str] = field(default_factory=list)
+    batch_size: int = 64
+    calibration_limit: int = 512
+
+
+@dataclass
+class Task:
+    problem: Problem
+    recipe: Recipe
+
+
+@dataclass
+class Outcome:
+    """A built and scored candidate, or why it could not be built."""
+
+    recipe: Recipe
+    score: Score | None = None
+    distortion: float | None = None
+    model: bytes | None = None
+    size: int = 0
+    notes: list[str] = field(default_factory=list)
+    error: str | None = None
+    seconds: float = 0.0
+
+    @property
+    def drop(self) -> float | None:
+        return self.score.drop if self.score is not None else None
+
+
+@dataclass
+class _Prepared:
+    original: onnx.ModelProto
+    data_path: Path
+    scorer: ModelScorer
+    folder: tempfile.TemporaryDirectory[str]
+
+
+_PREPARED: dict[str, _Prepared] = {}
+"""Per worker process: the last problem's loaded model, data file and reference outputs, so a worker
+does that once per search and not once per candidate."""
+
+
+def _prepared(problem: Problem) -> _Prepared:
+    if problem.key not in _PREPARED:
+        for old in _PREPARED.values():
+            old.folder.cleanup()
+        _PREPARED.clear()
+        folder = tempfile.TemporaryDirectory(prefix="onnxsat-compress-")
+        data_path = Path(folder.name) / "search.npz"
+        arrays = {"inputs": problem.inputs, **({"labels": problem.labels} if problem.labels is not None else {})}
+        np.savez(data_path, **arrays)
+        original = onnx.load_from_string(problem.model)
+        dataset = Dataset(problem.inputs, problem.labels, problem.data_name)
+        scorer = ModelScorer(
+            original,
+            problem.input_name,
+            dataset,
+            metric=problem.metrics,
+            outputs=problem.outputs,
+            given=problem.spec.given,
+            batch_size=problem.batch_size,
+        )
+        _PREPARED[problem.key] = _Prepared(original, data_path, scorer, folder)
+    return _PREPARED[problem.key]
+
+
+def evaluate(task: Task) -> Outcome:
+    """Build ``task.recipe`` and score it; a recipe that cannot be built (the quantizer finds nothing inside
+    its budget, ORT refuses the result, a tool fails on the graph) is an outcome with its error, shown in
+    the report, not an exception."""
+    start = time.perf_counter()
+    prepared = _prepared(task.problem)
+    settings = {"metric": task.problem.metric_spec, "metric_output": task.problem.outputs}
+    try:
+        built = build(
+            task.recipe,
+            prepared.original,
+            str(prepared.data_path),
+            task.problem.spec,
+            quantize_settings=settings,
+            calibration_limit=task.problem.calibration_limit,
+            spent=lambda pruned: prepared.scorer.score(pruned).drop,
+        )
+        score, distortion = prepared.scorer.judge(built.model)
+    except OnnxSatError as error:
+        return Outcome(task.recipe, error=str(error), seconds=time.perf_counter() - start)
+    except Exception as error:  # one candidate a tool chokes on (the quantizer, ORT) must not end the search
+        why = f"{type(error).__name__}: {' '.join(str(error).split())[:200]}"
+        return Outcome(task.recipe, error=why, seconds=time.perf_counter() - start)
+    data = built.model.SerializeToString()
+    return Outcome(built.recipe, score, distortion, data, len(data), built.notes, seconds=time.perf_counter() - start)

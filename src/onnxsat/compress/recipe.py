@@ -1,0 +1,167 @@
+"""A compression recipe: which techniques, in which order, with which settings. It is what the search
+varies, what each candidate is built from, and what the user gets back as a pipeline file that
+``onnxsat run`` replays.
+
+The order is fixed: structured pruning first (it changes shapes, and quantization must be calibrated on
+the shapes that remain), quantization next, lossless fusion last (ORT's fused ops are not all ones its
+quantizer can read). A recipe names its pruning per channel group, by the group's first root node, so the
+search can give each group its own rate; groups it does not name stay whole.
+
+Quantization inside a search is itself a search (which nodes to leave in float for the budget); once it
+has run, the recipe records the nodes it left in float, so replaying the recipe quantizes exactly those
+nodes with no search and no timing: the same model, byte for byte.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import onnx
+
+from onnxsat.eqsat.optimizer import OptimizeOptions, optimize_model
+from onnxsat.inputs import InputSpec
+from onnxsat.pruning.prune import PruneOptions, prune_model
+from onnxsat.quantization.quantize import QuantizeOptions, quantize_model
+
+CALIBRATION_LIMIT = 512
+"""Samples of the search data pruning's reconstruction is fitted on (the first ones): enough for a least-
+squares refit of each layer, and it bounds the time one candidate takes on a large data set."""
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """Settings of each technique; the empty recipe is the original model."""
+
+    prune: tuple[tuple[str, float], ...] = ()
+    """(group's first root node, rate) for each pruned group, sorted by node name; rates in (0, 1)."""
+    quantize: str | None = None
+    """The quantization mode (static, dynamic, weight-only), or None for float."""
+    quantize_budget: float | None = None
+    """The whole recipe's budget, while quantization's node search has not run yet: quantization may add
+    what pruning left of it."""
+    keep_float: tuple[str, ...] = ()
+    """Nodes quantization leaves in float: measured slower quantized, or over the budget (sorted)."""
+    fuse: bool = False
+    """ONNXSat's lossless optimization (target ort) as the last step."""
+
+    @staticmethod
+    def pruned(rates: dict[str, float]) -> Recipe:
+        return Recipe(prune=tuple(sorted((name, rate) for name, rate in rates.items() if rate > 0)))
+
+    @property
+    def rates(self) -> dict[str, float]:
+        return dict(self.prune)
+
+    def with_quantize(self, mode: str, budget: float | None, keep_float: tuple[str, ...] = ()) -> Recipe:
+        return replace(self, quantize=mode, quantize_budget=budget, keep_float=tuple(sorted(keep_float)))
+
+    @property
+    def label(self) -> str:
+        """A short description: ``prune 50% (6 groups) + int8 static (2 in float) + fuse``."""
+        parts = []
+        if self.prune:
+            rates = sorted({rate for _, rate in self.prune})
+            shown = f"{rates[0]:.0%}" if len(rates) == 1 else f"{rates[0]:.0%}-{rates[-1]:.0%}"
+            groups = self.prune[0][0] if len(self.prune) == 1 else f"{len(self.prune)} groups"
+            parts.append(f"prune {shown} ({groups})")
+        if self.quantize:
+            kept = f" ({len(self.keep_float)} in float)" if self.keep_float else ""
+            parts.append(f"{'int4' if self.quantize == 'weight-only' else 'int8'} {self.quantize}{kept}")
+        if self.fuse:
+            parts.append("fuse")
+        return " + ".join(parts) or "original"
+
+    def passes(self, data: str, calibration_limit: int = CALIBRATION_LIMIT) -> list[dict[str, Any]]:
+        """The recipe as pipeline entries (``type`` and the pass's keys); ``data`` is the calibration data."""
+        entries: list[dict[str, Any]] = []
+        if self.prune:
+            entries.append(
+                {
+                    "type": "prune",
+                    "rate": 0.0,
+                    "rates": self.rates,
+                    "reconstruct": True,
+                    "data": data,
+                    "limit": calibration_limit,
+                }
+            )
+        if self.quantize:
+            entries.append(
+                {
+                    "type": "quantize",
+                    "mode": self.quantize,
+                    "max_drop": None,
+                    "exclude": list(self.keep_float),
+                    "node_timing": False,
+                    "holdout": 0.0,
+                    "data": data,
+                }
+            )
+        if self.fuse:
+            entries.append({"type": "eqsat", "target": "ort"})
+        return entries
+
+
+@dataclass
+class Built:
+    """A recipe's model, and what its steps found out on the way."""
+
+    recipe: Recipe
+    """The recipe as built: after a quantization search, with the nodes it left in float."""
+    model: onnx.ModelProto
+    notes: list[str] = field(default_factory=list)
+
+
+def build(
+    recipe: Recipe,
+    model: onnx.ModelProto,
+    data: str,
+    inputs: InputSpec,
+    quantize_settings: dict[str, Any] | None = None,
+    calibration_limit: int = CALIBRATION_LIMIT,
+    base_dir: Path | None = None,
+    spent: Callable[[onnx.ModelProto], float] | None = None,
+) -> Built:
+    """``recipe`` applied to ``model`` with the same pass functions its pipeline runs. ``data`` is the
+    calibration data (a spec ``load_dataset`` reads); ``quantize_settings`` (metric, outputs) are used by
+    quantization's node search while ``recipe.quantize_budget`` is set, and ``spent`` says how much of the
+    budget the pruned model already uses."""
+    notes: list[str] = []
+    if recipe.prune:
+        options = PruneOptions(
+            rate=0.0, rates=recipe.rates, reconstruct=True, data=data, limit=calibration_limit, inputs=inputs
+        )
+        model, prune_report = prune_model(model, options, base_dir=base_dir)
+        base_dir = None
+        notes += prune_report.notes
+    if recipe.quantize:
+        searching = recipe.quantize_budget is not None
+        budget = recipe.quantize_budget
+        if budget is not None and recipe.prune and spent is not None:
+            budget = max(0.0, budget - spent(model))
+        options = QuantizeOptions(
+            mode=recipe.quantize,
+            max_drop=budget,
+            exclude=list(recipe.keep_float),
+            node_timing=False,
+            holdout=0.0,
+            data=data,
+            inputs=inputs,
+            **((quantize_settings or {}) if searching else {}),
+        )
+        model, quantize_report = quantize_model(model, options, base_dir=base_dir)
+        base_dir = None
+        kept = tuple(n.node for n in quantize_report.nodes if not n.quantized)
+        recipe = recipe.with_quantize(recipe.quantize, None, kept)
+        notes += quantize_report.notes
+    if recipe.fuse:
+        fused, report = optimize_model(model, OptimizeOptions(target="ort", inputs=inputs), base_dir=base_dir)
+        if report.verification is not None and report.verification.ok:
+            model = fused
+        else:
+            recipe = replace(recipe, fuse=False)
+            notes.append("fusion left out: its result did not verify")
+    return Built(recipe, model, notes)

@@ -1,0 +1,59 @@
+"""The chosen recipe written beside the compressed model: a pipeline file and the samples it calibrates on.
+
+``onnxsat run OUT.recipe.yaml`` replays the recipe from the original model into the same model: pruning
+refits on the same samples (``OUT.recipe.npz``, the search data), quantization calibrates on them and
+leaves the same nodes in float, and nothing in the replay searches or times. Paths in the file are
+relative to its folder, so the three files move together.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+from pathlib import Path
+
+import numpy as np
+import yaml
+
+from onnxsat.compress.report import CompressReport
+from onnxsat.inputs import InputSpec
+from onnxsat.model_io import write_bytes_atomic, write_text_atomic
+
+
+def recipe_paths(output_path: str | Path) -> tuple[Path, Path]:
+    """(pipeline file, data file) for a compressed model at ``output_path``."""
+    output = Path(output_path)
+    stem = output.name[: -len(output.suffix)] if output.suffix else output.name
+    return output.with_name(f"{stem}.recipe.yaml"), output.with_name(f"{stem}.recipe.npz")
+
+
+def write_recipe(report: CompressReport, input_path: str | Path, output_path: str | Path, inputs: InputSpec) -> Path:
+    """Write the report's recipe and search data beside ``output_path``; returns the pipeline file's path."""
+    pipeline_path, data_path = recipe_paths(output_path)
+    folder = pipeline_path.resolve().parent
+    dataset = report.search_data
+    if dataset is None:
+        raise ValueError("the report holds no search data (the model was not compressed)")
+    buffer = io.BytesIO()
+    arrays = {"inputs": dataset.inputs, **({"labels": dataset.labels} if dataset.labels is not None else {})}
+    np.savez(buffer, **arrays)
+    write_bytes_atomic(buffer.getvalue(), data_path)
+    passes = [{key: value for key, value in entry.items() if key != "data"} for entry in report.recipe]
+    pipeline: dict[str, object] = {
+        "input_model": os.path.relpath(Path(input_path).resolve(), folder),
+        "output_model": Path(output_path).name,
+        "data": data_path.name,
+    }
+    if inputs.source is not None:
+        pipeline["inputs"] = os.path.relpath(Path(inputs.source).resolve(), folder)
+    if inputs.shapes:
+        pipeline["input_shapes"] = {name: list(dims) for name, dims in inputs.shapes.items()}
+    pipeline["passes"] = passes
+    header = (
+        f"# ONNXSat compress recipe: {report.chosen}\n"
+        f"# `onnxsat run {pipeline_path.name}` rebuilds {Path(output_path).name} from {Path(input_path).name};\n"
+        f"# {data_path.name} holds the samples pruning and quantization calibrate on.\n"
+    )
+    write_text_atomic(header + yaml.safe_dump(pipeline, sort_keys=False), pipeline_path)
+    report.recipe_path = str(pipeline_path)
+    return pipeline_path

@@ -1,0 +1,87 @@
+"""``onnxsat compress --html``: the Pareto front of speed against accuracy drop over every candidate, the
+chosen recipe and what each technique added, accuracy (held-out too), latency, sizes."""
+
+from __future__ import annotations
+
+from onnxsat.compress.report import CompressReport
+from onnxsat.html.charts import pareto_scatter
+from onnxsat.html.page import Page
+from onnxsat.html.scores import add_scores
+from onnxsat.html.verification import add_verification
+
+
+def compress_page(report: CompressReport) -> Page:
+    page = Page("ONNXSat compress", f"{report.input} -> {report.output or '(not written)'}")
+    facts = [
+        ("input", report.input),
+        ("output", report.output or "not written"),
+        ("chosen", report.chosen or "nothing"),
+        ("budget", f"drop at most {report.max_drop:.2%} on {report.data}"),
+        ("candidates", f"{len(report.candidates)}, built and scored on {report.evaluated_on}"),
+        ("seconds", f"{report.seconds:.1f}" + (" (stopped by the time budget)" if report.stopped_early else "")),
+    ]
+    if report.latency:
+        latency = report.latency
+        facts.append(
+            (
+                "latency",
+                f"{latency['original_ms']:.3f} ms -> {latency['compressed_ms']:.3f} ms ({latency['speedup']:.2f}x, "
+                f"ORT all optimizations, {int(latency['threads'])} thread(s), batch {int(latency['batch'])}, "
+                f"measured on {report.latency_where})",
+            )
+        )
+    if report.recipe_path:
+        facts.append(("recipe", f"{report.recipe_path} (onnxsat run rebuilds the model from it)"))
+    page.facts(facts)
+    timed = [r for r in report.candidates if r.speedup is not None and r.drop is not None]
+    if timed:
+        chosen = next((r for r in reversed(timed) if r.label == report.chosen), None)
+        page.heading("Speed against accuracy")
+        page.figure(
+            pareto_scatter(
+                [(r.drop * 100, r.speedup, r.pareto) for r in timed],  # type: ignore[operator]
+                (chosen.drop * 100, chosen.speedup) if chosen is not None else None,  # type: ignore[operator]
+                report.max_drop * 100,
+                "accuracy drop on the search data (points)",
+                "speedup over the original (x)",
+                "every timed candidate",
+            ),
+            alt="scatter plot of speedup against accuracy drop for every timed candidate",
+            caption="Each point is a candidate timed side by side with the original; the line joins the Pareto "
+            "front, the dashed line is the budget.",
+        )
+    if report.contributions:
+        page.heading("What each technique added")
+        page.table(
+            ["step", "speedup (cumulative)", "bytes", "drop"],
+            [
+                (c.step, f"{c.speedup:.2f}x", c.size, f"{c.drop:.2%}" if c.drop is not None else "-")
+                for c in report.contributions
+            ],
+        )
+    if report.candidates:
+        page.heading("Every candidate")
+        page.table(
+            ["#", "stage", "recipe", "drop", "speedup", "bytes", "front", "note"],
+            [
+                (
+                    r.index,
+                    r.stage,
+                    r.label,
+                    f"{r.drop:.2%}" if r.drop is not None else "-",
+                    f"{r.speedup:.2f}x" if r.speedup is not None else "-",
+                    r.size,
+                    "yes" if r.pareto else "",
+                    r.error or ("" if r.within_budget else "over the budget"),
+                )
+                for r in report.candidates
+            ],
+        )
+    for note in report.notes:
+        page.paragraph(f"Note: {note}", note=True)
+    add_scores(page, report.data, report.metrics, report.baseline, report.accuracy, report.held_out)
+    if report.sizes:
+        page.heading("File size")
+        page.table(["model", "bytes"], list(report.sizes.items()))
+    add_verification(page, report.verification, "loads and runs in ONNX Runtime")
+    return page

@@ -1,0 +1,143 @@
+"""``onnxsat compress``: the search writes a model inside the budget with its recipe, the recipe replays
+into the same model, the search is the same on every executor given the same timings, and bad input or a
+budget nothing meets is one line with nothing written."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import onnx
+import pytest
+
+from onnxsat.cli import main
+from onnxsat.compress import compress as compress_module
+from onnxsat.compress.compress import CompressOptions, compress_model
+from onnxsat.compress.recipe import Recipe
+from onnxsat.compress.report import CandidateRow, mark_pareto
+from onnxsat.compress.timing import Timed
+from onnxsat.zoo.digits_cnn import bundled_digits_cnn
+
+QUICK = ["--data", "digits-train", "--limit", "400", "--eval-data", "digits-test", "--workers", "2"]
+
+
+@pytest.fixture(scope="module")
+def compressed(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
+    folder = tmp_path_factory.mktemp("compress")
+    out, report = folder / "small.onnx", folder / "report.json"
+    code = main(
+        ["compress", str(bundled_digits_cnn()), "-o", str(out), "--report", str(report), "--max-drop", "1%", *QUICK]
+    )
+    assert code == 0
+    return out, json.loads(report.read_text())
+
+
+def test_the_chosen_model_is_inside_the_budget_and_measured_on_held_out_data(compressed: tuple[Path, dict]) -> None:
+    out, report = compressed
+    assert out.exists() and report["written"]
+    assert report["accuracy"]["drop"] <= 0.01
+    assert report["held_out"]["data"].startswith("digits-test") and report["held_out"]["score"]["samples"] == 397
+    assert report["chosen"] != "original" and report["latency"]["speedup"] > 0
+    stages = {row["stage"] for row in report["candidates"]}
+    assert {"sensitivity", "prune"} <= stages
+    assert any(row["pareto"] for row in report["candidates"])
+    assert report["verification"]["ok"]
+    assert "search_data" not in report
+    assert report["latency_where"] and report["evaluated_on"].startswith("local process pool")
+
+
+def test_the_recipe_replays_into_the_same_model(compressed: tuple[Path, dict], tmp_path: Path) -> None:
+    out, report = compressed
+    recipe = out.with_name("small.recipe.yaml")
+    assert recipe.exists() and out.with_name("small.recipe.npz").exists()
+    assert report["recipe_path"] == str(recipe)
+    replay = tmp_path / "replay.onnx"
+    assert main(["run", str(recipe), "-o", str(replay)]) == 0
+    assert onnx.load(replay).SerializeToString() == onnx.load(out).SerializeToString()
+
+
+def test_the_html_page_has_the_pareto_plot(tmp_path: Path) -> None:
+    out, page = tmp_path / "m.onnx", tmp_path / "page.html"
+    args = ["compress", str(bundled_digits_cnn()), "-o", str(out), "--html", str(page), "--techniques", "prune"]
+    assert main([*args, "--max-drop", "2%", *QUICK]) == 0
+    html = page.read_text()
+    assert "Speed against accuracy" in html and "data:image/png;base64" in html and "Every candidate" in html
+
+
+class _SizeTimer:
+    """Timings that depend on the model alone (smaller is faster): the search's choices become a function
+    of accuracy and size, so two executors must agree exactly."""
+
+    def __init__(self, original: onnx.ModelProto, feeds: object, threads: int) -> None:
+        self.size = original.ByteSize()
+
+    def measure(self, models: list[bytes]) -> list[Timed]:
+        return [Timed(self.size / len(m), len(m) / 1e6, self.size / 1e6) for m in models]
+
+
+def test_serial_and_process_pool_searches_agree(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(compress_module, "SideBySide", _SizeTimer)
+    model = onnx.load(bundled_digits_cnn())
+    runs = []
+    for workers in (1, 2):
+        options = CompressOptions(data="digits-train", limit=300, max_drop=0.01, workers=workers, techniques=["prune"])
+        _, report = compress_model(model, options)
+        runs.append(report)
+    serial, pool = ([(c.label, c.drop, c.size) for c in r.candidates] for r in runs)
+    assert serial == pool and runs[0].chosen == runs[1].chosen and runs[0].recipe == runs[1].recipe
+
+
+def test_a_budget_nothing_meets_writes_nothing_and_names_the_closest(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "m.onnx"
+    args = ["compress", str(bundled_digits_cnn()), "-o", str(out), "--techniques", "prune", "--metric", "exact"]
+    code = main([*args, "--max-drop", "0%", *QUICK])
+    err = capsys.readouterr().err.strip()
+    assert code != 0 and not out.exists() and not out.with_name("m.recipe.yaml").exists()
+    assert "no candidate fits the 0.00% budget (closest: prune" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--techniques", "distill"], "--techniques: unknown technique 'distill'"),
+        (["--max-drop", "150%"], "--max-drop must be in [0%, 100%]"),
+        (["--latency-batch", "0"], "--latency-batch must be at least 1"),
+    ],
+)
+def test_bad_settings_are_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], extra: list[str], message: str
+) -> None:
+    out = tmp_path / "m.onnx"
+    code = main(["compress", str(bundled_digits_cnn()), "-o", str(out), "--data", "digits-train", *extra])
+    err = capsys.readouterr().err.strip()
+    assert code != 0 and not out.exists() and message in err and "Traceback" not in err and len(err.splitlines()) == 1
+
+
+def test_data_is_required(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "m.onnx"
+    assert main(["compress", str(bundled_digits_cnn()), "-o", str(out)]) != 0
+    assert "compress needs --data" in capsys.readouterr().err and not out.exists()
+
+
+def test_recipe_labels_and_pipeline_entries() -> None:
+    recipe = Recipe.pruned({"conv2": 0.5, "conv1": 0.25, "fc": 0.0}).with_quantize("static", None, ("b", "a"))
+    assert recipe.prune == (("conv1", 0.25), ("conv2", 0.5)) and recipe.keep_float == ("a", "b")
+    assert recipe.label == "prune 25%-50% (2 groups) + int8 static (2 in float)"
+    passes = recipe.passes("data.npz")
+    assert [p["type"] for p in passes] == ["prune", "quantize"]
+    assert passes[0]["rates"] == {"conv1": 0.25, "conv2": 0.5} and passes[1]["exclude"] == ["a", "b"]
+    assert passes[1]["max_drop"] is None and passes[1]["node_timing"] is False
+    assert Recipe().label == "original" and Recipe(fuse=True).passes("d") == [{"type": "eqsat", "target": "ort"}]
+
+
+def test_the_pareto_front_keeps_candidates_nothing_beats_on_both() -> None:
+    rows = [
+        CandidateRow(1, "prune", "a", {}, value=0.99, speedup=1.5),
+        CandidateRow(2, "prune", "b", {}, value=0.98, speedup=2.0),
+        CandidateRow(3, "prune", "c", {}, value=0.97, speedup=1.8),  # beaten by b on both
+        CandidateRow(4, "prune", "d", {}, value=0.90),  # never timed
+    ]
+    mark_pareto(rows)
+    assert [r.pareto for r in rows] == [True, True, False, False]

@@ -1,0 +1,1 @@
+"""``python -m tools.compress_bench``: ``onnxsat compress`` on a trained ResNet and the real-model suite."""
