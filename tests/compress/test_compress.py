@@ -75,16 +75,31 @@ class _SizeTimer:
         return [Timed(self.size / len(m), len(m) / 1e6, self.size / 1e6) for m in models]
 
 
-def test_serial_and_process_pool_searches_agree(monkeypatch: pytest.MonkeyPatch) -> None:
+def _searches(monkeypatch: pytest.MonkeyPatch, executors: list[dict]) -> list:
     monkeypatch.setattr(compress_module, "SideBySide", _SizeTimer)
     model = onnx.load(bundled_digits_cnn())
-    runs = []
-    for workers in (1, 2):
-        options = CompressOptions(data="digits-train", limit=300, max_drop=0.01, workers=workers, techniques=["prune"])
-        _, report = compress_model(model, options)
-        runs.append(report)
-    serial, pool = ([(c.label, c.drop, c.size) for c in r.candidates] for r in runs)
-    assert serial == pool and runs[0].chosen == runs[1].chosen and runs[0].recipe == runs[1].recipe
+    reports = []
+    for executor in executors:
+        options = CompressOptions(data="digits-train", limit=300, max_drop=0.01, techniques=["prune"], **executor)
+        reports.append(compress_model(model, options)[1])
+    return reports
+
+
+def _same_search(reports: list) -> None:
+    first, second = ([(c.stage, c.label, c.drop, c.size) for c in r.candidates] for r in reports)
+    assert first == second
+    assert reports[0].chosen == reports[1].chosen and reports[0].recipe == reports[1].recipe
+
+
+def test_serial_and_process_pool_searches_agree(monkeypatch: pytest.MonkeyPatch) -> None:
+    _same_search(_searches(monkeypatch, [{"workers": 1}, {"workers": 2}]))
+
+
+def test_a_local_ray_with_two_workers_finds_the_same_recipe(monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("ray")
+    reports = _searches(monkeypatch, [{"workers": 2}, {"workers": 2, "ray": "auto"}])
+    assert reports[1].evaluated_on.startswith("Ray (local, 2 CPUs)")
+    _same_search(reports)
 
 
 def test_a_budget_nothing_meets_writes_nothing_and_names_the_closest(
