@@ -8,15 +8,22 @@ any pads, strides and dilations, group 1): each output pixel is one row of patch
 
 Leaves are refitted in graph order, each on the inputs the already refitted model gives it, so a
 leaf also corrects what earlier refits left over. Rows are streamed into the normal equations
-``X^T X`` and ``X^T Y`` (batch by batch, at most ``MAX_ROWS_PER_BATCH`` sampled rows each, seeded), so
-memory is one batch of activations plus ``features^2``. A small ridge term (``RIDGE`` times the
+``X^T X`` and ``X^T Y`` (batch by batch, at most ``MAX_ROWS_PER_BATCH`` sampled rows each, seeded; a
+Conv's patches are gathered for the sampled rows only). A small ridge term (``RIDGE`` times the
 mean diagonal) keeps the solve stable when features are collinear or rows few. A refit is kept only
 when it lowers the node's error on the calibration data; the report lists both errors per leaf.
+
+ONNX Runtime runs every node of a graph whatever outputs are asked for, so the sessions here run
+sub-models, each of the nodes what it computes depends on. The targets ``Y`` of all leaves come from
+one pass of the original model over the batches (``_Targets``: each leaf's kept output channels, all
+batches, within ``TARGET_BYTES``, more passes past it). The pruned model runs once per leaf, since a
+leaf's input depends on the refits before it; each pass starts from the activations the previous ones
+computed (``_Inputs``, within ``ACTIVATION_BYTES``), so together they run the model about once.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,10 +37,15 @@ from onnxsat.pruning.apply import Applied
 from onnxsat.pruning.graph import attr, node_label
 from onnxsat.pruning.report import LeafFit
 from onnxsat.pruning.trees import LEAF, Forest
-from onnxsat.verification import session, with_outputs
+from onnxsat.verification import session
 
 MAX_ROWS_PER_BATCH = 4096
 RIDGE = 1e-4
+TARGET_BYTES = 2**28
+"""Original-model targets held at once: leaves whose targets (kept output channels, all batches) fit are
+gathered in one pass over the batches; past it, leaves are split into several passes."""
+ACTIVATION_BYTES = 2**28
+"""Pruned-model activations held between leaves, so that each leaf's pass starts where the last stopped."""
 
 
 @dataclass
@@ -43,6 +55,15 @@ class _Normal:
     xtx: np.ndarray
     xty: np.ndarray
     yty: float = 0.0
+
+
+@dataclass
+class _Leaf:
+    """A leaf to refit: its node, the output axis of its weight and the original output channels it keeps."""
+
+    node_index: int
+    out_axis: int
+    kept_out: np.ndarray | None
 
 
 def reconstruct(
@@ -57,23 +78,25 @@ def reconstruct(
     one ``LeafFit`` per leaf, and notes on leaves that could not be refitted."""
     model = onnx.ModelProto()
     model.CopyFrom(applied.model)
-    leaves = sorted(
+    indices = sorted(
         {s.node_index for g in forest.groups for s in g.slices if s.role == LEAF and (s.node_index, 1) in applied.kept}
     )
-    fits: list[LeafFit] = []
     notes: list[str] = []
-    rng = np.random.default_rng(seed)
-    for node_index in leaves:
+    leaves: list[_Leaf] = []
+    for node_index in indices:
         node = model.graph.node[node_index]
-        why = _unsupported(node)
-        if why:
-            notes.append(f"reconstruction skipped {node_label(node)}: {why}")
-            continue
-        fit = _refit(original, model, node_index, applied, batches, rng, base_dir)
-        if isinstance(fit, str):
-            notes.append(f"reconstruction skipped {node_label(node)}: {fit}")
+        leaf = _unsupported(node) or _leaf(model, node_index, applied)
+        if isinstance(leaf, str):
+            notes.append(f"reconstruction skipped {node_label(node)}: {leaf}")
         else:
-            fits.append(fit)
+            leaves.append(leaf)
+    targets = _Targets(original, leaves, batches, base_dir)
+    inputs = _Inputs(model, [model.graph.node[leaf.node_index].input[0] for leaf in leaves], batches, base_dir)
+    rng = np.random.default_rng(seed)
+    fits = []
+    for position, leaf in enumerate(leaves):
+        fits.append(_refit(model, leaf, inputs.of(position), targets.of(position), rng, base_dir))
+        inputs.rewritten(model.graph.node[leaf.node_index].input[1])
     return model, fits, notes
 
 
@@ -93,46 +116,236 @@ def _unsupported(node: onnx.NodeProto) -> str | None:
     return None
 
 
-def _outputs(
-    model: onnx.ModelProto, name: str, batches: Sequence[dict[str, np.ndarray]], base_dir: Path | None
-) -> list[np.ndarray]:
-    runner = session(with_outputs(model, [name]), ort.GraphOptimizationLevel.ORT_DISABLE_ALL, base_dir=base_dir)
-    return [runner.run([name], feeds)[0] for feeds in batches]
-
-
-def _refit(
-    original: onnx.ModelProto,
-    model: onnx.ModelProto,
-    node_index: int,
-    applied: Applied,
-    batches: Sequence[dict[str, np.ndarray]],
-    rng: np.random.Generator,
-    base_dir: Path | None,
-) -> LeafFit | str:
+def _leaf(model: onnx.ModelProto, node_index: int, applied: Applied) -> _Leaf | str:
+    """The leaf to refit, or why not: a bias neither one per output nor a scalar (read from the dims)."""
     node = model.graph.node[node_index]
+    dims = {t.name: list(t.dims) for t in model.graph.initializer}
+    out_axis = {"Conv": 0, "Gemm": 0 if attr(node, "transB", 0) else 1, "MatMul": 1}[node.op_type]
+    bias = dims.get(node.input[2]) if len(node.input) > 2 else None
+    size = int(np.prod(bias)) if bias is not None else 0
+    if bias is not None and not _fits_bias(size, dims[node.input[1]][out_axis]) and size != 1:
+        return f"bias of shape {bias}"
+    return _Leaf(node_index, out_axis, applied.kept.get((node_index, 1), {}).get(out_axis))
+
+
+def _weights(
+    model: onnx.ModelProto, node: onnx.NodeProto, base_dir: Path | None
+) -> tuple[np.ndarray, np.ndarray | None, str]:
+    """The node's weight, its bias (None without one) and the bias's name."""
     initializers = {t.name: t for t in model.graph.initializer}
     weight = tensor_value(initializers[node.input[1]], base_dir)
     bias_name = node.input[2] if len(node.input) > 2 else ""
     bias = tensor_value(initializers[bias_name], base_dir) if bias_name in initializers else None
-    out_axis = {"Conv": 0, "Gemm": 0 if attr(node, "transB", 0) else 1, "MatMul": 1}[node.op_type]
-    kept_out = applied.kept.get((node_index, 1), {}).get(out_axis)
-    outputs = weight.shape[out_axis]
-    fit_bias = bias is not None and bias.size == outputs and outputs > 1
-    if bias is not None and not fit_bias and bias.size != 1:
-        return f"bias of shape {list(bias.shape)}"
-    inputs = _outputs(model, node.input[0], batches, base_dir)
-    targets = _outputs(original, node.output[0], batches, base_dir)
+    return weight, bias, bias_name
+
+
+def _fits_bias(size: int, outputs: int) -> bool:
+    """Whether a bias of ``size`` values is refitted with the weight (one per output); else it is a scalar."""
+    return size == outputs and outputs > 1
+
+
+class _Targets:
+    """The original model's output at each leaf on every batch, restricted to the output channels the
+    pruned leaf keeps (all that ``_refit`` reads). The leaves' targets are gathered together, in one pass
+    over the batches of one ORT session, while their estimated size stays within ``TARGET_BYTES``; past
+    it, in as many passes as it takes, each when its first leaf is asked for (leaves are asked in order).
+    Held in the model's dtype: ``_refit`` takes its rows and converts them to float64 batch by batch."""
+
+    def __init__(
+        self,
+        original: onnx.ModelProto,
+        leaves: list[_Leaf],
+        batches: Sequence[dict[str, np.ndarray]],
+        base_dir: Path | None,
+    ) -> None:
+        self.original, self.leaves, self.batches, self.base_dir = original, leaves, batches, base_dir
+        self.chunks = self._chunks() if leaves else []
+        self.held: dict[int, list[np.ndarray]] = {}
+
+    def _chunks(self) -> list[range]:
+        """Consecutive leaves whose targets fit ``TARGET_BYTES`` together (estimated from the first batch)."""
+        first = self._run(range(len(self.leaves)), self.batches[:1])
+        chunks, start, total = [], 0, 0
+        for position, values in first.items():
+            size = sum(v.nbytes for v in values) * len(self.batches)
+            if position > start and total + size > TARGET_BYTES:
+                chunks.append(range(start, position))
+                start, total = position, 0
+            total += size
+        chunks.append(range(start, len(self.leaves)))
+        return chunks
+
+    def of(self, position: int) -> list[np.ndarray]:
+        """The targets of the ``position``-th leaf, one array per batch (handed over, no longer held)."""
+        if position not in self.held:
+            self.held = {}  # the previous chunk's, already handed over
+            self.held = self._run(next(c for c in self.chunks if position in c), self.batches)
+        return self.held.pop(position)
+
+    def _run(self, positions: range, batches: Sequence[dict[str, np.ndarray]]) -> dict[int, list[np.ndarray]]:
+        nodes = [self.original.graph.node[self.leaves[p].node_index] for p in positions]
+        names = [node.output[0] for node in nodes]
+        runner = _session(self.original, names, self.base_dir)
+        held: dict[int, list[np.ndarray]] = {p: [] for p in positions}
+        for feeds in batches:
+            for p, node, y in zip(positions, nodes, runner.run(names, feeds), strict=True):
+                held[p].append(_kept_channels(node, y, self.leaves[p].kept_out))
+        return held
+
+
+def _kept_channels(node: onnx.NodeProto, y: np.ndarray, kept_out: np.ndarray | None) -> np.ndarray:
+    """The node's output restricted to the output channels ``kept_out`` (axis 1 of a Conv, else the last)."""
+    if kept_out is None:
+        return y
+    return np.ascontiguousarray(y[:, kept_out] if node.op_type == "Conv" else y[..., kept_out])
+
+
+class _Inputs:
+    """The pruned model's input to each leaf on every batch, as the leaves refitted so far make it.
+
+    ONNX Runtime runs every node of a graph, whatever the outputs asked for, so each pass runs only the
+    nodes its leaf input depends on; and it starts from the tensors earlier passes computed, instead of
+    recomputing everything from the model's inputs: each pass also returns, for all batches, what it
+    computed that later passes read (the frontier of the nodes run so far). Those stay right because
+    leaves are refitted in graph order, so nothing upstream of a leaf's input is refitted after it
+    (``rewritten`` drops them all when a refit changed a weight that a node run so far reads too).
+    Held within ``ACTIVATION_BYTES``; a pass whose frontier would not fit keeps the previous one."""
+
+    def __init__(
+        self,
+        model: onnx.ModelProto,
+        inputs: list[str],
+        batches: Sequence[dict[str, np.ndarray]],
+        base_dir: Path | None,
+    ) -> None:
+        self.model, self.inputs, self.batches, self.base_dir = model, inputs, batches, base_dir
+        self.computed: set[int] = set()
+        self.held: dict[str, list[np.ndarray]] = {}
+
+    def of(self, position: int) -> Iterator[np.ndarray]:
+        """The ``position``-th leaf's input, batch by batch (the last value ends the pass)."""
+        name, graph = self.inputs[position], self.model.graph
+        needed, reached = _ancestors(graph, [name], self.held)
+        computed = self.computed | needed
+        later = self.inputs[position + 1 :]
+        ahead, _ = _ancestors(graph, later, {})
+        reads = set(later) | {t for i in ahead - computed for t in _reads(graph.node[i])}
+        frontier = [t for i in sorted(computed) for t in graph.node[i].output if t in reads]
+        fetch = [t for t in frontier if t not in self.held]
+        if name in self.held:  # held itself (another leaf read it too): nothing to run
+            yield from self.held[name]
+            self.computed, self.held = computed, {t: self.held[t] for t in frontier if t in self.held}
+            return
+        given = {t: v[0] for t, v in self.held.items() if t in reached}
+        names = list(dict.fromkeys([name, *fetch]))
+        runner = session(
+            _upto(self.model, names, given), ort.GraphOptimizationLevel.ORT_DISABLE_ALL, base_dir=self.base_dir
+        )
+        fetched: dict[str, list[np.ndarray]] | None = {t: [] for t in fetch}
+        size = sum(v.nbytes for t in frontier if t in self.held for v in self.held[t])
+        for i, feeds in enumerate(self.batches):
+            values = dict(zip(names, runner.run(names, {**feeds, **{t: self.held[t][i] for t in given}}), strict=True))
+            if fetched is not None:
+                size += sum(values[t].nbytes for t in fetch)
+                if size > ACTIVATION_BYTES:
+                    fetched = None  # too large to hold: the next pass starts from the held frontier again
+                else:
+                    for t in fetch:
+                        fetched[t].append(values[t])
+            yield values[name]
+        if fetched is not None:
+            self.computed, self.held = computed, {t: self.held[t] if t in self.held else fetched[t] for t in frontier}
+
+    def rewritten(self, initializer: str) -> None:
+        """A refit replaced ``initializer``: forget what was computed if a node run so far reads it."""
+        if any(initializer in self.model.graph.node[i].input for i in self.computed):
+            self.computed, self.held = set(), {}
+
+
+def _session(model: onnx.ModelProto, names: list[str], base_dir: Path | None) -> ort.InferenceSession:
+    """A session computing just ``names`` from the model's inputs (see ``_upto``)."""
+    return session(_upto(model, names), ort.GraphOptimizationLevel.ORT_DISABLE_ALL, base_dir=base_dir)
+
+
+def _ancestors(graph: onnx.GraphProto, names: list[str], given: Mapping[str, object]) -> tuple[set[int], set[str]]:
+    """The nodes ``names`` depend on, up to the tensors ``given``, and every tensor name reached."""
+    producer = {output: i for i, node in enumerate(graph.node) for output in node.output if output}
+    needed: set[int] = set()
+    reached: set[str] = set()
+    pending = list(names)
+    while pending:
+        name = pending.pop()
+        if name in reached:
+            continue
+        reached.add(name)
+        if name not in given and name in producer and producer[name] not in needed:
+            needed.add(producer[name])
+            pending.extend(_reads(graph.node[producer[name]]))
+    return needed, reached
+
+
+def _upto(model: onnx.ModelProto, names: list[str], given: Mapping[str, np.ndarray] | None = None) -> onnx.ModelProto:
+    """A model of the nodes ``names`` depend on, whose outputs are ``names``; its inputs are the model's
+    and the tensors ``given`` (sample values, for their dtype), where it starts instead of computing them."""
+    given = given or {}
+    graph = model.graph
+    needed, used = _ancestors(graph, names, given)
+    part = onnx.ModelProto()
+    for field in ("ir_version", "producer_name", "producer_version", "domain", "model_version"):
+        setattr(part, field, getattr(model, field))
+    part.opset_import.extend(model.opset_import)
+    part.functions.extend(model.functions)
+    part.graph.name = graph.name
+    initialized = {t.name for t in graph.initializer} | {t.values.name for t in graph.sparse_initializer}
+    part.graph.input.extend(i for i in graph.input if i.name not in initialized or i.name in used)
+    part.graph.input.extend(
+        onnx.helper.make_tensor_value_info(t, onnx.helper.np_dtype_to_tensor_dtype(v.dtype), None)
+        for t, v in given.items()
+        if t in used
+    )
+    part.graph.node.extend(node for i, node in enumerate(graph.node) if i in needed)
+    part.graph.initializer.extend(t for t in graph.initializer if t.name in used)
+    part.graph.sparse_initializer.extend(t for t in graph.sparse_initializer if t.values.name in used)
+    part.graph.value_info.extend(v for v in graph.value_info if v.name in used and v.name not in given)
+    declared = {o.name: o for o in graph.output}
+    part.graph.output.extend(declared.get(name, onnx.ValueInfoProto(name=name)) for name in names)
+    return part
+
+
+def _reads(node: onnx.NodeProto) -> list[str]:
+    """The tensors a node reads, those its subgraphs read from the enclosing scope included (over-counted:
+    names a subgraph makes itself are harmless, nothing outside produces them)."""
+    reads = [name for name in node.input if name]
+    for attribute in node.attribute:
+        for graph in [attribute.g] if attribute.HasField("g") else list(attribute.graphs):
+            reads.extend(name for inner in graph.node for name in _reads(inner))
+    return reads
+
+
+def _refit(
+    model: onnx.ModelProto,
+    leaf: _Leaf,
+    inputs: Iterator[np.ndarray],
+    targets: list[np.ndarray],
+    rng: np.random.Generator,
+    base_dir: Path | None,
+) -> LeafFit:
+    """Refit one leaf on its inputs (as the model refitted so far makes them) and targets, batch by batch."""
+    node = model.graph.node[leaf.node_index]
+    weight, bias, bias_name = _weights(model, node, base_dir)
+    fit_bias = bias is not None and _fits_bias(bias.size, weight.shape[leaf.out_axis])
     matrix = _as_matrix(node, weight)  # [features, outputs]
-    constant = None if bias is None or fit_bias else float(bias.reshape(-1)[0])  # a scalar (checked in _unsupported)
+    constant = None if bias is None or fit_bias else float(bias.reshape(-1)[0])  # a scalar (checked in _leaf)
     normal = None
-    for x, y in zip(inputs, targets, strict=True):
-        rows = _rows(node, x, weight)
-        goal = _target_rows(node, y, kept_out)
+    for x, y in zip(inputs, targets, strict=True):  # inputs first: its pass ends before zip checks the lengths
+        count = _row_count(node, x.shape, weight)
+        pick = rng.choice(count, MAX_ROWS_PER_BATCH, replace=False) if count > MAX_ROWS_PER_BATCH else None
+        rows = _rows(node, x, weight, pick)
+        goal = _target_rows(node, y, pick, leaf.kept_out is not None)
+        if len(goal) != len(rows):
+            raise ValueError(f"{node_label(node)}: {len(rows)} input rows but {len(goal)} output rows")
         if constant is not None:
             goal = goal - constant
-        if len(rows) > MAX_ROWS_PER_BATCH:
-            pick = rng.choice(len(rows), MAX_ROWS_PER_BATCH, replace=False)
-            rows, goal = rows[pick], goal[pick]
         if fit_bias:
             rows = np.hstack([rows, np.ones((len(rows), 1))])
         if normal is None:
@@ -179,27 +392,58 @@ def _from_matrix(node: onnx.NodeProto, matrix: np.ndarray, shape: tuple[int, ...
     return matrix
 
 
-def _target_rows(node: onnx.NodeProto, y: np.ndarray, kept_out: np.ndarray | None) -> np.ndarray:
-    """The original node output as ``[rows, outputs]``, only the output channels the pruned node keeps."""
-    y = np.asarray(y, dtype=np.float64)
+def _target_rows(node: onnx.NodeProto, y: np.ndarray, pick: np.ndarray | None, reduced: bool) -> np.ndarray:
+    """The original node output (its kept channels) as float64 ``[rows, outputs]``, only rows ``pick`` if given.
+
+    All the rows of a ``reduced`` output (some channels dropped) are in Fortran order, the layout a column
+    selection gives, which is how they were made before the channels were dropped in ``_Targets``: BLAS
+    adds up ``rows.T @ goal`` in an order that depends on the layout, so this keeps results bit-identical."""
     if node.op_type == "Conv":
+        y = y.reshape(y.shape[0], y.shape[1], -1)  # [N, outputs, pixels]
+        if pick is not None:
+            return y[pick // y.shape[2], :, pick % y.shape[2]].astype(np.float64)
         y = np.moveaxis(y, 1, -1)
     y = y.reshape(-1, y.shape[-1])
-    return y if kept_out is None else y[:, kept_out]
+    if pick is not None:
+        return y[pick].astype(np.float64)
+    return np.array(y, dtype=np.float64, order="F" if reduced else "C")
 
 
-def _rows(node: onnx.NodeProto, x: np.ndarray, weight: np.ndarray) -> np.ndarray:
-    """The pruned node's input as ``[rows, features]`` (im2col for a Conv)."""
-    x = np.asarray(x, dtype=np.float64)
-    if node.op_type != "Conv":
-        return x.reshape(-1, x.shape[-1])
+def _conv_geometry(node: onnx.NodeProto, x_shape: tuple[int, ...], weight: np.ndarray) -> tuple[list[int], ...]:
+    """A Conv's kernel, strides, dilations, pads and output size for an input of ``x_shape``."""
     kernel = list(weight.shape[2:])
     rank = len(kernel)
     strides = list(attr(node, "strides", [1] * rank))
     dilations = list(attr(node, "dilations", [1] * rank))
     pads = list(attr(node, "pads", [0] * 2 * rank))
+    padded = [x_shape[2 + i] + pads[i] + pads[i + rank] for i in range(rank)]
+    outs = [(padded[i] - dilations[i] * (kernel[i] - 1) - 1) // strides[i] + 1 for i in range(rank)]
+    return kernel, strides, dilations, pads, outs
+
+
+def _row_count(node: onnx.NodeProto, x_shape: tuple[int, ...], weight: np.ndarray) -> int:
+    """How many rows ``_rows`` makes of an input of ``x_shape``: one per output pixel for a Conv."""
+    if node.op_type == "Conv":
+        return x_shape[0] * int(np.prod(_conv_geometry(node, x_shape, weight)[4]))
+    return int(np.prod(x_shape[:-1]))
+
+
+def _rows(node: onnx.NodeProto, x: np.ndarray, weight: np.ndarray, pick: np.ndarray | None = None) -> np.ndarray:
+    """The pruned node's input as float64 ``[rows, features]`` (im2col for a Conv), only rows ``pick`` if given
+    (then a Conv's patches are gathered for those rows alone)."""
+    if node.op_type != "Conv":
+        x = x.reshape(-1, x.shape[-1])
+        return (x if pick is None else x[pick]).astype(np.float64)
+    kernel, strides, dilations, pads, outs = _conv_geometry(node, x.shape, weight)
+    rank = len(kernel)
     padded = np.pad(x, [(0, 0), (0, 0), *[(pads[i], pads[i + rank]) for i in range(rank)]])
-    outs = [(padded.shape[2 + i] - dilations[i] * (kernel[i] - 1) - 1) // strides[i] + 1 for i in range(rank)]
+    if pick is not None:  # padded[n, :, o * s + k * d] for each picked row (n, *o) and kernel offset k
+        sample, *out = np.unravel_index(pick, [x.shape[0], *outs])
+        offsets = np.unravel_index(np.arange(int(np.prod(kernel))), kernel)
+        steps = zip(out, offsets, strides, dilations, strict=True)
+        index = (sample[:, None], *[(o * s)[:, None] + (k * d)[None, :] for o, k, s, d in steps])
+        cols = np.moveaxis(padded, 1, -1)[index]  # [rows, K, C]: channels last, each picked row's are adjacent
+        return np.ascontiguousarray(np.swapaxes(cols, 1, 2), dtype=np.float64).reshape(len(pick), -1)  # (c, *k)
     patches = []
     for offsets in np.ndindex(*kernel):
         index = tuple(
@@ -209,7 +453,7 @@ def _rows(node: onnx.NodeProto, x: np.ndarray, weight: np.ndarray) -> np.ndarray
         patches.append(padded[(slice(None), slice(None), *index)])
     cols = np.stack(patches, axis=2)  # [N, C, K, *outs], K = prod(kernel) in C order
     cols = np.moveaxis(cols.reshape(cols.shape[0], -1, *outs), 1, -1)  # [N, *outs, C*K]
-    return cols.reshape(-1, cols.shape[-1])
+    return cols.reshape(-1, cols.shape[-1]).astype(np.float64)
 
 
 def _write(

@@ -1,0 +1,82 @@
+"""Least-squares reconstruction's shortcuts change nothing: sampled im2col rows, sub-model sessions, the
+activations held between leaves and the targets gathered in one pass give what the plain way gives."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import helper
+from pruning_helpers import Builder
+
+from onnxsat.data.sources import Dataset
+from onnxsat.pruning import reconstruct as reconstruction
+from onnxsat.pruning.prune import PruneOptions, prune_model
+from onnxsat.verification import session, with_outputs
+
+
+@pytest.mark.parametrize(
+    ("kernel", "attrs"),
+    [
+        ([3, 3], {"pads": [1, 0, 2, 1], "strides": [2, 1], "dilations": [1, 2]}),
+        ([2, 3], {}),
+        ([5], {"pads": [2, 1], "strides": [3]}),
+    ],
+)
+def test_sampled_rows_are_the_rows_of_the_whole_im2col(kernel: list[int], attrs: dict[str, list[int]]) -> None:
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(3, 4, *[11] * len(kernel))).astype(np.float32)
+    weight = rng.normal(size=(2, 4, *kernel)).astype(np.float32)
+    node = helper.make_node("Conv", ["x", "w"], ["y"], **attrs)
+    every = reconstruction._rows(node, x, weight)
+    assert len(every) == reconstruction._row_count(node, x.shape, weight)
+    pick = rng.choice(len(every), len(every) // 3, replace=False)
+    np.testing.assert_array_equal(reconstruction._rows(node, x, weight, pick), every[pick])
+
+
+def residual_model() -> onnx.ModelProto:
+    """conv1 -> relu, read by conv2 and by a 1x1 shortcut (two leaves on one input) -> conv3 + shortcut ->
+    relu -> conv4: leaves in sequence and side by side."""
+    b = Builder()
+    r1 = b.node("Relu", [b.conv("c1", "x", 3, 8)], "r1")
+    r2 = b.node("Relu", [b.conv("c2", r1, 8, 8)], "r2")
+    added = b.node("Add", [b.conv("c3", r2, 8, 8), b.conv("s", r1, 8, 8, k=1)], "add")
+    return b.model([b.conv("c4", b.node("Relu", [added], "r3"), 8, 4)], input_shape=["N", 3, 16, 16])
+
+
+def calibration() -> Dataset:
+    """80 samples of 16x16: three batches, 8192 im2col rows in a full one (sampled down to 4096)."""
+    return Dataset(np.random.default_rng(1).normal(size=(80, 3, 16, 16)).astype(np.float32), None, "random")
+
+
+def test_held_activations_and_one_pass_targets_change_no_bit(monkeypatch: pytest.MonkeyPatch) -> None:
+    options = PruneOptions(rate=0.5, reconstruct=True)
+    pruned, report = prune_model(residual_model(), options, dataset=calibration())
+    assert [fit.node for fit in report.reconstruction] == ["c2", "c3", "s", "c4"]
+    monkeypatch.setattr(reconstruction, "TARGET_BYTES", 1)  # one pass per leaf
+    monkeypatch.setattr(reconstruction, "ACTIVATION_BYTES", 1)  # every leaf's input from the model's input
+    plain, plain_report = prune_model(residual_model(), options, dataset=calibration())
+    assert report.reconstruction == plain_report.reconstruction
+    assert pruned.SerializeToString() == plain.SerializeToString()
+
+
+def test_leaf_inputs_from_held_activations_are_the_whole_model_s() -> None:
+    model = residual_model()
+    batches = [{"x": x} for x, _ in calibration().batches(32)]
+    names = ["r1", "r2", "r1", "r3"]  # what c2, c3, s and c4 read, in graph order
+    inputs = reconstruction._Inputs(model, names, batches, None)
+    whole = session(with_outputs(model, names), ort.GraphOptimizationLevel.ORT_DISABLE_ALL)
+    frontiers = [{"r1"}, {"r1", "r2"}, {"r1", "r2"}, set()]  # r1 stays held for s, r2 for c3 (s's pass runs nothing)
+    for position, (name, frontier) in enumerate(zip(names, frontiers, strict=True)):
+        got = list(inputs.of(position))
+        for feeds, value in zip(batches, got, strict=True):
+            np.testing.assert_array_equal(value, whole.run([name], feeds)[0])
+        assert set(inputs.held) == frontier
+
+
+def test_a_sub_model_runs_only_what_its_outputs_need() -> None:
+    part = reconstruction._upto(residual_model(), ["r2"])
+    assert [node.name for node in part.graph.node] == ["c1", "r1", "c2", "r2"]
+    assert {t.name for t in part.graph.initializer} == {"c1_w", "c1_b", "c2_w", "c2_b"}
+    assert [o.name for o in part.graph.output] == ["r2"]
