@@ -40,6 +40,9 @@ from onnxsat.quantization.quantize import applicable_modes, slower_nodes
 from onnxsat.verification import check_lossy, reference_run
 
 TECHNIQUES = ("prune", "quantize", "fuse")
+NOT_SLOWER = 0.97
+"""The chosen model must run at least this fast against the original in the final timing (ratio noise
+here is about 1-2%), or nothing is written."""
 
 
 @dataclass
@@ -144,7 +147,7 @@ def compress_model(
         original = Outcome(Recipe(), scorer.baseline, 0.0, None, len(problem.model))
         try:
             chosen = search.run(original)
-            if chosen.outcome.model is None:
+            if chosen.outcome.model is None or chosen.speedup < NOT_SLOWER:
                 raise SettingsError(_nothing_fits(search.evaluated, options.max_drop))
             steps = _contributions(search, chosen)
         finally:
@@ -266,11 +269,11 @@ def _contributions(search: Search, chosen: Evaluated) -> list[tuple[Evaluated, s
     if recipe.fuse:
         prefixes.append((recipe, "+ fuse"))
     built = search.batch("contribution", [r for r, _ in prefixes])
-    figures = search.timer.measure([b.outcome.model for b in built])  # type: ignore[misc]
-    steps = []
-    for result, figure, (_, label) in zip(built, figures, prefixes, strict=True):
-        steps.append((replace(result, timed=figure), label))
-    return steps
+    kept = [(b, label) for b, (_, label) in zip(built, prefixes, strict=True) if b.outcome.model is not None]
+    if not kept or kept[-1][0].recipe != recipe:  # a step that built inside the search no longer builds
+        raise SettingsError(f"the chosen recipe could not be rebuilt: {built[-1].outcome.error}")
+    figures = search.timer.measure([b.outcome.model for b, _ in kept])  # type: ignore[misc]
+    return [(replace(b, timed=figure), label) for (b, label), figure in zip(kept, figures, strict=True)]
 
 
 def _nothing_fits(evaluated: list[Evaluated], max_drop: float) -> str:

@@ -14,7 +14,8 @@ then times the ones inside the budget side by side on this machine.
    quantized on this machine stay in float.
 4. **Greedy refinement with backtracking**: from the fastest so far, raise one group's rate a step at a
    time, least sensitive groups first, in parallel batches; a group whose step breaks the budget is not
-   raised again; stop when no step is faster by ``MARGIN``.
+   raised again, one whose step is not faster by ``MARGIN`` is not tried again until the best changes;
+   stop when no group is left to try.
 5. **Fusion**: ONNXSat's lossless optimization appended, kept when it is faster by ``MARGIN``.
 6. **Final**: the ``FINALISTS`` fastest timed again in one run; within ``MARGIN`` of the fastest, the
    smallest file is chosen.
@@ -136,7 +137,7 @@ class Search:
         ``MARGIN`` of the fastest, the smallest file wins, so close calls do not depend on timing noise."""
         timed = sorted(self._inside(self.evaluated), key=lambda e: -e.speedup)
         finalists = list({e.recipe: e for e in reversed(timed[:FINALISTS])}.values())
-        if len(finalists) < 2:
+        if not finalists:
             return
         figures = self.timer.measure([self._model(e) for e in finalists])
         for result, figure in zip(finalists, figures, strict=True):
@@ -152,15 +153,18 @@ class Search:
             self.sensitivity[group] = drop if drop is not None else float("inf")
 
     def _refine(self, groups: list[str]) -> None:
+        """Greedy steps from the best so far, with backtracking: a group whose step breaks the budget is not
+        raised again, one whose step is not faster is not tried again until the best changes."""
         saturated: set[str] = set()
         order = sorted(groups, key=lambda g: self.sensitivity.get(g, float("inf")))
+        tried: set[str] = set()
         while self._time_left():
             current = self._best
             rates = current.recipe.rates
             steps = []
             for group in order:
                 higher = [rate for rate in LADDER if rate > rates.get(group, 0.0)]
-                if group not in saturated and higher:
+                if group not in saturated and group not in tried and higher:
                     steps.append((group, higher[0]))
             if not steps:
                 return
@@ -175,12 +179,10 @@ class Search:
                 recipes.append(recipe)
             results = self.batch("refine", recipes)
             for (group, _), result in zip(steps, results, strict=True):
-                if not self._within(result):
-                    saturated.add(group)
-            before = self._best
+                (tried if self._within(result) else saturated).add(group)
             self._time(results, against=current)
-            if self._best is before:
-                return
+            if self._best is not current:
+                tried = set()
 
     # ------------------------------------------------------------------------------------ the parts
 
