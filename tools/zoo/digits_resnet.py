@@ -3,7 +3,8 @@
 The bundled digits CNN (:mod:`tools.zoo.digits_cnn`) is too small for INT8 to pay: its convolutions are
 a few thousand MACs, so session overhead dominates. A ResNet-style net (three stages of basic blocks
 with BatchNorm, 16/32/64 channels, on 32x32 inputs) is the smallest model shaped like the convolution
-nets users quantize, and it can be trained here in minutes.
+nets users quantize, and it can be trained here in minutes. ``--channels 32,64,128`` (or ``64,128,256``)
+trains a wider variant of the same net, where the convolutions rather than session overhead set the latency.
 
 The samples are exactly what ``--data digits-train`` / ``--data digits-test`` feed a 1x32x32 input
 (:func:`onnxsat.data.sources.load_dataset`: digits scaled to [0, 1], resized bilinearly), so the model
@@ -13,7 +14,8 @@ distribution throughout. Training uses only the 1,400 training digits of
 are only evaluated.
 
 Needs PyTorch (the ``zoo`` extra): never imported by the package or the tests.
-``python -m tools.zoo.digits_resnet --out /work/models/digits_resnet.onnx`` (seeded; a few CPU minutes).
+``python -m tools.zoo.digits_resnet --out /work/models/digits_resnet.onnx`` (seeded; a few CPU minutes);
+``--channels 32,64,128 --out /work/models/digits_resnet_w32.onnx`` for a wider one.
 """
 
 from __future__ import annotations
@@ -56,16 +58,19 @@ class BasicBlock(nn.Module):
 
 
 class DigitsResNet(nn.Module):
-    """A stem convolution, ``blocks`` basic blocks per stage (strides 1, 2, 2), global pooling, a linear head."""
+    """A stem convolution, ``blocks`` basic blocks per stage (strides 1, 2, 2), global pooling, a linear head.
 
-    def __init__(self, blocks: int = 1, classes: int = 10) -> None:
+    ``channels`` gives each stage's width (the stem has the first stage's).
+    """
+
+    def __init__(self, blocks: int = 1, classes: int = 10, channels: tuple[int, ...] = CHANNELS) -> None:
         super().__init__()
         self.stem = nn.Sequential(
-            nn.Conv2d(1, CHANNELS[0], 3, 1, 1, bias=False), nn.BatchNorm2d(CHANNELS[0]), nn.ReLU()
+            nn.Conv2d(1, channels[0], 3, 1, 1, bias=False), nn.BatchNorm2d(channels[0]), nn.ReLU()
         )
         layers: list[nn.Module] = []
-        inputs = CHANNELS[0]
-        for stage, outputs in enumerate(CHANNELS):
+        inputs = channels[0]
+        for stage, outputs in enumerate(channels):
             for index in range(blocks):
                 layers.append(BasicBlock(inputs, outputs, 2 if stage > 0 and index == 0 else 1))
                 inputs = outputs
@@ -89,14 +94,16 @@ def top1(logits: np.ndarray, labels: np.ndarray) -> float:
     return float(np.mean(logits.argmax(axis=1) == labels))
 
 
-def train(epochs: int, blocks: int, seed: int) -> tuple[DigitsResNet, list[float]]:
+def train(
+    epochs: int, blocks: int, seed: int, channels: tuple[int, ...] = CHANNELS
+) -> tuple[DigitsResNet, list[float]]:
     """SGD with momentum and a cosine schedule on the 1,400 training digits, shifted up to 2 pixels."""
     torch.manual_seed(seed)
     generator = torch.Generator().manual_seed(seed)
     data = load_dataset(DIGITS_TRAIN, INPUT_SHAPE)
     assert data.labels is not None
     images, labels = torch.from_numpy(data.inputs), torch.from_numpy(data.labels)
-    model = DigitsResNet(blocks)
+    model = DigitsResNet(blocks, channels=channels)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, weight_decay=5e-4, nesterov=True)
     steps_per_epoch = (len(images) + 63) // 64
     schedule = torch.optim.lr_scheduler.OneCycleLR(optimizer, 0.1, epochs=epochs, steps_per_epoch=steps_per_epoch)
@@ -143,22 +150,40 @@ def evaluate(path: Path) -> dict[str, float]:
     return scores
 
 
+def channel_widths(text: str) -> tuple[int, ...]:
+    """``"32,64,128"`` as ``(32, 64, 128)``: one positive width per stage."""
+    try:
+        widths = tuple(int(part) for part in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
+    if not widths or min(widths) < 1:
+        raise argparse.ArgumentTypeError(f"expected positive widths, got {text!r}")
+    return widths
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=Path("/work/models/digits_resnet.onnx"))
     parser.add_argument("--epochs", type=int, default=30)
     parser.add_argument("--blocks", type=int, default=1, help="basic blocks per stage (1: ResNet-8)")
+    parser.add_argument(
+        "--channels",
+        type=channel_widths,
+        default=CHANNELS,
+        help="comma-separated width of each stage (default %(default)s; e.g. 32,64,128 for a wider net)",
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=2)
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     start = time.perf_counter()
-    model, losses = train(args.epochs, args.blocks, args.seed)
+    model, losses = train(args.epochs, args.blocks, args.seed, args.channels)
     export(model, args.out)
     stats = {
         "file": str(args.out),
         "epochs": args.epochs,
         "blocks": args.blocks,
+        "channels": list(args.channels),
         "seed": args.seed,
         "seconds": round(time.perf_counter() - start, 1),
         "final_loss": round(losses[-1], 4),
