@@ -197,7 +197,7 @@ def _kept_channels(node: onnx.NodeProto, y: np.ndarray, kept_out: np.ndarray | N
     """The node's output restricted to the output channels ``kept_out`` (axis 1 of a Conv, else the last)."""
     if kept_out is None:
         return y
-    return np.ascontiguousarray(y[:, kept_out] if node.op_type == "Conv" else y[..., kept_out])
+    return np.take(y, kept_out, axis=1 if node.op_type == "Conv" else -1)
 
 
 class _Inputs:
