@@ -26,7 +26,7 @@ from onnxsat.compress.evaluate import Outcome, Problem
 from onnxsat.compress.executor import make_executor
 from onnxsat.compress.recipe import CALIBRATION_LIMIT, Recipe
 from onnxsat.compress.report import CandidateRow, CompressReport, Contribution, mark_pareto
-from onnxsat.compress.search import Evaluated, Search, SearchSettings
+from onnxsat.compress.search import MARGIN, Evaluated, Search, SearchSettings
 from onnxsat.compress.timing import SideBySide, machine
 from onnxsat.data.model_input import batch_size_for, data_input, input_dims
 from onnxsat.data.sources import Dataset, load_dataset
@@ -40,9 +40,9 @@ from onnxsat.quantization.quantize import applicable_modes, slower_nodes
 from onnxsat.verification import check_lossy, reference_run
 
 TECHNIQUES = ("prune", "quantize", "fuse")
-NOT_SLOWER = 0.97
-"""The chosen model must run at least this fast against the original in the final timing (ratio noise
-here is about 1-2%), or nothing is written."""
+NOT_SLOWER, SMALLER = 0.97, 0.9
+"""A model is written when it is faster than the original by the search's margin, or, when it is no
+slower than this (ratio noise here is 1-2%), at most this share of the original's size."""
 
 
 @dataclass
@@ -147,7 +147,7 @@ def compress_model(
         original = Outcome(Recipe(), scorer.baseline, 0.0, None, len(problem.model))
         try:
             chosen = search.run(original)
-            if chosen.outcome.model is None or chosen.speedup < NOT_SLOWER:
+            if not _pays(chosen, len(problem.model)):
                 raise SettingsError(_nothing_fits(search.evaluated, options.max_drop))
             steps = _contributions(search, chosen)
         finally:
@@ -274,6 +274,13 @@ def _contributions(search: Search, chosen: Evaluated) -> list[tuple[Evaluated, s
         raise SettingsError(f"the chosen recipe could not be rebuilt: {built[-1].outcome.error}")
     figures = search.timer.measure([b.outcome.model for b, _ in kept])  # type: ignore[misc]
     return [(replace(b, timed=figure), label) for (b, label), figure in zip(kept, figures, strict=True)]
+
+
+def _pays(chosen: Evaluated, original_size: int) -> bool:
+    """Whether the chosen model is worth writing: faster beyond noise, or as fast and smaller."""
+    if chosen.outcome.model is None:
+        return False
+    return chosen.speedup >= MARGIN or (chosen.speedup >= NOT_SLOWER and chosen.outcome.size <= SMALLER * original_size)
 
 
 def _nothing_fits(evaluated: list[Evaluated], max_drop: float) -> str:
