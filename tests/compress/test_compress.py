@@ -73,7 +73,10 @@ class _SizeTimer:
         self.size = original.ByteSize()
 
     def measure(self, models: list[bytes]) -> list[Timed]:
-        return [Timed(self.size / len(m), len(m) / 1e6, self.size / 1e6) for m in models]
+        return [
+            Timed(self.size / len(m), len(m) / 1e6, self.size / 1e6, self.size / len(m), self.size / len(m))
+            for m in models
+        ]
 
 
 def _searches(monkeypatch: pytest.MonkeyPatch, executors: list[dict]) -> list:
@@ -142,7 +145,9 @@ def test_data_is_required(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
 def test_recipe_labels_and_pipeline_entries() -> None:
     recipe = Recipe.pruned({"conv2": 0.5, "conv1": 0.25, "fc": 0.0}).with_quantize("static", None, ("b", "a"))
     assert recipe.prune == (("conv1", 0.25), ("conv2", 0.5)) and recipe.keep_float == ("a", "b")
-    assert recipe.label == "prune 25%-50% (2 groups) + int8 static (2 in float)"
+    assert recipe.label == "prune 25% x1, 50% x1 (2 groups) + int8 static (2 in float)"
+    assert Recipe.pruned({"a": 0.75, "b": 0.875, "c": 0.75}).label == "prune 75% x2, 87.5% x1 (3 groups)"
+    assert Recipe.pruned({"conv1": 0.5}).label == "prune 50% (conv1)"
     passes = recipe.passes("data.npz")
     assert [p["type"] for p in passes] == ["prune", "quantize"]
     assert passes[0]["rates"] == {"conv1": 0.25, "conv2": 0.5} and passes[1]["exclude"] == ["a", "b"]

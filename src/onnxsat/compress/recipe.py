@@ -14,6 +14,7 @@ nodes with no search and no timing: the same model, byte for byte.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -60,11 +61,15 @@ class Recipe:
 
     @property
     def label(self) -> str:
-        """A short description: ``prune 50% (6 groups) + int8 static (2 in float) + fuse``."""
+        """A short description: ``prune 50% (6 groups) + int8 static (2 in float) + fuse``, or with rates
+        that differ, how many groups have each: ``prune 75% x4, 87.5% x2 (6 groups)``."""
         parts = []
         if self.prune:
-            rates = sorted({rate for _, rate in self.prune})
-            shown = f"{rates[0]:.0%}" if len(rates) == 1 else f"{rates[0]:.0%}-{rates[-1]:.0%}"
+            counts = Counter(rate for _, rate in self.prune)
+            if len(counts) == 1:
+                shown = f"{next(iter(counts)):.0%}"
+            else:
+                shown = ", ".join(f"{rate:.1%}".replace(".0%", "%") + f" x{n}" for rate, n in sorted(counts.items()))
             groups = self.prune[0][0] if len(self.prune) == 1 else f"{len(self.prune)} groups"
             parts.append(f"prune {shown} ({groups})")
         if self.quantize:

@@ -17,8 +17,12 @@ then times the ones inside the budget side by side on this machine.
    raised again, one whose step is not faster by ``MARGIN`` is not tried again until the best changes;
    stop when no group is left to try.
 5. **Fusion**: ONNXSat's lossless optimization appended, kept when it is faster by ``MARGIN``.
-6. **Final**: the ``FINALISTS`` fastest timed again in one run; within ``MARGIN`` of the fastest, the
-   smallest file is chosen.
+6. **Final**: the ``FINALISTS`` fastest timed again in one run.
+
+Wherever speeds are compared, candidates that cannot be told apart (within ``MARGIN``, or with
+overlapping bootstrap intervals) are settled by file size, and a candidate replaces the best only when
+it is faster beyond both: timing noise then rarely steers the search, and a local run and a Ray run of the
+same search choose the same recipe.
 
 A global bisection alone misses that groups differ (measured on the digits ResNet: the last stage's
 groups cost a tenth of the stem's accuracy per channel removed); an evolutionary search spends many
@@ -133,8 +137,7 @@ class Search:
         return self._best
 
     def _final(self) -> None:
-        """The fastest few, timed again together: one run's lucky ratio does not pick the model. Within
-        ``MARGIN`` of the fastest, the smallest file wins, so close calls do not depend on timing noise."""
+        """The fastest few, timed again together: one run's lucky ratio does not pick the model."""
         timed = sorted(self._inside(self.evaluated), key=lambda e: -e.speedup)
         finalists = list({e.recipe: e for e in reversed(timed[:FINALISTS])}.values())
         if not finalists:
@@ -142,9 +145,7 @@ class Search:
         figures = self.timer.measure([self._model(e) for e in finalists])
         for result, figure in zip(finalists, figures, strict=True):
             result.timed = figure
-        fastest = max(e.speedup for e in finalists)
-        close = [e for e in finalists if e.speedup * MARGIN >= fastest]
-        self._best = min(close, key=lambda e: (e.outcome.size, -e.speedup))
+        self._best = _pick(finalists)
 
     def _sensitivity(self) -> None:
         probes = [Recipe.pruned({group: PROBE_RATE}) for group in self.settings.groups]
@@ -201,8 +202,9 @@ class Search:
         return [self._cache[r] for r in recipes]
 
     def _time(self, results: Sequence[Evaluated], against: Evaluated | None = None) -> None:
-        """Time the results inside the budget; the fastest replaces the best if faster by ``MARGIN``.
-        ``against`` is timed in the same run, so the comparison is side by side."""
+        """Time the results inside the budget; the one ``_pick`` picks replaces the best when it is faster by
+        ``MARGIN`` and beyond its interval. ``against`` is timed in the same run, so that comparison is
+        side by side."""
         unique = list({id(r): r for r in results}.values())
         inside = [r for r in unique if self._within(r) and r.timed is None]
         if not inside:
@@ -212,9 +214,9 @@ class Search:
         for result, figure in zip(inside, timed, strict=False):
             result.timed = figure
         reference = timed[-1].speedup if extra else self._best.speedup
-        fastest = max(inside, key=lambda r: (r.speedup, -r.outcome.size))
-        if fastest.speedup > reference * MARGIN:
-            self._best = fastest
+        pick = _pick(inside)
+        if pick.speedup > reference * MARGIN and pick.timed is not None and pick.timed.low > reference:
+            self._best = pick
         self.on_progress(self._best, len(self.evaluated))
 
     def _within(self, result: Evaluated) -> bool:
@@ -236,3 +238,17 @@ class Search:
     @property
     def best(self) -> Evaluated:
         return self._best
+
+
+def _pick(results: Sequence[Evaluated]) -> Evaluated:
+    """The fastest of results timed in one run; among those it cannot be told apart from (within
+    ``MARGIN``, or intervals that overlap its own), the smallest file. Close calls are then settled by
+    size, which does not vary from run to run, so two runs (local and on Ray) choose alike."""
+    fastest = max(results, key=lambda r: r.speedup)
+    low = fastest.timed.low if fastest.timed is not None else fastest.speedup
+
+    def close(result: Evaluated) -> bool:
+        high = result.timed.high if result.timed is not None else result.speedup
+        return result.speedup * MARGIN >= fastest.speedup or high >= low
+
+    return min((r for r in results if close(r)), key=lambda r: (r.outcome.size, -r.speedup))

@@ -1,8 +1,9 @@
 """Candidates timed side by side with the original, on the machine compress runs on.
 
-Every figure is a median of per-round ratios over interleaved rounds (``onnxsat.timing``) with ORT's
-optimizations all on, the user's thread count and batch. Workers never time: they share cores with each
-other (or are other machines), and the model will run here.
+Every figure follows ``onnxsat.timing``'s protocol, the one the benchmarks use: ORT's optimizations all
+on, the user's thread count and batch, one run of each model per round in interleaved rounds after a
+warm-up, the median of per-round ratios and its bootstrap interval. Workers never time: they share cores
+with each other (or are other machines), and the model will run here.
 """
 
 from __future__ import annotations
@@ -10,7 +11,6 @@ from __future__ import annotations
 import os
 import platform
 import statistics
-import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -18,12 +18,9 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 
-from onnxsat.timing import ratios_to, time_rounds, timing_session
+from onnxsat.timing import median_interval, ratios_to, time_rounds, timing_session
 
-ROUNDS, WARMUP = 15, 3
-MIN_SECONDS_PER_RUNNER = 0.3
-"""A round of a fast model repeats its runs until it takes about this long, so timer resolution and
-Python overhead do not decide the ratio of sub-millisecond models."""
+ROUNDS, WARMUP = 30, 5
 
 
 @dataclass(frozen=True)
@@ -32,6 +29,9 @@ class Timed:
     """Original's time / the candidate's: median of per-round ratios."""
     latency_ms: float
     original_ms: float
+    low: float = 0.0
+    high: float = float("inf")
+    """Bootstrap interval of ``speedup``: two candidates whose intervals overlap are not told apart."""
 
 
 def machine() -> str:
@@ -44,34 +44,21 @@ class SideBySide:
 
     def __init__(self, original: onnx.ModelProto, feeds: Mapping[str, np.ndarray], threads: int) -> None:
         self.feeds, self.threads = dict(feeds), threads
-        level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-        self.level = level
-        self.original = timing_session(original, level, threads)
-        self.repeats = self._repeats(self.original)
-
-    def _repeats(self, session: ort.InferenceSession) -> int:
-        session.run(None, self.feeds)
-        start = time.perf_counter()
-        session.run(None, self.feeds)
-        once = max(time.perf_counter() - start, 1e-6)
-        return max(1, min(200, int(MIN_SECONDS_PER_RUNNER / 10 / once)))
+        self.level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        self.original = timing_session(original, self.level, threads)
 
     def measure(self, models: Sequence[bytes]) -> list[Timed]:
         """Each model's speed against the original, all in one run of interleaved rounds."""
         if not models:
             return []
-        sessions = [
-            self.original,
-            *(timing_session(onnx.load_from_string(m), self.level, self.threads) for m in models),
-        ]
-        repeats, feeds = self.repeats, self.feeds
-
-        def runner(session: ort.InferenceSession):  # type: ignore[no-untyped-def]
-            return lambda: [session.run(None, feeds) for _ in range(repeats)]
-
-        times = time_rounds([runner(s) for s in sessions], ROUNDS, WARMUP)
-        original_ms = statistics.median(times[0]) * 1e3 / repeats
-        return [
-            Timed(statistics.median(ratios_to(times[0], own)), statistics.median(own) * 1e3 / repeats, original_ms)
-            for own in times[1:]
-        ]
+        candidates = [timing_session(onnx.load_from_string(m), self.level, self.threads) for m in models]
+        sessions = [self.original, *candidates]
+        feeds = self.feeds
+        times = time_rounds([lambda s=s: s.run(None, feeds) for s in sessions], ROUNDS, WARMUP)
+        original_ms = statistics.median(times[0]) * 1e3
+        figures = []
+        for own in times[1:]:
+            ratios = ratios_to(times[0], own)
+            low, high = median_interval(ratios)
+            figures.append(Timed(statistics.median(ratios), statistics.median(own) * 1e3, original_ms, low, high))
+        return figures
