@@ -158,7 +158,7 @@ def compress_model(
     chosen = steps[-1][0]
     report.contributions = [Contribution(label, e.speedup, e.outcome.drop, e.outcome.size) for e, label in steps]
     report.chosen, report.accuracy = chosen.recipe.label, chosen.outcome.score
-    report.recipe = chosen.recipe.passes(RECIPE_DATA, options.calibration_limit)
+    report.recipe = chosen.recipe.passes(calibration_limit=options.calibration_limit)
     report.search_data = search_data
     assert chosen.timed is not None
     report.latency = {
@@ -183,10 +183,6 @@ def compress_model(
     report.sizes = {"original": len(problem.model), "compressed": result.ByteSize()}
     report.seconds = time.perf_counter() - start
     return result, report
-
-
-RECIPE_DATA = "{data}"
-"""Placeholder for the calibration data file in ``report.recipe``, replaced where the recipe is written."""
 
 
 def _whole(model: onnx.ModelProto, base_dir: Path | None) -> onnx.ModelProto:
@@ -311,7 +307,7 @@ def _rows(evaluated: list[Evaluated], max_drop: float) -> list[CandidateRow]:
                 index=index,
                 stage=e.stage,
                 label=e.recipe.label,
-                recipe={"passes": e.recipe.passes(RECIPE_DATA)},
+                recipe={"passes": e.recipe.passes()},
                 drop=e.outcome.drop,
                 value=score.value if score is not None else None,
                 within_budget=e.outcome.drop is not None and e.outcome.drop <= max_drop and not e.outcome.error,

@@ -79,8 +79,9 @@ class Recipe:
             parts.append("fuse")
         return " + ".join(parts) or "original"
 
-    def passes(self, data: str, calibration_limit: int = CALIBRATION_LIMIT) -> list[dict[str, Any]]:
-        """The recipe as pipeline entries (``type`` and the pass's keys); ``data`` is the calibration data."""
+    def passes(self, data: str | None = None, calibration_limit: int = CALIBRATION_LIMIT) -> list[dict[str, Any]]:
+        """The recipe as pipeline entries (``type`` and the pass's keys); ``data`` is the calibration data
+        (None: the pipeline's top-level ``data``)."""
         entries: list[dict[str, Any]] = []
         if self.prune:
             entries.append(
@@ -89,7 +90,7 @@ class Recipe:
                     "rate": 0.0,
                     "rates": self.rates,
                     "reconstruct": True,
-                    "data": data,
+                    **({"data": data} if data is not None else {}),
                     "limit": calibration_limit,
                 }
             )
@@ -102,7 +103,7 @@ class Recipe:
                     "exclude": list(self.keep_float),
                     "node_timing": False,
                     "holdout": 0.0,
-                    "data": data,
+                    **({"data": data} if data is not None else {}),
                 }
             )
         if self.fuse:

@@ -38,7 +38,6 @@ def write_recipe(report: CompressReport, input_path: str | Path, output_path: st
     arrays = {"inputs": dataset.inputs, **({"labels": dataset.labels} if dataset.labels is not None else {})}
     np.savez(buffer, **arrays)
     write_bytes_atomic(buffer.getvalue(), data_path)
-    passes = [{key: value for key, value in entry.items() if key != "data"} for entry in report.recipe]
     pipeline: dict[str, object] = {
         "input_model": os.path.relpath(Path(input_path).resolve(), folder),
         "output_model": Path(output_path).name,
@@ -48,7 +47,7 @@ def write_recipe(report: CompressReport, input_path: str | Path, output_path: st
         pipeline["inputs"] = os.path.relpath(Path(inputs.source).resolve(), folder)
     if inputs.shapes:
         pipeline["input_shapes"] = {name: list(dims) for name, dims in inputs.shapes.items()}
-    pipeline["passes"] = passes
+    pipeline["passes"] = report.recipe
     header = (
         f"# ONNXSat compress recipe: {report.chosen}\n"
         f"# `onnxsat run {pipeline_path.name}` rebuilds {Path(output_path).name} from {Path(input_path).name};\n"
