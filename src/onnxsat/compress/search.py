@@ -19,9 +19,9 @@ then times the ones inside the budget side by side on this machine.
 5. **Fusion**: ONNXSat's lossless optimization appended, kept when it is faster by ``MARGIN``.
 6. **Final**: the ``FINALISTS`` fastest timed again in one run.
 
-Wherever speeds are compared, candidates that cannot be told apart (within ``MARGIN``, or with
-overlapping bootstrap intervals) are settled by file size, and a candidate replaces the best only when
-it is faster beyond both: timing noise then rarely steers the search, and a local run and a Ray run of the
+Wherever speeds are compared, the best so far is timed in the same run, and candidates that cannot be
+told apart (within ``MARGIN``, or inside each other's bootstrap interval) are settled by file size, the
+secondary objective: timing noise then rarely steers the search, and a local run and a Ray run of the
 same search choose the same recipe.
 
 A global bisection alone misses that groups differ (measured on the digits ResNet: the last stage's
@@ -132,7 +132,7 @@ class Search:
             self._refine(settings.groups)
         if settings.fuse and self._time_left():
             fused = self.batch("fuse", [replace(self._best.recipe, fuse=True)])
-            self._time(fused, against=self._best)
+            self._time(fused)
         self._final()
         return self._best
 
@@ -181,7 +181,7 @@ class Search:
             results = self.batch("refine", recipes)
             for (group, _), result in zip(steps, results, strict=True):
                 (tried if self._within(result) else saturated).add(group)
-            self._time(results, against=current)
+            self._time(results)
             if self._best is not current:
                 tried = set()
 
@@ -201,21 +201,20 @@ class Search:
             self.evaluated.append(result)
         return [self._cache[r] for r in recipes]
 
-    def _time(self, results: Sequence[Evaluated], against: Evaluated | None = None) -> None:
-        """Time the results inside the budget; the one ``_pick`` picks replaces the best when it is faster by
-        ``MARGIN`` and beyond its interval. ``against`` is timed in the same run, so that comparison is
-        side by side."""
+    def _time(self, results: Sequence[Evaluated]) -> None:
+        """Time the results inside the budget in one run with the best so far; the one ``_pick`` picks
+        replaces the best when it ``_beats`` it."""
         unique = list({id(r): r for r in results}.values())
         inside = [r for r in unique if self._within(r) and r.timed is None]
         if not inside:
             return
-        extra = [against] if against is not None and against.outcome.model is not None else []
+        best = self._best
+        extra = [best] if best.outcome.model is not None else []
         timed = self.timer.measure([self._model(r) for r in [*inside, *extra]])
-        for result, figure in zip(inside, timed, strict=False):
+        for result, figure in zip([*inside, *extra], timed, strict=True):
             result.timed = figure
-        reference = timed[-1].speedup if extra else self._best.speedup
         pick = _pick(inside)
-        if pick.speedup > reference * MARGIN and pick.timed is not None and pick.timed.low > reference:
+        if _beats(pick, best):
             self._best = pick
         self.on_progress(self._best, len(self.evaluated))
 
@@ -240,15 +239,22 @@ class Search:
         return self._best
 
 
+def _faster(a: Evaluated, b: Evaluated) -> bool:
+    """``a`` is faster than ``b`` beyond noise: by ``MARGIN``, and its interval's low end above ``b``."""
+    low = a.timed.low if a.timed is not None else a.speedup
+    return a.speedup > b.speedup * MARGIN and low > b.speedup
+
+
+def _beats(new: Evaluated, old: Evaluated) -> bool:
+    """Latency first, file size second: faster beyond noise, or not slower beyond noise and smaller."""
+    if _faster(new, old):
+        return True
+    return not _faster(old, new) and new.outcome.size < old.outcome.size
+
+
 def _pick(results: Sequence[Evaluated]) -> Evaluated:
-    """The fastest of results timed in one run; among those it cannot be told apart from (within
-    ``MARGIN``, or intervals that overlap its own), the smallest file. Close calls are then settled by
-    size, which does not vary from run to run, so two runs (local and on Ray) choose alike."""
+    """The fastest of results timed in one run, or among those not slower than it beyond noise, the
+    smallest file. Close calls are settled by size, which does not vary from run to run, so two runs
+    (local and on Ray) choose alike."""
     fastest = max(results, key=lambda r: r.speedup)
-    low = fastest.timed.low if fastest.timed is not None else fastest.speedup
-
-    def close(result: Evaluated) -> bool:
-        high = result.timed.high if result.timed is not None else result.speedup
-        return result.speedup * MARGIN >= fastest.speedup or high >= low
-
-    return min((r for r in results if close(r)), key=lambda r: (r.outcome.size, -r.speedup))
+    return min((r for r in results if not _faster(fastest, r)), key=lambda r: (r.outcome.size, -r.speedup))
