@@ -577,6 +577,11 @@ def test_demo(tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
     assert (folder / "digits_cnn.sparse.onnx").is_file() and sparsified["written"]
     assert sparsified["overall"] > 0.5 and sparsified["accuracy"]["drop"] <= 0.01
     assert sparsified["metric"] == "top1" and sparsified["held_out"]["score"]["samples"] > 0
+    compressed = json.loads((folder / "compress_report.json").read_text())
+    assert compressed["written"] and (folder / "digits_resnet.compressed.onnx").is_file()
+    assert (folder / "digits_resnet.compressed.recipe.yaml").is_file()
+    assert compressed["accuracy"]["drop"] <= 0.01 and compressed["latency"]["speedup"] > 1.0
+    assert compressed["held_out"]["score"]["samples"] == 119 and "headline:" in out
     assert temp_leftovers(folder) == []
 
 
