@@ -140,3 +140,30 @@ def test_a_voice_activity_detector_is_sparsified_inside_a_budget_on_speech_strea
     original = stream_outputs(STREAM_MODELS["silero_vad"], path, streams)
     agreement = np.mean((batched > 0.5) == (original > 0.5))
     assert agreement >= 1 - 0.02 - report["held_out"]["drop"]
+
+
+@pytest.mark.parametrize("name", ["ppocr_cls", "magika"])
+def test_compress_on_real_inputs_writes_a_verified_model_or_says_nothing_pays(
+    name: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Compressing a trained model on real inputs ends one of two ways, both honest: a model inside the
+    budget on the search inputs that its recipe rebuilds exactly, or one line saying nothing was faster."""
+    path = model_path(name)
+    _, make = REAL_DATA[name]
+    inputs = make(path)
+    data, out, report_path = tmp_path / "data.npz", tmp_path / "out.onnx", tmp_path / "report.json"
+    np.savez(data, inputs=inputs)
+    args = ["compress", str(path), "-o", str(out), "--report", str(report_path), "--data", str(data)]
+    shape = MODELS[name].shape_option
+    args += [*(["--input-shape", shape] if shape else []), "--max-drop", f"{BUDGET:.0%}", "--budget-minutes", "2"]
+    code = main(args)
+    err = capsys.readouterr().err
+    if code != 0:
+        assert "nothing written" in err and "Traceback" not in err and not out.exists()
+        return
+    report = json.loads(report_path.read_text())
+    assert report["verification"]["ok"] and report["accuracy"]["drop"] <= BUDGET
+    assert report["held_out"]["score"]["samples"] > 0
+    replay = tmp_path / "replay.onnx"
+    assert main(["run", str(out.with_name("out.recipe.yaml")), "-o", str(replay)]) == 0
+    assert replay.read_bytes() == out.read_bytes()
