@@ -6,8 +6,7 @@ from __future__ import annotations
 from onnxsat.compress.report import CompressReport
 from onnxsat.html.charts import pareto_scatter
 from onnxsat.html.page import Page
-from onnxsat.html.scores import add_scores
-from onnxsat.html.verification import add_verification
+from onnxsat.html.scores import add_outcome
 
 
 def compress_page(report: CompressReport) -> Page:
@@ -77,11 +76,5 @@ def compress_page(report: CompressReport) -> Page:
                 for r in report.candidates
             ],
         )
-    for note in report.notes:
-        page.paragraph(f"Note: {note}", note=True)
-    add_scores(page, report.data, report.metrics, report.baseline, report.accuracy, report.held_out)
-    if report.sizes:
-        page.heading("File size")
-        page.table(["model", "bytes"], list(report.sizes.items()))
-    add_verification(page, report.verification, "loads and runs in ONNX Runtime")
+    add_outcome(page, report)
     return page

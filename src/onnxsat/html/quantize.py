@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 from onnxsat.html.page import Page
-from onnxsat.html.scores import add_scores
-from onnxsat.html.verification import add_verification
+from onnxsat.html.scores import add_outcome
 from onnxsat.quantization.report import QuantizeReport
 
 
@@ -58,11 +57,5 @@ def quantize_page(report: QuantizeReport) -> Page:
                 for n in report.nodes
             ],
         )
-    for note in report.notes:
-        page.paragraph(f"Note: {note}", note=True)
-    add_scores(page, report.data, report.metrics, report.baseline, report.accuracy, report.held_out)
-    if report.sizes:
-        page.heading("File size")
-        page.table(["model", "bytes"], list(report.sizes.items()))
-    add_verification(page, report.verification, "loads and runs in ONNX Runtime")
+    add_outcome(page, report)
     return page

@@ -4,9 +4,11 @@ after on the search data, and the held-out figure."""
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
 from onnxsat.html.charts import grouped_bars
 from onnxsat.html.page import Page
+from onnxsat.html.verification import add_verification
 from onnxsat.metrics import HeldOut, Score
 
 
@@ -52,3 +54,15 @@ def add_scores(
         grouped_bars(labels, values, f"{before.kind} (%)", f"{before.kind.capitalize()} before and after"),
         alt=f"bar chart of {before.kind} before and after",
     )
+
+
+def add_outcome(page: Page, report: Any, passed_means: str = "loads and runs in ONNX Runtime") -> None:
+    """How a budgeted pass's page ends (quantize, compress): its notes, the accuracy section, file sizes
+    and the verification; ``report`` has those fields under the names every such report uses."""
+    for note in report.notes:
+        page.paragraph(f"Note: {note}", note=True)
+    add_scores(page, report.data, report.metrics, report.baseline, report.accuracy, report.held_out)
+    if report.sizes:
+        page.heading("File size")
+        page.table(["model", "bytes"], list(report.sizes.items()))
+    add_verification(page, report.verification, passed_means)
