@@ -8,6 +8,7 @@ import shutil
 from collections.abc import Callable
 from pathlib import Path
 
+import numpy as np
 import onnx
 import pytest
 from browser_check import open_pages
@@ -67,13 +68,17 @@ def pages(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     folder = tmp_path_factory.mktemp("pages")
     model = folder / "cnn.onnx"
     onnx.save(demo_cnn(), str(model))
-    paths = {name: folder / f"{name}.html" for name in ("optimize", "sparsify", "prune", "quantize", "bench_prune")}
+    names = ("optimize", "sparsify", "prune", "quantize", "compress", "bench_prune")
+    paths = {name: folder / f"{name}.html" for name in names}
+    data = folder / "data.npz"
+    np.savez(data, inputs=np.random.default_rng(0).standard_normal((8, 3, 64, 64)).astype(np.float32))
     paths |= {"bench_compare": folder / "bench_compare.html", "experiment": folder / "experiment.html"}
     commands = {
         "optimize": ["optimize", str(model), "-o", str(folder / "opt.onnx")],
         "sparsify": ["sparsify", str(model), "-o", str(folder / "sparse.onnx"), "--sparsity", "0.5"],
         "prune": ["prune", str(model), "-o", str(folder / "pruned.onnx"), "--rate", "0.5"],
         "quantize": ["quantize", str(model), "-o", str(folder / "q.onnx"), "--mode", "static", "--no-node-timing"],
+        "compress": ["compress", str(model), "-o", str(folder / "c.onnx"), "--data", str(data), "--max-drop", "100%"],
         "bench_prune": ["bench", "prune", str(model), "--rates", "0.5", "--rounds", "2", "--no-reconstruct"],
         "bench_compare": ["bench", "compare", str(model), "--pairs", "2", "--warmup", "1"],
         "experiment": ["bench", "experiment", "2", "--models", str(model), "--samples", "16", "--levels", "0.3,0.6"],
@@ -127,6 +132,13 @@ def test_quantize_page(seen: dict[str, dict[str, object]]) -> None:
         page
     )
     assert page["images"] == "1" and page["broken"] == "0"  # accuracy before and after
+
+
+def test_compress_page(seen: dict[str, dict[str, object]]) -> None:
+    page = seen["compress"]
+    assert {"stage", "recipe", "drop", "speedup", "front", "step", "speedup (cumulative)"} <= headers(page)
+    assert "Speed against accuracy" in page["headings"]  # type: ignore[operator]
+    assert page["images"] == "2" and page["broken"] == "0"  # the Pareto plot, accuracy before and after
 
 
 def test_prune_page(seen: dict[str, dict[str, object]]) -> None:
