@@ -17,6 +17,7 @@ from onnxsat.compress.compress import CompressOptions, compress_model
 from onnxsat.compress.recipe import Recipe
 from onnxsat.compress.report import CandidateRow, mark_pareto
 from onnxsat.compress.timing import Timed
+from onnxsat.errors import SettingsError
 from onnxsat.zoo.digits_cnn import bundled_digits_cnn
 
 QUICK = ["--data", "digits-train", "--limit", "400", "--eval-data", "digits-test", "--workers", "2"]
@@ -104,6 +105,14 @@ def test_a_local_ray_with_two_workers_finds_the_same_recipe(monkeypatch: pytest.
     reports = _searches(monkeypatch, [{"workers": 2}, {"workers": 2, "ray": "auto"}])
     assert reports[1].evaluated_on.startswith("Ray (local, 2 CPUs)")
     _same_search(reports)
+
+
+def test_the_time_budget_stops_the_search_between_batches(monkeypatch: pytest.MonkeyPatch) -> None:
+    """One worker evaluates two candidates at a time; the deadline is checked between those batches."""
+    monkeypatch.setattr(compress_module, "SideBySide", _SizeTimer)
+    options = CompressOptions(data="digits-train", limit=200, workers=1, techniques=["prune"], budget_minutes=1e-4)
+    with pytest.raises(SettingsError, match=r"--budget-minutes ran out after 2 candidates"):
+        compress_model(onnx.load(bundled_digits_cnn()), options)
 
 
 def test_a_budget_nothing_meets_writes_nothing_and_names_the_closest(

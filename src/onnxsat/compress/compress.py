@@ -148,7 +148,10 @@ def compress_model(
         try:
             chosen = search.run(original)
             if not _pays(chosen, len(problem.model)):
-                raise SettingsError(_nothing_fits(search.evaluated, options.max_drop))
+                message = _nothing_fits(search.evaluated, options.max_drop)
+                if search.stopped_early:
+                    message += f" (--budget-minutes ran out after {len(search.evaluated)} candidates)"
+                raise SettingsError(message)
             steps = _contributions(search, chosen)
         finally:
             progress.close()
@@ -264,7 +267,7 @@ def _contributions(search: Search, chosen: Evaluated) -> list[tuple[Evaluated, s
         prefixes.append((step, "+ " + step.label.split(" + ")[-1]))
     if recipe.fuse:
         prefixes.append((recipe, "+ fuse"))
-    built = search.batch("contribution", [r for r, _ in prefixes])
+    built = search.batch("contribution", [r for r, _ in prefixes], bounded=False)
     kept = [(b, label) for b, (_, label) in zip(built, prefixes, strict=True) if b.outcome.model is not None]
     if not kept or kept[-1][0].recipe != recipe:  # a step that built inside the search no longer builds
         raise SettingsError(f"the chosen recipe could not be rebuilt: {built[-1].outcome.error}")

@@ -148,9 +148,11 @@ class Search:
         self._best = _pick(finalists)
 
     def _sensitivity(self) -> None:
-        probes = [Recipe.pruned({group: PROBE_RATE}) for group in self.settings.groups]
-        for group, result in zip(self.settings.groups, self.batch("sensitivity", probes), strict=True):
-            drop = result.outcome.drop
+        probes = {group: Recipe.pruned({group: PROBE_RATE}) for group in self.settings.groups}
+        self.batch("sensitivity", list(probes.values()))
+        for group, probe in probes.items():
+            result = self._cache.get(probe)
+            drop = result.outcome.drop if result is not None else None
             self.sensitivity[group] = drop if drop is not None else float("inf")
 
     def _refine(self, groups: list[str]) -> None:
@@ -179,27 +181,35 @@ class Search:
                     self._slow[recipe] = slow
                 recipes.append(recipe)
             results = self.batch("refine", recipes)
-            for (group, _), result in zip(steps, results, strict=True):
-                (tried if self._within(result) else saturated).add(group)
+            for (group, _), recipe in zip(steps, recipes, strict=True):
+                if recipe in self._cache:
+                    (tried if self._within(self._cache[recipe]) else saturated).add(group)
             self._time(results)
             if self._best is not current:
                 tried = set()
 
     # ------------------------------------------------------------------------------------ the parts
 
-    def batch(self, stage: str, recipes: Sequence[Recipe]) -> list[Evaluated]:
-        """Build and score ``recipes`` (cached ones reused) on the executor."""
+    def batch(self, stage: str, recipes: Sequence[Recipe], bounded: bool = True) -> list[Evaluated]:
+        """Build and score ``recipes`` (cached ones reused) on the executor, a few per worker at a time so
+        that a ``bounded`` batch stops at the deadline; returns the ones evaluated, in order."""
         fresh = [r for r in dict.fromkeys(recipes) if r not in self._cache]
-        tasks = [Task(self.problem, recipe) for recipe in fresh]
+        chunk = max(1, 2 * self.settings.width)
+        for start in range(0, len(fresh), chunk):
+            if bounded and start and not self._time_left():
+                break
+            part = fresh[start : start + chunk]
+            count = len(self.evaluated)
 
-        def done(index: int, outcome: Outcome) -> None:
-            self.on_progress(self._best, len(self.evaluated) + index + 1)
+            def done(index: int, outcome: Outcome, count: int = count) -> None:
+                self.on_progress(self._best, count + index + 1)
 
-        for recipe, outcome in zip(fresh, self.executor.map(evaluate, tasks, on_result=done), strict=True):
-            result = Evaluated(stage, outcome, requested=recipe)
-            self._cache[recipe] = result
-            self.evaluated.append(result)
-        return [self._cache[r] for r in recipes]
+            tasks = [Task(self.problem, recipe) for recipe in part]
+            for recipe, outcome in zip(part, self.executor.map(evaluate, tasks, on_result=done), strict=True):
+                result = Evaluated(stage, outcome, requested=recipe)
+                self._cache[recipe] = result
+                self.evaluated.append(result)
+        return [self._cache[r] for r in recipes if r in self._cache]
 
     def _time(self, results: Sequence[Evaluated]) -> None:
         """Time the results inside the budget in one run with the best so far; the one ``_pick`` picks
