@@ -16,6 +16,7 @@ from onnxsat.compress import compress as compress_module
 from onnxsat.compress.compress import CompressOptions, compress_model
 from onnxsat.compress.recipe import Recipe
 from onnxsat.compress.report import CandidateRow, mark_pareto
+from onnxsat.compress.search import Search
 from onnxsat.compress.timing import Timed
 from onnxsat.errors import SettingsError
 from onnxsat.zoo.digits_cnn import bundled_digits_cnn
@@ -108,9 +109,17 @@ def test_a_local_ray_with_two_workers_finds_the_same_recipe(monkeypatch: pytest.
 
 
 def test_the_time_budget_stops_the_search_between_batches(monkeypatch: pytest.MonkeyPatch) -> None:
-    """One worker evaluates two candidates at a time; the deadline is checked between those batches."""
+    """One worker evaluates two candidates at a time; the deadline is checked between those batches (here it
+    passes right after the first stage has started)."""
     monkeypatch.setattr(compress_module, "SideBySide", _SizeTimer)
-    options = CompressOptions(data="digits-train", limit=200, workers=1, techniques=["prune"], budget_minutes=1e-4)
+    checks = iter([True])
+
+    def deadline(self: Search) -> bool:
+        self.stopped_early = not next(checks, False)
+        return not self.stopped_early
+
+    monkeypatch.setattr(Search, "_time_left", deadline)
+    options = CompressOptions(data="digits-train", limit=200, workers=1, techniques=["prune"])
     with pytest.raises(SettingsError, match=r"--budget-minutes ran out after 2 candidates"):
         compress_model(onnx.load(bundled_digits_cnn()), options)
 
