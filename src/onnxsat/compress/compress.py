@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 
-from onnxsat.compress.evaluate import Outcome, Problem
+from onnxsat.compress.evaluate import Outcome, Problem, samples_npz
 from onnxsat.compress.executor import make_executor
 from onnxsat.compress.recipe import CALIBRATION_LIMIT, Recipe
 from onnxsat.compress.report import CandidateRow, CompressReport, Contribution, mark_pareto
@@ -117,8 +117,7 @@ def compress_model(
     problem = Problem(
         key=uuid.uuid4().hex,
         model=model.SerializeToString(),
-        inputs=search_data.inputs,
-        labels=search_data.labels,
+        data=samples_npz(search_data),
         data_name=search_data.name,
         input_name=input_name,
         spec=options.inputs,

@@ -9,6 +9,7 @@ workers, or is another machine, so the driver times candidates itself (see ``com
 
 from __future__ import annotations
 
+import io
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -35,8 +36,9 @@ class Problem:
     """Names this problem in a worker's cache (the driver makes it unique per search)."""
     model: bytes
     """The original, serialized, every weight inside."""
-    inputs: np.ndarray
-    labels: np.ndarray | None
+    data: bytes
+    """The search samples as an ``.npz`` (``inputs``, and ``labels`` when there are): bytes, like the model,
+    so that Ray puts each in its object store once for all candidates."""
     data_name: str
     input_name: str
     spec: InputSpec
@@ -86,6 +88,14 @@ _PREPARED: dict[str, _Prepared] = {}
 does that once per search and not once per candidate."""
 
 
+def samples_npz(dataset: Dataset) -> bytes:
+    """``dataset``'s samples (and labels) as the bytes of an ``.npz``, as :class:`Problem` carries them."""
+    buffer = io.BytesIO()
+    arrays = {"inputs": dataset.inputs, **({"labels": dataset.labels} if dataset.labels is not None else {})}
+    np.savez(buffer, **arrays)
+    return buffer.getvalue()
+
+
 def _prepared(problem: Problem) -> _Prepared:
     if problem.key not in _PREPARED:
         for old in _PREPARED.values():
@@ -93,10 +103,10 @@ def _prepared(problem: Problem) -> _Prepared:
         _PREPARED.clear()
         folder = tempfile.TemporaryDirectory(prefix="onnxsat-compress-")
         data_path = Path(folder.name) / "search.npz"
-        arrays = {"inputs": problem.inputs, **({"labels": problem.labels} if problem.labels is not None else {})}
-        np.savez(data_path, **arrays)
+        data_path.write_bytes(problem.data)
+        with np.load(data_path, allow_pickle=False) as arrays:
+            dataset = Dataset(arrays["inputs"], arrays.get("labels"), problem.data_name)
         original = onnx.load_from_string(problem.model)
-        dataset = Dataset(problem.inputs, problem.labels, problem.data_name)
         scorer = ModelScorer(
             original,
             problem.input_name,

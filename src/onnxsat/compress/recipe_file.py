@@ -8,13 +8,12 @@ relative to its folder, so the three files move together.
 
 from __future__ import annotations
 
-import io
 import os
 from pathlib import Path
 
-import numpy as np
 import yaml
 
+from onnxsat.compress.evaluate import samples_npz
 from onnxsat.compress.report import CompressReport
 from onnxsat.inputs import InputSpec
 from onnxsat.model_io import write_bytes_atomic, write_text_atomic
@@ -34,10 +33,7 @@ def write_recipe(report: CompressReport, input_path: str | Path, output_path: st
     dataset = report.search_data
     if dataset is None:
         raise ValueError("the report holds no search data (the model was not compressed)")
-    buffer = io.BytesIO()
-    arrays = {"inputs": dataset.inputs, **({"labels": dataset.labels} if dataset.labels is not None else {})}
-    np.savez(buffer, **arrays)
-    write_bytes_atomic(buffer.getvalue(), data_path)
+    write_bytes_atomic(samples_npz(dataset), data_path)
     pipeline: dict[str, object] = {
         "input_model": os.path.relpath(Path(input_path).resolve(), folder),
         "output_model": Path(output_path).name,
