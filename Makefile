@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test test-large fuzz lint bench bench-transformers real-models bench-real clean
+.PHONY: setup demo test test-large fuzz lint bench bench-transformers bench-compress real-models bench-real clean
 
 setup: $(STAMP)
 
@@ -52,6 +52,17 @@ bench: $(STAMP)
 # PyTorch for the exports: the CPU wheel in /opt/wheels where there is one (the plain `torch` from PyPI pulls
 # gigabytes of CUDA); then transformers. torchvision (in the zoo extra) is not needed here.
 TORCH_WHEEL ?= $(firstword $(wildcard /opt/wheels/torch-*+cpu-*.whl) torch)
+
+# onnxsat compress (issue 22) on the wide digits ResNet (trained here with the zoo extra's PyTorch, once, about
+# 8 minutes, into out/models) and the real-model suite's convolution nets; compress runs as a user would, then
+# the written model is timed side by side with the original and scored on samples the search never saw; the
+# first model is compressed again on a local Ray instance to compare the chosen recipes. About an hour.
+bench-compress: real-models
+	$(BIN)/python -c "import torch" 2>/dev/null || $(BIN)/pip install --quiet "$(TORCH_WHEEL)"
+	test -f out/models/digits_resnet_w64.onnx || $(BIN)/python -m tools.zoo.digits_resnet --channels 64,128,256 \
+		--out out/models/digits_resnet_w64.onnx
+	$(BIN)/python -m tools.compress_bench --digits-model out/models/digits_resnet_w64.onnx --ray-check \
+		--models digits_resnet ppocr_det ppocr_rec ppocr_cls doclaynet_yolo magika --markdown out/compress_bench.md
 
 bench-transformers: $(STAMP)
 	$(BIN)/python -c "import torch" 2>/dev/null || $(BIN)/pip install --quiet "$(TORCH_WHEEL)"
