@@ -180,6 +180,11 @@ def compress_model(
         )  # fmt: skip
         score = held.score(result)
         report.held_out = HeldOut(held_data.name, held.baseline, score, score.drop, score.drop <= options.max_drop)
+        if not report.held_out.within_budget:
+            report.notes.append(
+                f"on the held-out data the drop is {score.drop:.2%}, over the {options.max_drop:.2%} budget: the "
+                f"search data ({search_data.samples} samples) is too small or unlike it; give more --data"
+            )
     names = [output.name for output in model.graph.output]
     _, report.verification = check_lossy(original_run, result, names, "compression", None)
     report.sizes = {"original": len(problem.model), "compressed": result.ByteSize()}
