@@ -49,6 +49,8 @@ def test_unknown_model_or_variant_is_a_settings_error(tmp_path: Path) -> None:
 def test_export_runs_in_onnx_runtime_and_matches_torch(name: str, tmp_path: Path) -> None:
     torch = pytest.importorskip("torch")
     pytest.importorskip("onnxscript")
+    if name == "squeezenet1_1":
+        pytest.importorskip("torchvision")  # torch alone (installed to train a model) does not build it
     path = build_torch_model(name, tmp_path)
     assert path == tmp_path / f"{name}.onnx"
     model = onnx.load(str(path))
