@@ -81,7 +81,7 @@ class SearchSettings:
     """Quantization modes to try (empty: no quantization)."""
     fuse: bool
     deadline: float
-    """``time.monotonic()`` after which no new stage starts."""
+    """``time.monotonic()`` after which no new batch of candidates starts (see ``Search.batch``)."""
     width: int = 2
     """Candidates per refinement batch (the executor's workers)."""
 
