@@ -1,9 +1,10 @@
 """Is a node faster in INT8 than in FP32 on this machine? Time it both ways, alone, in ONNX Runtime.
 
-Why per node: quantization does not always pay on a CPU. Timed alone with this module (1 thread, AVX-512
-VNNI), the PP-OCRv4 detector's convolutions ran 0.06-0.19x as fast dynamically quantized (ConvInteger) as in
-fp32, its 3-channel stem 0.37x as a static QLinearConv, while its 1x1 convolutions ran 1.55-1.95x faster
-between quantized neighbours (QLinearConv has fixed costs a few channels do not amortize).
+Why per node: quantization does not always pay on a CPU. Each node timed alone by ``node_speeds`` (1
+thread, a 2-core x86_64 CPU with AVX-512 VNNI, ONNX Runtime 1.31), the PP-OCRv4 detector's convolutions
+ran 0.06-0.19x as fast dynamically quantized (ConvInteger) as in fp32, its 3-channel stem 0.37x as a
+static QLinearConv, while its 1x1 convolutions ran 1.55-1.95x faster between quantized neighbours
+(QLinearConv has fixed costs a few channels do not amortize).
 The quantize pass asks this module which nodes pay and keeps the others in FP32.
 
 How: each quantizable node becomes a one-node model (its data inputs as graph inputs of the inferred
