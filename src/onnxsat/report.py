@@ -47,6 +47,10 @@ class OptimizeReport(ReportBase):
     dead_nodes_removed: int = 0
     phases: dict[str, float] = field(default_factory=dict)
     egraph: dict[str, object] = field(default_factory=dict)
+    control_flow: dict[str, Any] = field(default_factory=dict)
+    """Only for models with If, Loop or Scan: ``settled`` (op type -> how many were replaced by their taken
+    path), ``bodies`` (rewritten, verified alone, unverifiable alone, refused with why, skipped, nodes before
+    and after at every depth) and ``names_renamed`` (body names that clashed with an enclosing scope's)."""
     verification: VerificationResult | None = None
     latency: list[LatencyComparison] = field(default_factory=list)
     written: bool = False

@@ -8,14 +8,19 @@ from __future__ import annotations
 import ctypes
 import gc
 import time
+from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import onnx
 
 from onnxsat import model_io
+from onnxsat.eqsat.control_flow.bodies import BodyStats, body_nodes, rewrite_bodies
+from onnxsat.eqsat.control_flow.branches import settle
+from onnxsat.eqsat.control_flow.scopes import unshadow
 from onnxsat.eqsat.costs import COST_MODELS, DEFAULT_COST_MODEL, get_cost_model
 from onnxsat.eqsat.decode import decode
 from onnxsat.eqsat.encode import encode
@@ -23,7 +28,7 @@ from onnxsat.eqsat.extract import extract
 from onnxsat.eqsat.facts import count_dead_nodes
 from onnxsat.eqsat.frozen import freeze
 from onnxsat.eqsat.rules import TARGETS, applicable, rulesets_for
-from onnxsat.eqsat.saturate import SaturationLimits, egraph_size, saturate
+from onnxsat.eqsat.saturate import SaturationLimits, SaturationStats, egraph_size, saturate
 from onnxsat.errors import SettingsError
 from onnxsat.inputs import InputSpec
 from onnxsat.options import option
@@ -123,6 +128,103 @@ def _shape_inferred(model: onnx.ModelProto) -> onnx.ModelProto | None:
         return None
 
 
+@dataclass
+class _Rewritten:
+    """One e-graph search over one graph: its result and what the report shows of it."""
+
+    model: onnx.ModelProto
+    fusions: Counter[str]
+    stats: SaturationStats
+    egraph: dict[str, object]
+
+
+@dataclass
+class _ControlFlow:
+    """What the optimizer did inside and to control flow, at every depth."""
+
+    settled: Counter[str] = field(default_factory=Counter)
+    bodies: BodyStats = field(default_factory=BodyStats)
+
+    def to_dict(self, renamed: int) -> dict[str, object]:
+        return {"settled": dict(self.settled), "bodies": self.bodies.to_dict(), "names_renamed": renamed}
+
+
+_ROUNDS = 3
+"""Rewrites of one graph: again after folding decided an If or Loop whose taken path was inlined."""
+
+
+def _rewrite(
+    model: onnx.ModelProto,
+    typed: onnx.ModelProto | None,
+    options: OptimizeOptions,
+    base_dir: Path | None,
+    phases: _Phases,
+) -> _Rewritten:
+    """Encode, saturate, extract and decode one graph (its bodies stay opaque here)."""
+    cost_model = get_cost_model(options.cost_model)
+    with phases("encode"), _collector_paused():
+        encoded = encode(model, typed, base_dir)
+        enodes_before = egraph_size(encoded.egraph)
+    rulesets = applicable(rulesets_for(options.target), model.graph, bool(encoded.facts.parallel_pairs))
+    with phases("saturate"):
+        stats = saturate(encoded.egraph, rulesets, options.limits)
+    with phases("extract"), _collector_paused():
+        snapshot = freeze(encoded.egraph)
+        extraction = extract(snapshot, cost_model, encoded, ort_lookahead=options.target == "ort")
+    with phases("decode"), _collector_paused():
+        decoded = decode(encoded, snapshot, extraction.choice)
+    egraph = {
+        "enodes_before": enodes_before,
+        "enodes_after": stats.enodes or enodes_before,
+        "eclasses": len(snapshot.classes),
+        "iterations": stats.iterations,
+        "stop_reason": stats.stop_reason,
+        "grow_bans": stats.banned,
+        "encode_commands": encoded.n_commands,
+        "extracted_cost": extraction.cost,
+        "tree_cost": extraction.tree_cost,
+        "dag_switches": extraction.dag_switches,
+        "ort_fusions_avoided": extraction.ort_kept_apart,
+    }
+    extraction.choice.clear()  # the e-graph, snapshot and choices go with this frame
+    return _Rewritten(decoded.model, decoded.fusions, stats, egraph)
+
+
+def _optimize_graph(
+    model: onnx.ModelProto,
+    feeds: dict[str, np.ndarray],
+    options: OptimizeOptions,
+    base_dir: Path | None,
+    phases: _Phases,
+    control: _ControlFlow,
+) -> tuple[onnx.ModelProto, list[_Rewritten]]:
+    """Settle decided control flow, rewrite the bodies (recursively), then the graph itself.
+
+    ``feeds`` are the values of the model's inputs in the verification run; each rewritten body is checked
+    against its original with the values it sees there. The graph itself is verified by the caller.
+    """
+    model, settled = settle(model)
+    control.settled.update(settled.counts)
+    typed = _shape_inferred(model)
+
+    def rewrite_standalone(standalone: onnx.ModelProto, body_feeds: dict[str, np.ndarray]) -> onnx.ModelProto:
+        return _optimize_graph(standalone, body_feeds, options, base_dir, phases, control)[0]
+
+    model = rewrite_bodies(
+        model, typed, rewrite_standalone, control.bodies, options.tolerance, feeds, base_dir, options.run_timeout
+    )
+    rewrites: list[_Rewritten] = []
+    for _ in range(_ROUNDS):
+        rewritten = _rewrite(model, typed, options, base_dir, phases)
+        rewrites.append(rewritten)
+        model, settled = settle(rewritten.model)
+        if not settled:
+            break
+        control.settled.update(settled.counts)
+        typed = _shape_inferred(model)  # the taken paths' nodes are the graph's own now: rewrite again
+    return model, rewrites
+
+
 def optimize_model(
     model: onnx.ModelProto,
     options: OptimizeOptions | None = None,
@@ -137,66 +239,46 @@ def optimize_model(
     """
     options = options or OptimizeOptions()
     phases = phases or _Phases()
-    rulesets = rulesets_for(options.target)
     cost_model = get_cost_model(options.cost_model)
     report = OptimizeReport(input=source, output=None, target=options.target, cost_model=cost_model.name)
     with phases("check"):
         model_io.check_model(model)
     with phases("verify"):
         reference = reference_run(model, options.inputs, base_dir=base_dir, timeout=options.run_timeout)
-    with phases("encode"), _collector_paused():
-        encoded = encode(model, _shape_inferred(model), base_dir)
-        enodes_before = egraph_size(encoded.egraph)
-    rulesets = applicable(rulesets, model.graph, bool(encoded.facts.parallel_pairs))
-    with phases("saturate"):
-        stats = saturate(encoded.egraph, rulesets, options.limits)
-    with phases("extract"), _collector_paused():
-        snapshot = freeze(encoded.egraph)
-        extraction = extract(snapshot, cost_model, encoded, ort_lookahead=options.target == "ort")
-    with phases("decode"), _collector_paused():
-        decoded = decode(encoded, snapshot, extraction.choice)
-    eclasses, encode_commands = len(snapshot.classes), encoded.n_commands
-    # The e-graph, its snapshot and the extraction's choices are done with: freed before the result's
-    # verification run, whose weights are the peak of the whole optimization.
-    del snapshot, encoded
-    extraction.choice.clear()
+    control = _ControlFlow()
+    optimized, rewrites = _optimize_graph(model, reference.feeds, options, base_dir, phases, control)
+    control.bodies.nodes_before, control.bodies.nodes_after = body_nodes(model.graph), body_nodes(optimized.graph)
+    renamed = unshadow(optimized.graph)
+    # The e-graphs, snapshots and extractions are gone with their frames: their memory is returned before
+    # the result's verification run, whose weights are the peak of the whole optimization.
     _return_freed_memory()
     with phases("verify"):
         result = verify(
             model,
-            decoded.model,
+            optimized,
             options.inputs,
             options.tolerance,
             reference=reference,
             base_dir=base_dir,
             timeout=options.run_timeout,
         )
+    last = rewrites[-1]
     report.nodes_before = dict(op_counts(model))
-    report.nodes_after = dict(op_counts(decoded.model))
-    report.fusions = dict(decoded.fusions)
-    report.rule_matches = dict(stats.rule_matches)
+    report.nodes_after = dict(op_counts(optimized))
+    report.fusions = dict(sum((r.fusions for r in rewrites), Counter()))
+    report.rule_matches = dict(sum((Counter(r.stats.rule_matches) for r in rewrites), Counter()))
     report.rule_seconds = [
         {
             "family": family,
             "seconds": round(seconds, 4),
-            "search_apply_seconds": round(stats.searched_seconds[family], 4),
+            "search_apply_seconds": round(last.stats.searched_seconds[family], 4),
         }
-        for family, seconds in stats.family_seconds.most_common()
+        for family, seconds in last.stats.family_seconds.most_common()
     ]
     report.dead_nodes_removed = count_dead_nodes(model.graph)
-    report.egraph = {
-        "enodes_before": enodes_before,
-        "enodes_after": stats.enodes or enodes_before,
-        "eclasses": eclasses,
-        "iterations": stats.iterations,
-        "stop_reason": stats.stop_reason,
-        "grow_bans": stats.banned,
-        "encode_commands": encode_commands,
-        "extracted_cost": extraction.cost,
-        "tree_cost": extraction.tree_cost,
-        "dag_switches": extraction.dag_switches,
-        "ort_fusions_avoided": extraction.ort_kept_apart,
-    }
+    report.egraph = last.egraph
+    if control.settled or control.bodies.rewritten or control.bodies.refused or control.bodies.skipped:
+        report.control_flow = control.to_dict(renamed)
     report.verification = result
     report.phases = phases.seconds
-    return decoded.model, report
+    return optimized, report
