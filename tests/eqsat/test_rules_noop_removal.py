@@ -143,3 +143,26 @@ def test_near_misses_are_kept(cases: list[tuple[str, Step]], compare: bool) -> N
     else:
         # A Dropout that stays may still match a rule's pattern partially; what matters is that it stays.
         assert_unchanged(g.model(outputs), compare=False)
+
+
+def test_slices_over_everything_go_whatever_the_shape() -> None:
+    """x[0:, 0:] written with INT64_MAX ends keeps every element of any size; a later start, an end a size can
+    reach (INT32_MAX) or a step of 2 keeps the Slice."""
+    end = 2**63 - 1
+    g = Graph()
+    t = g.node("Relu", [g.input("x", ["n", "m"])], "t")
+    t = node("Slice", ints(0), ints(end), ints(0))(g, t, "all_rows")
+    t = node("Slice", ints(0, 0), ints(end, end), ints(0, 1), ints(1, 1))(g, t, "all_both")
+    t = node("Slice", ints(0), ints(end))(g, t, "all_default_axes")
+    g.node("Neg", [t], "y")
+    kept = [
+        node("Slice", ints(1), ints(end), ints(0)),
+        node("Slice", ints(0), ints(2**31 - 1), ints(0)),
+        node("Slice", ints(0), ints(end), ints(1), ints(2)),
+    ]
+    outputs = ["y"] + [step(g, "t", f"kept{i}") for i, step in enumerate(kept)]
+    model = g.model(outputs)
+    trip = optimized(model)
+    assert_fired(trip, "Slice over everything -> input")
+    assert op_types(trip.model) == Counter({"Relu": 1, "Neg": 1, "Slice": 3})
+    check_and_compare(model, trip.model)

@@ -33,7 +33,7 @@ FLAG_PREDICATES: dict[tuple[str, str], dict[str, FlagPredicate]] = {}
 :func:`flag_predicate`. The encoder asserts ``AttrFlag(attrs, name)`` for each flag that holds."""
 PURE_FLAG = "pure"
 """The one attribute flag not computed by a predicate (see :func:`attribute_flags`)."""
-VALUE_FLAGS = frozenset({"zeros", "ones", "single", "spatial_pads"})
+VALUE_FLAGS = frozenset({"zeros", "ones", "single", "spatial_pads", "past_any_end"})
 """Every flag :func:`_value_flags` can assert on a small constant (``ValueFlag(tensor, name)``)."""
 
 
@@ -472,6 +472,10 @@ def _expand_shapes(model: onnx.ModelProto, facts: GraphFacts, base_dir: Path | N
             values[node.output[0]] = value
 
 
+PAST_ANY_END = 1 << 62
+"""An index no dimension reaches: exporters write INT64_MAX as a Slice's end for "to the end" of any size."""
+
+
 def _value_flags(read: Callable[[], np.ndarray]) -> list[str]:
     """Properties of a small constant that rules test: zeros, ones, one element, spatial Pad pads."""
     try:
@@ -487,6 +491,8 @@ def _value_flags(read: Callable[[], np.ndarray]) -> list[str]:
         flags.append("ones")
     if value.size == 1:
         flags.append("single")
+    if value.size and value.dtype.kind in "iu" and np.all(value >= PAST_ANY_END):
+        flags.append("past_any_end")
     if value.dtype.kind in "iu" and value.ndim == 1 and value.size >= 6 and value.size % 2 == 0:
         rank = value.size // 2
         if np.all(value >= 0) and value[0] == value[1] == value[rank] == value[rank + 1] == 0:

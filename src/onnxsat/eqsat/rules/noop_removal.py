@@ -4,6 +4,7 @@
     Cast(x, to=T)      when x already has type T   ==> x
     Reshape / Expand / Flatten / Squeeze / Slice / Split(1 output)
                        when the output has x's static shape          ==> x
+    Slice(x, starts = 0, ends = INT64_MAX-like, unit steps)          ==> x  (any shape: it keeps everything)
     Concat(x), Sum(x), Max(x), Min(x), Mean(x)     ==> x
     Transpose(x, perm = identity)                  ==> x
     Pad(x, pads = 0)                               ==> x
@@ -116,6 +117,21 @@ def _same_shape(
         has_shape(x, d),
         static_dims(d),
         name=unique("Slice to own shape -> input"),
+    ).then(union(y).with_(x))
+    # From 0 to past any end with unit steps keeps every element whatever the shape (an exporter's x[:, :]).
+    for inputs in (args_of(x, s, e), args_of(x, s, e, c), args_of(x, s, e, c, Tensor.absent())):
+        yield rule(
+            eq(y).to(result("Slice", attrs, inputs, node_id)),
+            value_flag(s, "zeros"),
+            value_flag(e, "past_any_end"),
+            name=unique("Slice over everything -> input"),
+        ).then(union(y).with_(x))
+    yield rule(
+        eq(y).to(result("Slice", attrs, args_of(x, s, e, c, step), node_id)),
+        value_flag(s, "zeros"),
+        value_flag(e, "past_any_end"),
+        value_flag(step, "ones"),
+        name=unique("Slice over everything -> input"),
     ).then(union(y).with_(x))
 
 
