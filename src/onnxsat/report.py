@@ -47,6 +47,8 @@ class OptimizeReport(ReportBase):
     dead_nodes_removed: int = 0
     phases: dict[str, float] = field(default_factory=dict)
     egraph: dict[str, object] = field(default_factory=dict)
+    specialised: list[str] = field(default_factory=list)
+    """With ``--specialize``: each input fixed in the result, and what the result no longer accepts."""
     control_flow: dict[str, Any] = field(default_factory=dict)
     """Only for models with If, Loop or Scan: ``settled`` (op type -> how many were replaced by their taken
     path), ``bodies`` (rewritten, verified alone, unverifiable alone, refused with why, skipped, nodes before
@@ -62,6 +64,19 @@ class OptimizeReport(ReportBase):
         fused = ", ".join(f"{op} {count}" for op, count in sorted(self.fusions.items())) or "none"
         before, after = sum(self.nodes_before.values()), sum(self.nodes_after.values())
         return [f"{before} -> {after} nodes; fusions: {fused}"]
+
+    def _control_flow_lines(self) -> list[str]:
+        if not self.control_flow:
+            return []
+        bodies = self.control_flow["bodies"]
+        settled = ", ".join(f"{op} {count}" for op, count in sorted(self.control_flow["settled"].items())) or "none"
+        lines = [
+            f"control flow: settled to the path constants decide: {settled}; bodies rewritten "
+            f"{bodies['rewritten']} ({bodies['verified']} verified on their own, {bodies['unverifiable']} only "
+            f"within the model), {bodies['nodes_before']} -> {bodies['nodes_after']} nodes inside bodies"
+        ]
+        lines.extend(f"  body kept as it was: {reason}" for reason in bodies["refused"])
+        return lines
 
     def record_phase(self, name: str, seconds: float) -> None:
         """Loading comes first among the phases, saving last."""
@@ -83,6 +98,8 @@ class OptimizeReport(ReportBase):
             lines.append(f"  {label:<52}{count:>6}")
         if self.dead_nodes_removed:
             lines.append(f"dead nodes removed (no path to an output): {self.dead_nodes_removed}")
+        lines.extend(f"specialised: {note}" for note in self.specialised)
+        lines.extend(self._control_flow_lines())
         graph = self.egraph
         lines.append("")
         lines.append(

@@ -33,6 +33,7 @@ from onnxsat.errors import SettingsError
 from onnxsat.inputs import InputSpec
 from onnxsat.options import option
 from onnxsat.report import OptimizeReport, op_counts
+from onnxsat.specialize import specialize
 from onnxsat.verification import DEFAULT_RUN_TIMEOUT, Tolerance, reference_run, verify
 
 _LIMITS = SaturationLimits()
@@ -59,6 +60,12 @@ class OptimizeOptions:
     max_seconds: float = option(_LIMITS.max_seconds, help="stop the e-graph search after this many seconds")
     max_memory_mib: float = option(
         _LIMITS.max_memory_mib, help="stop the e-graph search when the process's resident memory exceeds this"
+    )
+    specialize: bool = option(
+        False,
+        help="fix the inputs given with --inputs as constants and the sizes given with --input-shape in the "
+        "result, so what they decide (an If on a sample rate, a size check) folds away; the result then takes "
+        "only those",
     )
     inputs: InputSpec = field(default_factory=InputSpec)
     tolerance: Tolerance = field(default_factory=Tolerance)
@@ -246,7 +253,11 @@ def optimize_model(
     with phases("verify"):
         reference = reference_run(model, options.inputs, base_dir=base_dir, timeout=options.run_timeout)
     control = _ControlFlow()
-    optimized, rewrites = _optimize_graph(model, reference.feeds, options, base_dir, phases, control)
+    working = model
+    if options.specialize:
+        working, report.specialised = specialize(model, options.inputs)
+    feeds = {value.name: reference.feeds[value.name] for value in working.graph.input if value.name in reference.feeds}
+    optimized, rewrites = _optimize_graph(working, feeds, options, base_dir, phases, control)
     control.bodies.nodes_before, control.bodies.nodes_after = body_nodes(model.graph), body_nodes(optimized.graph)
     renamed = unshadow(optimized.graph)
     # The e-graphs, snapshots and extractions are gone with their frames: their memory is returned before
