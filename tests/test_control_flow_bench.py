@@ -8,6 +8,7 @@ them), and skipped otherwise.
 
 from __future__ import annotations
 
+import copy
 import math
 import re
 from pathlib import Path
@@ -107,6 +108,17 @@ def test_a_case_is_timed_on_its_own_feeds_against_onnxslim(case: bench.Case, tmp
     means = bench.means([row])
     assert re.search(r"over 1 models.*onnxslim then ORT all \d\.\d{3}x, ONNXSat then ORT all \d\.\d{3}x", means[0])
     assert means[1] == "ONNXSat outputs within tolerance on 1 of 1 models"
+    assert len(means) == 2, "no model was left out"
+    failed = bench.Row(case, copy.deepcopy(row.comparison))
+    ours = failed.comparison.variant(ONNXSAT_ALL)
+    assert ours is not None
+    ours.status, ours.reason, ours.times = "skipped", "ONNX Runtime cannot run its result: " + "x" * 300, []
+    assert len(failed.agrees(ONNXSAT_ALL)) < 160 and failed.agrees(ONNXSAT_ALL).endswith("...)")
+    with_failure = bench.means([row, failed])
+    assert "over 1 models" in with_failure[0] and "left out of the means" in with_failure[2]
+    slim = (row.speedup(bench.SLIM)[0] * failed.speedup(bench.SLIM)[0]) ** 0.5  # type: ignore[index]
+    ours_mean = (speed[0] * 1.0) ** 0.5
+    assert f"onnxslim {slim:.3f}x, ONNXSat {ours_mean:.3f}x" in with_failure[3]
     report = bench.report([row], ["torch_scan_rnn: skipped, no PyTorch"], "python -m tools.control_flow_bench", 3, 1)
     assert "torch_scan_rnn: skipped, no PyTorch" in report and "sr [] int64 = 16000" in report
 
