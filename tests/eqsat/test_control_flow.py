@@ -11,6 +11,8 @@ from onnx import TensorProto, helper, numpy_helper
 from onnxsat.eqsat.control_flow.branches import settle
 from onnxsat.eqsat.control_flow.scopes import all_names, bodies_of, unshadow
 from onnxsat.eqsat.optimizer import OptimizeOptions, optimize_model
+from onnxsat.errors import SettingsError
+from onnxsat.inputs import InputSpec
 
 FLOAT = TensorProto.FLOAT
 
@@ -285,3 +287,63 @@ def test_models_without_control_flow_report_none():
     )
     _, report = optimize_model(model, OptimizeOptions(target="portable"))
     assert report.control_flow == {}
+
+
+def test_a_weight_read_only_in_a_branch_stays_when_an_equal_one_is_read_outside():
+    """Equal weights share one e-class; the branch reads its own by name, so that name must stay defined."""
+    weight = np.arange(6, dtype=np.float32).reshape(2, 3)
+    x = helper.make_tensor_value_info("x", FLOAT, [2, 3])
+    branch = helper.make_graph(
+        [helper.make_node("Mul", ["x", "w_inner"], ["b_mul"]), helper.make_node("Relu", ["b_mul"], ["b_out"])],
+        "b",
+        [],
+        [helper.make_tensor_value_info("b_out", FLOAT, [2, 3])],
+    )
+    other = helper.make_graph(
+        [helper.make_node("Neg", ["x"], ["o_neg"]), helper.make_node("Abs", ["o_neg"], ["o_out"])],
+        "o",
+        [],
+        [helper.make_tensor_value_info("o_out", FLOAT, [2, 3])],
+    )
+    nodes = [
+        helper.make_node("Add", ["x", "w_outer"], ["a"]),
+        helper.make_node("If", ["flag"], ["y"], then_branch=branch, else_branch=other),
+        helper.make_node("Add", ["a", "y"], ["z"]),
+    ]
+    flag = helper.make_tensor_value_info("flag", TensorProto.BOOL, [])
+    initializers = [numpy_helper.from_array(weight, "w_outer"), numpy_helper.from_array(weight.copy(), "w_inner")]
+    model = _model(nodes, [x, flag], [helper.make_tensor_value_info("z", FLOAT, [2, 3])], initializers)
+    result, report = optimize_model(model, OptimizeOptions(target="portable"))
+    assert report.verification.ok
+    onnx.checker.check_model(result, full_check=True)
+    feeds = {**_feeds(5), "flag": np.array(True)}
+    np.testing.assert_allclose(_run(result, feeds)[0], _run(model, feeds)[0], rtol=1e-6)
+
+
+def test_specialize_fixes_given_inputs_and_settles_what_they_decide():
+    x = helper.make_tensor_value_info("x", FLOAT, [2, 3])
+    rate = helper.make_tensor_value_info("rate", TensorProto.INT64, [])
+    nodes = [
+        helper.make_node("Equal", ["rate", "sixteen_k"], ["cond"]),
+        helper.make_node("Exp", ["x"], ["ex"]),
+        helper.make_node(
+            "If",
+            ["cond"],
+            ["y"],
+            then_branch=_branch("then", "ex", 2.0, "then_out"),
+            else_branch=_branch("else", "ex", -3.0, "else_out"),
+        ),
+    ]
+    constants = [numpy_helper.from_array(np.array(16000, dtype=np.int64), "sixteen_k")]
+    model = _model(nodes, [x, rate], [helper.make_tensor_value_info("y", FLOAT, [2, 3])], constants)
+    spec = InputSpec(given={"rate": np.array(16000, dtype=np.int64)})
+    general, report = optimize_model(model, OptimizeOptions(target="portable", inputs=spec))
+    assert report.verification.ok and "If" in [n.op_type for n in general.graph.node] and not report.specialised
+    result, report = optimize_model(model, OptimizeOptions(target="portable", inputs=spec, specialize=True))
+    assert report.verification.ok and report.control_flow["settled"] == {"If": 1}
+    assert [v.name for v in result.graph.input] == ["x"]
+    assert report.specialised == ["input 'rate' fixed to 16000: the result no longer takes it"]
+    feeds = _feeds(6)
+    np.testing.assert_allclose(_run(result, feeds)[0], _run(model, {**feeds, "rate": spec.given["rate"]})[0], rtol=1e-6)
+    with pytest.raises(SettingsError, match="--specialize needs"):
+        optimize_model(model, OptimizeOptions(target="portable", specialize=True))

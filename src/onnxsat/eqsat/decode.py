@@ -285,7 +285,9 @@ class _Decoder:
     def alias_captures(self, original: onnx.NodeProto, actual: list[str], position: int) -> None:
         """Subgraphs read outer tensors by name: keep each captured name alive under its original name."""
         for required, name in zip(subgraph_captures(original), actual, strict=True):
-            if required != name and required not in self.used_tensor_names:
+            if required != name and (required in self.initializers or required in self.sparse_initializers):
+                self.used_initializers.add(required)  # a weight deduplicated into an equal one: keep it too
+            elif required != name and required not in self.used_tensor_names:
                 self.used_tensor_names.add(required)
                 alias = onnx.helper.make_node("Identity", [name], [required])
                 self.emitted.append(_Emitted(alias, (position, -1)))
