@@ -51,8 +51,9 @@ class OptimizeReport(ReportBase):
     """With ``--specialize``: each input fixed in the result, and what the result no longer accepts."""
     control_flow: dict[str, Any] = field(default_factory=dict)
     """Only for models with If, Loop or Scan: ``settled`` (op type -> how many were replaced by their taken
-    path), ``bodies`` (rewritten, verified alone, unverifiable alone, refused with why, skipped, nodes before
-    and after at every depth) and ``names_renamed`` (body names that clashed with an enclosing scope's)."""
+    path), ``constants_moved_into_bodies``, ``bodies`` (rewritten, verified alone, unverifiable alone,
+    refused with why, skipped, nodes before and after at every depth) and ``names_renamed`` (body names
+    that clashed with an enclosing scope's)."""
     verification: VerificationResult | None = None
     latency: list[LatencyComparison] = field(default_factory=list)
     written: bool = False
@@ -73,7 +74,8 @@ class OptimizeReport(ReportBase):
         lines = [
             f"control flow: settled to the path constants decide: {settled}; bodies rewritten "
             f"{bodies['rewritten']} ({bodies['verified']} verified on their own, {bodies['unverifiable']} only "
-            f"within the model), {bodies['nodes_before']} -> {bodies['nodes_after']} nodes inside bodies"
+            f"within the model), {bodies['nodes_before']} -> {bodies['nodes_after']} nodes inside bodies; "
+            f"weights moved into the bodies that alone read them: {self.control_flow['constants_moved_into_bodies']}"
         ]
         lines.extend(f"  body kept as it was: {reason}" for reason in bodies["refused"])
         return lines

@@ -20,6 +20,7 @@ import onnx
 from onnxsat import model_io
 from onnxsat.eqsat.control_flow.bodies import BodyStats, body_nodes, rewrite_bodies
 from onnxsat.eqsat.control_flow.branches import settle
+from onnxsat.eqsat.control_flow.constants import localize_constants
 from onnxsat.eqsat.control_flow.scopes import unshadow
 from onnxsat.eqsat.costs import COST_MODELS, DEFAULT_COST_MODEL, get_cost_model
 from onnxsat.eqsat.decode import decode
@@ -27,6 +28,7 @@ from onnxsat.eqsat.encode import encode
 from onnxsat.eqsat.extract import extract
 from onnxsat.eqsat.facts import count_dead_nodes
 from onnxsat.eqsat.frozen import freeze
+from onnxsat.eqsat.partial_shapes import fold_partial_shapes
 from onnxsat.eqsat.rules import TARGETS, applicable, rulesets_for
 from onnxsat.eqsat.saturate import SaturationLimits, SaturationStats, egraph_size, saturate
 from onnxsat.errors import SettingsError
@@ -151,9 +153,21 @@ class _ControlFlow:
 
     settled: Counter[str] = field(default_factory=Counter)
     bodies: BodyStats = field(default_factory=BodyStats)
+    localized: int = 0
+
+    @property
+    def active(self) -> bool:
+        """Whether the model had control flow anything was done to or decided about."""
+        bodies = self.bodies
+        return bool(self.settled or self.localized or bodies.rewritten or bodies.refused or bodies.skipped)
 
     def to_dict(self, renamed: int) -> dict[str, object]:
-        return {"settled": dict(self.settled), "bodies": self.bodies.to_dict(), "names_renamed": renamed}
+        return {
+            "settled": dict(self.settled),
+            "bodies": self.bodies.to_dict(),
+            "constants_moved_into_bodies": self.localized,
+            "names_renamed": renamed,
+        }
 
 
 _ROUNDS = 3
@@ -170,6 +184,7 @@ def _rewrite(
     """Encode, saturate, extract and decode one graph (its bodies stay opaque here)."""
     cost_model = get_cost_model(options.cost_model)
     with phases("encode"), _collector_paused():
+        model, _ = fold_partial_shapes(model, typed)
         encoded = encode(model, typed, base_dir)
         enodes_before = egraph_size(encoded.egraph)
     rulesets = applicable(rulesets_for(options.target), model.graph, bool(encoded.facts.parallel_pairs))
@@ -260,6 +275,7 @@ def optimize_model(
     optimized, rewrites = _optimize_graph(working, feeds, options, base_dir, phases, control)
     control.bodies.nodes_before, control.bodies.nodes_after = body_nodes(model.graph), body_nodes(optimized.graph)
     renamed = unshadow(optimized.graph)
+    control.localized = localize_constants(optimized)
     # The e-graphs, snapshots and extractions are gone with their frames: their memory is returned before
     # the result's verification run, whose weights are the peak of the whole optimization.
     _return_freed_memory()
@@ -288,7 +304,13 @@ def optimize_model(
     ]
     report.dead_nodes_removed = count_dead_nodes(model.graph)
     report.egraph = last.egraph
-    if control.settled or control.bodies.rewritten or control.bodies.refused or control.bodies.skipped:
+    if (
+        control.settled
+        or control.localized
+        or control.bodies.rewritten
+        or control.bodies.refused
+        or control.bodies.skipped
+    ):
         report.control_flow = control.to_dict(renamed)
     report.verification = result
     report.phases = phases.seconds

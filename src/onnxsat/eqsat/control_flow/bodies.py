@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 
-from onnxsat.eqsat.control_flow.scopes import bodies_of
+from onnxsat.eqsat.control_flow.scopes import bodies_of, free_names
 from onnxsat.eqsat.facts import subgraph_captures
 from onnxsat.errors import OnnxSatError
 from onnxsat.inputs import InputSpec
@@ -165,7 +165,7 @@ def make_standalone(
     if not _type_formal_inputs(model.graph, node, types):
         return None
     captured_inputs, captured_constants = [], []
-    for name in _free(body):
+    for name in free_names(body):
         if name in constants:
             model.graph.initializer.append(constants[name])
             captured_constants.append(name)
@@ -262,13 +262,6 @@ def _import_opsets(model: onnx.ModelProto, rewritten: onnx.ModelProto) -> None:
         if (entry.domain or "ai.onnx") not in imported:
             model.opset_import.append(entry)
             imported.add(entry.domain or "ai.onnx")
-
-
-def _free(body: onnx.GraphProto) -> list[str]:
-    """Outer names ``body`` reads, its nested bodies' reads included, in first-use order."""
-    holder = onnx.NodeProto()
-    holder.attribute.append(onnx.helper.make_attribute("body", body))
-    return subgraph_captures(holder)
 
 
 def _type_formal_inputs(graph: onnx.GraphProto, node: onnx.NodeProto, types: dict[str, onnx.TypeProto]) -> bool:

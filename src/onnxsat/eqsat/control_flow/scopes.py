@@ -10,6 +10,8 @@ from collections.abc import Iterator
 
 import onnx
 
+from onnxsat.eqsat.facts import subgraph_captures
+
 GRAPH_ATTRIBUTE_TYPES = (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
 
 
@@ -41,6 +43,13 @@ def all_names(graph: onnx.GraphProto) -> set[str]:
         for body in bodies_of(node):
             names |= all_names(body)
     return names
+
+
+def free_names(body: onnx.GraphProto) -> list[str]:
+    """Outer names ``body`` reads, its nested bodies' reads included, in first-use order."""
+    holder = onnx.NodeProto()
+    holder.attribute.append(onnx.helper.make_attribute("body", body))
+    return subgraph_captures(holder)
 
 
 class NameSource:
