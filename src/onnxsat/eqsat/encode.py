@@ -8,7 +8,7 @@ built one nested Python expression and hit the recursion limit a few hundred lay
 
 Commands go straight to egglog's command layer (``egglog.bindings``): building the same terms through
 egglog-python's typed front end costs ~1 ms per node, which alone would break the 10 s budget for a
-6,000-node graph. The front end still declares the language (``_declare_language``) and runs the rules.
+6,000-node graph. The front end still declares the language (``declare_language``) and runs the rules.
 """
 
 from __future__ import annotations
@@ -106,7 +106,7 @@ class EncodedModel:
         return self.tensor_ids[name]
 
 
-def _declare_language(egraph: EGraph) -> None:
+def declare_language(egraph: EGraph) -> None:
     """Have egglog-python declare every constructor and relation the bulk commands use.
 
     egglog-python declares a function to the Rust e-graph the first time a typed expression uses it,
@@ -147,9 +147,12 @@ def _declare_language(egraph: EGraph) -> None:
 
 
 class _Encoder:
-    def __init__(self, model: onnx.ModelProto, typed: onnx.ModelProto | None, base_dir: Path | None) -> None:
-        egraph = EGraph()
-        _declare_language(egraph)
+    def __init__(
+        self, model: onnx.ModelProto, typed: onnx.ModelProto | None, base_dir: Path | None, egraph: EGraph | None
+    ) -> None:
+        if egraph is None:
+            egraph = EGraph()
+            declare_language(egraph)
         facts = collect_facts(model, typed, base_dir)
         self.result = EncodedModel(model=model, egraph=egraph, facts=facts, base_dir=base_dir)
         self.commands: list[bindings.ActionCommand] = []
@@ -264,9 +267,15 @@ class _Encoder:
                 self.tensor_facts(name, handle)
 
 
-def encode(model: onnx.ModelProto, typed: onnx.ModelProto | None = None, base_dir: Path | None = None) -> EncodedModel:
+def encode(
+    model: onnx.ModelProto,
+    typed: onnx.ModelProto | None = None,
+    base_dir: Path | None = None,
+    egraph: EGraph | None = None,
+) -> EncodedModel:
     """Encode ``model`` (not modified) into a fresh e-graph; ``typed`` is it after shape inference.
 
     ``base_dir`` is where the model's external data lives; the decoder reads folded weights from there.
+    ``egraph``: an empty e-graph with the language already declared (``WarmEGraph.scratch``) to use instead.
     """
-    return _Encoder(model, typed, base_dir).encode()
+    return _Encoder(model, typed, base_dir, egraph).encode()

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 import onnx
+from egglog import EGraph
 
 from onnxsat import model_io
 from onnxsat.eqsat.control_flow.bodies import BodyStats, body_nodes, rewrite_bodies
@@ -31,6 +32,7 @@ from onnxsat.eqsat.frozen import freeze
 from onnxsat.eqsat.partial_shapes import fold_partial_shapes
 from onnxsat.eqsat.rules import TARGETS, applicable, rulesets_for
 from onnxsat.eqsat.saturate import SaturationLimits, SaturationStats, egraph_size, saturate
+from onnxsat.eqsat.warm import WarmEGraph
 from onnxsat.errors import SettingsError
 from onnxsat.inputs import InputSpec
 from onnxsat.options import option
@@ -154,6 +156,13 @@ class _ControlFlow:
     settled: Counter[str] = field(default_factory=Counter)
     bodies: BodyStats = field(default_factory=BodyStats)
     localized: int = 0
+    ready: WarmEGraph | None = None
+
+    def warm(self, options: OptimizeOptions) -> WarmEGraph:
+        """The e-graph every body is searched on, made ready at the first body (about 1.5 s, once)."""
+        if self.ready is None:
+            self.ready = WarmEGraph(rulesets_for(options.target))
+        return self.ready
 
     @property
     def active(self) -> bool:
@@ -180,16 +189,35 @@ def _rewrite(
     options: OptimizeOptions,
     base_dir: Path | None,
     phases: _Phases,
+    warm: WarmEGraph | None = None,
 ) -> _Rewritten:
-    """Encode, saturate, extract and decode one graph (its bodies stay opaque here)."""
+    """Encode, saturate, extract and decode one graph (its bodies stay opaque here).
+
+    ``warm``: search on that ready e-graph (bodies) instead of a fresh one (the main graph).
+    """
+    if warm is None:
+        return _search(model, typed, options, base_dir, phases, None, None)
+    with warm.scratch() as egraph:
+        return _search(model, typed, options, base_dir, phases, egraph, warm.translated)
+
+
+def _search(
+    model: onnx.ModelProto,
+    typed: onnx.ModelProto | None,
+    options: OptimizeOptions,
+    base_dir: Path | None,
+    phases: _Phases,
+    egraph: EGraph | None,
+    translated: dict | None,
+) -> _Rewritten:
     cost_model = get_cost_model(options.cost_model)
     with phases("encode"), _collector_paused():
         model, _ = fold_partial_shapes(model, typed)
-        encoded = encode(model, typed, base_dir)
+        encoded = encode(model, typed, base_dir, egraph)
         enodes_before = egraph_size(encoded.egraph)
     rulesets = applicable(rulesets_for(options.target), model.graph, bool(encoded.facts.parallel_pairs))
     with phases("saturate"):
-        stats = saturate(encoded.egraph, rulesets, options.limits)
+        stats = saturate(encoded.egraph, rulesets, options.limits, translated)
     with phases("extract"), _collector_paused():
         snapshot = freeze(encoded.egraph)
         extraction = extract(snapshot, cost_model, encoded, ort_lookahead=options.target == "ort")
@@ -219,6 +247,7 @@ def _optimize_graph(
     base_dir: Path | None,
     phases: _Phases,
     control: _ControlFlow,
+    is_body: bool = False,
 ) -> tuple[onnx.ModelProto, list[_Rewritten]]:
     """Settle decided control flow, rewrite the bodies (recursively), then the graph itself.
 
@@ -230,14 +259,14 @@ def _optimize_graph(
     typed = _shape_inferred(model)
 
     def rewrite_standalone(standalone: onnx.ModelProto, body_feeds: dict[str, np.ndarray]) -> onnx.ModelProto:
-        return _optimize_graph(standalone, body_feeds, options, base_dir, phases, control)[0]
+        return _optimize_graph(standalone, body_feeds, options, base_dir, phases, control, is_body=True)[0]
 
     model = rewrite_bodies(
         model, typed, rewrite_standalone, control.bodies, options.tolerance, feeds, base_dir, options.run_timeout
     )
     rewrites: list[_Rewritten] = []
     for _ in range(_ROUNDS):
-        rewritten = _rewrite(model, typed, options, base_dir, phases)
+        rewritten = _rewrite(model, typed, options, base_dir, phases, control.warm(options) if is_body else None)
         rewrites.append(rewritten)
         model, settled = settle(rewritten.model)
         if not settled:

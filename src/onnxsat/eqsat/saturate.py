@@ -98,7 +98,14 @@ class _BackOff:
             self.bans += 1
 
 
-def saturate(egraph: EGraph, schedule: RuleSchedule, limits: SaturationLimits) -> SaturationStats:
+def saturate(
+    egraph: EGraph, schedule: RuleSchedule, limits: SaturationLimits, translated: dict | None = None
+) -> SaturationStats:
+    """Run ``schedule`` on ``egraph`` until nothing changes or a limit is reached.
+
+    ``translated``: the commands already translated for this e-graph's rules (``WarmEGraph``), shared
+    across searches; by default each search translates its own.
+    """
     stats = SaturationStats()
     if schedule.empty:
         return stats
@@ -107,7 +114,7 @@ def saturate(egraph: EGraph, schedule: RuleSchedule, limits: SaturationLimits) -
     # a class that contains itself (x * 1 = x), and a fold matching through it makes a new constant on
     # every pass. The iteration, e-node and time limits bound that; a nested saturate would not end.
     back_offs = [_BackOff() for _ in schedule.grow]
-    runs, analysed = _Runs(egraph, stats), analysis.saturate()
+    runs, analysed = Runs(egraph, stats, translated), analysis.saturate()
     memory, enodes = resident_mib(), egraph_size(egraph)
     while True:
         if stats.iterations >= limits.max_iterations:
@@ -144,7 +151,7 @@ def saturate(egraph: EGraph, schedule: RuleSchedule, limits: SaturationLimits) -
     return stats
 
 
-class _Runs:
+class Runs:
     """Runs schedules on one e-graph, each translated to egglog's command once, and times them per family.
 
     ``egraph.run`` merges a schedule's declarations into the e-graph's on every call, 50-100 ms for these
@@ -153,9 +160,9 @@ class _Runs:
     the ``id`` key stays unique) and run again.
     """
 
-    def __init__(self, egraph: EGraph, stats: SaturationStats) -> None:
+    def __init__(self, egraph: EGraph, stats: SaturationStats, commands: dict | None = None) -> None:
         self.egraph, self.stats = egraph, stats
-        self.commands: dict[int, tuple[Schedule, object]] = {}
+        self.commands: dict[int, tuple[Schedule, object]] = {} if commands is None else commands
 
     def timed(self, family: str, schedule: Schedule) -> RunReport:
         """Run ``schedule`` and charge its wall time, matches and per-rule times to ``family``."""
