@@ -9,10 +9,14 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from onnxsat.eqsat.control_flow.branches import settle
+from onnxsat.eqsat.control_flow.constants import localize_constants
 from onnxsat.eqsat.control_flow.scopes import all_names, bodies_of, unshadow
-from onnxsat.eqsat.optimizer import OptimizeOptions, optimize_model
+from onnxsat.eqsat.optimizer import OptimizeOptions, _Phases, _rewrite, optimize_model
+from onnxsat.eqsat.rules import rulesets_for
+from onnxsat.eqsat.warm import WarmEGraph
 from onnxsat.errors import SettingsError
 from onnxsat.inputs import InputSpec
+from onnxsat.normal_form import normal_form
 
 FLOAT = TensorProto.FLOAT
 
@@ -347,3 +351,59 @@ def test_specialize_fixes_given_inputs_and_settles_what_they_decide():
     np.testing.assert_allclose(_run(result, feeds)[0], _run(model, {**feeds, "rate": spec.given["rate"]})[0], rtol=1e-6)
     with pytest.raises(SettingsError, match="--specialize needs"):
         optimize_model(model, OptimizeOptions(target="portable", specialize=True))
+
+
+def test_weights_only_bodies_read_move_into_them():
+    """w_then is read by the then branch alone, w_both by both, w_main outside too: only the first two move."""
+    x = helper.make_tensor_value_info("x", FLOAT, [2, 3])
+    weights = {
+        name: np.full((2, 3), value, np.float32) for name, value in (("w_then", 2), ("w_both", 3), ("w_main", 4))
+    }
+
+    def branch(name, weight):
+        nodes = [
+            helper.make_node("Mul", ["x", weight], [f"{name}_a"]),
+            helper.make_node("Add", [f"{name}_a", "w_both"], [f"{name}_b"]),
+            helper.make_node("Sub", [f"{name}_b", "w_main"], [f"{name}_out"]),
+        ]
+        return helper.make_graph(nodes, name, [], [helper.make_tensor_value_info(f"{name}_out", FLOAT, [2, 3])])
+
+    nodes = [
+        helper.make_node("If", ["flag"], ["y"], then_branch=branch("t", "w_then"), else_branch=branch("e", "x")),
+        helper.make_node("Add", ["y", "w_main"], ["z"]),
+    ]
+    flag = helper.make_tensor_value_info("flag", TensorProto.BOOL, [])
+    initializers = [numpy_helper.from_array(value, name) for name, value in weights.items()]
+    model = _model(nodes, [x, flag], [helper.make_tensor_value_info("z", FLOAT, [2, 3])], initializers)
+    moved = onnx.ModelProto()
+    moved.CopyFrom(model)
+    assert localize_constants(moved) == 2
+    onnx.checker.check_model(moved, full_check=True)
+    assert [t.name for t in moved.graph.initializer] == ["w_main"]
+    branches = {a.name: a.g for a in moved.graph.node[0].attribute}
+    then, other = branches["then_branch"], branches["else_branch"]
+    assert sorted(t.name for t in then.initializer) == ["w_both", "w_then"]
+    assert [t.name for t in other.initializer] == ["w_both"]
+    for value in (True, False):
+        feeds = {**_feeds(7), "flag": np.array(value)}
+        np.testing.assert_array_equal(_run(moved, feeds)[0], _run(model, feeds)[0])
+
+
+def test_a_body_searched_on_the_ready_egraph_gives_what_a_fresh_one_gives():
+    """The e-graph bodies share is pushed and popped around each search: nothing leaks from one to the next."""
+    model = _if_model(helper.make_node("Constant", [], ["cond"], value=numpy_helper.from_array(np.array(True))))
+    branch = next(a.g for a in model.graph.node[-1].attribute if a.name == "then_branch")
+    standalone = helper.make_model(
+        helper.make_graph(
+            list(branch.node), "b", [helper.make_tensor_value_info("ex", FLOAT, [2, 3])], list(branch.output)
+        ),
+        opset_imports=[helper.make_opsetid("", 17)],
+    )
+    standalone.ir_version = 9
+    standalone, _ = normal_form(standalone)
+    options = OptimizeOptions(target="ort")
+    warm = WarmEGraph(rulesets_for("ort"))
+    fresh = _rewrite(standalone, None, options, None, _Phases()).model
+    for _ in range(3):
+        again = _rewrite(standalone, None, options, None, _Phases(), warm).model
+        assert again.SerializeToString() == fresh.SerializeToString()

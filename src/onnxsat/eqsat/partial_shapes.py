@@ -31,11 +31,8 @@ def fold_partial_shapes(model: onnx.ModelProto, typed: onnx.ModelProto | None) -
     }
     shapes = {name: vector for name, vector in shapes.items() if vector is not None}
     folded: dict[int, onnx.TensorProto] = {}
-    outputs = {value.name for value in graph.output}
     for position, node in enumerate(graph.node):
-        if node.domain not in _DEFAULT_DOMAINS or not node.input or node.input[0] not in shapes:
-            continue
-        if not node.output or node.output[0] in outputs:
+        if node.domain not in _DEFAULT_DOMAINS or not node.input or node.input[0] not in shapes or not node.output:
             continue
         value = _fold(node, shapes[node.input[0]], constants)
         if value is not None:
