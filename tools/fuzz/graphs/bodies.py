@@ -108,15 +108,23 @@ class BodyBuilder(Builder):
         return Counter({name: n for name, n in self.reads.items() if name in self.outer})
 
     def graph(
-        self, outputs: Sequence[Value], prefix: str, shaped: bool = True, ranked: Sequence[bool] = ()
+        self,
+        outputs: Sequence[Value],
+        prefix: str,
+        shaped: bool = True,
+        ranked: Sequence[bool] = (),
+        copy_inputs: bool = False,
     ) -> onnx.GraphProto:
         """The finished body; an outer tensor returned as it is goes through an Identity (ONNX requires it).
 
         Output types are fully shaped when ``shaped`` (a Loop that may run zero times needs the shapes of its
         scan outputs), else some give only the rank or only the element type, as ONNX allows. Outputs flagged in
-        ``ranked`` give only their rank (If branches returning different shapes).
+        ``ranked`` give only their rank (If branches returning different shapes). ``copy_inputs`` returns a body
+        input through an Identity too: ONNX Runtime 1.31's Scan returns zeros for a body input returned as it is.
         """
-        local = self.declared | {o for n in self.nodes for o in n.output}
+        local = {o for n in self.nodes for o in n.output} | {t.name for t in self.initializers}
+        if not copy_inputs:
+            local |= self.declared
         values = []
         for value in outputs:
             if value.name not in local or value.name in {v.name for v in values}:  # the second of a pair too
@@ -431,7 +439,7 @@ def scan_node(b: Builder, catalog: list[OpBuilder]) -> object:
         if value is None or value.size * length > MAX_ELEMENTS:
             value = conform(body, FLOAT, body.random_shape(2), exact=False)
         scans.append(value)
-    graph = body.graph([*outs, *scans], "scan_body", shaped=b.chance(0.8))
+    graph = body.graph([*outs, *scans], "scan_body", shaped=b.chance(0.8), copy_inputs=True)
     finish(b, body)
     attrs: dict[str, object] = {"num_scan_inputs": len(sequences)}
     if any(axes) or b.chance(0.2):
@@ -511,8 +519,21 @@ def _constants(graph: onnx.GraphProto) -> dict[str, np.ndarray]:
     return found
 
 
+def _static(graph: onnx.GraphProto, constants: dict[str, np.ndarray]) -> set[str]:
+    """Names computable before run time: constants, shapes, and what plain nodes compute from them alone."""
+    static = set(constants)
+    for node in graph.node:
+        inputs = [i for i in node.input if i]
+        if node.op_type in ("Shape", "Size") or (
+            node.op_type not in CONTROL_OPS and inputs and all(i in static for i in inputs)
+        ):
+            static.update(o for o in node.output if o)
+    return static
+
+
 def _walk(graph: onnx.GraphProto, level: int, outer: set[str], tags: Counter[str]) -> None:
     constants = _constants(graph)
+    static = _static(graph, constants)
     local = {v.name for v in graph.input} | {t.name for t in graph.initializer}
     local |= {o for n in graph.node for o in n.output if o}
     if level:
@@ -539,6 +560,8 @@ def _walk(graph: onnx.GraphProto, level: int, outer: set[str], tags: Counter[str
             tags["nested control flow"] += level > 0
             if node.op_type == "If" and node.input[0] in constants:
                 tags["If with a constant condition"] += 1
+            elif node.op_type == "If" and node.input[0] in static:
+                tags["If with a condition computed from constants or shapes"] += 1
             if node.op_type == "Loop":
                 trip = constants.get(node.input[0]) if node.input and node.input[0] else None
                 tags["Loop without a trip count"] += trip is None and not node.input[0]
