@@ -20,6 +20,8 @@ OPEN = {
     "feed array; verification reuses the feeds for the optimized model's run",
     "merged_captured_name_restored_after_its_reader": "two equal ReduceSums merge; the Identity restoring the "
     "second's name, which a Loop body nested in an If branch captures, is placed after that If",
+    "removed_identity_restored_after_its_capturer": "an Identity is removed; the Identity restoring its output's "
+    "name, which an If's nested body captures, is placed after that If",
 }
 """Regression models of bugs found but not fixed yet, with why: strict xfail until the fix lands."""
 
