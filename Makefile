@@ -37,6 +37,7 @@ test-large: $(STAMP)
 # tools in tools/fuzz (not installed with onnxsat), run from the repository root.
 fuzz: $(STAMP)
 	$(BIN)/python -m tools.fuzz graphs --count 3000 --seed 100000
+	$(BIN)/python -m tools.fuzz bodies --count 1000 --seed 100000
 	$(BIN)/python -m tools.fuzz bytes --count 3000 --seed 2026
 
 lint: $(STAMP)

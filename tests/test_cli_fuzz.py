@@ -1,4 +1,4 @@
-"""The reliability commands: `python -m tools.fuzz graphs|bytes|opsets` run real campaigns and print their counts."""
+"""The reliability commands: `python -m tools.fuzz graphs|bodies|bytes|opsets` run real campaigns and print counts."""
 
 from __future__ import annotations
 
@@ -28,6 +28,15 @@ def test_fuzz_graphs_prints_the_counts(capfd: pytest.CaptureFixture[str], tmp_pa
     assert not list((tmp_path / "f").iterdir()), "no failure was kept"
 
 
+def test_fuzz_bodies_prints_the_counts_and_the_control_flow_census(capfd: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(["bodies", "--count", "2", "--seed", "11"], capfd)
+    assert code == 0
+    counts = r"control-flow graphs fuzzed: 2 generated, \d+ ran, \d+ passed, \d+ rejected as invalid, 0 failed"
+    assert re.search(counts, out), out
+    census = re.search(r"control flow \(.*\): (.*)", out)
+    assert census is not None and re.search(r"\b(If|Loop|Scan) \d+", census.group(1)), out
+
+
 def test_fuzz_bytes_prints_the_counts(capfd: pytest.CaptureFixture[str]) -> None:
     code, out, _ = run(["bytes", "--count", "6", "--seed", "3"], capfd)
     assert code == 0
@@ -48,6 +57,7 @@ def test_fuzz_opsets_prints_the_table_and_counts(capfd: pytest.CaptureFixture[st
     "argv",
     [
         ["graphs", "--count", "0"],
+        ["bodies", "--count", "0"],
         ["bytes", "--count", "5", "--timeout", "0"],
         ["opsets", "--opsets", "9-7"],
         ["opsets", "--opsets", "seven"],

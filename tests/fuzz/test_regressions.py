@@ -15,9 +15,27 @@ import pytest
 from tools.fuzz.differential import PASSED, check_model
 
 REGRESSIONS = Path(__file__).parent / "regressions"
+OPEN = {
+    "batchnorm_training_mean_feed_mutated": "ORT writes BatchNormalization's running mean into the mean input's "
+    "feed array; verification reuses the feeds for the optimized model's run",
+    "merged_captured_name_restored_after_its_reader": "two equal ReduceSums merge; the Identity restoring the "
+    "second's name, which a Loop body nested in an If branch captures, is placed after that If",
+    "removed_identity_restored_after_its_capturer": "an Identity is removed; the Identity restoring its output's "
+    "name, which an If's nested body captures, is placed after that If",
+}
+"""Regression models of bugs found but not fixed yet, with why: strict xfail until the fix lands."""
 
 
-@pytest.mark.parametrize("path", sorted(REGRESSIONS.glob("*.onnx")), ids=lambda path: path.stem)
+def _cases() -> list[object]:
+    return [
+        pytest.param(path, id=path.stem, marks=[pytest.mark.xfail(reason=OPEN[path.stem], strict=True)])
+        if path.stem in OPEN
+        else pytest.param(path, id=path.stem)
+        for path in sorted(REGRESSIONS.glob("*.onnx"))
+    ]
+
+
+@pytest.mark.parametrize("path", _cases())
 def test_regression_model_passes_the_differential_check(path: Path) -> None:
     outcome = check_model(onnx.load(str(path)))
     assert outcome.status == PASSED, outcome.describe()

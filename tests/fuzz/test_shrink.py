@@ -11,7 +11,8 @@ from onnxsat.eqsat import weights
 from onnxsat.eqsat.optimizer import OptimizeOptions, optimize_model
 from tools.fuzz.differential import FAILED, check_model
 from tools.fuzz.graphs import generate_model
-from tools.fuzz.shrink import cleanup, shrink
+from tools.fuzz.graphs.bodies import generate_bodies_model
+from tools.fuzz.shrink import cleanup, prune_bodies, shrink
 
 
 def valid(model: onnx.ModelProto) -> bool:
@@ -124,3 +125,25 @@ def test_cleanup_drops_dead_nodes_and_unread_tensors_only() -> None:
     assert not clean.graph.initializer
     assert [v.name for v in clean.graph.value_info] == ["live"]
     assert len(model.graph.node) == 3, "cleanup works on a copy"
+
+
+def test_dead_nodes_inside_bodies_are_shrunk_away() -> None:
+    """A failure in a control-flow model shrinks into its bodies too: their dead nodes and initializers go."""
+    model = generate_bodies_model(3)
+    bodies = [a.g for n in model.graph.node for a in n.attribute if a.HasField("g")]
+    before = sum(len(g.node) for g in bodies)
+
+    def body_nodes(candidate: onnx.ModelProto) -> int:
+        return sum(len(a.g.node) for n in candidate.graph.node for a in n.attribute if a.HasField("g"))
+
+    def still_fails(candidate: onnx.ModelProto) -> bool:  # "the failure": a valid model with a non-empty body
+        try:
+            onnx.checker.check_model(candidate, full_check=True)
+        except Exception:
+            return False
+        return body_nodes(candidate) > 0
+
+    assert prune_bodies(model) is not None
+    shrunk = shrink(model, still_fails)
+    assert 0 < body_nodes(shrunk) < before
+    assert prune_bodies(shrunk) is None

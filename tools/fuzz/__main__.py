@@ -1,4 +1,4 @@
-"""``python -m tools.fuzz graphs|bytes|opsets ...``: see :mod:`tools.fuzz.command`."""
+"""``python -m tools.fuzz graphs|bodies|bytes|opsets ...``: see :mod:`tools.fuzz.command`."""
 
 import sys
 

@@ -1,4 +1,4 @@
-"""``python -m tools.fuzz graphs|bytes|opsets``: run a reliability campaign and print its counts.
+"""``python -m tools.fuzz graphs|bodies|bytes|opsets``: run a reliability campaign and print its counts.
 
 The options and output are those of the former ``onnxsat fuzz`` command. A bad setting is one
 ``onnxsat: error: ...`` line and the exit code of :class:`~onnxsat.errors.SettingsError` (9), like
@@ -24,7 +24,12 @@ def build_parser() -> argparse.ArgumentParser:
     graphs.add_argument("--count", type=int, default=1000, help="graphs to generate")
     graphs.add_argument("--seed", type=int, default=0, help="first graph seed (graph i uses seed + i)")
     graphs.add_argument("--failures-dir", default=None, help="where to keep each failure, shrunk, as .onnx")
-    graphs.set_defaults(handler=run_graphs)
+    graphs.set_defaults(handler=run_graphs, kind="graph")
+    bodies = which.add_parser("bodies", help="random graphs with If/Loop/Scan bodies through every target, under ORT")
+    bodies.add_argument("--count", type=int, default=500, help="graphs to generate")
+    bodies.add_argument("--seed", type=int, default=0, help="first graph seed (graph i uses seed + i)")
+    bodies.add_argument("--failures-dir", default=None, help="where to keep each failure, shrunk, as .onnx")
+    bodies.set_defaults(handler=run_graphs, kind="bodies")
     mutations = which.add_parser("bytes", help="random byte mutations of model files through `onnxsat optimize`")
     mutations.add_argument("--count", type=int, default=1000, help="mutated files to try")
     mutations.add_argument("--seed", type=int, default=0, help="campaign seed (case i is seeded by (seed, i))")
@@ -45,9 +50,14 @@ def run_graphs(args: argparse.Namespace) -> int:
     if args.count < 1:
         raise SettingsError(f"--count must be at least 1 (got {args.count})")
     failures = output_folder(args.failures_dir, "--failures-dir")
-    result = run_graph_campaign(args.count, args.seed, failures)
+    result = run_graph_campaign(args.count, args.seed, failures, kind=args.kind)
     census = ", ".join(f"{name} {count}" for name, count in sorted(result.patterns.items()))
     print(f"graphs containing each pattern or near-miss: {census}")
+    if result.control:
+        control = ", ".join(f"{name} {count}" for name, count in sorted(result.control.items()))
+        print(f"control flow (nodes, bodies, or graphs for 'nested N deep'): {control}")
+    for reason, count in result.invalid_reasons.most_common(5):
+        print(f"invalid x{count}: {reason}")
     for failure in result.failures:
         kept = f" (shrunk to {failure.shrunk_nodes} nodes: {failure.path})" if failure.path else ""
         print(f"FAILED seed {failure.seed} target {failure.target} {failure.kind}: {failure.detail[:200]}{kept}")

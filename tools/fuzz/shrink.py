@@ -10,6 +10,8 @@ step at a time and keeps it whenever the model still fails:
 
 - drop the initializers and graph inputs nobody reads (all at once, else one at a time: an unread
   input can be the trigger, e.g. one of a type the input generator mishandles);
+- drop the dead nodes and unread initializers inside If/Loop/Scan bodies (all bodies at once: a control-flow
+  failure is otherwise kept with every body in full);
 
 after each step, nodes that no longer reach an output are removed. It stops when no single step keeps
 the failure, so every remaining piece is needed.
@@ -56,6 +58,44 @@ def prune(model: onnx.ModelProto) -> onnx.ModelProto:
     produced = {name for node in kept for name in node.output}
     _keep(graph.value_info, lambda v: v.name in produced)
     return result
+
+
+def _prune_body(graph: onnx.GraphProto) -> bool:
+    """Remove ``graph``'s dead nodes and unread initializers, and its nested bodies'; True if anything went."""
+    changed = False
+    for node in graph.node:
+        for attr in node.attribute:
+            for body in [*attr.graphs, *([attr.g] if attr.HasField("g") else [])]:
+                changed |= _prune_body(body)
+    producer = {name: i for i, node in enumerate(graph.node) for name in node.output if name}
+    live: set[int] = set()
+    stack = [producer[o.name] for o in graph.output if o.name in producer]
+    while stack:
+        index = stack.pop()
+        if index not in live:
+            live.add(index)
+            stack.extend(producer[name] for name in _reads(graph.node[index]) if name in producer)
+    if len(live) < len(graph.node):
+        kept = [node for i, node in enumerate(graph.node) if i in live]
+        del graph.node[:]
+        graph.node.extend(kept)
+        changed = True
+    needed = {name for node in graph.node for name in _reads(node)} | {o.name for o in graph.output}
+    if any(t.name not in needed for t in graph.initializer):
+        _keep(graph.initializer, lambda t: t.name in needed)
+        changed = True
+    return changed
+
+
+def prune_bodies(model: onnx.ModelProto) -> onnx.ModelProto | None:
+    """A copy whose control-flow bodies lost their dead nodes and unread initializers (None if none had any)."""
+    result = _copy(model)
+    changed = False
+    for node in result.graph.node:
+        for attr in node.attribute:
+            for body in [*attr.graphs, *([attr.g] if attr.HasField("g") else [])]:
+                changed |= _prune_body(body)
+    return result if changed else None
 
 
 def unread(model: onnx.ModelProto) -> list[str]:
@@ -191,6 +231,10 @@ def _candidates(model: onnx.ModelProto, kind: str, name: str) -> Iterator[onnx.M
         names = set(unread(model))
         if names:
             yield drop_tensors(model, names)
+    elif kind == "bodies":
+        pruned = prune_bodies(model)
+        if pruned is not None:
+            yield pruned
     elif kind == "output":
         positions = [i for i, o in enumerate(model.graph.output) if o.name == name]
         if positions and len(model.graph.output) > 1:
@@ -204,9 +248,10 @@ def _candidates(model: onnx.ModelProto, kind: str, name: str) -> Iterator[onnx.M
 
 
 def _steps(model: onnx.ModelProto) -> list[tuple[str, str]]:
-    """One pass: unread tensors at once, each output, each node (last first), each unread tensor."""
+    """One pass: unread tensors at once, dead body nodes, each output, each node (last first), each unread tensor."""
     return [
         ("unread", ""),
+        ("bodies", ""),
         *(("output", o.name) for o in model.graph.output),
         *(("node", n.output[0]) for n in reversed(model.graph.node) if n.output),
         *(("tensor", name) for name in unread(model)),

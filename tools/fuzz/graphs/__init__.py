@@ -10,6 +10,8 @@ bug report; ``pattern_census`` and ``op_types`` read back what a model contains,
   near-misses they must refuse.
 - ``generate``: assembling a model: opset, inputs, ops drawn from the catalog, outputs.
 - ``census``: which op types, rule patterns, near-misses and graph features a model contains.
+- ``bodies``: a separate generator (``generate_bodies_model``) of models with If/Loop/Scan nodes whose bodies are
+  random graphs drawn from the same catalog, and ``control_census`` to count what control flow a model holds.
 """
 
 from __future__ import annotations
