@@ -249,7 +249,8 @@ def run_model(
         sess = session(model, level, base_dir=base_dir, lean=True)
         gc.collect(0)
         timer.start()
-        return sess.run(None, dict(feeds), run_options)
+        # copies: a kernel may write into an input (BatchNormalization in training mode updates its mean)
+        return sess.run(None, {name: np.array(value, copy=True) for name, value in feeds.items()}, run_options)
     except Exception as error:  # ORT raises several unrelated exception types
         if run_options.terminate:
             raise RuntimeUnsupportedError(

@@ -15,14 +15,7 @@ import pytest
 from tools.fuzz.differential import PASSED, check_model
 
 REGRESSIONS = Path(__file__).parent / "regressions"
-OPEN = {
-    "batchnorm_training_mean_feed_mutated": "ORT writes BatchNormalization's running mean into the mean input's "
-    "feed array; verification reuses the feeds for the optimized model's run",
-    "merged_captured_name_restored_after_its_reader": "two equal ReduceSums merge; the Identity restoring the "
-    "second's name, which a Loop body nested in an If branch captures, is placed after that If",
-    "removed_identity_restored_after_its_capturer": "an Identity is removed; the Identity restoring its output's "
-    "name, which an If's nested body captures, is placed after that If",
-}
+OPEN: dict[str, str] = {}
 """Regression models of bugs found but not fixed yet, with why: strict xfail until the fix lands."""
 
 

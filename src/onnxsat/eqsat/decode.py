@@ -316,7 +316,9 @@ class _Decoder:
         waiting = [0] * len(self.emitted)
         consumers: list[list[int]] = [[] for _ in self.emitted]
         for index, item in enumerate(self.emitted):
-            deps = {producer[n] for n in item.node.input if n in producer}
+            # a body reads its captures by name at any depth: their producers (an alias too) come first
+            reads = [*item.node.input, *subgraph_captures(item.node)]
+            deps = {producer[n] for n in reads if n in producer}
             waiting[index] = len(deps)
             for dep in deps:
                 consumers[dep].append(index)
