@@ -32,7 +32,7 @@ from onnxsat.eqsat.frozen import freeze
 from onnxsat.eqsat.partial_shapes import fold_partial_shapes
 from onnxsat.eqsat.rules import TARGETS, applicable, rulesets_for
 from onnxsat.eqsat.saturate import SaturationLimits, SaturationStats, egraph_size, saturate
-from onnxsat.eqsat.warm import WarmEGraph
+from onnxsat.eqsat.warm import WarmEGraph, warm_egraph
 from onnxsat.errors import SettingsError
 from onnxsat.inputs import InputSpec
 from onnxsat.options import option
@@ -156,13 +156,6 @@ class _ControlFlow:
     settled: Counter[str] = field(default_factory=Counter)
     bodies: BodyStats = field(default_factory=BodyStats)
     localized: int = 0
-    ready: WarmEGraph | None = None
-
-    def warm(self, options: OptimizeOptions) -> WarmEGraph:
-        """The e-graph every body is searched on, made ready at the first body (about 1.5 s, once)."""
-        if self.ready is None:
-            self.ready = WarmEGraph(rulesets_for(options.target))
-        return self.ready
 
     @property
     def active(self) -> bool:
@@ -266,7 +259,7 @@ def _optimize_graph(
     )
     rewrites: list[_Rewritten] = []
     for _ in range(_ROUNDS):
-        rewritten = _rewrite(model, typed, options, base_dir, phases, control.warm(options) if is_body else None)
+        rewritten = _rewrite(model, typed, options, base_dir, phases, warm_egraph(options.target) if is_body else None)
         rewrites.append(rewritten)
         model, settled = settle(rewritten.model)
         if not settled:

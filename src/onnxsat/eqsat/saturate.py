@@ -26,6 +26,10 @@ GROW_MATCH_LIMIT = 1000
 GROW_BAN_LENGTH = 5
 
 
+ANALYSIS_SCHEDULE = analysis.saturate()
+"""The analysis run to a fixpoint: one object, so a translated command is found again by its ``id``."""
+
+
 @dataclass(frozen=True)
 class SaturationLimits:
     max_iterations: int = 30
@@ -114,7 +118,7 @@ def saturate(
     # a class that contains itself (x * 1 = x), and a fold matching through it makes a new constant on
     # every pass. The iteration, e-node and time limits bound that; a nested saturate would not end.
     back_offs = [_BackOff() for _ in schedule.grow]
-    runs, analysed = Runs(egraph, stats, translated), analysis.saturate()
+    runs, analysed = Runs(egraph, stats, translated), ANALYSIS_SCHEDULE
     memory, enodes = resident_mib(), egraph_size(egraph)
     while True:
         if stats.iterations >= limits.max_iterations:
