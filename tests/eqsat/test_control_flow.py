@@ -15,6 +15,7 @@ from onnxsat.eqsat.optimizer import OptimizeOptions, _Phases, _rewrite, optimize
 from onnxsat.eqsat.rules import rulesets_for
 from onnxsat.eqsat.warm import WarmEGraph
 from onnxsat.errors import SettingsError
+from onnxsat.html.optimize import optimize_page
 from onnxsat.inputs import InputSpec
 from onnxsat.normal_form import normal_form
 
@@ -407,3 +408,12 @@ def test_a_body_searched_on_the_ready_egraph_gives_what_a_fresh_one_gives():
     for _ in range(3):
         again = _rewrite(standalone, None, options, None, _Phases(), warm).model
         assert again.SerializeToString() == fresh.SerializeToString()
+
+
+def test_the_report_and_page_say_what_happened_to_control_flow():
+    model = _if_model(helper.make_node("Constant", [], ["cond"], value=numpy_helper.from_array(np.array(False))))
+    _, report = optimize_model(model, OptimizeOptions(target="portable"))
+    table = report.to_table()
+    assert "control flow: settled to the path constants decide: If 1" in table
+    html = optimize_page(report).render()
+    assert "Control flow" in html and "If settled to its taken path" in html

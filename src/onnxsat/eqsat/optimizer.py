@@ -259,7 +259,7 @@ def _optimize_graph(
     )
     rewrites: list[_Rewritten] = []
     for _ in range(_ROUNDS):
-        rewritten = _rewrite(model, typed, options, base_dir, phases, warm_egraph(options.target) if is_body else None)
+        rewritten = _rewrite(model, typed, options, base_dir, phases, warm_egraph(options.target))
         rewrites.append(rewritten)
         model, settled = settle(rewritten.model)
         if not settled:

@@ -46,6 +46,8 @@ def optimize_page(
         page.table(["fusion", "count"], sorted(report.fusions.items()))
     else:
         page.paragraph("None.")
+    if report.specialised or report.control_flow:
+        _control_flow_section(page, report)
     page.heading("E-graph")
     graph = report.egraph
     page.table(
@@ -90,6 +92,33 @@ def optimize_page(
         titles = (Path(report.input).name, Path(report.output or "result").name)
         add_comparison(page, original, optimized, titles, report.fusions)
     return page
+
+
+def _control_flow_section(page: Page, report: OptimizeReport) -> None:
+    """What was fixed with --specialize, settled, rewritten inside bodies and moved into them."""
+    page.heading("Control flow")
+    for note in report.specialised:
+        page.paragraph(f"Specialised: {note}.")
+    flow = report.control_flow
+    if not flow:
+        return
+    bodies = flow["bodies"]
+    page.table(
+        ["what", "count"],
+        [
+            *((f"{op} settled to its taken path", count) for op, count in sorted(flow["settled"].items())),
+            ("bodies rewritten", bodies["rewritten"]),
+            ("of which verified on their own", bodies["verified"]),
+            ("of which verified only within the model", bodies["unverifiable"]),
+            ("bodies kept as they were (their rewrite did not verify)", len(bodies["refused"])),
+            ("bodies left alone (one node, or an untyped capture)", bodies["skipped"]),
+            ("nodes inside bodies, before", bodies["nodes_before"]),
+            ("nodes inside bodies, after", bodies["nodes_after"]),
+            ("weights moved into the bodies that alone read them", flow["constants_moved_into_bodies"]),
+        ],
+    )
+    for reason in bodies["refused"]:
+        page.paragraph(f"Kept as it was: {reason}")
 
 
 def _int(value: object) -> int | None:
