@@ -128,7 +128,10 @@ def _loop_replacement(
     trip = _scalar(constants, node.input[0]) if node.input[0] else None
     condition = _scalar(constants, node.input[1]) if node.input[1] else True
     carried = list(node.input[2:])
-    finals, scans = list(node.output[: len(carried)]), list(node.output[len(carried) :])
+    if len(body.output) < 1 + len(carried) or len(node.output) > len(body.output) - 1:
+        return None
+    outputs = list(node.output) + [""] * (len(body.output) - 1 - len(node.output))  # trailing ones may be omitted
+    finals, scans = outputs[: len(carried)], outputs[len(carried) :]
     if trip == 0 or condition is False or condition == 0:
         if any(_read(graph, name) for name in scans if name):
             return None  # an empty scan output's inner shape is not known here
