@@ -69,6 +69,8 @@ class OptimizeReport(ReportBase):
     def _control_flow_lines(self) -> list[str]:
         if not self.control_flow:
             return []
+        if self.control_flow.get("left_alone"):
+            return [f"control flow: {self.control_flow['left_alone']}"]
         bodies = self.control_flow["bodies"]
         settled = ", ".join(f"{op} {count}" for op, count in sorted(self.control_flow["settled"].items())) or "none"
         lines = [

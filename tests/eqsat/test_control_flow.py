@@ -417,3 +417,29 @@ def test_the_report_and_page_say_what_happened_to_control_flow():
     assert "control flow: settled to the path constants decide: If 1" in table
     html = optimize_page(report).render()
     assert "Control flow" in html and "If settled to its taken path" in html
+
+
+def test_a_body_initializer_named_like_an_outer_tensor_leaves_control_flow_alone():
+    """ONNX Runtime reads such a name as the outer tensor with its optimizations off and as the initializer
+    with them on; no rewrite of it could be checked, so the If stays even with a constant condition."""
+    then = helper.make_graph(
+        [helper.make_node("Identity", ["a"], ["t_out"]), helper.make_node("Neg", ["t_out"], ["t_neg"])],
+        "then",
+        [],
+        [helper.make_tensor_value_info("t_neg", FLOAT, [2])],
+        [numpy_helper.from_array(np.array([5, 5], np.float32), "a")],
+    )
+    other = helper.make_graph(
+        [helper.make_node("Abs", ["a"], ["e_out"])], "else", [], [helper.make_tensor_value_info("e_out", FLOAT, [2])]
+    )
+    nodes = [
+        helper.make_node("Constant", [], ["c"], value=numpy_helper.from_array(np.array(True))),
+        helper.make_node("Relu", ["x"], ["a"]),
+        helper.make_node("If", ["c"], ["out"], then_branch=then, else_branch=other),
+    ]
+    model = _model(
+        nodes, [helper.make_tensor_value_info("x", FLOAT, [2])], [helper.make_tensor_value_info("out", FLOAT, [2])]
+    )
+    result, report = optimize_model(model, OptimizeOptions(target="portable"))
+    assert report.verification.ok and "If" in [n.op_type for n in result.graph.node]
+    assert "named like outer tensors (a)" in report.control_flow["left_alone"]

@@ -20,9 +20,9 @@ from egglog import EGraph
 
 from onnxsat import model_io
 from onnxsat.eqsat.control_flow.bodies import BodyStats, body_nodes, rewrite_bodies
-from onnxsat.eqsat.control_flow.branches import settle
+from onnxsat.eqsat.control_flow.branches import Settled, settle
 from onnxsat.eqsat.control_flow.constants import localize_constants
-from onnxsat.eqsat.control_flow.scopes import unshadow
+from onnxsat.eqsat.control_flow.scopes import shadowed_names, unshadow
 from onnxsat.eqsat.costs import COST_MODELS, DEFAULT_COST_MODEL, get_cost_model
 from onnxsat.eqsat.decode import decode
 from onnxsat.eqsat.encode import encode
@@ -156,12 +156,18 @@ class _ControlFlow:
     settled: Counter[str] = field(default_factory=Counter)
     bodies: BodyStats = field(default_factory=BodyStats)
     localized: int = 0
+    settles: bool = True
+    """Settle decided If and Loop nodes and move weights into bodies (not for target ``none``)."""
+    left_alone: str = ""
+    """Why the bodies were left as they are, when they were."""
 
     @property
     def active(self) -> bool:
         """Whether the model had control flow anything was done to or decided about."""
         bodies = self.bodies
-        return bool(self.settled or self.localized or bodies.rewritten or bodies.refused or bodies.skipped)
+        return bool(
+            self.settled or self.localized or bodies.rewritten or bodies.refused or bodies.skipped or self.left_alone
+        )
 
     def to_dict(self, renamed: int) -> dict[str, object]:
         return {
@@ -169,6 +175,7 @@ class _ControlFlow:
             "bodies": self.bodies.to_dict(),
             "constants_moved_into_bodies": self.localized,
             "names_renamed": renamed,
+            "left_alone": self.left_alone,
         }
 
 
@@ -205,7 +212,8 @@ def _search(
 ) -> _Rewritten:
     cost_model = get_cost_model(options.cost_model)
     with phases("encode"), _collector_paused():
-        model, _ = fold_partial_shapes(model, typed)
+        if options.target != "none":  # a round trip with no rewrites
+            model, _ = fold_partial_shapes(model, typed)
         encoded = encode(model, typed, base_dir, egraph)
         enodes_before = egraph_size(encoded.egraph)
     rulesets = applicable(rulesets_for(options.target), model.graph, bool(encoded.facts.parallel_pairs))
@@ -247,21 +255,22 @@ def _optimize_graph(
     ``feeds`` are the values of the model's inputs in the verification run; each rewritten body is checked
     against its original with the values it sees there. The graph itself is verified by the caller.
     """
-    model, settled = settle(model)
+    model, settled = settle(model) if control.settles else (model, Settled())
     control.settled.update(settled.counts)
     typed = _shape_inferred(model)
 
     def rewrite_standalone(standalone: onnx.ModelProto, body_feeds: dict[str, np.ndarray]) -> onnx.ModelProto:
         return _optimize_graph(standalone, body_feeds, options, base_dir, phases, control, is_body=True)[0]
 
-    model = rewrite_bodies(
-        model, typed, rewrite_standalone, control.bodies, options.tolerance, feeds, base_dir, options.run_timeout
-    )
+    if not control.left_alone:
+        model = rewrite_bodies(
+            model, typed, rewrite_standalone, control.bodies, options.tolerance, feeds, base_dir, options.run_timeout
+        )
     rewrites: list[_Rewritten] = []
     for _ in range(_ROUNDS):
         rewritten = _rewrite(model, typed, options, base_dir, phases, warm_egraph(options.target))
         rewrites.append(rewritten)
-        model, settled = settle(rewritten.model)
+        model, settled = settle(rewritten.model) if control.settles else (rewritten.model, Settled())
         if not settled:
             break
         control.settled.update(settled.counts)
@@ -289,15 +298,27 @@ def optimize_model(
         model_io.check_model(model)
     with phases("verify"):
         reference = reference_run(model, options.inputs, base_dir=base_dir, timeout=options.run_timeout)
-    control = _ControlFlow()
+    control = _ControlFlow(settles=options.target != "none")
+    shadowing = sorted(shadowed_names(model.graph))
+    ambiguous = sorted(shadowed_names(model.graph, initializers_only=True))
+    if ambiguous:
+        # ONNX Runtime reads a body initializer named like an outer tensor as the outer tensor with its
+        # optimizations off and as the initializer with them on: no rewrite of such bodies can be checked.
+        # (A body input named like an outer tensor is read as the input either way.)
+        control.settles = False
+        control.left_alone = (
+            f"body initializers are named like outer tensors ({', '.join(ambiguous[:3])}"
+            f"{', ...' if len(ambiguous) > 3 else ''}), which ONNX Runtime reads one way with its optimizations "
+            "and another without: control flow left as it is"
+        )
     working = model
     if options.specialize:
         working, report.specialised = specialize(model, options.inputs)
     feeds = {value.name: reference.feeds[value.name] for value in working.graph.input if value.name in reference.feeds}
     optimized, rewrites = _optimize_graph(working, feeds, options, base_dir, phases, control)
     control.bodies.nodes_before, control.bodies.nodes_after = body_nodes(model.graph), body_nodes(optimized.graph)
-    renamed = unshadow(optimized.graph)
-    control.localized = localize_constants(optimized)
+    renamed = unshadow(optimized.graph, keep=frozenset(shadowing))
+    control.localized = localize_constants(optimized) if control.settles else 0
     # The e-graphs, snapshots and extractions are gone with their frames: their memory is returned before
     # the result's verification run, whose weights are the peak of the whole optimization.
     _return_freed_memory()
@@ -326,13 +347,7 @@ def optimize_model(
     ]
     report.dead_nodes_removed = count_dead_nodes(model.graph)
     report.egraph = last.egraph
-    if (
-        control.settled
-        or control.localized
-        or control.bodies.rewritten
-        or control.bodies.refused
-        or control.bodies.skipped
-    ):
+    if control.active:
         report.control_flow = control.to_dict(renamed)
     report.verification = result
     report.phases = phases.seconds

@@ -85,21 +85,38 @@ def rename(graph: onnx.GraphProto, mapping: dict[str, str]) -> None:
         sparse.values.name = mapping.get(sparse.values.name, sparse.values.name)
 
 
-def unshadow(graph: onnx.GraphProto, outer: frozenset[str] = frozenset()) -> int:
+def shadowed_names(
+    graph: onnx.GraphProto, outer: frozenset[str] = frozenset(), initializers_only: bool = False
+) -> set[str]:
+    """Names some body defines (as an input or initializer; ``initializers_only``: as an initializer) that an
+    enclosing scope defines too."""
+    names: set[str] = set()
+    here = outer | defined_names(graph)
+    for node in graph.node:
+        for body in bodies_of(node):
+            own = {t.name for t in body.initializer} if initializers_only else defined_names(body)
+            names |= own & here
+            names |= shadowed_names(body, here, initializers_only)
+    return names
+
+
+def unshadow(graph: onnx.GraphProto, keep: frozenset[str] = frozenset(), outer: frozenset[str] = frozenset()) -> int:
     """Rename every name a body defines that an enclosing scope defines too; returns how many were renamed.
 
     Rewriting a body and its enclosing graph separately can give both the same fresh name (two folds both
     named ``onnxsat_constant``); positions, not names, tie a body's inputs and outputs to its node, so
-    renaming inside the body changes nothing it computes.
+    renaming inside the body changes nothing it computes. ``keep``: shadowing the input model already had
+    (a body input named like an outer tensor, which the checker allows), left as it was, since ONNX
+    Runtime resolves such a name its own way.
     """
     renamed = 0
     here = outer | defined_names(graph)
     for node in graph.node:
         for body in bodies_of(node):
-            clashes = defined_names(body) & here
+            clashes = (defined_names(body) & here) - keep
             if clashes:
                 names = NameSource(here | all_names(body))
                 rename(body, {name: names.fresh(name) for name in sorted(clashes)})
                 renamed += len(clashes)
-            renamed += unshadow(body, here)
+            renamed += unshadow(body, keep, here)
     return renamed
