@@ -1,8 +1,8 @@
-"""Rebuilding a protobuf message around the fields that change, without copying those fields first."""
+"""Protobuf fields of ONNX messages: a message rebuilt around the fields that change, a node's graph attributes."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import onnx
 from google.protobuf.message import Message
@@ -37,3 +37,12 @@ def with_initializers_replaced(
         stand_in = replace(tensor)
         view.graph.initializer.append(tensor if stand_in is None else stand_in)
     return view
+
+
+def bodies_of(node: onnx.NodeProto) -> Iterator[onnx.GraphProto]:
+    """The graphs a node holds in its attributes (If branches, Loop and Scan bodies), not nested ones."""
+    for attribute in node.attribute:
+        if attribute.type == onnx.AttributeProto.GRAPH:
+            yield attribute.g
+        elif attribute.type == onnx.AttributeProto.GRAPHS:
+            yield from attribute.graphs

@@ -7,7 +7,6 @@ graph inputs (IR >= 4) are not constants: a runtime may feed other values, of ot
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -15,6 +14,7 @@ import onnx
 
 from onnxsat.external_data import has_external_data, structure_view, tensor_value
 from onnxsat.op_kinds import default_opset_version
+from onnxsat.proto_fields import bodies_of
 from onnxsat.pruning.layout import Dim
 
 
@@ -88,7 +88,7 @@ class GraphIndex:
                 continue
             seen.add(current)
             node = self.producers.get(current)
-            if node is None or not node.input or next(_subgraphs(node), None) is not None:
+            if node is None or not node.input or next(bodies_of(node), None) is not None:
                 return False  # a graph input, a random generator, or a control-flow node
             pending.extend(n for n in node.input if n)
         return True
@@ -126,16 +126,8 @@ def _subgraph_references(graph: onnx.GraphProto) -> set[str]:
     """Names read inside If/Loop/Scan bodies: a tracked tensor used there cannot be followed."""
     names: set[str] = set()
     for node in graph.node:
-        for sub in _subgraphs(node):
+        for sub in bodies_of(node):
             for inner in sub.node:
                 names.update(inner.input)
             names |= _subgraph_references(sub)
     return names
-
-
-def _subgraphs(node: onnx.NodeProto) -> Iterator[onnx.GraphProto]:
-    for attribute in node.attribute:
-        if attribute.type == onnx.AttributeProto.GRAPH:
-            yield attribute.g
-        elif attribute.type == onnx.AttributeProto.GRAPHS:
-            yield from attribute.graphs

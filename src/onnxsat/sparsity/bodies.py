@@ -15,6 +15,7 @@ from collections.abc import Iterator
 
 import onnx
 
+from onnxsat.proto_fields import bodies_of
 from onnxsat.sparsity.targets import CONV_OPS, FLOAT_TYPES, GEMM_OPS, MATMUL_OPS
 
 WEIGHT_OPS = CONV_OPS | GEMM_OPS | MATMUL_OPS | {"ConvTranspose"}
@@ -23,11 +24,7 @@ WEIGHT_OPS = CONV_OPS | GEMM_OPS | MATMUL_OPS | {"ConvTranspose"}
 def bodies(graph: onnx.GraphProto) -> Iterator[onnx.GraphProto]:
     """The subgraphs of ``graph``'s nodes (If branches, Loop and Scan bodies), not nested ones."""
     for node in graph.node:
-        for attribute in node.attribute:
-            if attribute.type == onnx.AttributeProto.GRAPH:
-                yield attribute.g
-            elif attribute.type == onnx.AttributeProto.GRAPHS:
-                yield from attribute.graphs
+        yield from bodies_of(node)
 
 
 def local_names(graph: onnx.GraphProto) -> set[str]:

@@ -6,26 +6,10 @@ defines, so every name the optimizer makes or moves between scopes is checked ag
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import onnx
 
 from onnxsat.eqsat.facts import subgraph_captures
-
-GRAPH_ATTRIBUTE_TYPES = (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
-
-
-def bodies_of(node: onnx.NodeProto) -> Iterator[onnx.GraphProto]:
-    """The graphs a node holds in its attributes (If branches, Loop and Scan bodies), not nested ones."""
-    for attribute in node.attribute:
-        if attribute.type == onnx.AttributeProto.GRAPH:
-            yield attribute.g
-        elif attribute.type == onnx.AttributeProto.GRAPHS:
-            yield from attribute.graphs
-
-
-def has_body(node: onnx.NodeProto) -> bool:
-    return any(attribute.type in GRAPH_ATTRIBUTE_TYPES for attribute in node.attribute)
+from onnxsat.proto_fields import bodies_of
 
 
 def defined_names(graph: onnx.GraphProto) -> set[str]:
