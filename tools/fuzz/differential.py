@@ -25,6 +25,7 @@ from onnxsat.eqsat.optimizer import OptimizeOptions, optimize_model
 from onnxsat.eqsat.rules import TARGETS
 from onnxsat.inputs import random_inputs
 from onnxsat.op_kinds import DEFAULT_DOMAINS, qualified_op
+from onnxsat.proto_fields import bodies_of
 from onnxsat.verification import OutputComparison, Tolerance, compare_outputs, run_model
 
 SEEDS = (0, 1)
@@ -97,8 +98,17 @@ def _bitwise_differences(names: Sequence[str], expected: Sequence[np.ndarray], a
 
 
 def _foreign_ops(model: onnx.ModelProto) -> set[str]:
-    """Ops outside the standard ONNX domain (a model may bring its own; "portable" must add none)."""
-    return {qualified_op(n.domain, n.op_type) for n in model.graph.node if n.domain not in DEFAULT_DOMAINS}
+    """Ops outside the standard ONNX domain, bodies included (a model may bring its own; "portable" must add
+    none, and settling an If may bring a body's call of a model-local function into the main graph)."""
+    return _foreign_in(model.graph)
+
+
+def _foreign_in(graph: onnx.GraphProto) -> set[str]:
+    ops = {qualified_op(n.domain, n.op_type) for n in graph.node if n.domain not in DEFAULT_DOMAINS}
+    for node in graph.node:
+        for body in bodies_of(node):
+            ops |= _foreign_in(body)
+    return ops
 
 
 def check_target(
