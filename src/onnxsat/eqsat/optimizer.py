@@ -193,7 +193,7 @@ def _rewrite(
 ) -> _Rewritten:
     """Encode, saturate, extract and decode one graph (its bodies stay opaque here).
 
-    ``warm``: search on that ready e-graph (bodies) instead of a fresh one (the main graph).
+    ``warm``: search on that ready e-graph (pushed, then popped) instead of a fresh one.
     """
     if warm is None:
         return _search(model, typed, options, base_dir, phases, None, None)
@@ -248,7 +248,6 @@ def _optimize_graph(
     base_dir: Path | None,
     phases: _Phases,
     control: _ControlFlow,
-    is_body: bool = False,
 ) -> tuple[onnx.ModelProto, list[_Rewritten]]:
     """Settle decided control flow, rewrite the bodies (recursively), then the graph itself.
 
@@ -259,8 +258,11 @@ def _optimize_graph(
     control.settled.update(settled.counts)
     typed = _shape_inferred(model)
 
-    def rewrite_standalone(standalone: onnx.ModelProto, body_feeds: dict[str, np.ndarray]) -> onnx.ModelProto:
-        return _optimize_graph(standalone, body_feeds, options, base_dir, phases, control, is_body=True)[0]
+    def rewrite_standalone(
+        standalone: onnx.ModelProto, body_feeds: dict[str, np.ndarray]
+    ) -> tuple[onnx.ModelProto, Counter[str]]:
+        rewritten, rewrites = _optimize_graph(standalone, body_feeds, options, base_dir, phases, control)
+        return rewritten, sum((r.fusions for r in rewrites), Counter())
 
     if not control.left_alone:
         model = rewrite_bodies(
@@ -335,7 +337,7 @@ def optimize_model(
     last = rewrites[-1]
     report.nodes_before = dict(op_counts(model))
     report.nodes_after = dict(op_counts(optimized))
-    report.fusions = dict(sum((r.fusions for r in rewrites), Counter()))
+    report.fusions = dict(sum((r.fusions for r in rewrites), Counter(control.bodies.fusions)))
     report.rule_matches = dict(sum((Counter(r.stats.rule_matches) for r in rewrites), Counter()))
     report.rule_seconds = [
         {

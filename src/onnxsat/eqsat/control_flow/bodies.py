@@ -17,6 +17,7 @@ verified as part of the model only (the report counts it).
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,9 +38,9 @@ MIN_BODY_NODES = 2
 ready e-graph, plus the body's run on its own)."""
 
 Feeds = dict[str, np.ndarray]
-Rewrite = Callable[[onnx.ModelProto, Feeds], onnx.ModelProto]
+Rewrite = Callable[[onnx.ModelProto, Feeds], tuple[onnx.ModelProto, Counter[str]]]
 """The optimizer on one standalone model and the values its inputs take in the enclosing run (it recurses
-into that model's own bodies with them)."""
+into that model's own bodies with them); returns the result and its fusions."""
 
 
 @dataclass
@@ -57,6 +58,8 @@ class BodyStats:
     """Bodies left alone: too small, untyped captures, or an IR version before 4."""
     nodes_before: int = 0
     nodes_after: int = 0
+    fusions: Counter[str] = field(default_factory=Counter)
+    """Fusions in the bodies that replaced their originals (nested bodies' included)."""
 
     def to_dict(self) -> dict[str, object]:
         return {
@@ -110,13 +113,14 @@ def rewrite_bodies(
                 continue
             body_feeds = _body_feeds(standalone, node, values)
             lifted, _ = normal_form(standalone.model)  # a body's Constant nodes become initializers to fold
-            rewritten = rewrite(lifted, body_feeds)
+            rewritten, fusions = rewrite(lifted, body_feeds)
             checked = _checked(standalone, rewritten, body_feeds, stats, tolerance, base_dir, timeout)
             if checked is None:
                 continue
             body.CopyFrom(restore(checked, standalone))
             _import_opsets(result, checked)
             stats.rewritten += 1
+            stats.fusions.update(fusions)
     return result
 
 
