@@ -443,3 +443,59 @@ def test_a_body_initializer_named_like_an_outer_tensor_leaves_control_flow_alone
     result, report = optimize_model(model, OptimizeOptions(target="portable"))
     assert report.verification.ok and "If" in [n.op_type for n in result.graph.node]
     assert "named like outer tensors (a)" in report.control_flow["left_alone"]
+
+
+@pytest.mark.parametrize("opset", [11, 13, 16, 19, 21, 23, 24])
+def test_a_loop_nested_in_a_branch_is_reached_at_every_opset(opset):
+    """A branch holding only a Loop is still entered: the Loop body's dead node goes, at opsets 11 to 24."""
+    body = helper.make_graph(
+        [
+            helper.make_node("Identity", ["cond_in"], ["cond_out"]),
+            helper.make_node("Mul", ["v", "two"], ["v2"]),
+            helper.make_node("Relu", ["v2"], ["v_out"]),
+            helper.make_node("Neg", ["x"], ["dead"]),
+        ],
+        "loop_body",
+        [
+            helper.make_tensor_value_info("i", TensorProto.INT64, []),
+            helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []),
+            helper.make_tensor_value_info("v", FLOAT, [2]),
+        ],
+        [
+            helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []),
+            helper.make_tensor_value_info("v_out", FLOAT, [2]),
+        ],
+    )
+    then = helper.make_graph(
+        [helper.make_node("Loop", ["n", "", "x"], ["lo"], body=body)],
+        "t",
+        [],
+        [helper.make_tensor_value_info("lo", FLOAT, [2])],
+    )
+    other = helper.make_graph(
+        [helper.make_node("Abs", ["x"], ["ab"]), helper.make_node("Neg", ["ab"], ["eo"])],
+        "e",
+        [],
+        [helper.make_tensor_value_info("eo", FLOAT, [2])],
+    )
+    inputs = [
+        helper.make_tensor_value_info("x", FLOAT, [2]),
+        helper.make_tensor_value_info("c", TensorProto.BOOL, []),
+        helper.make_tensor_value_info("n", TensorProto.INT64, []),
+    ]
+    graph = helper.make_graph(
+        [helper.make_node("If", ["c"], ["out"], then_branch=then, else_branch=other)],
+        "m",
+        inputs,
+        [helper.make_tensor_value_info("out", FLOAT, [2])],
+        [numpy_helper.from_array(np.float32(2), "two")],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    model.ir_version = 10 if opset >= 21 else 9
+    result, report = optimize_model(model, OptimizeOptions(target="ort"))
+    bodies = report.control_flow["bodies"]
+    assert report.verification.ok and bodies["rewritten"] == 3 and bodies["verified"] == 3
+    assert bodies["nodes_before"] == 7 and bodies["nodes_after"] == 6
+    for flag, steps in ((True, 3), (False, 0)):
+        feeds = {"x": np.array([1.0, -2.0], np.float32), "c": np.array(flag), "n": np.array(steps, np.int64)}
+        np.testing.assert_array_equal(_run(result, feeds)[0], _run(model, feeds)[0])

@@ -108,7 +108,8 @@ def rewrite_bodies(
     for node in result.graph.node:
         for body in bodies_of(node):
             standalone = make_standalone(body, node, result, types, constants)
-            if standalone is None or len(body.node) < MIN_BODY_NODES:
+            small = len(body.node) < MIN_BODY_NODES and not any(True for n in body.node for _ in bodies_of(n))
+            if standalone is None or small:  # a lone Loop still has its own body to rewrite
                 stats.skipped += 1
                 continue
             body_feeds = _body_feeds(standalone, node, values)
