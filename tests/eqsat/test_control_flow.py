@@ -8,6 +8,7 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
+from onnxsat.eqsat.control_flow.bodies import BodyStats, rewrite_bodies
 from onnxsat.eqsat.control_flow.branches import settle
 from onnxsat.eqsat.control_flow.constants import localize_constants
 from onnxsat.eqsat.control_flow.scopes import all_names, bodies_of, unshadow
@@ -18,6 +19,7 @@ from onnxsat.errors import SettingsError
 from onnxsat.html.optimize import optimize_page
 from onnxsat.inputs import InputSpec
 from onnxsat.normal_form import normal_form
+from onnxsat.verification import Tolerance
 
 FLOAT = TensorProto.FLOAT
 
@@ -499,3 +501,17 @@ def test_a_loop_nested_in_a_branch_is_reached_at_every_opset(opset):
     for flag, steps in ((True, 3), (False, 0)):
         feeds = {"x": np.array([1.0, -2.0], np.float32), "c": np.array(flag), "n": np.array(steps, np.int64)}
         np.testing.assert_array_equal(_run(result, feeds)[0], _run(model, feeds)[0])
+
+
+def test_a_body_the_rewrite_fails_on_stays_as_it_was():
+    model = _if_model(helper.make_node("Constant", [], ["cond"], value=numpy_helper.from_array(np.array(True))))
+
+    def failing(standalone, feeds):
+        raise ValueError("cannot take this body")
+
+    stats = BodyStats()
+    result = rewrite_bodies(model, None, failing, stats, Tolerance(), {})
+    assert stats.rewritten == 0 and len(stats.refused) == 2
+    assert all("ValueError: cannot take this body" in reason for reason in stats.refused)
+    for original, kept in zip(model.graph.node, result.graph.node, strict=True):
+        assert original.SerializeToString() == kept.SerializeToString()

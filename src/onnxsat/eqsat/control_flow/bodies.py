@@ -114,7 +114,13 @@ def rewrite_bodies(
                 continue
             body_feeds = _body_feeds(standalone, node, values)
             lifted, _ = normal_form(standalone.model)  # a body's Constant nodes become initializers to fold
-            rewritten, fusions = rewrite(lifted, body_feeds)
+            try:
+                rewritten, fusions = rewrite(lifted, body_feeds)
+            except MemoryError:
+                raise
+            except Exception as error:  # a body the optimizer cannot take stays as it was; the model still can
+                stats.refused.append(f"{body.name or '(unnamed body)'}: {type(error).__name__}: {error}"[:200])
+                continue
             checked = _checked(standalone, rewritten, body_feeds, stats, tolerance, base_dir, timeout)
             if checked is None:
                 continue
@@ -134,7 +140,8 @@ def _checked(
     base_dir: Path | None,
     timeout: float,
 ) -> onnx.ModelProto | None:
-    """``rewritten`` when it computes what the body did on seeded inputs (or cannot be run alone), else None."""
+    """``rewritten`` when it computes what the body did on ``feeds`` (the values it sees in the enclosing run,
+    seeded random data for the rest), or when the body cannot run alone on them; else None."""
     original = standalone.model
     try:
         reference = reference_run(original, InputSpec(given=feeds), base_dir=base_dir, timeout=timeout)
