@@ -11,7 +11,7 @@ from onnx import TensorProto, helper, numpy_helper
 from onnxsat.eqsat.control_flow.bodies import BodyStats, rewrite_bodies
 from onnxsat.eqsat.control_flow.branches import settle
 from onnxsat.eqsat.control_flow.constants import localize_constants
-from onnxsat.eqsat.control_flow.scopes import all_names, bodies_of, unshadow
+from onnxsat.eqsat.control_flow.scopes import all_names, unshadow
 from onnxsat.eqsat.optimizer import OptimizeOptions, _Phases, _rewrite, optimize_model
 from onnxsat.eqsat.rules import rulesets_for
 from onnxsat.eqsat.warm import WarmEGraph
@@ -19,6 +19,7 @@ from onnxsat.errors import SettingsError
 from onnxsat.html.optimize import optimize_page
 from onnxsat.inputs import InputSpec
 from onnxsat.normal_form import normal_form
+from onnxsat.proto_fields import bodies_of
 from onnxsat.verification import Tolerance
 
 FLOAT = TensorProto.FLOAT

@@ -177,12 +177,13 @@ def subgraph_captures(node: onnx.NodeProto) -> list[str]:
         if attr.HasField("g"):
             graphs.append(attr.g)
         for graph in graphs:
-            for name in _free_names(graph):
+            for name in free_names(graph):
                 captured.setdefault(name, None)
     return list(captured)
 
 
-def _free_names(graph: onnx.GraphProto) -> list[str]:
+def free_names(graph: onnx.GraphProto) -> list[str]:
+    """Outer names ``graph`` (a body) reads, its nested bodies' reads included, in first-use order."""
     defined = {v.name for v in graph.input} | {t.name for t in graph.initializer}
     defined |= {t.values.name for t in graph.sparse_initializer}
     free: dict[str, None] = {}

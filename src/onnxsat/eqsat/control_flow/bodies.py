@@ -25,11 +25,11 @@ from pathlib import Path
 import numpy as np
 import onnx
 
-from onnxsat.eqsat.control_flow.scopes import bodies_of, free_names
-from onnxsat.eqsat.facts import subgraph_captures
+from onnxsat.eqsat.facts import free_names, subgraph_captures
 from onnxsat.errors import OnnxSatError
 from onnxsat.inputs import InputSpec
 from onnxsat.normal_form import normal_form
+from onnxsat.proto_fields import bodies_of
 from onnxsat.surgery.graph_edit import remove_where
 from onnxsat.verification import Tolerance, reference_run, run_model, verify
 
@@ -107,9 +107,9 @@ def rewrite_bodies(
     values = _enclosing_values(model, feeds, types, base_dir, timeout)
     for node in result.graph.node:
         for body in bodies_of(node):
-            standalone = make_standalone(body, node, result, types, constants)
             small = len(body.node) < MIN_BODY_NODES and not any(True for n in body.node for _ in bodies_of(n))
-            if standalone is None or small:  # a lone Loop still has its own body to rewrite
+            standalone = None if small else make_standalone(body, node, result, types, constants)
+            if standalone is None:  # too small (a lone Loop still has its own body to rewrite), or untyped
                 stats.skipped += 1
                 continue
             body_feeds = _body_feeds(standalone, node, values)

@@ -20,7 +20,8 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from onnxsat.eqsat.control_flow.scopes import NameSource, all_names, bodies_of, rename
+from onnxsat.eqsat.control_flow.scopes import NameSource, all_names, rename
+from onnxsat.proto_fields import bodies_of
 
 _DEFAULT_DOMAINS = ("", "ai.onnx")
 _MAX_SWEEPS = 8

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import onnx
 
-from onnxsat.eqsat.control_flow.scopes import bodies_of, free_names
+from onnxsat.eqsat.facts import free_names
+from onnxsat.proto_fields import bodies_of
 
 
 def localize_constants(model: onnx.ModelProto) -> int:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import onnx
 
-from onnxsat.eqsat.facts import subgraph_captures
 from onnxsat.proto_fields import bodies_of
 
 
@@ -27,13 +26,6 @@ def all_names(graph: onnx.GraphProto) -> set[str]:
         for body in bodies_of(node):
             names |= all_names(body)
     return names
-
-
-def free_names(body: onnx.GraphProto) -> list[str]:
-    """Outer names ``body`` reads, its nested bodies' reads included, in first-use order."""
-    holder = onnx.NodeProto()
-    holder.attribute.append(onnx.helper.make_attribute("body", body))
-    return subgraph_captures(holder)
 
 
 class NameSource:
