@@ -8,7 +8,6 @@ order where they are unchanged, and folded weights are materialized with numpy (
 
 from __future__ import annotations
 
-import heapq
 from collections import Counter
 from dataclasses import dataclass, field
 
@@ -26,6 +25,7 @@ from onnxsat.eqsat.frozen import ENode, FrozenEGraph, cons_cells
 from onnxsat.eqsat.weights import FOLDING_KERNELS, KERNELS, constant_node_value, sparse_tensor_value
 from onnxsat.errors import InvalidModelError
 from onnxsat.external_data import tensor_value
+from onnxsat.node_order import topological_order
 from onnxsat.proto_fields import copy_fields
 
 MICROSOFT_DOMAIN = "com.microsoft"
@@ -307,32 +307,10 @@ class _Decoder:
 
     # ---- assembly -----------------------------------------------------------------------------
     def ordered_nodes(self) -> list[onnx.NodeProto]:
-        """Topological order that follows the original node order wherever it can."""
-        producer = {}
-        for index, item in enumerate(self.emitted):
-            for name in item.node.output:
-                if name:
-                    producer[name] = index
-        waiting = [0] * len(self.emitted)
-        consumers: list[list[int]] = [[] for _ in self.emitted]
-        for index, item in enumerate(self.emitted):
-            # a body reads its captures by name at any depth: their producers (an alias too) come first
-            reads = [*item.node.input, *subgraph_captures(item.node)]
-            deps = {producer[n] for n in reads if n in producer}
-            waiting[index] = len(deps)
-            for dep in deps:
-                consumers[dep].append(index)
-        ready = [(item.position, i) for i, item in enumerate(self.emitted) if waiting[i] == 0]
-        heapq.heapify(ready)
-        order = []
-        while ready:
-            _, index = heapq.heappop(ready)
-            order.append(self.emitted[index].node)
-            for consumer in consumers[index]:
-                waiting[consumer] -= 1
-                if waiting[consumer] == 0:
-                    heapq.heappush(ready, (self.emitted[consumer].position, consumer))
-        return order
+        """Topological order that follows the original node order wherever it can (a body's captures
+        at any depth count as reads: their producers, an alias too, come first)."""
+        nodes = [item.node for item in self.emitted]
+        return [nodes[i] for i in topological_order(nodes, [item.position for item in self.emitted])]
 
     def decode(self) -> DecodedModel:
         source = self.encoded.model

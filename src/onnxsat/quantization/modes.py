@@ -16,13 +16,15 @@ from __future__ import annotations
 
 import logging
 import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, MutableSequence, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import onnx
 
+from onnxsat.eqsat.facts import subgraph_captures
+from onnxsat.node_order import sort_graph
 from onnxsat.registry import Registry
 
 if TYPE_CHECKING:
@@ -72,6 +74,67 @@ class QuantMode:
     among them are also timed alone."""
     calibrated: bool
     quantize: Quantizer
+
+
+    def apply(
+        self,
+        model: onnx.ModelProto,
+        exclude: Sequence[str],
+        calibration: Calibration | None,
+        only: Sequence[str] | None = None,
+    ) -> onnx.ModelProto:
+        """``quantize``, safe for control flow. ONNX Runtime's quantizer sees only the tensors nodes list as
+        inputs: it may fuse away a tensor an If/Loop/Scan body reads by name, give it the range of its only
+        visible consumer (a Relu's, dropping the negatives a body reads), and sort nodes as if bodies read
+        nothing. While it runs, each such tensor has one more reader, an Identity to a graph output; both
+        are taken out after, and the nodes sorted again."""
+        captured = _captured_tensors(model)
+        readers = {f"{name}{BODY_READ_SUFFIX}": name for name in captured}
+        if captured:
+            model = _copy(model)
+            model.graph.node.extend(onnx.helper.make_node("Identity", [t], [out]) for out, t in readers.items())
+            model.graph.output.extend(_typed(model, readers))
+        result = self.quantize(model, exclude, calibration, only)
+        if captured:
+            _drop(result.graph.node, lambda node: any(o in readers for o in node.output))
+            _drop(result.graph.output, lambda value: value.name in readers)
+        sort_graph(result.graph)
+        return result
+
+
+BODY_READ_SUFFIX = "__read_by_a_body"
+
+
+def _drop(items: MutableSequence, unwanted: Callable[[Any], bool]) -> None:
+    kept = [item for item in items if not unwanted(item)]
+    del items[:]
+    items.extend(kept)
+
+
+def _captured_tensors(model: onnx.ModelProto) -> list[str]:
+    """Main-graph tensors made by a node that some body reads by name."""
+    produced = {name for node in model.graph.node for name in node.output if name}
+    read = dict.fromkeys(name for node in model.graph.node for name in subgraph_captures(node))
+    return [name for name in read if name in produced]
+
+
+def _typed(model: onnx.ModelProto, readers: Mapping[str, str]) -> list[onnx.ValueInfoProto]:
+    """Graph outputs named as ``readers``' keys, typed as the tensors they read (the model's own value
+    infos, else shape inference's)."""
+    known = {v.name: v for v in [*model.graph.value_info, *model.graph.output]}
+    if any(name not in known for name in readers.values()):
+        inferred = onnx.shape_inference.infer_shapes(model, strict_mode=False)
+        known.update({v.name: v for v in inferred.graph.value_info})
+    values = []
+    for out, name in readers.items():
+        value = onnx.ValueInfoProto()
+        if name in known:
+            value.CopyFrom(known[name])
+        else:  # the quantizer needs an element type; what it quantizes around is float
+            value.CopyFrom(onnx.helper.make_tensor_value_info(name, onnx.TensorProto.FLOAT, None))
+        value.name = out
+        values.append(value)
+    return values
 
 
 MODES: Registry[QuantMode] = Registry("quantization mode", "mode")

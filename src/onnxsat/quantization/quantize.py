@@ -37,6 +37,7 @@ from onnxsat.metrics import HeldOut, MetricSpec, Score, check_spec, metric_optio
 from onnxsat.metrics.scorer import ModelScorer
 from onnxsat.normal_form import normal_form
 from onnxsat.options import float_list, option, percent
+from onnxsat.proto_fields import bodies_of
 from onnxsat.quantization import node_speed
 from onnxsat.quantization.calibration import calibration_reader
 from onnxsat.quantization.modes import CALIBRATIONS, MODES, Calibration, QuantMode
@@ -323,7 +324,10 @@ def _modes(model: onnx.ModelProto, options: QuantizeOptions) -> list[QuantMode]:
             )
         return [mode]
     if not weighted:
-        raise SettingsError("nothing to quantize: the model has no Conv, MatMul or Gemm node with a constant weight")
+        raise SettingsError(
+            "nothing to quantize: the model has no Conv, MatMul or Gemm node with a constant weight"
+            + _inside_bodies(model)
+        )
     modes = []
     if weighted & {"Conv", "ConvTranspose"} or weighted & {"MatMul", "Gemm"}:
         modes.append(MODES["static"])
@@ -332,6 +336,28 @@ def _modes(model: onnx.ModelProto, options: QuantizeOptions) -> list[QuantMode]:
     if "MatMul" in weighted and _largest_matmul(model) >= 2**20:
         modes.append(MODES["weight-only"])
     return modes
+
+
+def _inside_bodies(model: onnx.ModelProto) -> str:
+    """What a refusal adds when the weighted ops all sit inside If/Loop/Scan bodies, which ONNX Runtime's
+    quantizer leaves alone in static mode (its calibration never sees a body's tensors)."""
+    found = 0
+    holders = []
+    stack = [(node, False) for node in model.graph.node]
+    while stack:
+        node, nested = stack.pop()
+        if nested and node.op_type in ("Conv", "ConvTranspose", "MatMul", "Gemm"):
+            found += 1
+        bodies = list(bodies_of(node))
+        if bodies and not nested:
+            holders.append(node.op_type)
+        stack.extend((inner, True) for body in bodies for inner in body.node)
+    if not found:
+        return ""
+    return (
+        f" outside control flow ({found} are inside {'/'.join(sorted(set(holders)))} bodies, which are not "
+        "quantized; when an input decides the branch, `onnxsat optimize --specialize --inputs` settles it first)"
+    )
 
 
 def _weighted_nodes(model: onnx.ModelProto) -> list[onnx.NodeProto]:
@@ -381,7 +407,7 @@ def _search_mode(
     def build(left_out: Sequence[str], only: Sequence[str] | None = None) -> onnx.ModelProto:
         calib = calibration if mode.calibrated else None
         try:
-            result = mode.quantize(model, [*excluded, *left_out], calib, only)
+            result = mode.apply(model, [*excluded, *left_out], calib, only)
         except Exception as error:  # ORT's quantizer raises many types on graphs it does not handle
             raise RuntimeUnsupportedError(
                 f"ONNX Runtime's quantizer failed ({mode.name}): {type(error).__name__}: {error}"

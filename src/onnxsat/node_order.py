@@ -1,0 +1,61 @@
+"""Topological node order that counts what control-flow bodies read.
+
+An If, Loop or Scan body reads outer tensors by name without listing them as the node's inputs. A sort
+over listed inputs only (ONNX Runtime's quantizer sorts that way) can put such a node before the producer
+of a tensor its body reads, and the checker then refuses the model. Every order here waits for those
+producers too.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Sequence
+
+import onnx
+
+from onnxsat.eqsat.facts import subgraph_captures
+
+
+def topological_order(
+    nodes: Sequence[onnx.NodeProto], keys: Sequence[tuple[int, ...]] | None = None
+) -> list[int]:
+    """Indices of ``nodes`` in an order where every node comes after the producers of its inputs and of
+    the outer tensors its bodies read; among ready nodes the smallest key (default: the index) goes
+    first, so an order that is already valid is kept. Nodes in a cycle are left out."""
+    keys = [(index,) for index in range(len(nodes))] if keys is None else list(keys)
+    producer = {name: index for index, node in enumerate(nodes) for name in node.output if name}
+    waiting = [0] * len(nodes)
+    consumers: list[list[int]] = [[] for _ in nodes]
+    for index, node in enumerate(nodes):
+        deps = {producer[n] for n in [*node.input, *subgraph_captures(node)] if n in producer} - {index}
+        waiting[index] = len(deps)
+        for dep in deps:
+            consumers[dep].append(index)
+    ready = [(keys[i], i) for i in range(len(nodes)) if waiting[i] == 0]
+    heapq.heapify(ready)
+    order = []
+    while ready:
+        _, index = heapq.heappop(ready)
+        order.append(index)
+        for consumer in consumers[index]:
+            waiting[consumer] -= 1
+            if waiting[consumer] == 0:
+                heapq.heappush(ready, (keys[consumer], consumer))
+    return order
+
+
+def sort_graph(graph: onnx.GraphProto) -> bool:
+    """Reorder ``graph``'s nodes in place (``topological_order``) when they are out of order; False when
+    a cycle leaves some unorderable (the graph is then left as it was)."""
+    nodes = list(graph.node)
+    order = topological_order(nodes)
+    if len(order) != len(nodes):
+        return False
+    if order != list(range(len(nodes))):
+        sorted_nodes = [nodes[i] for i in order]
+        copies = [onnx.NodeProto() for _ in sorted_nodes]
+        for copy, node in zip(copies, sorted_nodes, strict=True):
+            copy.CopyFrom(node)
+        del graph.node[:]
+        graph.node.extend(copies)
+    return True
