@@ -29,7 +29,7 @@ def quantize_page(report: QuantizeReport) -> Page:
     if report.trials:
         page.heading("Modes tried")
         page.table(
-            ["mode", "quantized", "kept in float", "drop", "speedup", "note"],
+            ["mode", "quantized", "kept in float", "drop", "speedup", "seconds", "note"],
             [
                 (
                     t.mode,
@@ -37,6 +37,7 @@ def quantize_page(report: QuantizeReport) -> Page:
                     t.kept,
                     f"{t.drop:.2%}" if t.drop is not None else "-",
                     f"{t.speedup:.2f}x" if t.speedup is not None else "-",
+                    f"{t.seconds:.1f}",
                     t.error or "",
                 )
                 for t in report.trials

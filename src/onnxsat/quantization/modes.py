@@ -75,7 +75,6 @@ class QuantMode:
     calibrated: bool
     quantize: Quantizer
 
-
     def apply(
         self,
         model: onnx.ModelProto,

@@ -35,6 +35,8 @@ class ModeTrial:
     drop: float | None = None
     speedup: float | None = None
     evaluations: int = 0
+    seconds: float = 0.0
+    """Wall time of the mode's search: node timing, quantizing, scoring, the budget search and its latency."""
     error: str | None = None
     """Why the mode gave no usable model (nothing to quantize, budget missed, ORT refused it)."""
 
@@ -82,11 +84,13 @@ class QuantizeReport(ReportBase):
         lines.append(f"mode {self.mode}: chosen {self.chosen or 'none'}")
         if self.trials:
             lines.append("")
-            lines.append(f"{'mode':<13}{'quantized':>10}{'kept':>6}{'drop':>9}{'speedup':>9}  note")
+            lines.append(f"{'mode':<13}{'quantized':>10}{'kept':>6}{'drop':>9}{'speedup':>9}{'seconds':>9}  note")
             for t in self.trials:
                 drop = f"{t.drop:.2%}" if t.drop is not None else "-"
                 speed = f"{t.speedup:.2f}x" if t.speedup is not None else "-"
-                lines.append(f"{t.mode:<13}{t.quantized:>10}{t.kept:>6}{drop:>9}{speed:>9}  {t.error or ''}")
+                lines.append(
+                    f"{t.mode:<13}{t.quantized:>10}{t.kept:>6}{drop:>9}{speed:>9}{t.seconds:>9.1f}  {t.error or ''}"
+                )
         if self.nodes:
             kept = [n for n in self.nodes if not n.quantized]
             lines.append("")
