@@ -16,9 +16,7 @@ import onnx
 from onnxsat.eqsat.facts import subgraph_captures
 
 
-def topological_order(
-    nodes: Sequence[onnx.NodeProto], keys: Sequence[tuple[int, ...]] | None = None
-) -> list[int]:
+def topological_order(nodes: Sequence[onnx.NodeProto], keys: Sequence[tuple[int, ...]] | None = None) -> list[int]:
     """Indices of ``nodes`` in an order where every node comes after the producers of its inputs and of
     the outer tensors its bodies read; among ready nodes the smallest key (default: the index) goes
     first, so an order that is already valid is kept. Nodes in a cycle are left out."""
