@@ -254,8 +254,8 @@ def _hold_the_others(
     floats = (onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.DOUBLE, onnx.TensorProto.BFLOAT16)
     fed = next((v for v in free if v.type.tensor_type.elem_type in floats), free[0])
     held = [v.name for v in free if v.name != fed.name]
-    dims = {v.name: v.type.tensor_type.shape.dim for v in free}
-    if any(not v.type.tensor_type.HasField("shape") or fixed_dim(d) is None for v in free for d in dims[v.name]):
+    shaped = all(v.type.tensor_type.HasField("shape") for v in free)
+    if not shaped or any(fixed_dim(d) is None for v in free for d in v.type.tensor_type.shape.dim):
         return dict(spec.given), spec
     values = random_inputs(model, spec, seed=0)
     given = {**spec.given, **{name: values[name] for name in held}}
