@@ -125,3 +125,24 @@ def test_weights_only_inside_bodies_are_named_in_the_refusal(
     err = capsys.readouterr().err.strip()
     assert code == 9 and not out.exists() and len(err.splitlines()) == 1
     assert "outside control flow (1 are inside If bodies" in err and "--specialize" in err
+
+
+def test_a_weight_a_body_reads_stays_after_its_node_is_quantized(tmp_path: Path) -> None:
+    """fc1's weight is also read by the If's branches: the float weight must survive fc1 reading its
+    quantized form (ORT's quantizer keeps initializers a body reads; this holds it to that)."""
+    model_path = mlp_with_if(tmp_path / "mlp_if.onnx")
+    model = onnx.load(model_path)
+    gate = next(n for n in model.graph.node if n.op_type == "If")
+    for attribute in gate.attribute:
+        op = "Identity" if attribute.name == "then_branch" else "Neg"
+        attribute.g.CopyFrom(branch(attribute.g.name, op, "w1", [64, 128]))
+    model.graph.output[1].CopyFrom(helper.make_tensor_value_info("side", TensorProto.FLOAT, [64, 128]))
+    onnx.save(model, model_path)
+    feeds = tmp_path / "flag.npz"
+    np.savez(feeds, flag=np.array(True))
+    code, report, out = quantize(model_path, tmp_path, "--mode", "static", "--inputs", str(feeds), "--max-drop", "100%")
+    assert code == 0 and report["verification"]["ok"]
+    weight = numpy_helper.to_array(next(t for t in model.graph.initializer if t.name == "w1"))
+    session = ort.InferenceSession(str(out), providers=["CPUExecutionProvider"])
+    x = np.zeros((1, 64), np.float32)
+    np.testing.assert_array_equal(session.run(["side"], {"x": x, "flag": np.array(True)})[0], weight)

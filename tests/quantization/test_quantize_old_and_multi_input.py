@@ -147,5 +147,8 @@ def test_a_mode_no_faster_fully_quantized_is_not_searched(tmp_path: Path, monkey
     code, report, _ = quantize(old_convnet(tmp_path / "old.onnx"), tmp_path, "--metric", "snr", "--max-drop", "0%")
     assert code == 0 and report["chosen"] == "static" and searched == ["static"]
     dynamic = next(t for t in report["trials"] if t["mode"] == "dynamic")
-    assert dynamic["error"] == "not searched: with every node quantized it runs 1.50x, no faster than static (2.00x), which fits the budget"
+    assert (
+        dynamic["error"]
+        == "not searched: with every node quantized it runs 1.50x, no faster than static (2.00x), which fits the budget"
+    )
     assert dynamic["speedup"] == 1.5 and dynamic["evaluations"] == 1 and dynamic["seconds"] > 0
