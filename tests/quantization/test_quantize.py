@@ -230,3 +230,19 @@ def test_error_jumps_blame_the_node_that_adds_the_error() -> None:
 
     damage = _error_jumps(prepared, damaged, ["first", "second"], Scorer())  # type: ignore[arg-type]
     assert damage["first"] == pytest.approx(0.5, rel=1e-5) and damage["second"] == pytest.approx(0.0, abs=1e-6)
+
+
+def test_latency_is_measured_at_the_batch_asked_for(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Whole-model latency and each node alone are fed --latency-batch samples."""
+    seen: list[dict] = []
+
+    def speeds(model: onnx.ModelProto, nodes: list[str], **options: object) -> dict[str, node_speed.NodeSpeed]:
+        seen.append(dict(options["shapes"]))  # type: ignore[arg-type]
+        return {}
+
+    monkeypatch.setattr(node_speed, "node_speeds", speeds)
+    code, report, _ = quantize(mlp(tmp_path / "mlp.onnx"), tmp_path, "--mode", "dynamic", "--latency-batch", "4")
+    assert code == 0 and report["latency"]["batch"] == 4
+    assert seen and all(shapes["x"] == [4, 64] for shapes in seen)
+    code, report, _ = quantize(bundled_digits_cnn(), tmp_path, "--mode", "static", "--latency-batch", "4", *DIGITS)
+    assert code == 0 and report["latency"]["batch"] == 4 and seen[-1]["input"][0] == 4

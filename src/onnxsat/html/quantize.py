@@ -22,7 +22,8 @@ def quantize_page(report: QuantizeReport) -> Page:
             (
                 "latency",
                 f"{latency['fp32_ms']:.3f} ms -> {latency['quantized_ms']:.3f} ms "
-                f"({latency['speedup']:.2f}x, ORT all optimizations, {threads} thread(s))",
+                f"({latency['speedup']:.2f}x, ORT all optimizations, {threads} thread(s), "
+                f"batch {int(latency.get('batch', 1))})",
             )
         )
     page.facts(facts)

@@ -74,7 +74,8 @@ class QuantizeReport(ReportBase):
         if self.latency:
             lines.append(
                 f"latency {self.latency['fp32_ms']:.2f} -> {self.latency['quantized_ms']:.2f} ms "
-                f"({self.latency['speedup']:.2f}x, ORT all, {int(self.latency['threads'])} thread(s))"
+                f"({self.latency['speedup']:.2f}x, ORT all, {int(self.latency['threads'])} thread(s), "
+                f"batch {int(self.latency.get('batch', 1))})"
             )
         lines += summary_lines(self.data, self.baseline, self.accuracy, self.held_out)
         return lines + self.notes
@@ -109,8 +110,9 @@ class QuantizeReport(ReportBase):
             lines.append(f"budget: drop at most {self.max_drop:.2%}")
         if self.latency:
             lines.append(
-                f"latency (ORT all optimizations, {int(self.latency['threads'])} thread(s), median of "
-                f"interleaved rounds): fp32 {self.latency['fp32_ms']:.3f} ms, quantized "
+                f"latency (ORT all optimizations, {int(self.latency['threads'])} thread(s), batch "
+                f"{int(self.latency.get('batch', 1))}, median of interleaved rounds): fp32 "
+                f"{self.latency['fp32_ms']:.3f} ms, quantized "
                 f"{self.latency['quantized_ms']:.3f} ms, {self.latency['speedup']:.2f}x"
             )
         if self.sizes:
