@@ -52,11 +52,15 @@ class Case:
     labelled: bool = False
     """``score`` is accuracy against labels (the drop is in points), not agreement with the fp32 model."""
     extra_args: tuple[str, ...] = field(default=())
+    latency_batch: int = 1
+    """Samples per timed run (a fixed-batch export keeps its own)."""
 
     @property
     def timing_feeds(self) -> dict[str, np.ndarray]:
-        """Batch 1: the first evaluation sample."""
-        return {self.input_name: np.ascontiguousarray(self.evaluation[:1])}
+        """The first ``latency_batch`` evaluation samples (repeated if there are fewer); batch 1 when fixed."""
+        batch = 1 if self.batch_fixed else self.latency_batch
+        samples = np.resize(self.evaluation[:batch], (batch, *self.evaluation.shape[1:]))
+        return {self.input_name: np.ascontiguousarray(samples, dtype=self.evaluation.dtype)}
 
     @property
     def calibration_batch(self) -> int:

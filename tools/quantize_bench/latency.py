@@ -2,9 +2,10 @@
 
 "Valid" means what a user needs: ORT (all optimizations, CPU) creates a session and runs one sample.
 All valid files and the fp32 baseline are then timed together with ``onnxsat.timing`` (one intra-op
-thread, spinning off, batch 1, interleaved rounds after a warm-up, the median of per-round ratios and its
-bootstrap interval), so every speedup in a model's rows comes from the same rounds on the same machine
-state. The machine is shared, so single runs are noisy; per-round ratios cancel most of the drift.
+thread, spinning off, the case's batch (1 unless asked), interleaved rounds after a warm-up, the median
+of per-round ratios and its bootstrap interval), so every speedup in a model's rows comes from the same
+rounds on the same machine state. The machine is shared, so single runs are noisy; per-round ratios
+cancel most of the drift.
 """
 
 from __future__ import annotations

@@ -161,6 +161,7 @@ def onnxsat(case: Case, out_dir: Path) -> Quantized:
     data = case.onnxsat_data or str(calibration_file(case, out_dir))
     argv = [sys.executable, "-m", "onnxsat", "quantize", str(case.model), "-o", str(out), "--data", data]
     argv += ["--report", str(report), *(["--max-drop", case.max_drop] if case.max_drop else []), *case.extra_args]
+    argv += ["--latency-batch", str(case.latency_batch)]
     start = time.perf_counter()
     try:
         done = subprocess.run(argv, capture_output=True, text=True, timeout=TIMEOUT)
