@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 import onnx
 
-from onnxsat.eqsat.facts import subgraph_captures
+from onnxsat.proto_fields import subgraph_captures
 
 
 def topological_order(nodes: Sequence[onnx.NodeProto], keys: Sequence[tuple[int, ...]] | None = None) -> list[int]:

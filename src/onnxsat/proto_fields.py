@@ -1,4 +1,5 @@
-"""Protobuf fields of ONNX messages: a message rebuilt around the fields that change, a node's graph attributes."""
+"""Protobuf fields of ONNX messages: a message rebuilt around the fields that change, a node's graph attributes
+and the outer names those graphs read."""
 
 from __future__ import annotations
 
@@ -46,3 +47,33 @@ def bodies_of(node: onnx.NodeProto) -> Iterator[onnx.GraphProto]:
             yield attribute.g
         elif attribute.type == onnx.AttributeProto.GRAPHS:
             yield from attribute.graphs
+
+
+def subgraph_captures(node: onnx.NodeProto) -> list[str]:
+    """Outer-scope tensor names read by the node's subgraphs (If/Loop/Scan bodies), in first-use order.
+
+    These are real inputs of the node even though ONNX does not list them: their producers must be
+    kept and their names must survive decoding, since the opaque subgraph refers to them by name.
+    """
+    captured: dict[str, None] = {}
+    for attr in node.attribute:
+        graphs = list(attr.graphs)
+        if attr.HasField("g"):
+            graphs.append(attr.g)
+        for graph in graphs:
+            for name in free_names(graph):
+                captured.setdefault(name, None)
+    return list(captured)
+
+
+def free_names(graph: onnx.GraphProto) -> list[str]:
+    """Outer names ``graph`` (a body) reads, its nested bodies' reads included, in first-use order."""
+    defined = {v.name for v in graph.input} | {t.name for t in graph.initializer}
+    defined |= {t.values.name for t in graph.sparse_initializer}
+    free: dict[str, None] = {}
+    for node in graph.node:
+        for name in [*node.input, *subgraph_captures(node)]:
+            if name and name not in defined:
+                free.setdefault(name, None)
+        defined.update(o for o in node.output if o)
+    return list(free)

@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterator
 
 import onnx
 
-from onnxsat.eqsat.facts import subgraph_captures
+from onnxsat.proto_fields import subgraph_captures
 
 Predicate = Callable[[onnx.ModelProto], bool]
 

@@ -19,14 +19,13 @@ import onnxsat.eqsat.rules  # noqa: F401  (registers the kernels that rule modul
 from onnxsat.eqsat.activations import activation_attributes
 from onnxsat.eqsat.attributes import ATTRIBUTE_KERNELS
 from onnxsat.eqsat.encode import EncodedModel
-from onnxsat.eqsat.facts import subgraph_captures
 from onnxsat.eqsat.folding import evaluate_node
 from onnxsat.eqsat.frozen import ENode, FrozenEGraph, cons_cells
 from onnxsat.eqsat.weights import FOLDING_KERNELS, KERNELS, constant_node_value, sparse_tensor_value
 from onnxsat.errors import InvalidModelError
 from onnxsat.external_data import tensor_value
 from onnxsat.node_order import topological_order
-from onnxsat.proto_fields import copy_fields
+from onnxsat.proto_fields import copy_fields, subgraph_captures
 
 MICROSOFT_DOMAIN = "com.microsoft"
 

@@ -20,7 +20,7 @@ import onnx
 from egglog import EGraph, bindings, union
 
 from onnxsat.eqsat.attributes import inverse_permutations
-from onnxsat.eqsat.facts import GraphFacts, attribute_flags, collect_facts, int_attributes, subgraph_captures
+from onnxsat.eqsat.facts import GraphFacts, attribute_flags, collect_facts, int_attributes
 from onnxsat.eqsat.language import (
     Args,
     Attrs,
@@ -49,6 +49,7 @@ from onnxsat.eqsat.language import (
 )
 from onnxsat.eqsat.rules.attention import site_facts
 from onnxsat.eqsat.rules.layout_sinking import OP_KINDS
+from onnxsat.proto_fields import subgraph_captures
 
 _SPAN = bindings.PanicSpan()
 _NIL = bindings.Call(_SPAN, "ArgsNil", [])

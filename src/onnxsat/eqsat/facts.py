@@ -25,6 +25,7 @@ from onnxsat.eqsat.registry import register
 from onnxsat.eqsat.weights import constant_node_value
 from onnxsat.eqsat.window_pads import absorbable_pads
 from onnxsat.external_data import ExternalRef, is_external, read_bytes, reference, tensor_value
+from onnxsat.proto_fields import subgraph_captures
 
 FlagPredicate = Callable[[list[onnx.AttributeProto], int], bool]
 
@@ -163,36 +164,6 @@ def attribute_flags(domain: str, op_type: str, attrs: list[onnx.AttributeProto],
     if domain in ("", "ai.onnx") and op_type not in NONDETERMINISTIC_OPS and not _has_subgraph(attrs):
         flags.append(PURE_FLAG)
     return sorted(flags)
-
-
-def subgraph_captures(node: onnx.NodeProto) -> list[str]:
-    """Outer-scope tensor names read by the node's subgraphs (If/Loop/Scan bodies), in first-use order.
-
-    These are real inputs of the node even though ONNX does not list them: their producers must be
-    kept and their names must survive decoding, since the opaque subgraph refers to them by name.
-    """
-    captured: dict[str, None] = {}
-    for attr in node.attribute:
-        graphs = list(attr.graphs)
-        if attr.HasField("g"):
-            graphs.append(attr.g)
-        for graph in graphs:
-            for name in free_names(graph):
-                captured.setdefault(name, None)
-    return list(captured)
-
-
-def free_names(graph: onnx.GraphProto) -> list[str]:
-    """Outer names ``graph`` (a body) reads, its nested bodies' reads included, in first-use order."""
-    defined = {v.name for v in graph.input} | {t.name for t in graph.initializer}
-    defined |= {t.values.name for t in graph.sparse_initializer}
-    free: dict[str, None] = {}
-    for node in graph.node:
-        for name in [*node.input, *subgraph_captures(node)]:
-            if name and name not in defined:
-                free.setdefault(name, None)
-        defined.update(o for o in node.output if o)
-    return list(free)
 
 
 FOLD_MAX_ELEMENTS = 1 << 24

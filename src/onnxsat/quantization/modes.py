@@ -23,8 +23,8 @@ from typing import TYPE_CHECKING, Any
 
 import onnx
 
-from onnxsat.eqsat.facts import subgraph_captures
 from onnxsat.node_order import sort_graph
+from onnxsat.proto_fields import subgraph_captures
 from onnxsat.registry import Registry
 
 if TYPE_CHECKING:

@@ -32,7 +32,6 @@ import onnxruntime as ort
 from onnxsat import model_io
 from onnxsat.data.model_input import batch_size_for, data_input, evaluation_data, random_dataset
 from onnxsat.data.sources import Dataset
-from onnxsat.eqsat.facts import subgraph_captures
 from onnxsat.eqsat.optimizer import OptimizeOptions, optimize_model
 from onnxsat.errors import InvalidModelError, RuntimeUnsupportedError, SettingsError
 from onnxsat.inputs import InputSpec, fixed_dim, random_inputs
@@ -40,7 +39,7 @@ from onnxsat.metrics import HeldOut, MetricSpec, Score, check_spec, metric_optio
 from onnxsat.metrics.scorer import ModelScorer
 from onnxsat.normal_form import normal_form
 from onnxsat.options import float_list, option, percent
-from onnxsat.proto_fields import bodies_of
+from onnxsat.proto_fields import bodies_of, subgraph_captures
 from onnxsat.quantization import node_speed
 from onnxsat.quantization.calibration import calibration_reader
 from onnxsat.quantization.modes import CALIBRATIONS, MODES, Calibration, QuantMode

@@ -7,8 +7,8 @@ from collections import Counter
 import onnx
 from onnx import TensorProto, helper
 
-from onnxsat.eqsat.facts import subgraph_captures
 from onnxsat.op_kinds import default_opset_version
+from onnxsat.proto_fields import subgraph_captures
 from tools.fuzz.graphs.builder import DOUBLE
 from tools.fuzz.graphs.control import FUNCTION_DOMAIN
 

@@ -25,11 +25,10 @@ from pathlib import Path
 import numpy as np
 import onnx
 
-from onnxsat.eqsat.facts import free_names, subgraph_captures
 from onnxsat.errors import OnnxSatError
 from onnxsat.inputs import InputSpec
 from onnxsat.normal_form import normal_form
-from onnxsat.proto_fields import bodies_of
+from onnxsat.proto_fields import bodies_of, free_names, subgraph_captures
 from onnxsat.surgery.graph_edit import remove_where
 from onnxsat.verification import Tolerance, reference_run, run_model, verify
 

@@ -12,8 +12,7 @@ from __future__ import annotations
 
 import onnx
 
-from onnxsat.eqsat.facts import free_names
-from onnxsat.proto_fields import bodies_of
+from onnxsat.proto_fields import bodies_of, free_names
 
 
 def localize_constants(model: onnx.ModelProto) -> int:
