@@ -87,7 +87,7 @@ class QuantizeOptions:
     latency_batch: int = option(
         1, type=int, help="samples per run latency is measured at, whole model and node by node (default 1)"
     )
-    """INT8 pays more on larger batches (a ResNet-18 on 32x32 digits: 3.2x at 1, 3.55x at 8), so which
+    """INT8 pays more on larger batches (a ResNet-18 on 32x32 digits: 3.0-3.2x at 1, 3.4-3.55x at 8), so which
     nodes pay, and how much, is measured at the batch the model will run at."""
     node_timing: bool = option(True, flag="--no-node-timing", negate=True, help="skip timing each node alone")
     batch_size: int = 64
