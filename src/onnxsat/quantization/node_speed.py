@@ -198,7 +198,7 @@ def node_speeds(
 
 @dataclass
 class OneNode:
-    """A quantizable node as a model of its own, with the seeded random inputs it is fed."""
+    """A quantizable node as a model of its own, fed seeded random inputs."""
 
     model: onnx.ModelProto
     samples: list[dict[str, np.ndarray]]
