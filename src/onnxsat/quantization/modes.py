@@ -16,16 +16,17 @@ from __future__ import annotations
 
 import logging
 import tempfile
-from collections.abc import Callable, Mapping, MutableSequence, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import onnx
 
 from onnxsat.node_order import sort_graph
 from onnxsat.proto_fields import subgraph_captures
 from onnxsat.registry import Registry
+from onnxsat.surgery.graph_edit import remove_where
 
 if TYPE_CHECKING:
     from onnxruntime.quantization import CalibrationDataReader
@@ -95,19 +96,13 @@ class QuantMode:
             model.graph.output.extend(_typed(model, readers))
         result = self.quantize(model, exclude, calibration, only)
         if captured:
-            _drop(result.graph.node, lambda node: any(o in readers for o in node.output))
-            _drop(result.graph.output, lambda value: value.name in readers)
+            remove_where(result.graph.node, lambda node: any(o in readers for o in node.output))
+            remove_where(result.graph.output, lambda value: value.name in readers)
         sort_graph(result.graph)
         return result
 
 
 BODY_READ_SUFFIX = "__read_by_a_body"
-
-
-def _drop(items: MutableSequence, unwanted: Callable[[Any], bool]) -> None:
-    kept = [item for item in items if not unwanted(item)]
-    del items[:]
-    items.extend(kept)
 
 
 def _captured_tensors(model: onnx.ModelProto) -> list[str]:

@@ -39,11 +39,12 @@ from onnxsat.metrics import HeldOut, MetricSpec, Score, check_spec, metric_optio
 from onnxsat.metrics.scorer import ModelScorer
 from onnxsat.normal_form import normal_form
 from onnxsat.options import float_list, option, percent
-from onnxsat.proto_fields import bodies_of, subgraph_captures
+from onnxsat.proto_fields import bodies_of
 from onnxsat.quantization import node_speed
 from onnxsat.quantization.calibration import calibration_reader
 from onnxsat.quantization.modes import CALIBRATIONS, MODES, Calibration, QuantMode
 from onnxsat.quantization.report import ModeTrial, NodeDecision, QuantizeReport
+from onnxsat.surgery.graph_edit import drop_unused_initializers
 from onnxsat.timing import ratios_to, time_rounds, timing_session
 from onnxsat.verification import check_lossy, reference_run, run_model, session, with_outputs
 
@@ -351,11 +352,7 @@ def _at_least_opset(model: onnx.ModelProto, opset: int, report: QuantizeReport) 
             inputs = [v for v in converted.graph.input if v.name not in weights]
             del converted.graph.input[:]
             converted.graph.input.extend(inputs)
-            read = {name for node in converted.graph.node for name in [*node.input, *subgraph_captures(node)]}
-            read |= {v.name for v in converted.graph.output}
-            used = [t for t in converted.graph.initializer if t.name in read]  # shapes folding left unread
-            del converted.graph.initializer[:]
-            converted.graph.initializer.extend(used)
+            drop_unused_initializers(converted.graph)  # the shapes folding left unread
         converted.ir_version = max(converted.ir_version, OPSET_IR_VERSION)
         onnx.checker.check_model(converted)
     except Exception as error:  # the converter raises several types on ops it cannot lift

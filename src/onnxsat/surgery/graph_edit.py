@@ -126,6 +126,14 @@ def remove_where(field: Any, drop: Callable[[Any], bool]) -> None:
             del field[index]
 
 
+def drop_unused_initializers(graph: onnx.GraphProto) -> None:
+    """Remove initializers no node, subgraph (at any depth) or graph output reads any more."""
+    read = {name for node in graph.node for name in node.input} | {item.name for item in graph.output}
+    for node in graph.node:
+        read.update(_outer_reads(node))
+    remove_where(graph.initializer, lambda tensor: tensor.name not in read)
+
+
 def _outer_reads(node: onnx.NodeProto) -> set[str]:
     """Names a node's subgraphs read (a superset of the outer-scope reads: good enough to keep them)."""
     names: set[str] = set()

@@ -212,18 +212,3 @@ def bypass(graph: onnx.GraphProto, output: str, source: str, splice: Splice, ind
         reroute(graph, source, output)
     else:
         splice.before(index, splice.node("Identity", [source], output, f"{output}_identity"))
-
-
-def drop_unused_initializers(graph: onnx.GraphProto) -> None:
-    """Remove initializers no node, subgraph or graph output reads any more."""
-    read = {name for node in graph.node for name in node.input} | {item.name for item in graph.output}
-    for node in graph.node:
-        for item in node.attribute:
-            for subgraph in [item.g, *item.graphs] if item.type in _GRAPH_TYPES else []:
-                read.update(name for inner in subgraph.node for name in inner.input)
-    kept = [tensor for tensor in graph.initializer if tensor.name in read]
-    del graph.initializer[:]
-    graph.initializer.extend(kept)
-
-
-_GRAPH_TYPES = (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)

@@ -9,9 +9,9 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from onnxsat.surgery.graph_edit import constant_value, consumers, copy_model, initializers
+from onnxsat.surgery.graph_edit import constant_value, consumers, copy_model, drop_unused_initializers, initializers
 from onnxsat.surgery.surgeon import Surgeon, SurgeryOutcome, register
-from onnxsat.surgery.surgeons._editing import Splice, attribute, bypass, drop_unused_initializers
+from onnxsat.surgery.surgeons._editing import Splice, attribute, bypass
 
 
 def _next_pair(graph: onnx.GraphProto, skip: set[int]) -> tuple[int, int] | None:
