@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 import tempfile
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -24,7 +24,8 @@ from typing import TYPE_CHECKING
 import onnx
 
 from onnxsat.node_order import sort_graph
-from onnxsat.proto_fields import subgraph_captures
+from onnxsat.proto_fields import bodies_of, subgraph_captures
+from onnxsat.quantization.alone import quantize_alone
 from onnxsat.registry import Registry
 from onnxsat.surgery.graph_edit import remove_where
 
@@ -75,6 +76,9 @@ class QuantMode:
     among them are also timed alone."""
     calibrated: bool
     quantize: Quantizer
+    constant_weights_only: bool = False
+    """Whether it quantizes only nodes whose weight is a constant (ORT's dynamic MatMul, MatMulNBits): the
+    activation-by-activation MatMuls of attention are never quantized, so a search has nothing to leave out."""
 
     def apply(
         self,
@@ -100,6 +104,16 @@ class QuantMode:
             remove_where(result.graph.output, lambda value: value.name in readers)
         sort_graph(result.graph)
         return result
+
+    def alone(self, model: onnx.ModelProto, name: str, calibration: Calibration | None) -> onnx.ModelProto:
+        """``model`` with node ``name`` alone quantized. Without calibration the quantizer runs on that node
+        alone and its result is spliced in (see ``alone``); else, or when that splice does not fit, the
+        whole model goes through ``apply``."""
+        if not self.calibrated:
+            spliced = quantize_alone(model, name, lambda one: self.quantize(one, [], None, None))
+            if spliced is not None:
+                return spliced
+        return self.apply(model, [], calibration, [name])
 
 
 BODY_READ_SUFFIX = "__read_by_a_body"
@@ -210,9 +224,26 @@ def dynamic(
             target,
             op_types_to_quantize=list(DYNAMIC_OPS),
             weight_type=QuantType.QInt8,
-            nodes_to_exclude=list(exclude),
+            nodes_to_exclude=_as_split_gemms(model, exclude),
+            nodes_to_quantize=_as_split_gemms(model, only or []),
         )
     )
+
+
+def _as_split_gemms(model: onnx.ModelProto, names: Sequence[str]) -> list[str]:
+    """``names``, and for each Gemm among them the name ORT's dynamic quantizer gives it: it first splits
+    every Gemm into ``<name>_MatMul`` and ``<name>_Add``, then reads the node lists, so a Gemm named as
+    itself would be neither excluded nor alone quantized."""
+    gemms = {node.name for node in _all_nodes(model.graph) if node.op_type == "Gemm"}
+    return [alias for name in names for alias in ([name, f"{name}_MatMul"] if name in gemms else [name])]
+
+
+def _all_nodes(graph: onnx.GraphProto) -> Iterator[onnx.NodeProto]:
+    """The graph's nodes and those of its bodies at any depth."""
+    for node in graph.node:
+        yield node
+        for body in bodies_of(node):
+            yield from _all_nodes(body)
 
 
 WEIGHT_ONLY_BLOCK = 32
@@ -224,13 +255,14 @@ def weight_only(
     del calibration
     from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
 
+    if only:  # ORT's list of nodes to include adds to its op types, it does not narrow them
+        exclude = [*exclude, *(n.name for n in _all_nodes(model.graph) if n.op_type == "MatMul" and n.name not in only)]
     quantizer = MatMulNBitsQuantizer(
         _copy(model),
         block_size=WEIGHT_ONLY_BLOCK,
         is_symmetric=True,
         accuracy_level=4,
         nodes_to_exclude=list(exclude),
-        nodes_to_include=list(only) if only else None,
     )
     quantizer.process()
     return quantizer.model.model
@@ -249,12 +281,22 @@ MODES.register(
 MODES.register(
     "dynamic",
     QuantMode(
-        "dynamic", "int8 MatMul/Gemm weights, activations quantized per run", frozenset(DYNAMIC_OPS), False, dynamic
+        "dynamic",
+        "int8 MatMul/Gemm weights, activations quantized per run",
+        frozenset(DYNAMIC_OPS),
+        False,
+        dynamic,
+        constant_weights_only=True,
     ),
 )
 MODES.register(
     "weight-only",
     QuantMode(
-        "weight-only", "4-bit MatMul weights in blocks of 32 (MatMulNBits)", frozenset({"MatMul"}), False, weight_only
+        "weight-only",
+        "4-bit MatMul weights in blocks of 32 (MatMulNBits)",
+        frozenset({"MatMul"}),
+        False,
+        weight_only,
+        constant_weights_only=True,
     ),
 )

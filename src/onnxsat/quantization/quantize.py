@@ -520,6 +520,8 @@ def _start_mode(
     (``trial.error`` says why)."""
     nodes = [n.name for n in model.graph.node if n.op_type in mode.ops and n.domain in ("", "ai.onnx")]
     weighted = {n.name for n in _weighted_nodes(model)}
+    if mode.constant_weights_only:
+        nodes = [n for n in nodes if n in weighted]
     excluded = {name: "asked (--exclude)" for name in options.exclude if name in nodes}
     speeds: dict[str, float] = {}
     if options.node_timing and mode.name in ("static", "dynamic"):
@@ -533,10 +535,14 @@ def _start_mode(
         trial.error = "every node stays in float (slower quantized, or excluded)"
         return None
 
-    def build(left_out: Sequence[str], only: Sequence[str] | None = None) -> onnx.ModelProto:
+    def build(left_out: Sequence[str], alone: str | None = None) -> onnx.ModelProto:
+        """``mode`` with ``left_out`` (and the excluded) in float, or with node ``alone`` alone quantized."""
         calib = calibration if mode.calibrated else None
         try:
-            result = mode.apply(model, [*excluded, *left_out], calib, only)
+            if alone is not None:
+                result = mode.alone(model, alone, calib)
+            else:
+                result = mode.apply(model, [*excluded, *left_out], calib)
         except Exception as error:  # ORT's quantizer raises many types on graphs it does not handle
             raise RuntimeUnsupportedError(
                 f"ONNX Runtime's quantizer failed ({mode.name}): {type(error).__name__}: {error}"
@@ -628,7 +634,7 @@ def _damage(
     exact: dict[str, tuple[float, float]] = {}
     for name in _progress(suspects, f"{candidate.mode}: damage per node"):
         try:
-            score, distortion = scorer.judge(build([], only=[name]))
+            score, distortion = scorer.judge(build([], alone=name))
             exact[name] = (score.drop, distortion)
         except RuntimeUnsupportedError:
             exact[name] = (float("inf"), float("inf"))
