@@ -131,3 +131,18 @@ def test_a_users_metric_that_cannot_be_used_is_one_line(
 ) -> None:
     with pytest.raises(error, match=message):
         Budget({"y": np.zeros((2, 2))}, {}, metric=function.format(m=user_module))
+
+
+def test_distortion_is_the_relative_norm_over_every_scored_output(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Accumulated a chunk at a time (chunks much smaller than the outputs here), the same as at once."""
+    monkeypatch.setattr("onnxsat.metrics.budget.SQUARES_CHUNK", 7)
+    reference = {"a": RNG.normal(size=(4, 10)).astype(np.float32), "b": RNG.normal(size=(4, 3, 5)).astype(np.float32)}
+    budget = Budget(reference, {"a": 0, "b": 0})
+    moved = {
+        name: value + np.float32(0.1) * RNG.normal(size=value.shape).astype(np.float32)
+        for name, value in reference.items()
+    }
+    noise = sum(np.sum((moved[n].astype(np.float64) - reference[n].astype(np.float64)) ** 2) for n in reference)
+    signal = sum(np.sum(reference[n].astype(np.float64) ** 2) for n in reference)
+    assert budget.distortion(moved) == pytest.approx(np.sqrt(noise / signal), rel=1e-12)
+    assert budget.distortion(reference) == 0.0

@@ -151,6 +151,7 @@ class Budget:
                     )
                 self.metrics[name], self.reasons[name] = fixed, "given"
         self.baseline = self._score(self.reference, None)
+        self._signal: float | None = None
 
     def score(self, outputs: Mapping[str, np.ndarray]) -> Score:
         return self._score(outputs, self.baseline)
@@ -175,16 +176,33 @@ class Budget:
     def distortion(self, outputs: Mapping[str, np.ndarray]) -> float:
         """How far ``outputs`` moved from the original's: ||outputs - original|| / ||original|| over every
         scored output. Unlike a metric (steps of one sample) it moves smoothly, so it can rank what hurts."""
-        noise = signal = 0.0
-        for name in self.metrics:
-            reference = np.asarray(self.reference[name], dtype=np.float64)
-            noise += float(np.sum((np.asarray(outputs[name], dtype=np.float64) - reference) ** 2))
-            signal += float(np.sum(reference**2))
-        return float(np.sqrt(noise) / max(np.sqrt(signal), 1e-12))
+        if self._signal is None:
+            self._signal = sum(_sum_of_squares(self.reference[name]) for name in self.metrics)
+        noise = sum(_sum_of_squares(self.reference[name], outputs[name]) for name in self.metrics)
+        return float(np.sqrt(noise) / max(np.sqrt(self._signal), 1e-12))
 
     def describe(self) -> dict[str, dict[str, str]]:
         """Per scored output, its metric and why it was chosen (for reports)."""
         return {name: {"metric": m.name, "why": self.reasons[name]} for name, m in self.metrics.items()}
+
+
+SQUARES_CHUNK = 1 << 22
+"""Elements per float64 step of ``_sum_of_squares``: GPT-2's logits on 32 samples are 206 million values,
+1.6 GB in float64 at once, and took 12 s per candidate that way."""
+
+
+def _sum_of_squares(reference: np.ndarray, value: np.ndarray | None = None) -> float:
+    """sum((value - reference)²), or sum(reference²) without ``value``, accumulated in float64 a chunk at a
+    time."""
+    flat = np.asarray(reference).reshape(-1)
+    other = None if value is None else np.asarray(value).reshape(-1)
+    total = 0.0
+    for start in range(0, flat.size, SQUARES_CHUNK):
+        chunk = flat[start : start + SQUARES_CHUNK].astype(np.float64)
+        if other is not None:
+            chunk = other[start : start + SQUARES_CHUNK].astype(np.float64) - chunk
+        total += float(np.dot(chunk, chunk))
+    return total
 
 
 @dataclass
