@@ -110,23 +110,38 @@ def test_without_data_the_other_fixed_inputs_are_held_at_a_random_value(tmp_path
     )
 
 
-def test_inputs_with_dynamic_dims_are_not_held_and_the_refusal_comes_before_the_work(
+def dynamic_batch(path: Path) -> Path:
+    model = onnx.load(token_model(path))
+    for value in model.graph.input:
+        value.type.tensor_type.shape.dim[0].dim_param = "batch"
+    onnx.save(model, path)
+    return path
+
+
+def test_with_a_dynamic_batch_the_held_input_is_fed_beside_every_sample(tmp_path: Path) -> None:
+    code, report, out = quantize(dynamic_batch(tmp_path / "tokens.onnx"), tmp_path, "--mode", "dynamic")
+    assert code == 0 and out.exists() and report["verification"]["ok"]
+    assert any(note.startswith("no --data: mask held at one seeded random value") for note in report["notes"])
+
+
+def test_inputs_that_do_not_fit_the_data_are_refused_before_the_work(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    model = token_model(tmp_path / "tokens.onnx")
-    loaded = onnx.load(model)
-    for value in loaded.graph.input:
-        value.type.tensor_type.shape.dim[0].dim_param = "batch"
-    onnx.save(loaded, model)
+    model = dynamic_batch(tmp_path / "tokens.onnx")
+    feeds = tmp_path / "feeds.npz"
+    np.savez(feeds, ids=np.zeros((3, 16), np.int64), mask=np.ones((2, 16), np.int64))
 
     def never(*_: object, **__: object) -> None:
         raise AssertionError("normalised before the data was checked")
 
     monkeypatch.setattr(quantize_module, "_prepare", never)
-    code, _, out = quantize(model, tmp_path, "--mode", "dynamic")
+    code, _, out = quantize(model, tmp_path, "--mode", "dynamic", "--inputs", str(feeds))
     err = capsys.readouterr().err.strip()
-    assert code == 9 and not out.exists()
-    assert "this model has 2 not given by --inputs (ids, mask)" in err
+    assert code != 0 and not out.exists()
+    assert err.endswith(
+        "--inputs 'mask' has 2 rows for 3 samples of data: give one row for all samples, or one per sample"
+    )
+    assert len(err.splitlines()) == 1
 
 
 def test_a_mode_no_faster_fully_quantized_is_not_searched(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

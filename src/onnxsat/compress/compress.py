@@ -28,7 +28,7 @@ from onnxsat.compress.recipe import CALIBRATION_LIMIT, Recipe
 from onnxsat.compress.report import CandidateRow, CompressReport, Contribution, mark_pareto
 from onnxsat.compress.search import MARGIN, Evaluated, Search, SearchSettings
 from onnxsat.compress.timing import SideBySide, machine
-from onnxsat.data.model_input import batch_size_for, data_input, input_dims
+from onnxsat.data.model_input import batch_size_for, data_input, input_dims, with_companions
 from onnxsat.data.sources import Dataset, load_dataset
 from onnxsat.errors import SettingsError
 from onnxsat.inputs import InputSpec
@@ -212,7 +212,8 @@ def _data(model: onnx.ModelProto, options: CompressOptions) -> tuple[Dataset, Da
 
     def load(spec: str) -> Dataset:
         dataset = load_dataset(spec, dims, limit=options.limit, mean=options.mean, std=options.std)
-        return replace(dataset, labels=None) if options.fidelity else dataset
+        dataset = replace(dataset, labels=None) if options.fidelity else dataset
+        return with_companions(model, dataset, options.inputs.given)
 
     dataset = load(options.data)
     if options.eval_data is not None:
@@ -237,8 +238,8 @@ def _latency_feeds(
     batch = batch_size_for(model, options.latency_batch, options.inputs.given)
     value = next(v for v in model.graph.input if v.name == name)
     dtype = onnx.helper.tensor_dtype_to_np_dtype(value.type.tensor_type.elem_type)
-    samples = np.resize(dataset.inputs[:batch], (batch, *dataset.inputs.shape[1:])).astype(dtype)
-    return {**options.inputs.given, name: samples}
+    samples, companions = dataset.first(batch)
+    return {**options.inputs.given, **companions, name: samples.astype(dtype)}
 
 
 class _SlowNodes:

@@ -7,13 +7,14 @@ state input (``--stateful``). Its declared dims decide how samples are fitted an
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import replace
 
 import numpy as np
 import onnx
 
 from onnxsat.data.sources import Dataset, load_dataset
-from onnxsat.errors import SettingsError
+from onnxsat.errors import DataError, SettingsError
 from onnxsat.inputs import DEFAULT_DYNAMIC_DIM, InputsLike, InputSpec, fixed_dim, random_inputs
 
 
@@ -53,7 +54,8 @@ def random_dataset(model: onnx.ModelProto, count: int, inputs: InputsLike = None
     per_call = (dims[0] if dims else None) or 1
     calls = max(1, count // per_call)
     chunks = [random_inputs(model, {name: [per_call, *rest]}, first_seed + index)[name] for index in range(calls)]
-    return Dataset(np.concatenate(chunks), None, f"random ({calls * per_call} seeded normal inputs)")
+    dataset = Dataset(np.concatenate(chunks), None, f"random ({calls * per_call} seeded normal inputs)")
+    return with_companions(model, dataset, spec.given)
 
 
 def evaluation_data(
@@ -74,4 +76,43 @@ def evaluation_data(
     if spec == "random":
         return random_dataset(model, limit or random_count, inputs)
     dataset = load_dataset(spec, input_dims(model, inputs.given), limit=limit, mean=mean, std=std)
-    return Dataset(dataset.inputs, None, f"{dataset.name} (fidelity)") if fidelity else dataset
+    if fidelity:
+        dataset = replace(dataset, labels=None, name=f"{dataset.name} (fidelity)")
+    return with_companions(model, dataset, inputs.given)
+
+
+def with_companions(model: onnx.ModelProto, dataset: Dataset, given: Mapping[str, np.ndarray]) -> Dataset:
+    """``dataset`` with the given inputs that share the data input's dynamic batch fed per sample (its
+    ``companions``): a value of one row is repeated for every sample, one with a row per sample goes with
+    its sample. Given inputs of a fixed batch, or of no batch axis, stay fed whole; so does everything
+    when the data input's batch is fixed (each run is then one whole batch anyway)."""
+    if dataset.streams or not given:
+        return dataset
+    batch = _batch_dim(data_input(model, given))
+    if batch is None or fixed_dim(batch) is not None:
+        return dataset
+    companions = dict(dataset.companions)
+    for value in model.graph.input:
+        first = _batch_dim(value)
+        if value.name not in given or value.name in companions or first is None or fixed_dim(first) is not None:
+            continue
+        if batch.dim_param and first.dim_param and first.dim_param != batch.dim_param:
+            continue  # another dynamic axis comes first (a cache's, a sequence's)
+        array = np.asarray(given[value.name])
+        if array.ndim == 0:
+            continue
+        if len(array) == 1:
+            companions[value.name] = np.repeat(array, len(dataset), axis=0)
+        elif len(array) == len(dataset):
+            companions[value.name] = array
+        else:
+            raise DataError(
+                f"--inputs {value.name!r} has {len(array)} rows for {len(dataset)} samples of data: "
+                "give one row for all samples, or one per sample"
+            )
+    return replace(dataset, companions=companions) if companions else dataset
+
+
+def _batch_dim(value: onnx.ValueInfoProto) -> onnx.TensorShapeProto.Dimension | None:
+    tensor = value.type.tensor_type
+    return tensor.shape.dim[0] if tensor.HasField("shape") and tensor.shape.dim else None

@@ -97,11 +97,11 @@ class OutputRunner:
             self.batch_axes = self._find_batch_axes(fixed)
         step = self.batch_size if all(axis is not None for axis in self.batch_axes.values()) else 1
         gathered: dict[str, list[np.ndarray]] = {name: [] for name in self.outputs}
-        for inputs, _ in self.dataset.batches(step):
+        for inputs, companions, _ in self.dataset.feed_batches(step):
             count = len(inputs)
             if self.fixed_batch is not None and count < self.fixed_batch:  # pad; the padding's rows are dropped
                 inputs = np.concatenate([inputs, np.zeros((self.fixed_batch - count, *inputs.shape[1:]), inputs.dtype)])
-            results = self._run({**fixed, self.input_name: inputs.astype(self.dtype, copy=False)})
+            results = self._run({**fixed, **companions, self.input_name: inputs.astype(self.dtype, copy=False)})
             for name, value in zip(self.outputs, results, strict=True):
                 gathered[name].append(_samples_first(value, self.batch_axes[name], count, name))
         return {name: _joined(parts, name) for name, parts in gathered.items()}
@@ -110,8 +110,9 @@ class OutputRunner:
         """Per output, the axis that holds the samples (None: the output has none)."""
         data = self.dataset.inputs
         if self.fixed_batch is None and len(data) >= 2:
-            one = self._run({**fixed, self.input_name: data[:1].astype(self.dtype, copy=False)})
-            two = self._run({**fixed, self.input_name: data[:2].astype(self.dtype, copy=False)})
+            rows = self.dataset.rows
+            one = self._run({**fixed, **rows(0, 1), self.input_name: data[:1].astype(self.dtype, copy=False)})
+            two = self._run({**fixed, **rows(0, 2), self.input_name: data[:2].astype(self.dtype, copy=False)})
             axes: dict[str, int | None] = {}
             for name, a, b in zip(self.outputs, one, two, strict=True):
                 grown = [i for i, (x, y) in enumerate(zip(a.shape, b.shape, strict=False)) if (x, y) == (1, 2)]
@@ -126,7 +127,7 @@ class OutputRunner:
                     )
                 axes[name] = grown[0] if grown else None
             return axes
-        probe = self._run({**fixed, self.input_name: self._first_batch()})
+        probe = self._run({**fixed, **self.dataset.rows(0, 1), self.input_name: self._first_batch()})
         size = self.fixed_batch or 1
         return {
             name: self._guess_axis(name, value.shape, size) for name, value in zip(self.outputs, probe, strict=True)

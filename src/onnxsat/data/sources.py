@@ -18,8 +18,8 @@ extra. ``.npz`` files and CIFAR-10 batches need numpy alone.
 from __future__ import annotations
 
 import pickle
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from itertools import chain, zip_longest
 from pathlib import Path
 from types import ModuleType
@@ -96,9 +96,37 @@ class Dataset:
     name: str
     streams: bool = False
     lengths: np.ndarray | None = None
+    companions: Mapping[str, np.ndarray] = field(default_factory=dict)
+    """Per-sample values of the model's other inputs (a text model's attention_mask beside its input_ids),
+    rows aligned with ``inputs`` and fed with them, batch by batch (not with streams)."""
+
+    def __post_init__(self) -> None:
+        if self.companions and self.streams:
+            raise DataError("inputs given per sample beside streams of data are not supported")
+        for name, values in self.companions.items():
+            if len(values) != len(self.inputs):
+                raise DataError(
+                    f"input {name!r} has {len(values)} rows for {len(self.inputs)} samples of data: "
+                    "give one row per sample, or one row for all"
+                )
 
     def __len__(self) -> int:
         return len(self.inputs)
+
+    def rows(self, start: int, stop: int) -> dict[str, np.ndarray]:
+        """The companions' rows of samples ``start`` to ``stop``: what is fed beside those samples."""
+        return {name: values[start:stop] for name, values in self.companions.items()}
+
+    def first(self, size: int) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        """The first ``size`` samples and their companions' rows, repeated from the start to fill ``size``
+        when the data has fewer (one run's feeds: a latency probe, a check)."""
+        fill = lambda values: np.resize(values[:size], (size, *values.shape[1:]))  # noqa: E731
+        return fill(self.inputs), {name: fill(values) for name, values in self.companions.items()}
+
+    def feed_batches(self, size: int) -> Iterator[tuple[np.ndarray, dict[str, np.ndarray], np.ndarray | None]]:
+        """``batches`` with the companions' rows of each batch: (inputs, companions, labels)."""
+        for index, (inputs, labels) in enumerate(self.batches(size)):
+            yield inputs, self.rows(index * size, index * size + len(inputs)), labels
 
     def batches(self, size: int) -> Iterator[tuple[np.ndarray, np.ndarray | None]]:
         """Consecutive batches of ``size`` samples in dataset order; the last one may be shorter. Streams
@@ -143,7 +171,8 @@ class Dataset:
         """The samples (or streams) at ``indices``, in that order."""
         labels = None if self.labels is None else self.labels[indices]
         lengths = None if self.lengths is None else self.lengths[indices]
-        return Dataset(self.inputs[indices], labels, self.name, self.streams, lengths)
+        companions = {name: values[indices] for name, values in self.companions.items()}
+        return Dataset(self.inputs[indices], labels, self.name, self.streams, lengths, companions)
 
     def split(self, held_out: float, seed: int = 0) -> tuple[Dataset, Dataset | None]:
         """(search part, held-out part): a seeded random ``held_out`` fraction of the samples (streams)
@@ -156,10 +185,7 @@ class Dataset:
         chosen = np.zeros(count, dtype=bool)
         chosen[np.random.default_rng(seed).permutation(count)[:kept]] = True
         search, rest = self.subset(np.flatnonzero(~chosen)), self.subset(np.flatnonzero(chosen))
-        return (
-            Dataset(search.inputs, search.labels, f"{self.name} (search part)", self.streams, search.lengths),
-            Dataset(rest.inputs, rest.labels, f"{self.name} (held out)", self.streams, rest.lengths),
-        )
+        return replace(search, name=f"{self.name} (search part)"), replace(rest, name=f"{self.name} (held out)")
 
 
 @dataclass(frozen=True)

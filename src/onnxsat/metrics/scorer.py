@@ -69,9 +69,8 @@ class ModelScorer:
 
     def sample_feeds(self, count: int) -> dict[str, np.ndarray]:
         """The first ``count`` samples (exactly the model's batch when it fixes one) as one run's feeds."""
-        size = self.fixed_batch or min(count, len(self.dataset.inputs))
-        samples = np.resize(self.dataset.inputs[:size], (size, *self.dataset.inputs.shape[1:]))
-        return {**self.given, self.input_name: samples.astype(self.dtype, copy=False)}
+        samples, companions = self.dataset.first(self.fixed_batch or min(count, len(self.dataset.inputs)))
+        return {**self.given, **companions, self.input_name: samples.astype(self.dtype, copy=False)}
 
     def _runner(self, model: onnx.ModelProto) -> OutputRunner:
         sess = session(model, ort.GraphOptimizationLevel.ORT_ENABLE_ALL, threads=self.threads)

@@ -22,8 +22,9 @@ def calibration_reader(
     fixed_batch: int | None = None,
 ) -> CalibrationDataReader:
     """A ``CalibrationDataReader`` over ``dataset`` in batches, the user's fixed inputs (``--inputs``)
-    beside every batch. A model whose batch dim is fixed gets batches of exactly that size (the last
-    one filled up by repeating its samples, which leaves the ranges as they are)."""
+    beside every batch, and the rows of the inputs given per sample. A model whose batch dim is fixed gets
+    batches of exactly that size (the last one filled up by repeating its samples, which leaves the ranges
+    as they are)."""
     from onnxruntime.quantization import CalibrationDataReader
 
     step = fixed_batch or batch_size
@@ -33,10 +34,10 @@ def calibration_reader(
             self.batches: Iterator[dict[str, np.ndarray]] = self._batches()
 
         def _batches(self) -> Iterator[dict[str, np.ndarray]]:
-            for inputs, _ in dataset.batches(step):
+            for inputs, companions, _ in dataset.feed_batches(step):
                 if fixed_batch is not None and len(inputs) < fixed_batch:
                     inputs = np.resize(inputs, (fixed_batch, *inputs.shape[1:]))
-                yield {**given, input_name: np.asarray(inputs).astype(dtype, copy=False)}
+                yield {**given, **companions, input_name: np.asarray(inputs).astype(dtype, copy=False)}
 
         def get_next(self) -> dict[str, np.ndarray] | None:
             return next(self.batches, None)

@@ -30,7 +30,7 @@ import onnx
 import onnxruntime as ort
 
 from onnxsat import model_io
-from onnxsat.data.model_input import batch_size_for, data_input, evaluation_data, random_dataset
+from onnxsat.data.model_input import batch_size_for, data_input, evaluation_data, random_dataset, with_companions
 from onnxsat.data.sources import Dataset
 from onnxsat.eqsat.optimizer import OptimizeOptions, optimize_model
 from onnxsat.errors import InvalidModelError, RuntimeUnsupportedError, SettingsError
@@ -137,8 +137,8 @@ def quantize_model(
     start = time.perf_counter()
     options.check()
     report = QuantizeReport(input=source, output=None, mode=options.mode, max_drop=options.max_drop)
-    original_run = reference_run(model, options.inputs, base_dir=base_dir)  # an input ORT cannot run is said first
     given, model_input, dataset = _budget_data(model, options, report)  # data that does not fit is said first
+    original_run = reference_run(model, options.inputs, base_dir=base_dir)  # then an input ORT cannot run
     prepared = _prepare(model, options, base_dir, report)
     unknown = [name for name in options.exclude if name not in {n.name for n in prepared.graph.node}]
     if unknown:
@@ -218,11 +218,8 @@ def _budget_data(
         name, samples = fed
         del given[name]
         report.notes.append(f"calibrated and scored on the {len(samples)} samples --inputs gives {name}")
-        return (
-            given,
-            data_input(model, given),
-            Dataset(samples, None, f"{name} from {options.inputs.source or '--inputs'}"),
-        )
+        dataset = Dataset(samples, None, f"{name} from {options.inputs.source or '--inputs'}")
+        return given, data_input(model, given), with_companions(model, dataset, given)
     spec = options.inputs
     if options.data is None:
         given, spec = _hold_the_others(model, spec, report)
@@ -247,9 +244,8 @@ def _hold_the_others(
 ) -> tuple[dict[str, np.ndarray], InputSpec]:
     """(given, spec) for random data on a model with several inputs the user did not give (a BERT's
     input_ids and attention_mask): samples go to the first float input (else the first), and every other
-    one is held at one seeded random value, as the report says. Only when every such input's dims are
-    fixed: a held input with a dynamic batch would have to grow with each batch of samples. Otherwise
-    ``spec`` as it is (``data_input`` then says which inputs to give)."""
+    one is held at one seeded random value, as the report says (with a dynamic batch, that value is fed
+    beside every sample: the dataset's companions)."""
     initializers = {t.name for t in model.graph.initializer}
     free = [v for v in model.graph.input if v.name not in initializers and v.name not in spec.given]
     if len(free) < 2:
@@ -257,9 +253,6 @@ def _hold_the_others(
     floats = (onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.DOUBLE, onnx.TensorProto.BFLOAT16)
     fed = next((v for v in free if v.type.tensor_type.elem_type in floats), free[0])
     held = [v.name for v in free if v.name != fed.name]
-    shaped = all(v.type.tensor_type.HasField("shape") for v in free)
-    if not shaped or any(fixed_dim(d) is None for v in free for d in v.type.tensor_type.shape.dim):
-        return dict(spec.given), spec
     values = random_inputs(model, spec, seed=0)
     given = {**spec.given, **{name: values[name] for name in held}}
     report.notes.append(
@@ -736,9 +729,9 @@ def _latency_feeds(
     value = next(v for v in dims if v.name == name)
     declared = value.type.tensor_type.shape.dim
     batch = (fixed_dim(declared[0]) or batch) if declared else 1
-    sample = np.resize(dataset.inputs[:batch], (batch, *dataset.inputs.shape[1:]))
+    sample, companions = dataset.first(batch)
     dtype = onnx.helper.tensor_dtype_to_np_dtype(value.type.tensor_type.elem_type)
-    return {**given, name: sample.astype(dtype)}
+    return {**given, **companions, name: sample.astype(dtype)}
 
 
 def _latency(

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
 import onnx
 
-from onnxsat.data.model_input import batch_size_for, data_input, input_dims, random_dataset
+from onnxsat.data.model_input import batch_size_for, data_input, input_dims, random_dataset, with_companions
 from onnxsat.data.outputs import check_state, parse_stateful
 from onnxsat.data.sources import Dataset, load_dataset
 from onnxsat.errors import SettingsError
@@ -118,8 +118,9 @@ def _calibration_batches(
         given = options.inputs.given
         fixed = {**given, **_zero_state(model, options.state)}
         name = data_input(model, fixed).name
-        for inputs, _ in dataset.batches(1 if dataset.streams else batch_size_for(model, options.batch_size, fixed)):
-            yield {**fixed, name: inputs}
+        size = 1 if dataset.streams else batch_size_for(model, options.batch_size, fixed)
+        for inputs, companions, _ in dataset.feed_batches(size):
+            yield {**fixed, **companions, name: inputs}
         return
     for seed in range(RANDOM_CALIBRATION_SAMPLES):
         yield random_inputs(model, options.inputs, seed)
@@ -147,8 +148,8 @@ def _dataset(model: onnx.ModelProto, options: SparsifyOptions) -> Dataset | None
         options.data, dims, limit=options.limit, mean=options.mean, std=options.std, streams=bool(options.state)
     )
     if options.fidelity:
-        return Dataset(dataset.inputs, None, f"{dataset.name} (fidelity)", dataset.streams, dataset.lengths)
-    return dataset
+        dataset = replace(dataset, labels=None, name=f"{dataset.name} (fidelity)")
+    return with_companions(model, dataset, options.inputs.given)
 
 
 def _zero_state(model: onnx.ModelProto, state: dict[str, str]) -> dict[str, np.ndarray]:

@@ -1,0 +1,117 @@
+"""Inputs fed per sample beside the data (a text model's attention_mask beside its input_ids): one row is
+repeated for every sample, a row per sample goes with its sample through batches, subsets and splits,
+and a model run over the data sees each sample with its own row."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from onnxsat.cli import main
+from onnxsat.data.model_input import with_companions
+from onnxsat.data.outputs import OutputRunner
+from onnxsat.data.sources import Dataset
+from onnxsat.errors import DataError
+
+RNG = np.random.default_rng(7)
+
+
+def text_model(batch: str | int = "N") -> onnx.ModelProto:
+    """ids [batch, S] embedded, masked by mask [batch, S], two MatMuls: the shape of an encoder's inputs."""
+    graph = helper.make_graph(
+        [
+            helper.make_node("Gather", ["emb", "ids"], ["e"], name="embed"),
+            helper.make_node("Unsqueeze", ["mask", "axis"], ["m3"], name="unsqueeze"),
+            helper.make_node("Cast", ["m3"], ["mf"], to=TensorProto.FLOAT, name="cast"),
+            helper.make_node("Mul", ["e", "mf"], ["em"], name="masked"),
+            helper.make_node("MatMul", ["em", "w1"], ["h"], name="fc1"),
+            helper.make_node("Relu", ["h"], ["r"], name="relu"),
+            helper.make_node("MatMul", ["r", "w2"], ["y"], name="fc2"),
+        ],
+        "text",
+        [
+            helper.make_tensor_value_info("ids", TensorProto.INT64, [batch, "S"]),
+            helper.make_tensor_value_info("mask", TensorProto.INT64, [batch, "S"]),
+        ],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [batch, "S", 16])],
+        [
+            numpy_helper.from_array(RNG.normal(size=(50, 128)).astype(np.float32), "emb"),
+            numpy_helper.from_array(np.array([2], np.int64), "axis"),
+            numpy_helper.from_array(RNG.normal(size=(128, 256)).astype(np.float32) * 0.05, "w1"),
+            numpy_helper.from_array(RNG.normal(size=(256, 16)).astype(np.float32) * 0.05, "w2"),
+        ],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.checker.check_model(model)
+    return model
+
+
+def ids_and_masks(count: int, length: int = 6) -> tuple[np.ndarray, np.ndarray]:
+    ids = RNG.integers(0, 50, size=(count, length))
+    masks = (np.arange(length)[None, :] < RNG.integers(1, length + 1, size=(count, 1))).astype(np.int64)
+    return ids, masks
+
+
+def test_rows_follow_their_samples_through_subsets_splits_and_batches() -> None:
+    ids, masks = ids_and_masks(10)
+    dataset = Dataset(ids, np.arange(10), "text", companions={"mask": masks})
+    picked = dataset.subset(np.array([7, 2, 5]))
+    np.testing.assert_array_equal(picked.companions["mask"], masks[[7, 2, 5]])
+    search, held = dataset.split(0.3)
+    assert held is not None
+    for part in (search, held):
+        for row, label in zip(part.inputs, part.labels, strict=True):
+            np.testing.assert_array_equal(row, ids[label])
+        np.testing.assert_array_equal(part.companions["mask"], masks[part.labels])
+    batches = list(dataset.feed_batches(4))
+    assert [len(inputs) for inputs, _, _ in batches] == [4, 4, 2]
+    np.testing.assert_array_equal(np.concatenate([rows["mask"] for _, rows, _ in batches]), masks)
+    first, rows = dataset.first(12)  # fewer samples than asked: repeated from the start
+    np.testing.assert_array_equal(first[10:], ids[:2])
+    np.testing.assert_array_equal(rows["mask"][10:], masks[:2])
+    with pytest.raises(DataError, match="3 rows for 10 samples"):
+        Dataset(ids, None, "text", companions={"mask": masks[:3]})
+
+
+def test_given_inputs_become_companions_only_when_they_share_the_dynamic_batch() -> None:
+    ids, masks = ids_and_masks(5)
+    dataset = Dataset(ids, None, "text")
+    one = with_companions(text_model(), dataset, {"mask": masks[:1]})
+    np.testing.assert_array_equal(one.companions["mask"], np.repeat(masks[:1], 5, axis=0))
+    each = with_companions(text_model(), dataset, {"mask": masks})
+    np.testing.assert_array_equal(each.companions["mask"], masks)
+    assert with_companions(text_model(batch=1), Dataset(ids[:1], None, "t"), {"mask": masks[:1]}).companions == {}
+    with pytest.raises(DataError, match="'mask' has 2 rows for 5 samples"):
+        with_companions(text_model(), dataset, {"mask": masks[:2]})
+
+
+def test_a_run_over_the_data_feeds_each_sample_its_own_row() -> None:
+    model = text_model()
+    ids, masks = ids_and_masks(9)
+    dataset = with_companions(model, Dataset(ids, None, "text"), {"mask": masks})
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    outputs = OutputRunner(session, "ids", dataset, batch_size=4, given={"mask": masks}).run()["y"]
+    one_by_one = [session.run(["y"], {"ids": ids[i : i + 1], "mask": masks[i : i + 1]})[0][0] for i in range(9)]
+    np.testing.assert_allclose(outputs, np.stack(one_by_one), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("given", ["none", "one mask", "every input per sample"])
+def test_quantize_a_model_with_two_inputs_of_a_dynamic_batch(tmp_path: Path, given: str) -> None:
+    """No data: the mask is held at one seeded value beside each random sample. With --inputs: one mask for
+    all, or every input per sample (the ids are then the data)."""
+    path, out = tmp_path / "text.onnx", tmp_path / "q.onnx"
+    onnx.save(text_model(), path)
+    ids, masks = ids_and_masks(12)
+    extra: list[str] = []
+    if given != "none":
+        feeds = tmp_path / "feeds.npz"
+        np.savez(feeds, **({"mask": masks[:1]} if given == "one mask" else {"ids": ids, "mask": masks}))
+        extra = ["--inputs", str(feeds)]
+    assert main(["quantize", str(path), "-o", str(out), "--mode", "dynamic", *extra]) == 0
+    assert any(node.op_type == "MatMulInteger" for node in onnx.load(out).graph.node)
