@@ -246,3 +246,50 @@ def test_latency_is_measured_at_the_batch_asked_for(tmp_path: Path, monkeypatch:
     assert seen and all(shapes["x"] == [4, 64] for shapes in seen)
     code, report, _ = quantize(bundled_digits_cnn(), tmp_path, "--mode", "static", "--latency-batch", "4", *DIGITS)
     assert code == 0 and report["latency"]["batch"] == 4 and seen[-1]["input"][0] == 4
+
+
+def test_the_budget_search_stops_at_its_time_budget(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Time runs out after the first node measured alone: the others are ranked by the one-run estimate,
+    the bisection is not run, and the report says the search stopped; nothing fits, so nothing is written."""
+    from onnxsat.metrics.scorer import ModelScorer
+    from onnxsat.quantization import quantize as quantize_module
+
+    judged = []
+    judge = ModelScorer.judge
+
+    def judge_once(self: ModelScorer, candidate: onnx.ModelProto) -> object:
+        judged.append(1)
+        return judge(self, candidate)
+
+    monkeypatch.setattr(ModelScorer, "judge", judge_once)
+    monkeypatch.setattr(quantize_module, "_now", lambda: 1e18 if judged else 0.0)
+    args = ["--mode", "static", "--no-node-timing", "--metric", "snr", *DIGITS, "--max-drop", "0"]
+    code, _, out = quantize(bundled_digits_cnn(), tmp_path, *args)
+    assert code != 0 and not out.exists() and len(judged) == 1
+    assert "the search stopped at --budget-minutes" in capsys.readouterr().err
+    code = main(["quantize", str(bundled_digits_cnn()), "-o", str(tmp_path / "o.onnx"), "--budget-minutes", "0"])
+    assert code != 0
+
+
+def test_a_budget_search_cut_short_keeps_what_it_found(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Time runs out in the bisection, after a count that fits: that model is written, and the note says so."""
+    from onnxsat.quantization import quantize as quantize_module
+
+    args = ["--mode", "static", "--no-node-timing", "--metric", "snr", *DIGITS]
+    _, free, _ = quantize(bundled_digits_cnn(), tmp_path, *args)
+    budget = free["accuracy"]["drop"] / 2
+    score = quantize_module.ModelScorer.score
+    scored = []
+
+    def score_counting(self: object, candidate: onnx.ModelProto) -> object:
+        result = score(self, candidate)
+        scored.append(result.drop <= budget)
+        return result
+
+    monkeypatch.setattr(quantize_module.ModelScorer, "score", score_counting)
+    monkeypatch.setattr(quantize_module, "_now", lambda: 1e18 if any(scored[1:]) else 0.0)  # after a fit
+    code, report, out = quantize(bundled_digits_cnn(), tmp_path, *args, "--max-drop", repr(budget))
+    assert code == 0 and out.exists() and report["accuracy"]["drop"] <= budget
+    assert any(note.startswith("the search stopped at --budget-minutes (20 min)") for note in report["notes"])

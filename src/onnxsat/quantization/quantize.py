@@ -18,6 +18,7 @@
 
 from __future__ import annotations
 
+import math
 import statistics
 import tempfile
 import time
@@ -91,6 +92,11 @@ class QuantizeOptions:
     """INT8 pays more on larger batches (a ResNet-18 on 32x32 digits: 3.0-3.2x at 1, 3.4-3.55x at 8), so which
     nodes pay, and how much, is measured at the batch the model will run at."""
     node_timing: bool = option(True, flag="--no-node-timing", negate=True, help="skip timing each node alone")
+    budget_minutes: float = option(
+        20.0, type=float, help="stop the budget search after this long and keep the best model found (default 20)"
+    )
+    """Leaving nodes in float for the budget measures each suspect node with a model build and a scoring run:
+    on GPT-2 small, 20 s a node."""
     batch_size: int = 64
     inputs: InputSpec = field(default_factory=InputSpec)
 
@@ -107,6 +113,8 @@ class QuantizeOptions:
             raise SettingsError(f"--threads must be at least 1, got {self.threads}")
         if self.latency_batch < 1:
             raise SettingsError(f"--latency-batch must be at least 1, got {self.latency_batch}")
+        if not self.budget_minutes > 0:
+            raise SettingsError(f"--budget-minutes must be positive, got {self.budget_minutes:g}")
         check_spec(self.metric)
 
 
@@ -136,6 +144,7 @@ def quantize_model(
     """Quantize ``model`` (left unchanged) as ``options`` say; return the result and its report."""
     start = time.perf_counter()
     options.check()
+    deadline = _now() + options.budget_minutes * 60
     report = QuantizeReport(input=source, output=None, mode=options.mode, max_drop=options.max_drop)
     given, model_input, dataset = _budget_data(model, options, report)  # data that does not fit is said first
     original_run = reference_run(model, options.inputs, base_dir=base_dir)  # then an input ORT cannot run
@@ -179,7 +188,10 @@ def quantize_model(
             original_run.feeds,
             lambda quantized: {**_latency(model, quantized, feeds, options.threads), "batch": float(latency_batch)},
             timing_shapes,
+            deadline,
         )
+    if _now() >= deadline:
+        report.notes.append(f"{OUT_OF_TIME} ({options.budget_minutes:g} min), with the best model found by then")
     chosen = _choose(candidates, options, report)
     report.chosen = chosen.mode
     report.nodes = _decisions(prepared, chosen, MODES[chosen.mode])
@@ -447,6 +459,7 @@ def _search_modes(
     check_feeds: Mapping[str, np.ndarray],
     time_model: Callable[[onnx.ModelProto], dict[str, float]],
     shapes: Mapping[str, Sequence[int]],
+    deadline: float = math.inf,
 ) -> list[Candidate]:
     """Each mode's best model inside the budget (see the module docstring); a trial per mode says how it went.
 
@@ -454,7 +467,8 @@ def _search_modes(
     fastest first, but only while their whole form is faster than the best mode already inside the
     budget (and, for ``auto``, than the float model): leaving nodes in float for the budget does not make
     a mode faster. On BERT-base that skipped 40 builds of a 4-bit model measured at 0.93x; on ViT-base
-    a static search that dynamic, inside the budget at once, made pointless."""
+    a static search that dynamic, inside the budget at once, made pointless. Searches stop at ``deadline``
+    (``time.monotonic``) with what they found, and the trial says so."""
     started = []
     for mode in modes:
         trial = ModeTrial(mode.name)
@@ -479,9 +493,12 @@ def _search_modes(
             than = f"{leader.mode} ({best:.2f}x), which fits the budget" if leader else "float"
             trial.error = f"not searched: with every node quantized it runs {full.speedup:.2f}x, no faster than {than}"
             continue
+        if _now() >= deadline:
+            trial.error = f"not searched: {OUT_OF_TIME}"
+            continue
         clock, evaluations = time.perf_counter(), scorer.evaluations
         assert budget is not None
-        searched = _within_budget(model, full, start.nodes, budget, scorer, start.build, trial)
+        searched = _within_budget(model, full, start.nodes, budget, scorer, start.build, trial, deadline)
         if searched is not None:
             searched.latency = time_model(searched.model)
             _record(trial, searched, start.total)
@@ -561,16 +578,21 @@ def _within_budget(
     scorer: ModelScorer,
     build: Callable[..., onnx.ModelProto],
     trial: ModeTrial,
+    deadline: float = math.inf,
 ) -> Candidate | None:
     """Leave the fewest most damaging nodes in float so the drop fits: damage ranked (see ``_damage``), then
-    a bisection on how many of the worst to leave out."""
-    ordered = _damage(model, candidate, nodes, scorer, build, EXACT_DAMAGE_NODES)
-    best = _bisect([name for name, _ in ordered], budget, scorer, build)
-    if best is None and len(nodes) > EXACT_DAMAGE_NODES:  # the estimate misled: measure every node alone
-        ordered = _damage(model, candidate, nodes, scorer, build, len(nodes))
-        best = _bisect([name for name, _ in ordered], budget, scorer, build)
+    a bisection on how many of the worst to leave out; both stop at ``deadline`` with what they have."""
+    ordered = _damage(model, candidate, nodes, scorer, build, EXACT_DAMAGE_NODES, deadline)
+    best = _bisect([name for name, _ in ordered], budget, scorer, build, deadline)
+    if best is None and len(nodes) > EXACT_DAMAGE_NODES and _now() < deadline:
+        # the estimate misled: measure every node alone
+        ordered = _damage(model, candidate, nodes, scorer, build, len(nodes), deadline)
+        best = _bisect([name for name, _ in ordered], budget, scorer, build, deadline)
     if best is None:
-        trial.error = f"no subset of nodes fits the budget (every node quantized: drop {candidate.score.drop:.2%})"
+        late = f"; {OUT_OF_TIME}" if _now() >= deadline else ""
+        trial.error = (
+            f"no subset of nodes fits the budget (every node quantized: drop {candidate.score.drop:.2%}){late}"
+        )
         return None
     ranked, damage = [name for name, _ in ordered], dict(ordered)
     count, quantized, score = best
@@ -579,12 +601,17 @@ def _within_budget(
 
 
 def _bisect(
-    ranked: list[str], budget: float, scorer: ModelScorer, build: Callable[..., onnx.ModelProto]
+    ranked: list[str],
+    budget: float,
+    scorer: ModelScorer,
+    build: Callable[..., onnx.ModelProto],
+    deadline: float = math.inf,
 ) -> tuple[int, onnx.ModelProto, Score] | None:
     """The fewest of the first ``ranked`` nodes to leave in float for the drop to fit (drops are nearly
-    monotone in that count); None when leaving all but one out still does not fit."""
+    monotone in that count); None when leaving all but one out still does not fit. At ``deadline``, the
+    fewest found so far."""
     low, high, best = 1, len(ranked) - 1, None
-    while low <= high:
+    while low <= high and _now() < deadline:
         middle = (low + high) // 2
         try:
             quantized = build(ranked[:middle])
@@ -599,6 +626,9 @@ def _bisect(
     return best
 
 
+OUT_OF_TIME = "the search stopped at --budget-minutes"
+_now = time.monotonic
+"""The clock ``--budget-minutes`` is kept by (a test moves it)."""
 EXACT_DAMAGE_NODES = 32
 """At most this many nodes have their damage measured exactly (quantized alone, the model scored); the
 rest are estimated from one run (see ``_damage``): measuring all 200 of a text recognizer's took 4 minutes."""
@@ -612,13 +642,16 @@ def _damage(
     scorer: ModelScorer,
     build: Callable[..., onnx.ModelProto],
     exact_limit: int,
+    deadline: float = math.inf,
 ) -> list[tuple[str, float]]:
     """The nodes, most damaging first, with the damage measured. Exactly, for up to ``exact_limit``:
     the scored outputs' relative change with that node alone quantized. With more,
     one run of the float and the fully quantized model side by side estimates each node's share (the
     relative error it adds, see ``_error_jumps``); the worst ``exact_limit`` by that estimate are
     then measured exactly and lead the order, the rest follow the estimate. Measured nodes are ordered by
-    the budget's drop, then by the distortion."""
+    the budget's drop, then by the distortion. At ``deadline`` the nodes not yet measured follow the
+    estimate too."""
+    estimate: dict[str, float] | None = None
     suspects, rest = nodes, []
     if len(nodes) > exact_limit:
         estimate = _error_jumps(model, candidate.model, nodes, scorer)
@@ -626,6 +659,11 @@ def _damage(
         suspects, rest = by_estimate[:exact_limit], [(n, estimate[n]) for n in by_estimate[exact_limit:]]
     exact: dict[str, tuple[float, float]] = {}
     for name in _progress(suspects, f"{candidate.mode}: damage per node"):
+        if _now() >= deadline:
+            late = [n for n in suspects if n not in exact]
+            estimate = estimate or _error_jumps(model, candidate.model, late, scorer)
+            rest = sorted(((n, estimate[n]) for n in late), key=lambda item: -item[1]) + rest
+            break
         try:
             score, distortion = scorer.judge(build([], alone=name))
             exact[name] = (score.drop, distortion)
