@@ -1,18 +1,20 @@
-"""One node quantized alone: every mode honours ``only``, and the splice of a one-node quantization (modes
-without calibration) computes what ONNX Runtime's quantizer makes of the whole model with that node only."""
+"""One node quantized alone: every mode honours ``only``; the splice of a one-node quantization computes
+what ORT's quantizer makes of the whole model with that node only (static: its output rounded too)."""
 
 from __future__ import annotations
 
 from collections import Counter
+from pathlib import Path
 
 import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
+from onnxruntime.quantization import CalibrationDataReader
 
 from onnxsat.quantization.alone import quantize_alone
-from onnxsat.quantization.modes import MODES
+from onnxsat.quantization.modes import MODES, Calibration
 
 
 def attention_like() -> onnx.ModelProto:
@@ -45,6 +47,19 @@ def attention_like() -> onnx.ModelProto:
     model.ir_version = 8
     onnx.checker.check_model(model)
     return model
+
+
+def feeding(feeds: dict[str, np.ndarray]) -> CalibrationDataReader:
+    """A calibration reader giving ``feeds`` once."""
+
+    class Once(CalibrationDataReader):
+        def __init__(self) -> None:
+            self.left = iter([feeds])
+
+        def get_next(self) -> dict[str, np.ndarray] | None:
+            return next(self.left, None)
+
+    return Once()
 
 
 def run(model: onnx.ModelProto, x: np.ndarray) -> np.ndarray:
@@ -112,3 +127,32 @@ def test_mode_alone_falls_back_to_the_whole_model_path() -> None:
     names = {n.name for n in MODES["dynamic"].alone(model, "query", None).graph.node}
     assert "query" not in names
     assert {"key", "again"} <= names
+
+
+def test_static_splices_with_the_cached_ranges_and_rounds_the_output(tmp_path: Path) -> None:
+    """Static mode: the one-node model reads the ranges the whole model was calibrated with; the node's
+    output is rounded for its readers (its DequantizeLinear makes the name they read)."""
+    model = attention_like()
+    x = np.random.default_rng(1).normal(size=(16, 64)).astype(np.float32)
+
+    calibration = Calibration(lambda: feeding({"x": x}), "minmax", tmp_path / "ranges.json")
+    MODES["static"].apply(model, [], calibration)  # calibrates, and caches the ranges
+    spliced = MODES["static"].alone(model, "again", calibration)
+    onnx.checker.check_model(spliced, full_check=True)
+    made = {o: n.op_type for n in spliced.graph.node for o in n.output}
+    assert made["z"] == "DequantizeLinear" and made["y"] == "Gemm"  # only "again" is quantized
+    assert not np.array_equal(run(spliced, x), run(model, x))
+
+
+def test_a_weight_another_node_reads_is_not_spliced(tmp_path: Path) -> None:
+    """Static mode remakes a Gemm's bias from int32 under the bias's name: a node also reading that bias
+    would read the rounded copy, so the splice is refused (the whole-model path is taken)."""
+    model = attention_like()
+    model.graph.node.append(helper.make_node("Add", ["z", "bo"], ["shifted"], name="shift"))
+    model.graph.output[0].name = "shifted"
+    x = np.random.default_rng(1).normal(size=(16, 64)).astype(np.float32)
+    calibration = Calibration(lambda: feeding({"x": x}), "minmax", tmp_path / "ranges.json")
+    MODES["static"].apply(model, [], calibration)
+    static = lambda one: MODES["static"].quantize(one, [], calibration, None)  # noqa: E731
+    assert quantize_alone(model, "out", static) is None
+    assert quantize_alone(model, "query", static) is not None

@@ -106,11 +106,11 @@ class QuantMode:
         return result
 
     def alone(self, model: onnx.ModelProto, name: str, calibration: Calibration | None) -> onnx.ModelProto:
-        """``model`` with node ``name`` alone quantized. Without calibration the quantizer runs on that node
-        alone and its result is spliced in (see ``alone``); else, or when that splice does not fit, the
-        whole model goes through ``apply``."""
-        if not self.calibrated:
-            spliced = quantize_alone(model, name, lambda one: self.quantize(one, [], None, None))
+        """``model`` with node ``name`` alone quantized: the quantizer runs on that node alone and its result
+        is spliced in (see ``alone``); a calibrated mode needs its ranges already cached (the whole model is
+        quantized first). Else, or when the splice does not fit, the whole model goes through ``apply``."""
+        if not self.calibrated or (calibration is not None and calibration.cache.is_file()):
+            spliced = quantize_alone(model, name, lambda one: self.quantize(one, [], calibration, None))
             if spliced is not None:
                 return spliced
         return self.apply(model, [], calibration, [name])
