@@ -38,6 +38,8 @@ def yolo_like(count: int = 2) -> np.ndarray:
         ("softmax_0.tmp_0", softmax(RNG.normal(size=(2, 40, 97))), 0, "sequence"),
         ("output", RNG.normal(size=(2, 40, 97)), 1, "sequence"),  # [T, N, C] as exported, batch on axis 1
         ("output", np.log(softmax(RNG.normal(size=(2, 40, 97)))), 0, "sequence"),
+        ("logits", RNG.normal(size=(2, 8, 12_000)).astype(np.float32), 0, "tokens"),  # a language model's
+        ("probs", softmax(RNG.normal(size=(2, 8, 12_000))), 0, "sequence"),  # a recognizer with many characters
         ("sigmoid_0.tmp_0", RNG.uniform(size=(2, 1, 32, 32)), 0, "map"),
         ("seg", RNG.normal(size=(2, 5, 16, 16)), 0, "map"),
         ("last_hidden_state", RNG.normal(size=(2, 16, 32)), 0, "cosine"),
@@ -146,3 +148,20 @@ def test_distortion_is_the_relative_norm_over_every_scored_output(monkeypatch: p
     signal = sum(np.sum(reference[n].astype(np.float64) ** 2) for n in reference)
     assert budget.distortion(moved) == pytest.approx(np.sqrt(noise / signal), rel=1e-12)
     assert budget.distortion(reference) == 0.0
+
+
+def test_tokens_is_the_share_of_positions_whose_best_token_is_kept(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ranked a few positions at a time (fewer than there are here): the same shares as at once."""
+    from onnxsat.metrics import METRICS
+
+    monkeypatch.setattr("onnxsat.metrics.tokens.ROWS_PER_STEP", 3)
+    reference = RNG.normal(size=(2, 5, 40)).astype(np.float32)
+    candidate = reference.copy()
+    best = reference.argmax(-1)
+    candidate[0, 1, best[0, 1]] = -10.0  # position (0, 1): its best token falls out of the top 5
+    second = np.argsort(-reference[1, 3])[1]
+    candidate[1, 3, second] = reference[1, 3].max() + 1.0  # position (1, 3): now second best
+    measure = METRICS["tokens"].measure(reference, candidate, None)
+    assert measure.value == pytest.approx(8 / 10)
+    assert measure.details == {"top1": pytest.approx(8 / 10), "top5": pytest.approx(9 / 10)}
+    assert METRICS["tokens"].fits(RNG.normal(size=(4, 10)), 0) is not None  # one vector per sample

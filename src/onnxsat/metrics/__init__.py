@@ -5,7 +5,7 @@ scores candidates with them, ``selection`` picks one per output for ``--metric a
 loads a user's own ``module:function``.
 """
 
-from onnxsat.metrics import classification, dense_maps, detection, sequence, similarity  # noqa: F401  (registration)
+from onnxsat.metrics import classification, dense_maps, detection, sequence, similarity, tokens  # noqa: F401
 from onnxsat.metrics.base import METRICS, Measure, Metric
 from onnxsat.metrics.budget import (
     AUTO,

@@ -6,6 +6,7 @@ The rules, first match wins, each with the reason the report prints:
 - named like an embedding (``embed``, ``hidden``, ``feature``, ``pooler``, ``vector``): ``cosine``;
 - one score per class (``[N, C]``, ``[N, C, 1, 1]``): ``top1``;
 - ``[N, K, A]`` with a short axis of box coordinates in pixels then scores in [0, 1]: ``detection``;
+- ``[N, T, V]`` scores (not probabilities) over a vocabulary of 10,000 or more: ``tokens``;
 - ``[N, T, C]`` whose rows are probabilities or log-probabilities, whose time axis came before the batch
   (``[T, N, C]``, as CTC models export), or named like logits: ``sequence``;
 - maps ``[N, C, H, W]``, or ``[N, H, W]`` of probabilities: ``map``;
@@ -24,6 +25,11 @@ from onnxsat.metrics.dense_maps import map_shape
 from onnxsat.metrics.detection import boxes_in_pixels, yolo_layout
 
 _ROW_TOLERANCE = 1e-3
+LANGUAGE_MODEL_VOCABULARY = 10_000
+"""Per-step scores over at least this many classes, not probabilities, are a language model's next-token
+logits (GPT-2: 50,257; BERT: 30,522). Text recognizers read fewer characters (PP-OCR's Chinese one 6,625)
+and export probabilities."""
+PROBABILITIES = "probabilities per step"
 _SEQUENCE_NAMES = ("logit", "ctc", "softmax", "prob")
 _EMBEDDING_NAMES = ("embed", "hidden", "feature", "pooler", "vector")
 
@@ -54,6 +60,8 @@ def choose(name: str, reference: np.ndarray, batch_axis: int) -> Choice:
             order = "[4+classes, anchors]" if layout.channels_first else "[anchors, 5+classes]"
             return Choice(METRICS["detection"], f"YOLO-style {order} per sample ({text}), boxes in pixels")
         why = _sequence_reason(name, reference, batch_axis)
+        if shape[1] >= LANGUAGE_MODEL_VOCABULARY and why != PROBABILITIES:
+            return Choice(METRICS["tokens"], f"next-token scores over a vocabulary of {shape[1]:,} ({text} per sample)")
         if why is not None:
             return Choice(METRICS["sequence"], f"{why} ({text} per sample)")
         if unit_interval(np.asarray(reference, dtype=np.float64)) and map_shape(reference) is not None:
@@ -69,7 +77,7 @@ def _sequence_reason(name: str, reference: np.ndarray, batch_axis: int) -> str |
         return "time-major scores [T, N, classes]"
     sums = values.sum(axis=-1)
     if values.min() >= 0 and np.allclose(sums, 1.0, atol=_ROW_TOLERANCE):
-        return "probabilities per step"
+        return PROBABILITIES
     if values.max() <= 0:
         top = values.max(axis=-1, keepdims=True)
         log_sums = np.log(np.exp(values - top).sum(axis=-1)) + top[..., 0]
