@@ -581,12 +581,13 @@ def _within_budget(
     deadline: float = math.inf,
 ) -> Candidate | None:
     """Leave the fewest most damaging nodes in float so the drop fits: damage ranked (see ``_damage``), then
-    a bisection on how many of the worst to leave out; both stop at ``deadline`` with what they have."""
-    ordered = _damage(model, candidate, nodes, scorer, build, EXACT_DAMAGE_NODES, deadline)
+    a bisection on how many of the worst to leave out. Both stop at ``deadline`` with what they have; the
+    damage measurements get half the time left, so the bisection always runs."""
+    ordered = _damage(model, candidate, nodes, scorer, build, EXACT_DAMAGE_NODES, _halfway(deadline))
     best = _bisect([name for name, _ in ordered], budget, scorer, build, deadline)
     if best is None and len(nodes) > EXACT_DAMAGE_NODES and _now() < deadline:
         # the estimate misled: measure every node alone
-        ordered = _damage(model, candidate, nodes, scorer, build, len(nodes), deadline)
+        ordered = _damage(model, candidate, nodes, scorer, build, len(nodes), _halfway(deadline))
         best = _bisect([name for name, _ in ordered], budget, scorer, build, deadline)
     if best is None:
         late = f"; {OUT_OF_TIME}" if _now() >= deadline else ""
@@ -598,6 +599,12 @@ def _within_budget(
     count, quantized, score = best
     excluded = {**candidate.excluded, **{n: f"damage {damage[n]:.3g}: over the budget" for n in ranked[:count]}}
     return Candidate(candidate.mode, quantized, excluded, score, damage, candidate.speeds)
+
+
+def _halfway(deadline: float) -> float:
+    """Half the time left until ``deadline``, from now."""
+    now = _now()
+    return now + max(0.0, deadline - now) / 2
 
 
 def _bisect(
