@@ -156,3 +156,19 @@ def test_a_weight_another_node_reads_is_not_spliced(tmp_path: Path) -> None:
     static = lambda one: MODES["static"].quantize(one, [], calibration, None)  # noqa: E731
     assert quantize_alone(model, "out", static) is None
     assert quantize_alone(model, "query", static) is not None
+
+
+def test_the_report_lists_only_the_nodes_a_mode_can_quantize(tmp_path: Path) -> None:
+    """Dynamic mode quantizes MatMuls with a constant weight: attention's activation-by-activation MatMuls
+    are neither searched nor reported as quantized."""
+    import json
+
+    from onnxsat.cli import main
+
+    path, report = tmp_path / "m.onnx", tmp_path / "r.json"
+    onnx.save(attention_like(), path)
+    args = ["--mode", "dynamic", "--max-drop", "100%", "--no-node-timing", "--report", str(report)]
+    assert main(["quantize", str(path), "-o", str(tmp_path / "q.onnx"), *args]) == 0
+    result = json.loads(report.read_text())
+    assert sorted(n["node"] for n in result["nodes"]) == ["again", "key", "out", "query"]
+    assert result["trials"][0]["quantized"] == 4 and result["trials"][0]["kept"] == 0

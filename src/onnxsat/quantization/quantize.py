@@ -528,10 +528,8 @@ def _start_mode(
     """``mode`` with every searchable node quantized but those measured slower alone (fed inputs of
     ``shapes``), scored; None when nothing is left to quantize or ORT's quantizer or runtime refuses it
     (``trial.error`` says why)."""
-    nodes = [n.name for n in model.graph.node if n.op_type in mode.ops and n.domain in ("", "ai.onnx")]
+    nodes = [node.name for node in _mode_nodes(model, mode)]
     weighted = {n.name for n in _weighted_nodes(model)}
-    if mode.constant_weights_only:
-        nodes = [n for n in nodes if n in weighted]
     excluded = {name: "asked (--exclude)" for name in options.exclude if name in nodes}
     speeds: dict[str, float] = {}
     if options.node_timing and mode.name in ("static", "dynamic"):
@@ -819,8 +817,20 @@ def _decisions(model: onnx.ModelProto, chosen: Candidate, mode: QuantMode) -> li
             chosen.speeds.get(node.name),
             chosen.sensitivity.get(node.name),
         )
+        for node in _mode_nodes(model, mode)
+    ]
+
+
+def _mode_nodes(model: onnx.ModelProto, mode: QuantMode) -> list[onnx.NodeProto]:
+    """The nodes ``mode`` may quantize, and so its search may leave in float: those of its ops (with a
+    constant weight, for a mode that quantizes nothing else)."""
+    weighted = {node.name for node in _weighted_nodes(model)} if mode.constant_weights_only else set()
+    return [
+        node
         for node in model.graph.node
-        if node.op_type in mode.ops and node.domain in ("", "ai.onnx")
+        if node.op_type in mode.ops
+        and node.domain in ("", "ai.onnx")
+        and (not mode.constant_weights_only or node.name in weighted)
     ]
 
 
