@@ -103,6 +103,18 @@ def test_image_folder_labels_by_sorted_class_and_fits_size(tmp_path: Path) -> No
         np.testing.assert_allclose(image.mean(axis=(1, 2)), expected, atol=0.02)  # a JPEG is only near red
 
 
+@pytest.mark.parametrize("shape", [[1, 8, 8, 3], ["N", 8, 8, 3]])
+def test_a_channels_last_input_gets_nhwc_images(tmp_path: Path, shape: list[object]) -> None:
+    """TensorFlow and Keras models (and tf2onnx exports) take NHWC images: the same pixels, channels last."""
+    folder = str(image_folder(tmp_path / "images"))
+    nchw = load_dataset(folder, [1, 3, 8, 8], mean=[0.5, 0.4, 0.3], std=[0.2])
+    nhwc = load_dataset(folder, shape, mean=[0.5, 0.4, 0.3], std=[0.2])
+    assert nhwc.inputs.shape == (5, 8, 8, 3)
+    np.testing.assert_array_equal(nhwc.inputs, nchw.inputs.transpose(0, 2, 3, 1))
+    digits = load_dataset("digits", [None, 8, 8, 1], limit=4)
+    np.testing.assert_array_equal(digits.inputs[..., 0], load_dataset("digits", [None, 1, 8, 8], limit=4).inputs[:, 0])
+
+
 def test_image_folder_to_grayscale_and_normalized(tmp_path: Path) -> None:
     root = image_folder(tmp_path / "images")
     data = load_dataset(str(root), [None, 1, 4, 6], mean=[0.1], std=[0.5])
@@ -318,7 +330,7 @@ BAD_INPUTS: dict[str, tuple[Case, str]] = {
         lambda t: (str(npz(t / "d.npz", inputs=np.ones((2, 2)))), [1, 2], {"mean": [0.5]}),
         "mean/std apply to images only",
     ),
-    "images for a flat input": (lambda t: ("digits", [1, 64], {}), "must be NCHW (4 dims), but it is [1, 64]"),
+    "images for a flat input": (lambda t: ("digits", [1, 64], {}), "must be NCHW or NHWC (4 dims), but it is [1, 64]"),
     "two channels": (lambda t: ("digits", [1, 2, 8, 8], {}), "1 or 3 channels, but the model input has 2"),
     "mean of wrong length": (lambda t: ("digits", [1, 3, 8, 8], {"mean": [0.1, 0.2]}), "mean needs 1 or 3"),
     "zero std": (lambda t: ("digits", [1, 1, 8, 8], {"std": [0.0]}), "std values must be positive"),

@@ -293,3 +293,32 @@ def test_a_budget_search_cut_short_keeps_what_it_found(tmp_path: Path, monkeypat
     code, report, out = quantize(bundled_digits_cnn(), tmp_path, *args, "--max-drop", repr(budget))
     assert code == 0 and out.exists() and report["accuracy"]["drop"] <= budget
     assert any(note.startswith("the search stopped at --budget-minutes (20 min)") for note in report["notes"])
+
+
+def test_a_channels_last_model_is_calibrated_on_nhwc_images(tmp_path: Path) -> None:
+    """A TensorFlow-style export takes [N, H, W, C] and transposes inside: the digits come channels last."""
+    rng = np.random.default_rng(2)
+    graph = helper.make_graph(
+        [
+            helper.make_node("Transpose", ["x"], ["nchw"], perm=[0, 3, 1, 2]),
+            helper.make_node("Conv", ["nchw", "w", "b"], ["c"], pads=[1, 1, 1, 1], name="conv"),
+            helper.make_node("Relu", ["c"], ["r"]),
+            helper.make_node("GlobalAveragePool", ["r"], ["p"]),
+            helper.make_node("Flatten", ["p"], ["f"]),
+            helper.make_node("Gemm", ["f", "fc", "fb"], ["logits"], name="fc"),
+        ],
+        "nhwc",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 8, 8, 1])],
+        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["N", 10])],
+        [
+            numpy_helper.from_array(rng.normal(size=(16, 1, 3, 3)).astype(np.float32), "w"),
+            numpy_helper.from_array(np.zeros(16, np.float32), "b"),
+            numpy_helper.from_array(rng.normal(size=(16, 10)).astype(np.float32), "fc"),
+            numpy_helper.from_array(np.zeros(10, np.float32), "fb"),
+        ],
+    )
+    path = tmp_path / "nhwc.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), path)
+    code, report, out = quantize(path, tmp_path, "--mode", "static", "--no-node-timing", "--max-drop", "100%", *DIGITS)
+    assert code == 0 and out.exists() and report["verification"]["ok"]
+    assert report["data"].startswith("digits-test") and ops(out)["QuantizeLinear"] > 0

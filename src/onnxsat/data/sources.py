@@ -197,6 +197,8 @@ class _ImageLayout:
     width: int | None
     mean: tuple[float, ...] | None
     std: tuple[float, ...] | None
+    channels_last: bool = False
+    """NHWC, as TensorFlow and Keras models (and their tf2onnx exports) take images."""
 
 
 def load_dataset(
@@ -284,14 +286,19 @@ def _layout(
     std: Sequence[float] | None,
     native_channels: int = 3,
 ) -> _ImageLayout:
-    """Read channels and size off an NCHW model input (a dynamic channel dim keeps the source's
-    ``native_channels``); check mean/std are usable for that many channels."""
+    """Read channels and size off an NCHW model input, or an NHWC one (its last dim 1 or 3, its second
+    not); a dynamic channel dim keeps the source's ``native_channels``. Check mean/std are usable for
+    that many channels."""
     if len(input_shape) != 4:
         raise DataError(
-            f"{source}: holds images, so the model input must be NCHW (4 dims), but it is "
+            f"{source}: holds images, so the model input must be NCHW or NHWC (4 dims), but it is "
             f"{_shape_text(input_shape)}; give a .npz for other inputs"
         )
     model_channels, height, width = (_fixed(dim) for dim in input_shape[1:])
+    last = _fixed(input_shape[3])
+    channels_last = model_channels not in (1, 3) and last in (1, 3)
+    if channels_last:
+        height, width, model_channels = model_channels, height, last
     channels = model_channels or native_channels
     if channels not in (1, 3):
         raise DataError(f"{source}: images have 1 or 3 channels, but the model input has {channels}")
@@ -306,6 +313,7 @@ def _layout(
         width,
         None if mean is None else tuple(float(value) for value in mean),
         None if std is None else tuple(float(value) for value in std),
+        channels_last,
     )
 
 
@@ -313,7 +321,7 @@ def _digits(layout: _ImageLayout, limit: int | None) -> Dataset:
     """scikit-learn's bundled digits, scaled from 0-16 to [0, 1]."""
     bunch = require("sklearn.datasets", "scikit-learn's digits").load_digits()
     images = (bunch.images[:limit] / _DIGITS_MAX).astype(np.float32)[:, None]
-    return Dataset(_fit(images, layout), bunch.target[:limit].astype(np.int64), DIGITS)
+    return Dataset(_arranged(_fit(images, layout), layout), bunch.target[:limit].astype(np.int64), DIGITS)
 
 
 def _cifar(files: list[Path], name: str, layout: _ImageLayout, limit: int | None) -> Dataset:
@@ -327,7 +335,7 @@ def _cifar(files: list[Path], name: str, layout: _ImageLayout, limit: int | None
         if limit is not None and sum(map(len, labels)) >= limit:
             break
     pixels = np.concatenate(images)[:limit].astype(np.float32) / 255.0
-    return Dataset(_fit(pixels, layout), np.concatenate(labels)[:limit], name)
+    return Dataset(_arranged(_fit(pixels, layout), layout), np.concatenate(labels)[:limit], name)
 
 
 def _read_cifar_batch(path: Path) -> tuple[np.ndarray, np.ndarray]:
@@ -373,7 +381,7 @@ def _image_folder(root: Path, layout: _ImageLayout, limit: int | None) -> Datase
     first = next(images)
     size = (layout.height or first.shape[1], layout.width or first.shape[2])  # a dynamic dim: the first image's
     inputs = _normalize(np.stack([_resize(first, size), *(_resize(image, size) for image in images)]), layout)
-    return Dataset(inputs, None if labels is None else labels[:limit], f"folder:{root}")
+    return Dataset(_arranged(inputs, layout), None if labels is None else labels[:limit], f"folder:{root}")
 
 
 def _folder_files(root: Path) -> tuple[list[Path], np.ndarray | None]:
@@ -432,6 +440,11 @@ def _fit(images: np.ndarray, layout: _ImageLayout) -> np.ndarray:
     if size != images.shape[2:]:
         images = np.stack([_resize(image, size) for image in images])
     return _normalize(images, layout)
+
+
+def _arranged(images: np.ndarray, layout: _ImageLayout) -> np.ndarray:
+    """Images [N, C, H, W] in the model's layout: as they are, or [N, H, W, C] for a channels-last input."""
+    return np.ascontiguousarray(images.transpose(0, 2, 3, 1)) if layout.channels_last else images
 
 
 def _resize(image: np.ndarray, size: tuple[int, int]) -> np.ndarray:
