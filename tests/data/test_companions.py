@@ -115,3 +115,20 @@ def test_quantize_a_model_with_two_inputs_of_a_dynamic_batch(tmp_path: Path, giv
         extra = ["--inputs", str(feeds)]
     assert main(["quantize", str(path), "-o", str(out), "--mode", "dynamic", *extra]) == 0
     assert any(node.op_type == "MatMulInteger" for node in onnx.load(out).graph.node)
+
+
+def test_companions_travel_in_an_npz_of_samples(tmp_path: Path) -> None:
+    """How compress hands its search data to worker processes: the rows come back with their samples, and a
+    given input already fed per sample is not fitted again (the user's rows cover the whole data, the
+    worker's samples only the search part)."""
+    from onnxsat.compress.evaluate import samples_npz
+    from onnxsat.data.sources import load_dataset
+
+    ids, masks = ids_and_masks(6)
+    path = tmp_path / "search.npz"
+    path.write_bytes(samples_npz(Dataset(ids, None, "text", companions={"mask": masks})))
+    loaded = load_dataset(str(path), [None, 6], limit=4)
+    np.testing.assert_array_equal(loaded.companions["mask"], masks[:4])
+    all_rows = np.concatenate([masks, masks])  # twelve rows, as given for the whole data
+    kept = with_companions(text_model(), loaded, {"mask": all_rows})
+    np.testing.assert_array_equal(kept.companions["mask"], masks[:4])

@@ -20,7 +20,7 @@ import numpy as np
 import onnx
 
 from onnxsat.compress.recipe import Recipe, build
-from onnxsat.data.sources import Dataset
+from onnxsat.data.sources import COMPANION_PREFIX, Dataset
 from onnxsat.errors import OnnxSatError
 from onnxsat.inputs import InputSpec
 from onnxsat.metrics import Score
@@ -88,15 +88,11 @@ _PREPARED: dict[str, _Prepared] = {}
 does that once per search and not once per candidate."""
 
 
-COMPANION = "companion:"
-"""Prefix of the arrays that hold the companions (inputs fed per sample beside the data) in a problem's .npz."""
-
-
 def samples_npz(dataset: Dataset) -> bytes:
     """``dataset``'s samples (and labels) as the bytes of an ``.npz``, as :class:`Problem` carries them."""
     buffer = io.BytesIO()
     arrays = {"inputs": dataset.inputs, **({"labels": dataset.labels} if dataset.labels is not None else {})}
-    arrays.update({f"{COMPANION}{name}": values for name, values in dataset.companions.items()})
+    arrays.update({f"{COMPANION_PREFIX}{name}": values for name, values in dataset.companions.items()})
     np.savez(buffer, **arrays)
     return buffer.getvalue()
 
@@ -110,7 +106,8 @@ def _prepared(problem: Problem) -> _Prepared:
         data_path = Path(folder.name) / "search.npz"
         data_path.write_bytes(problem.data)
         with np.load(data_path, allow_pickle=False) as arrays:
-            companions = {key[len(COMPANION) :]: arrays[key] for key in arrays.files if key.startswith(COMPANION)}
+            prefix = COMPANION_PREFIX
+            companions = {key[len(prefix) :]: arrays[key] for key in arrays.files if key.startswith(prefix)}
             dataset = Dataset(arrays["inputs"], arrays.get("labels"), problem.data_name, companions=companions)
         original = onnx.load_from_string(problem.model)
         scorer = ModelScorer(

@@ -476,7 +476,18 @@ def _npz(path: Path, input_shape: Sequence[int | str | None], limit: int | None)
     inputs = _numbers(inputs, path)
     require_shape(inputs.shape, input_shape, str(path))
     labels = None if raw_labels is None else _checked_labels(raw_labels, len(inputs), str(path))
-    return Dataset(inputs[:limit], None if labels is None else labels[:limit], f"npz:{path}")
+    companions = {name: values[:limit] for name, values in _npz_companions(path).items()}
+    return Dataset(inputs[:limit], None if labels is None else labels[:limit], f"npz:{path}", companions=companions)
+
+
+COMPANION_PREFIX = "companion:"
+"""In a ``.npz`` of samples, ``companion:NAME`` holds input NAME's row for each sample (``Dataset.companions``):
+how a dataset with them is written for another process (compress's workers) and read back."""
+
+
+def _npz_companions(path: Path) -> dict[str, np.ndarray]:
+    with np.load(path, allow_pickle=False) as loaded:
+        return {key[len(COMPANION_PREFIX) :]: loaded[key] for key in loaded.files if key.startswith(COMPANION_PREFIX)}
 
 
 def _numbers(inputs: np.ndarray, path: Path) -> np.ndarray:
