@@ -30,9 +30,9 @@ QuantizeOne = Callable[[onnx.ModelProto], onnx.ModelProto]
 
 
 def quantize_alone(model: onnx.ModelProto, name: str, quantize: QuantizeOne) -> onnx.ModelProto | None:
-    """``model`` with node ``name`` replaced by the quantizer's form of it; None when the splice would not be
-    the same as a whole-model run (a name the quantizer made is taken, it raised the opset, the node has a
-    body), so the caller takes the whole-model path."""
+    """``model`` with node ``name`` replaced by the quantizer's form of it; None when a splice cannot stand
+    in for it (a name the quantizer made is taken, it raised an opset, it remade a weight another node
+    reads, the node has a body), so the caller takes the whole-model path."""
     index = next((i for i, node in enumerate(model.graph.node) if node.name == name), None)
     if index is None:
         return None

@@ -7,7 +7,9 @@
 3. **Quantize** with ONNX Runtime's quantizer (``modes``), calibrated once on the search part of the data.
 4. **Budget**: the drop of the scored outputs (the metric registry, as sparsify) on the search part. If
    it is too large, each node's damage is measured alone (the outputs' relative change with only it
-   quantized) and the fewest most damaging nodes are left in float, found by bisection.
+   quantized, a one-node quantization spliced in: ``alone``) and the fewest most damaging nodes are left
+   in float, found by bisection. Both stop at ``--budget-minutes`` with the best model found (the damages
+   get half the time left, so the bisection always runs).
 5. **auto** tries the modes the model's ops call for and keeps the fastest result inside the budget,
    timed side by side with the fp32 model under ORT with every optimization on; a result slower than
    the fp32 model is not written. Every mode is first quantized whole and timed; the budget search of
