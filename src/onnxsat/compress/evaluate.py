@@ -20,7 +20,7 @@ import numpy as np
 import onnx
 
 from onnxsat.compress.recipe import Recipe, build
-from onnxsat.data.sources import COMPANION_PREFIX, Dataset
+from onnxsat.data.sources import COMPANION_PREFIX, Dataset, companions_in
 from onnxsat.errors import OnnxSatError
 from onnxsat.inputs import InputSpec
 from onnxsat.metrics import Score
@@ -106,8 +106,7 @@ def _prepared(problem: Problem) -> _Prepared:
         data_path = Path(folder.name) / "search.npz"
         data_path.write_bytes(problem.data)
         with np.load(data_path, allow_pickle=False) as arrays:
-            prefix = COMPANION_PREFIX
-            companions = {key[len(prefix) :]: arrays[key] for key in arrays.files if key.startswith(prefix)}
+            companions = companions_in(arrays)
             dataset = Dataset(arrays["inputs"], arrays.get("labels"), problem.data_name, companions=companions)
         original = onnx.load_from_string(problem.model)
         scorer = ModelScorer(

@@ -472,11 +472,11 @@ def _normalize(images: np.ndarray, layout: _ImageLayout) -> np.ndarray:
 def _npz(path: Path, input_shape: Sequence[int | str | None], limit: int | None) -> Dataset:
     """``inputs`` (floats as float32, integers as stored: token ids, bytes; checked against the model's
     shape) and optional ``labels``."""
-    inputs, raw_labels = _read_npz(path)
+    inputs, raw_labels, companions = _read_npz(path)
     inputs = _numbers(inputs, path)
     require_shape(inputs.shape, input_shape, str(path))
     labels = None if raw_labels is None else _checked_labels(raw_labels, len(inputs), str(path))
-    companions = {name: values[:limit] for name, values in _npz_companions(path).items()}
+    companions = {name: values[:limit] for name, values in companions.items()}
     return Dataset(inputs[:limit], None if labels is None else labels[:limit], f"npz:{path}", companions=companions)
 
 
@@ -485,9 +485,9 @@ COMPANION_PREFIX = "companion:"
 how a dataset with them is written for another process (compress's workers) and read back."""
 
 
-def _npz_companions(path: Path) -> dict[str, np.ndarray]:
-    with np.load(path, allow_pickle=False) as loaded:
-        return {key[len(COMPANION_PREFIX) :]: loaded[key] for key in loaded.files if key.startswith(COMPANION_PREFIX)}
+def companions_in(loaded: np.lib.npyio.NpzFile) -> dict[str, np.ndarray]:
+    """The ``companion:NAME`` arrays of an open ``.npz``, by input name."""
+    return {key[len(COMPANION_PREFIX) :]: loaded[key] for key in loaded.files if key.startswith(COMPANION_PREFIX)}
 
 
 def _numbers(inputs: np.ndarray, path: Path) -> np.ndarray:
@@ -502,7 +502,7 @@ def _npz_streams(path: Path, input_shape: Sequence[int | str | None], limit: int
     """Streams from a ``.npz``: ``inputs`` ``[S, T, ...]``, optional ``lengths`` ``[S]``, ``labels`` ``[S, T]``."""
     if not path.is_file():
         raise DataError(f"{path}: streams for a stateful model come from a .npz file, and there is none there")
-    inputs, raw_labels = _read_npz(path)
+    inputs, raw_labels, _ = _read_npz(path)
     inputs = _numbers(inputs, path)
     if inputs.ndim < 2:
         raise DataError(f"{path}: streams need 'inputs' of shape [streams, steps, ...], got {list(inputs.shape)}")
@@ -529,8 +529,9 @@ def _npz_streams(path: Path, input_shape: Sequence[int | str | None], limit: int
     return Dataset(inputs[:limit], labels, f"npz:{path} ({min(streams, limit or streams)} streams)", True, lengths)
 
 
-def _read_npz(path: Path) -> tuple[np.ndarray, np.ndarray | None]:
-    """The ``inputs`` and ``labels`` (None if absent) arrays of a .npz archive; pickled objects are refused."""
+def _read_npz(path: Path) -> tuple[np.ndarray, np.ndarray | None, dict[str, np.ndarray]]:
+    """The ``inputs``, ``labels`` (None if absent) and companion arrays of a .npz archive; pickled objects
+    are refused."""
     try:
         loaded = np.load(path, allow_pickle=False)
     except Exception as error:  # numpy and zipfile raise several types for a damaged or foreign file
@@ -541,7 +542,8 @@ def _read_npz(path: Path) -> tuple[np.ndarray, np.ndarray | None]:
         if "inputs" not in loaded.files:
             raise DataError(f"{path}: no array named 'inputs' (it has: {', '.join(loaded.files) or 'none'})")
         try:
-            return loaded["inputs"], loaded["labels"] if "labels" in loaded.files else None
+            labels = loaded["labels"] if "labels" in loaded.files else None
+            return loaded["inputs"], labels, companions_in(loaded)
         except Exception as error:  # a damaged member, or one holding pickled objects
             raise _unreadable_npz(path, error) from None
 
