@@ -56,14 +56,18 @@ def subgraph_captures(node: onnx.NodeProto) -> list[str]:
     kept and their names must survive decoding, since the opaque subgraph refers to them by name.
     """
     captured: dict[str, None] = {}
-    for attr in node.attribute:
-        graphs = list(attr.graphs)
-        if attr.HasField("g"):
-            graphs.append(attr.g)
-        for graph in graphs:
-            for name in free_names(graph):
-                captured.setdefault(name, None)
+    for graph in bodies_of(node):
+        for name in free_names(graph):
+            captured.setdefault(name, None)
     return list(captured)
+
+
+def all_nodes(graph: onnx.GraphProto) -> Iterator[onnx.NodeProto]:
+    """The graph's nodes and those of its bodies at any depth, each node before its bodies' nodes."""
+    for node in graph.node:
+        yield node
+        for body in bodies_of(node):
+            yield from all_nodes(body)
 
 
 def free_names(graph: onnx.GraphProto) -> list[str]:

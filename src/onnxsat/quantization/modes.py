@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 import tempfile
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 import onnx
 
 from onnxsat.node_order import sort_graph
-from onnxsat.proto_fields import bodies_of, subgraph_captures
+from onnxsat.proto_fields import all_nodes, subgraph_captures
 from onnxsat.quantization.alone import quantize_alone
 from onnxsat.registry import Registry
 from onnxsat.surgery.graph_edit import remove_where
@@ -234,16 +234,8 @@ def _as_split_gemms(model: onnx.ModelProto, names: Sequence[str]) -> list[str]:
     """``names``, and for each Gemm among them the name ORT's dynamic quantizer gives it: it first splits
     every Gemm into ``<name>_MatMul`` and ``<name>_Add``, then reads the node lists, so a Gemm named as
     itself would be neither excluded nor alone quantized."""
-    gemms = {node.name for node in _all_nodes(model.graph) if node.op_type == "Gemm"}
+    gemms = {node.name for node in all_nodes(model.graph) if node.op_type == "Gemm"}
     return [alias for name in names for alias in ([name, f"{name}_MatMul"] if name in gemms else [name])]
-
-
-def _all_nodes(graph: onnx.GraphProto) -> Iterator[onnx.NodeProto]:
-    """The graph's nodes and those of its bodies at any depth."""
-    for node in graph.node:
-        yield node
-        for body in bodies_of(node):
-            yield from _all_nodes(body)
 
 
 WEIGHT_ONLY_BLOCK = 32
@@ -256,7 +248,7 @@ def weight_only(
     from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
 
     if only:  # ORT's list of nodes to include adds to its op types, it does not narrow them
-        exclude = [*exclude, *(n.name for n in _all_nodes(model.graph) if n.op_type == "MatMul" and n.name not in only)]
+        exclude = [*exclude, *(n.name for n in all_nodes(model.graph) if n.op_type == "MatMul" and n.name not in only)]
     quantizer = MatMulNBitsQuantizer(
         _copy(model),
         block_size=WEIGHT_ONLY_BLOCK,

@@ -42,7 +42,7 @@ from onnxsat.metrics import HeldOut, MetricSpec, Score, check_spec, metric_optio
 from onnxsat.metrics.scorer import ModelScorer
 from onnxsat.normal_form import normal_form
 from onnxsat.options import float_list, option, percent
-from onnxsat.proto_fields import bodies_of
+from onnxsat.proto_fields import all_nodes, bodies_of
 from onnxsat.quantization import node_speed
 from onnxsat.quantization.calibration import calibration_reader
 from onnxsat.quantization.modes import CALIBRATIONS, MODES, Calibration, QuantMode
@@ -399,17 +399,10 @@ def _modes(model: onnx.ModelProto, options: QuantizeOptions) -> list[QuantMode]:
 def _inside_bodies(model: onnx.ModelProto) -> str:
     """What a refusal adds when the weighted ops all sit inside If/Loop/Scan bodies, which ONNX Runtime's
     quantizer leaves alone in static mode (its calibration never sees a body's tensors)."""
-    found = 0
-    holders = []
-    stack = [(node, False) for node in model.graph.node]
-    while stack:
-        node, nested = stack.pop()
-        if nested and node.op_type in ("Conv", "ConvTranspose", "MatMul", "Gemm"):
-            found += 1
-        bodies = list(bodies_of(node))
-        if bodies and not nested:
-            holders.append(node.op_type)
-        stack.extend((inner, True) for body in bodies for inner in body.node)
+    weighted = ("Conv", "ConvTranspose", "MatMul", "Gemm")
+    inside = [n for node in model.graph.node for body in bodies_of(node) for n in all_nodes(body)]
+    found = sum(node.op_type in weighted for node in inside)
+    holders = [node.op_type for node in model.graph.node if next(bodies_of(node), None) is not None]
     if not found:
         return ""
     hint = ""

@@ -23,6 +23,7 @@ from onnxsat.external_data import tensor_value
 from onnxsat.inputs import InputSpec, random_inputs
 from onnxsat.metrics import HeldOut, Metric, MetricSpec, check_spec, metric_option
 from onnxsat.options import float_list, option, percent
+from onnxsat.proto_fields import all_nodes, bodies_of
 from onnxsat.sparsity.bodies import lift_body_weights
 from onnxsat.sparsity.calibration import channel_norms
 from onnxsat.sparsity.methods import METHODS, MaskResult, check_sparsity, get_method, sparsity_masks
@@ -287,12 +288,7 @@ def _norms(
 def _weighted_nodes_in_bodies(graph: onnx.GraphProto) -> int:
     """How many Conv/ConvTranspose/Gemm/MatMul nodes the control-flow bodies of ``graph`` hold (nested too)."""
     ops = {"Conv", "ConvTranspose", "Gemm", "MatMul"}
-    count = 0
-    for node in graph.node:
-        for attribute in node.attribute:
-            for body in [attribute.g] if attribute.HasField("g") else list(attribute.graphs):
-                count += sum(n.op_type in ops for n in body.node) + _weighted_nodes_in_bodies(body)
-    return count
+    return sum(n.op_type in ops for node in graph.node for body in bodies_of(node) for n in all_nodes(body))
 
 
 def _evaluator(
