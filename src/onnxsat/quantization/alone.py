@@ -89,11 +89,11 @@ def _fits(model: onnx.ModelProto, node: onnx.NodeProto, quantized: onnx.ModelPro
         return False
     own = {node.name, *node.input, *node.output}
     taken = used_names(model.graph) - own
-    new = {n.name for n in graph.node if n.name} | {o for n in graph.node for o in n.output}
-    new |= {t.name for t in graph.initializer if t.name not in own}
+    made = {o for n in graph.node for o in n.output}
+    new = {n.name for n in graph.node if n.name} | made | {t.name for t in graph.initializer if t.name not in own}
     if new & taken:
         return False
-    remade = {o for n in graph.node for o in n.output} & {t.name for t in model.graph.initializer}
+    remade = made & {t.name for t in model.graph.initializer}
     others = (other for other in model.graph.node if other.name != node.name)
     if any(name in remade for other in others for name in other.input):
         return False  # a weight it shares with another node would become that node's rounded copy
