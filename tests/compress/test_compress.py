@@ -19,6 +19,7 @@ from onnxsat.compress.report import CandidateRow, mark_pareto
 from onnxsat.compress.search import Search
 from onnxsat.compress.timing import Timed
 from onnxsat.errors import SettingsError
+from onnxsat.quantization.quantize import QuantizeOptions
 from onnxsat.zoo.digits_cnn import bundled_digits_cnn
 
 QUICK = ["--data", "digits-train", "--limit", "400", "--eval-data", "digits-test", "--workers", "2"]
@@ -182,3 +183,25 @@ def test_the_pareto_front_keeps_candidates_nothing_beats_on_both() -> None:
     ]
     mark_pareto(rows)
     assert [r.pareto for r in rows] == [True, True, False, False]
+
+
+def test_a_candidates_quantization_search_gets_the_time_left(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Quantization's node search inside a candidate is limited to the search's time left (never less than
+    a minute), not its own 20-minute default, so one candidate cannot run far past --budget-minutes."""
+    from onnxsat.compress import recipe as recipe_module
+
+    monkeypatch.setattr(compress_module, "SideBySide", _SizeTimer)
+    given: list[float] = []
+    real = recipe_module.quantize_model
+
+    def quantize(model: onnx.ModelProto, options: QuantizeOptions, **kwargs: object) -> object:
+        if options.max_drop is not None:  # searching (a replay of a found recipe searches nothing)
+            given.append(options.budget_minutes)
+        return real(model, options, **kwargs)
+
+    monkeypatch.setattr(recipe_module, "quantize_model", quantize)
+    options = CompressOptions(
+        data="digits-train", limit=200, workers=1, techniques=["quantize"], budget_minutes=3, max_drop=0.01
+    )
+    compress_model(onnx.load(bundled_digits_cnn()), options)
+    assert given and all(1.0 <= minutes < 3.0 for minutes in given)

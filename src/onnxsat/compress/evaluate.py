@@ -55,6 +55,9 @@ class Problem:
 class Task:
     problem: Problem
     recipe: Recipe
+    minutes: float | None = None
+    """How long the recipe's own searches (quantization's node search) may take: the search's time left
+    when the task was sent, so one candidate cannot run far past ``--budget-minutes``."""
 
 
 @dataclass
@@ -128,7 +131,9 @@ def evaluate(task: Task) -> Outcome:
     the report, not an exception."""
     start = time.perf_counter()
     prepared = _prepared(task.problem)
-    settings = {"metric": task.problem.metric_spec, "metric_output": task.problem.outputs}
+    settings: dict[str, Any] = {"metric": task.problem.metric_spec, "metric_output": task.problem.outputs}
+    if task.minutes is not None:
+        settings["budget_minutes"] = task.minutes
     try:
         built = build(
             task.recipe,

@@ -50,6 +50,8 @@ FINALISTS = 4
 """The fastest candidates timed again together before one is chosen."""
 MARGIN = 1.02
 """A candidate must be this much faster than the best so far to replace it (ratio noise here: about 1%)."""
+CANDIDATE_MINUTES = 1.0
+"""The least time one candidate's quantization search gets, even when the search's budget is spent."""
 
 
 @dataclass
@@ -204,7 +206,7 @@ class Search:
             def done(index: int, outcome: Outcome, count: int = count) -> None:
                 self.on_progress(self._best, count + index + 1)
 
-            tasks = [Task(self.problem, recipe) for recipe in part]
+            tasks = [Task(self.problem, recipe, self._minutes_left()) for recipe in part]
             for recipe, outcome in zip(part, self.executor.map(evaluate, tasks, on_result=done), strict=True):
                 result = Evaluated(stage, outcome, requested=recipe)
                 self._cache[recipe] = result
@@ -237,6 +239,12 @@ class Search:
 
     def _model(self, result: Evaluated) -> bytes:
         return result.outcome.model if result.outcome.model is not None else self.problem.model
+
+    def _minutes_left(self) -> float:
+        """The time a candidate's own search may take: what is left of the budget, and at least
+        ``CANDIDATE_MINUTES`` so a candidate sent at the deadline (the contribution batch) still finishes
+        its search with the best it found."""
+        return max(CANDIDATE_MINUTES, (self.settings.deadline - time.monotonic()) / 60)
 
     def _time_left(self) -> bool:
         if time.monotonic() < self.settings.deadline:
