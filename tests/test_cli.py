@@ -741,3 +741,27 @@ def test_missing_input_is_reported_before_the_output_path(tmp_path: Path, capfd:
     missing = tmp_path / "missing.onnx"
     rc, _out, err = run_cli(["optimize", missing, "-o", missing], capfd)
     assert rc == 3, err
+
+
+def test_the_runtimes_own_warnings_stay_off_stderr_unless_debugging(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """The model declares its output [1, 8] but makes [2, 4]: ORT warns on every run, here in the sessions its
+    own quantizer calibrates with, which ONNXSat does not configure."""
+    rng = np.random.default_rng(0)
+    weight = numpy_helper.from_array(rng.standard_normal((8, 8)).astype(np.float32), "w")
+    shape = numpy_helper.from_array(np.array([2, 4], dtype=np.int64), "shape")
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["h"], name="mm"), helper.make_node("Reshape", ["h", "shape"], ["y"])],
+        "wrong_output_shape",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8])],
+        [weight, shape],
+    )
+    model = tmp_path / "model.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), model)
+    quantize = ["quantize", str(model), "--mode", "static", "--no-node-timing", "--max-drop", "100%"]
+    main([*quantize, "-o", str(tmp_path / "debug.onnx"), "--debug"])
+    assert "[W:onnxruntime" in capfd.readouterr().err  # the model does make ORT warn
+    main([*quantize, "-o", str(tmp_path / "quiet.onnx")])
+    assert "onnxruntime" not in capfd.readouterr().err

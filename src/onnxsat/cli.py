@@ -37,6 +37,7 @@ def _debug_anywhere(parser: argparse.ArgumentParser) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    _runtime_logs(shown=args.debug)
     try:
         try:
             return int(args.handler(args))
@@ -64,6 +65,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 1
+
+
+def _runtime_logs(shown: bool) -> None:
+    """Keep ONNX Runtime's own log lines off stderr, for the sessions ONNXSat does not make itself too (ORT's
+    quantizer calibrates in its own): a model whose declared output shape is wrong gets a coloured warning on
+    every run, 32 for one calibration. ``--debug`` shows its warnings again (ORT's default level)."""
+    import onnxruntime
+
+    onnxruntime.set_default_logger_severity(2 if shown else 4)
 
 
 if __name__ == "__main__":
