@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import onnx
@@ -230,6 +231,30 @@ def test_error_jumps_blame_the_node_that_adds_the_error() -> None:
 
     damage = _error_jumps(prepared, damaged, ["first", "second"], Scorer())  # type: ignore[arg-type]
     assert damage["first"] == pytest.approx(0.5, rel=1e-5) and damage["second"] == pytest.approx(0.0, abs=1e-6)
+
+
+def test_nodes_that_change_nothing_alone_are_ranked_after_the_estimated_ones(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Measured alone, "quiet" changes no output: it is ranked last, after the nodes only estimated, so the
+    bisection leaves it quantized rather than buying nothing with a float island."""
+    from types import SimpleNamespace
+
+    from onnxsat.quantization import quantize as quantize_module
+
+    estimate = {"loud": 0.5, "quiet": 0.4, "guess_a": 0.3, "guess_b": 0.2}
+    monkeypatch.setattr(quantize_module, "_error_jumps", lambda model, quantized, nodes, scorer: estimate)
+    measured = {"loud": (0.02, 0.3), "quiet": (0.0, 0.0)}
+
+    class Scorer:
+        def judge(self, model: str) -> tuple[SimpleNamespace, float]:
+            drop, distortion = measured[model]
+            return SimpleNamespace(drop=drop), distortion
+
+    candidate = quantize_module.Candidate("static", onnx.ModelProto(), {}, None)
+    scorer: Any = Scorer()
+    ranked = quantize_module._damage(onnx.ModelProto(), candidate, list(estimate), scorer, lambda n, alone: alone, 2)
+    assert [name for name, _ in ranked] == ["loud", "guess_a", "guess_b", "quiet"]
 
 
 def test_latency_is_measured_at_the_batch_asked_for(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
