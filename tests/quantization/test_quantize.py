@@ -151,10 +151,19 @@ def no_weights(path: Path) -> Path:
     return path
 
 
+def quantized_by_ort(path: Path) -> Path:
+    """The MLP as ORT's dynamic quantizer writes it: MatMulInteger fed by DynamicQuantizeLinear."""
+    from onnxruntime.quantization import quantize_dynamic
+
+    quantize_dynamic(mlp(path.with_name("float.onnx")), path)
+    return path
+
+
 @pytest.mark.parametrize(
     ("make", "extra", "code", "message"),
     [
         (no_weights, [], 9, "nothing to quantize"),
+        (quantized_by_ort, [], 9, "it is quantized already (2 DynamicQuantizeLinear, 2 MatMulInteger)"),
         (mlp, ["--max-drop", "150%"], 9, "--max-drop must be in [0%, 100%]"),
         (mlp, ["--exclude", "nope"], 9, "--exclude 'nope' names no node"),
         (mlp, ["--data", "digits"], 12, "the model input must be NCHW"),

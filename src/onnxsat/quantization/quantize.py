@@ -24,6 +24,7 @@ import math
 import statistics
 import tempfile
 import time
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -379,12 +380,14 @@ def _modes(model: onnx.ModelProto, options: QuantizeOptions) -> list[QuantMode]:
         if not weighted & mode.ops:
             raise SettingsError(
                 f"nothing to quantize: the model has no {'/'.join(sorted(mode.ops))} node with a constant weight"
+                + _already_quantized(model)
             )
         return [mode]
     if not weighted:
         raise SettingsError(
             "nothing to quantize: the model has no Conv, MatMul or Gemm node with a constant weight"
             + _inside_bodies(model)
+            + _already_quantized(model)
         )
     modes = []
     if weighted & {"Conv", "ConvTranspose"} or weighted & {"MatMul", "Gemm"}:
@@ -394,6 +397,21 @@ def _modes(model: onnx.ModelProto, options: QuantizeOptions) -> list[QuantMode]:
     if "MatMul" in weighted and _largest_matmul(model) >= 2**20:
         modes.append(MODES["weight-only"])
     return modes
+
+
+QUANTIZED_OPS = frozenset(
+    {"ConvInteger", "MatMulInteger", "QLinearConv", "QLinearMatMul", "MatMulNBits", "DynamicQuantizeLinear"}
+)
+"""Ops a quantizer leaves behind: a model holding them was quantized before it came here."""
+
+
+def _already_quantized(model: onnx.ModelProto) -> str:
+    """What a refusal adds for a model some quantizer already made (its products are integer ops now)."""
+    found = Counter(node.op_type for node in all_nodes(model.graph) if node.op_type in QUANTIZED_OPS)
+    if not found:
+        return ""
+    ops = ", ".join(f"{count} {op}" for op, count in sorted(found.items()))
+    return f"; it is quantized already ({ops}): quantize its float original instead"
 
 
 def _inside_bodies(model: onnx.ModelProto) -> str:
