@@ -165,3 +165,21 @@ def test_tokens_is_the_share_of_positions_whose_best_token_is_kept(monkeypatch: 
     assert measure.value == pytest.approx(8 / 10)
     assert measure.details == {"top1": pytest.approx(8 / 10), "top5": pytest.approx(9 / 10)}
     assert METRICS["tokens"].fits(RNG.normal(size=(4, 10)), 0) is not None  # one vector per sample
+
+
+def test_a_classifier_that_always_gives_one_answer_on_the_data_is_a_blind_spot() -> None:
+    """Scored by agreement with the original, an output whose answer never varies on the data cannot show
+    damage to the other answers: the budget says so. With labels, or varied answers, it does not."""
+    rng = np.random.default_rng(0)
+    one_class = rng.normal(size=(16, 4)).astype(np.float32)
+    one_class[:, 2] += 10.0
+    varied = rng.normal(size=(16, 4)).astype(np.float32)
+    decided = np.full((16, 1), 0.9, dtype=np.float32)
+    budget = Budget({"logits": one_class, "varied": varied, "p": decided}, {}, metric="auto")
+    notes = budget.blind_spots()
+    assert len(notes) == 2
+    assert notes[0].startswith("logits: the original answers class 2 for all 16 samples")
+    assert notes[1].startswith("p: the original answers decision yes for all 16 samples")
+    labelled = Budget({"logits": one_class}, {}, labels=np.arange(16) % 4, metric="top1")
+    assert labelled.blind_spots() == []
+    assert Budget({"logits": one_class[:4]}, {}, metric="top1").blind_spots() == []  # too few to tell

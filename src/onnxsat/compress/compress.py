@@ -114,6 +114,7 @@ def compress_model(
     )  # fmt: skip
     report.data, report.baseline = search_data.name, scorer.baseline
     report.metric, report.metrics = scorer.baseline.metric, scorer.budget.describe()
+    report.notes += scorer.budget.blind_spots()
     problem = Problem(
         key=uuid.uuid4().hex,
         model=model.SerializeToString(),

@@ -16,6 +16,7 @@ import numpy as np
 
 from onnxsat.errors import SettingsError
 from onnxsat.metrics.base import METRICS, Labels, Metric
+from onnxsat.metrics.classification import one_answer
 from onnxsat.metrics.custom import is_user_spec, user_metric
 from onnxsat.metrics.selection import choose
 from onnxsat.options import option
@@ -180,6 +181,22 @@ class Budget:
             self._signal = sum(_sum_of_squares(self.reference[name]) for name in self.metrics)
         noise = sum(_sum_of_squares(self.reference[name], outputs[name]) for name in self.metrics)
         return float(np.sqrt(noise) / max(np.sqrt(self._signal), 1e-12))
+
+    def blind_spots(self) -> list[str]:
+        """Warnings for the report: scored outputs whose agreement with the original cannot see damage,
+        because the original gives the same answer for every sample of the data (no labels to score against)."""
+        if self.labels is not None:
+            return []
+        notes = []
+        for name, metric in self.metrics.items():
+            answer = one_answer(metric.name, self.reference[name])
+            if answer is not None:
+                notes.append(
+                    f"{name}: the original answers {answer} for all {len(self.reference[name])} samples, so "
+                    f"{metric.name} agreement cannot see a model that breaks its other answers; give data "
+                    "with varied answers, or labels"
+                )
+        return notes
 
     def describe(self) -> dict[str, dict[str, str]]:
         """Per scored output, its metric and why it was chosen (for reports)."""

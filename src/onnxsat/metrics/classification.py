@@ -83,6 +83,30 @@ def binary(reference: np.ndarray, candidate: np.ndarray, labels: Labels) -> Meas
     return Measure(float(np.mean(decided == truth)), {"threshold": threshold, "recall": recall})
 
 
+def one_answer(metric: str, reference: np.ndarray) -> str | None:
+    """What the original answers for every sample, when a classifier metric scores agreement with it and
+    the answer never varies (None otherwise, or with under ``VARIED_SAMPLES`` samples): a candidate that only
+    ever answers that is then "in full agreement", however broken it is for every other answer."""
+    if len(reference) < VARIED_SAMPLES:
+        return None
+    if metric in ("top1", "top5"):
+        scores = class_scores(reference)
+        answers = np.argmax(scores, axis=1) if scores is not None else None
+        shown = "class {}"
+    elif metric == "binary":
+        answers = reference.reshape(len(reference)) >= decision_threshold(reference)
+        shown = "decision {}"
+    else:
+        return None
+    if answers is None or len(np.unique(answers)) > 1:
+        return None
+    return shown.format(answers[0] if metric != "binary" else ("yes" if answers[0] else "no"))
+
+
+VARIED_SAMPLES = 8
+"""Fewer samples than this may well share one answer by chance; no warning is given for them."""
+
+
 register(
     Metric(
         "top1",

@@ -170,6 +170,7 @@ def quantize_model(
     )
     report.data, report.baseline = search.name, scorer.baseline
     report.metric, report.metrics = scorer.baseline.metric, scorer.budget.describe()
+    report.notes += scorer.budget.blind_spots()
     feeds = _latency_feeds(prepared, search, model_input.name, given, options.latency_batch)
     timing_shapes = {**options.inputs.dims(), **{name: list(a.shape) for name, a in feeds.items()}}
     latency_batch = len(feeds[model_input.name])

@@ -221,6 +221,7 @@ def sparsify_model(
                 f"(a branch it does not take), so their pruning could not be measured: {named}"
             )
         report.metric, report.metrics = evaluator.baseline.metric, evaluator.budget.describe()
+        report.notes += evaluator.budget.blind_spots()
     if options.max_drop is not None:
         result = _search(evaluator, masks_at, targets, options, report)
         if held_out is not None:
