@@ -10,6 +10,7 @@ from collections.abc import Sequence
 
 from onnxsat.commands import add_all
 from onnxsat.errors import OnnxSatError, OutOfMemoryError
+from onnxsat.runtime.logs import QUIET, WARNINGS, set_runtime_logs
 
 DESCRIPTION = (
     "Make a pre-trained ONNX model smaller and faster without retraining, and prove it did no harm: "
@@ -37,7 +38,9 @@ def _debug_anywhere(parser: argparse.ArgumentParser) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    _runtime_logs(shown=args.debug)
+    # ORT's own log lines stay off stderr (a model whose declared output shape is wrong gets a coloured
+    # warning on every run, 32 in one calibration by ORT's quantizer); --debug shows its warnings
+    set_runtime_logs(WARNINGS if args.debug else QUIET)
     try:
         try:
             return int(args.handler(args))
@@ -65,15 +68,6 @@ def main(argv: Sequence[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 1
-
-
-def _runtime_logs(shown: bool) -> None:
-    """Keep ONNX Runtime's own log lines off stderr, for the sessions ONNXSat does not make itself too (ORT's
-    quantizer calibrates in its own): a model whose declared output shape is wrong gets a coloured warning on
-    every run, 32 for one calibration. ``--debug`` shows its warnings again (ORT's default level)."""
-    import onnxruntime
-
-    onnxruntime.set_default_logger_severity(2 if shown else 4)
 
 
 if __name__ == "__main__":

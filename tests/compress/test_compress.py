@@ -205,3 +205,22 @@ def test_a_candidates_quantization_search_gets_the_time_left(monkeypatch: pytest
     )
     compress_model(onnx.load(bundled_digits_cnn()), options)
     assert given and all(1.0 <= minutes < 3.0 for minutes in given)
+
+
+def test_the_workers_keep_the_runtimes_own_warnings_off_stderr(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """The digits CNN with its output declared [7, 3] (it makes [N, 10]): ORT warns on every run of it. The
+    worker processes, which calibrate candidates in ORT's quantizer, keep those lines off stderr like the
+    driver."""
+    model = onnx.load(bundled_digits_cnn())
+    dims = model.graph.output[0].type.tensor_type.shape.dim
+    del dims[:]
+    for size in (7, 3):
+        dims.add().dim_value = size
+    path = tmp_path / "model.onnx"
+    onnx.save(model, path)
+    args = ["--data", "digits-train", "--limit", "200", "--techniques", "quantize", "--workers", "2"]
+    main(["compress", str(path), "-o", str(tmp_path / "out.onnx"), "--max-drop", "100%", *args])
+    err = capfd.readouterr().err
+    assert "onnxruntime" not in err, err[:300]

@@ -26,6 +26,7 @@ from onnxsat.inputs import InputSpec
 from onnxsat.metrics import Score
 from onnxsat.metrics.budget import MetricSpec
 from onnxsat.metrics.scorer import ModelScorer
+from onnxsat.runtime.logs import runtime_log_severity, set_runtime_logs
 
 
 @dataclass
@@ -49,6 +50,8 @@ class Problem:
     outputs: list[str] = field(default_factory=list)
     batch_size: int = 64
     calibration_limit: int = 512
+    log_severity: int = field(default_factory=runtime_log_severity)
+    """The driver's ONNX Runtime log level, which a worker process or Ray task takes for its own."""
 
 
 @dataclass
@@ -130,6 +133,8 @@ def evaluate(task: Task) -> Outcome:
     its budget, ORT refuses the result, a tool fails on the graph) is an outcome with its error, shown in
     the report, not an exception."""
     start = time.perf_counter()
+    if runtime_log_severity() != task.problem.log_severity:
+        set_runtime_logs(task.problem.log_severity)
     prepared = _prepared(task.problem)
     settings: dict[str, Any] = {"metric": task.problem.metric_spec, "metric_output": task.problem.outputs}
     if task.minutes is not None:
