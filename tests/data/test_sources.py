@@ -349,3 +349,29 @@ def test_bad_input_is_one_data_error_line(tmp_path: Path, case: str) -> None:
     assert "\n" not in message
     if spec != "imagenet":
         assert spec in message, "the message names the data it is about"
+
+
+def test_images_for_a_dynamic_size_take_the_input_shape_asked_for(tmp_path: Path) -> None:
+    """A detector with dynamic height and width: --input-shape says the size the images are resized to;
+    without it, images of one size keep their own."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    from onnxsat.data.model_input import evaluation_data
+    from onnxsat.inputs import InputSpec
+
+    graph = helper.make_graph(
+        [helper.make_node("Relu", ["images"], ["y"])],
+        "dynamic_size",
+        [helper.make_tensor_value_info("images", TensorProto.FLOAT, ["batch", 3, "height", "width"])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 3, "height", "width"])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    onnx.checker.check_model(model)
+    for name in ("a", "b", "c"):
+        write_image(tmp_path / "photos" / f"{name}.png", (40, 30))
+    folder = str(tmp_path / "photos")
+    sized = evaluation_data(model, folder, InputSpec(shapes={"images": [1, 3, 16, 24]}))
+    assert sized is not None and sized.inputs.shape == (3, 3, 16, 24)
+    own = evaluation_data(model, folder, InputSpec())
+    assert own is not None and own.inputs.shape == (3, 3, 30, 40)

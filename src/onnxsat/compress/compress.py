@@ -209,7 +209,7 @@ def _data(model: onnx.ModelProto, options: CompressOptions) -> tuple[Dataset, Da
     """(search data, held-out data): ``--data`` less its held-out part, or ``--data`` and ``--eval-data``."""
     if options.data is None:
         raise SettingsError("compress needs --data: the accuracy budget is measured on it")
-    dims = input_dims(model, options.inputs.given)
+    dims = input_dims(model, options.inputs.given, options.inputs.shapes)
 
     def load(spec: str) -> Dataset:
         dataset = load_dataset(spec, dims, limit=options.limit, mean=options.mean, std=options.std)

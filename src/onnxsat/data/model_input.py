@@ -32,9 +32,18 @@ def data_input(model: onnx.ModelProto, given: Collection[str] = ()) -> onnx.Valu
     return inputs[0]
 
 
-def input_dims(model: onnx.ModelProto, given: Collection[str] = ()) -> list[int | None]:
-    """The data input's dims, None where dynamic: what ``load_dataset`` fits samples to."""
-    return [fixed_dim(d) for d in data_input(model, given).type.tensor_type.shape.dim]
+def input_dims(
+    model: onnx.ModelProto, given: Collection[str] = (), shapes: Mapping[str, Sequence[int]] | None = None
+) -> list[int | None]:
+    """The data input's dims, None where dynamic: what ``load_dataset`` fits samples to. ``shapes``
+    (``--input-shape``) fixes the dynamic ones past the batch dim, so images are resized to the size asked
+    for rather than kept at their own (which a detector with dynamic height and width may not accept)."""
+    value = data_input(model, given)
+    dims = [fixed_dim(d) for d in value.type.tensor_type.shape.dim]
+    sized = (shapes or {}).get(value.name)
+    if sized is not None and len(sized) == len(dims):
+        dims = [dims[0], *(dim if dim is not None else size for dim, size in zip(dims[1:], sized[1:], strict=True))]
+    return dims
 
 
 def batch_size_for(model: onnx.ModelProto, requested: int, given: Collection[str] = ()) -> int:
@@ -75,7 +84,7 @@ def evaluation_data(
         return None
     if spec == "random":
         return random_dataset(model, limit or random_count, inputs)
-    dataset = load_dataset(spec, input_dims(model, inputs.given), limit=limit, mean=mean, std=std)
+    dataset = load_dataset(spec, input_dims(model, inputs.given, inputs.shapes), limit=limit, mean=mean, std=std)
     if fidelity:
         dataset = replace(dataset, labels=None, name=f"{dataset.name} (fidelity)")
     return with_companions(model, dataset, inputs.given)

@@ -164,7 +164,7 @@ def calibration_batches(
 ) -> tuple[list[dict[str, np.ndarray]], str]:
     """The calibration feeds and what they are: ``dataset``, ``options.data``, or seeded random inputs."""
     if dataset is None and options.data is not None:
-        dims = input_dims(model, options.inputs.given)
+        dims = input_dims(model, options.inputs.given, options.inputs.shapes)
         dataset = load_dataset(options.data, dims, limit=options.limit, mean=options.mean, std=options.std)
     if dataset is None:
         feeds = [random_inputs(model, options.inputs, seed) for seed in range(RANDOM_CALIBRATION_SAMPLES)]

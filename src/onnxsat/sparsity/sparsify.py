@@ -144,7 +144,7 @@ def _dataset(model: onnx.ModelProto, options: SparsifyOptions) -> Dataset | None
                 steps, None, f"random ({streams} streams of {RANDOM_STREAM_STEPS} seeded normal steps)", True
             )
         return random_dataset(model, options.limit or RANDOM_CALIBRATION_SAMPLES, options.inputs)
-    dims = input_dims(model, excluded)
+    dims = input_dims(model, excluded, options.inputs.shapes)
     dataset = load_dataset(
         options.data, dims, limit=options.limit, mean=options.mean, std=options.std, streams=bool(options.state)
     )
