@@ -178,8 +178,20 @@ def test_a_classifier_that_always_gives_one_answer_on_the_data_is_a_blind_spot()
     budget = Budget({"logits": one_class, "varied": varied, "p": decided}, {}, metric="auto")
     notes = budget.blind_spots()
     assert len(notes) == 2
-    assert notes[0].startswith("logits: the original answers class 2 for all 16 samples")
-    assert notes[1].startswith("p: the original answers decision yes for all 16 samples")
+    assert notes[0].startswith("logits: the original answers class 2 for all 16 samples, so top1 agreement")
+    assert notes[1].startswith("p: the original decides yes for all 16 samples")
     labelled = Budget({"logits": one_class}, {}, labels=np.arange(16) % 4, metric="top1")
     assert labelled.blind_spots() == []
     assert Budget({"logits": one_class[:4]}, {}, metric="top1").blind_spots() == []  # too few to tell
+
+
+def test_a_detector_that_finds_nothing_on_the_data_is_a_blind_spot() -> None:
+    """YOLO-style scores all under the threshold: no box in any sample, so any candidate "agrees"."""
+    quiet = np.zeros((8, 6, 30), dtype=np.float32)  # [N, 4 + 2 classes, anchors]
+    quiet[:, 2:4, :] = 10.0  # box sizes, in pixels
+    budget = Budget({"output0": quiet}, {}, metric="detection")
+    (note,) = budget.blind_spots()
+    assert note.startswith("output0: the original finds no box in any of the 8 samples")
+    found = quiet.copy()
+    found[3, 4, 7] = 0.9  # one confident box in one sample
+    assert Budget({"output0": found}, {}, metric="detection").blind_spots() == []

@@ -34,6 +34,11 @@ Measurer = Callable[[np.ndarray, np.ndarray, Labels], Measure]
 Fit = Callable[[np.ndarray, int], str | None]
 """(the original's output ``[N, ...]``, the axis the model's batch dim had) -> None if the metric
 applies to it, else why not, in a few words ("needs [N, classes]; per sample it is [40, 6625]")."""
+BlindSpot = Callable[[np.ndarray], str | None]
+"""(the original's output ``[N, ...]`` on the data) -> what agreement with it cannot see, when the original
+answers alike for every sample ("answers class 2 for all 38 samples"), else None."""
+VARIED_SAMPLES = 8
+"""Fewer samples than this may well share one answer by chance: no blind spot is reported for them."""
 
 
 @dataclass(frozen=True)
@@ -46,6 +51,9 @@ class Metric:
     measure: Measurer
     fits: Fit
     uses_labels: bool = False
+    blind_spot: BlindSpot | None = None
+    """Scored by agreement with the original (no labels), an output whose answer never varies on the data
+    cannot show damage to the other answers; this says when that is so."""
 
 
 METRICS: Registry[Metric] = Registry("metric", "metric")

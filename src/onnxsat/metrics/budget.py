@@ -16,7 +16,6 @@ import numpy as np
 
 from onnxsat.errors import SettingsError
 from onnxsat.metrics.base import METRICS, Labels, Metric
-from onnxsat.metrics.classification import one_answer
 from onnxsat.metrics.custom import is_user_spec, user_metric
 from onnxsat.metrics.selection import choose
 from onnxsat.options import option
@@ -189,12 +188,11 @@ class Budget:
             return []
         notes = []
         for name, metric in self.metrics.items():
-            answer = one_answer(metric.name, self.reference[name])
-            if answer is not None:
+            same = metric.blind_spot(self.reference[name]) if metric.blind_spot is not None else None
+            if same is not None:
                 notes.append(
-                    f"{name}: the original answers {answer} for all {len(self.reference[name])} samples, so "
-                    f"{metric.name} agreement cannot see a model that breaks its other answers; give data "
-                    "with varied answers, or labels"
+                    f"{name}: the original {same}, so {metric.name} agreement with it cannot see a model that "
+                    "breaks its other answers; give data with varied answers, or labels"
                 )
         return notes
 

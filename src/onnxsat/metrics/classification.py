@@ -7,7 +7,16 @@ import numpy as np
 
 from onnxsat.data.metrics import class_ranks
 from onnxsat.errors import DataError
-from onnxsat.metrics.base import Labels, Measure, Metric, per_sample_shape, register, shape_text, unit_interval
+from onnxsat.metrics.base import (
+    VARIED_SAMPLES,
+    Labels,
+    Measure,
+    Metric,
+    per_sample_shape,
+    register,
+    shape_text,
+    unit_interval,
+)
 
 TOP_K = 5
 
@@ -83,28 +92,21 @@ def binary(reference: np.ndarray, candidate: np.ndarray, labels: Labels) -> Meas
     return Measure(float(np.mean(decided == truth)), {"threshold": threshold, "recall": recall})
 
 
-def one_answer(metric: str, reference: np.ndarray) -> str | None:
-    """What the original answers for every sample, when a classifier metric scores agreement with it and
-    the answer never varies (None otherwise, or with under ``VARIED_SAMPLES`` samples): a candidate that only
-    ever answers that is then "in full agreement", however broken it is for every other answer."""
+def one_class(reference: np.ndarray) -> str | None:
+    """The class the original gives every sample, when it is always the same (see ``Metric.blind_spot``)."""
+    scores = class_scores(reference)
+    if scores is None or len(scores) < VARIED_SAMPLES:
+        return None
+    answers = np.unique(np.argmax(scores, axis=1))
+    return f"answers class {answers[0]} for all {len(scores)} samples" if len(answers) == 1 else None
+
+
+def one_decision(reference: np.ndarray) -> str | None:
+    """The decision the original takes for every sample, when it is always the same."""
     if len(reference) < VARIED_SAMPLES:
         return None
-    if metric in ("top1", "top5"):
-        scores = class_scores(reference)
-        answers = np.argmax(scores, axis=1) if scores is not None else None
-        shown = "class {}"
-    elif metric == "binary":
-        answers = reference.reshape(len(reference)) >= decision_threshold(reference)
-        shown = "decision {}"
-    else:
-        return None
-    if answers is None or len(np.unique(answers)) > 1:
-        return None
-    return shown.format(answers[0] if metric != "binary" else ("yes" if answers[0] else "no"))
-
-
-VARIED_SAMPLES = 8
-"""Fewer samples than this may well share one answer by chance; no warning is given for them."""
+    decided = np.unique(reference.reshape(len(reference)) >= decision_threshold(reference))
+    return f"decides {'yes' if decided[0] else 'no'} for all {len(reference)} samples" if len(decided) == 1 else None
 
 
 register(
@@ -114,6 +116,7 @@ register(
         top1,
         _fits_classes,
         uses_labels=True,
+        blind_spot=one_class,
     )
 )
 register(
@@ -123,6 +126,7 @@ register(
         top5,
         _fits_classes,
         uses_labels=True,
+        blind_spot=one_class,
     )
 )
 register(
@@ -132,5 +136,6 @@ register(
         binary,
         _fits_decision,
         uses_labels=True,
+        blind_spot=one_decision,
     )
 )

@@ -16,7 +16,16 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from onnxsat.metrics.base import Labels, Measure, Metric, per_sample_shape, register, shape_text, unit_interval
+from onnxsat.metrics.base import (
+    VARIED_SAMPLES,
+    Labels,
+    Measure,
+    Metric,
+    per_sample_shape,
+    register,
+    shape_text,
+    unit_interval,
+)
 
 CONFIDENCE = 0.25
 NMS_IOU = 0.45
@@ -147,11 +156,22 @@ def detection(reference: np.ndarray, candidate: np.ndarray, labels: Labels) -> M
     return Measure(f1, {"precision": precision, "recall": recall, "boxes": float(total_ref)})
 
 
+def no_boxes(reference: np.ndarray) -> str | None:
+    """When the original finds no box in any sample: a candidate that never finds one agrees in full."""
+    layout = yolo_layout(reference)
+    if layout is None or len(reference) < VARIED_SAMPLES:
+        return None
+    if any(len(detections(sample, layout)[0]) for sample in reference):
+        return None
+    return f"finds no box in any of the {len(reference)} samples"
+
+
 register(
     Metric(
         "detection",
         "YOLO-style boxes after threshold 0.25 and NMS, matched at IoU 0.5 with the same class: F1",
         detection,
         _fits,
+        blind_spot=no_boxes,
     )
 )
