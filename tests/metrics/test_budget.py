@@ -179,7 +179,12 @@ def test_a_classifier_that_always_gives_one_answer_on_the_data_is_a_blind_spot()
     notes = budget.blind_spots()
     assert len(notes) == 2
     assert notes[0].startswith("logits: the original answers class 2 for all 16 samples, so top1 agreement")
-    assert notes[1].startswith("p: the original decides yes for all 16 samples")
+    assert notes[1].startswith("p: the original answers yes for all 16 samples")
+    odd = np.eye(4, dtype=np.float32)[:1] * 20.0  # one sample of class 0
+    nearly = np.concatenate([one_class, one_class, odd])
+    (note,) = Budget({"logits": nearly}, {}, metric="top1").blind_spots()
+    assert note.startswith("logits: the original answers class 2 for 32 of the 33 samples")
+    assert Budget({"logits": np.concatenate([one_class, odd, odd])}, {}, metric="top1").blind_spots() == []
     labelled = Budget({"logits": one_class}, {}, labels=np.arange(16) % 4, metric="top1")
     assert labelled.blind_spots() == []
     assert Budget({"logits": one_class[:4]}, {}, metric="top1").blind_spots() == []  # too few to tell

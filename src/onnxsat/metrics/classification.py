@@ -92,21 +92,32 @@ def binary(reference: np.ndarray, candidate: np.ndarray, labels: Labels) -> Meas
     return Measure(float(np.mean(decided == truth)), {"threshold": threshold, "recall": recall})
 
 
-def one_class(reference: np.ndarray) -> str | None:
-    """The class the original gives every sample, when it is always the same (see ``Metric.blind_spot``)."""
-    scores = class_scores(reference)
-    if scores is None or len(scores) < VARIED_SAMPLES:
+def _dominant(answers: np.ndarray, shown: str) -> str | None:
+    """ "answers <shown> for C of the N samples" when one answer covers ``DOMINANT_SHARE`` of them, else None."""
+    if len(answers) < VARIED_SAMPLES:
         return None
-    answers = np.unique(np.argmax(scores, axis=1))
-    return f"answers class {answers[0]} for all {len(scores)} samples" if len(answers) == 1 else None
+    values, counts = np.unique(answers, return_counts=True)
+    top = int(np.argmax(counts))
+    if counts[top] < DOMINANT_SHARE * len(answers):
+        return None
+    share = "all" if counts[top] == len(answers) else f"{counts[top]} of the"
+    return f"answers {shown.format(values[top])} for {share} {len(answers)} samples"
+
+
+DOMINANT_SHARE = 0.95
+"""One answer for this share of the samples leaves agreement all but blind to the others."""
+
+
+def one_class(reference: np.ndarray) -> str | None:
+    """The class the original gives (nearly) every sample, when it does (see ``Metric.blind_spot``)."""
+    scores = class_scores(reference)
+    return None if scores is None else _dominant(np.argmax(scores, axis=1), "class {}")
 
 
 def one_decision(reference: np.ndarray) -> str | None:
-    """The decision the original takes for every sample, when it is always the same."""
-    if len(reference) < VARIED_SAMPLES:
-        return None
-    decided = np.unique(reference.reshape(len(reference)) >= decision_threshold(reference))
-    return f"decides {'yes' if decided[0] else 'no'} for all {len(reference)} samples" if len(decided) == 1 else None
+    """The decision the original takes for (nearly) every sample, when it does."""
+    decided = reference.reshape(len(reference)) >= decision_threshold(reference)
+    return _dominant(np.where(decided, "yes", "no"), "{}")
 
 
 register(
