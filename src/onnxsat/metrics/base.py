@@ -36,7 +36,7 @@ Fit = Callable[[np.ndarray, int], str | None]
 applies to it, else why not, in a few words ("needs [N, classes]; per sample it is [40, 6625]")."""
 BlindSpot = Callable[[np.ndarray], str | None]
 """(the original's output ``[N, ...]`` on the data) -> what agreement with it cannot see, when the original
-answers alike for every sample ("answers class 2 for all 38 samples"), else None."""
+answers alike for (nearly) every sample ("answers class 0 for 47 of the 48 samples"), else None."""
 VARIED_SAMPLES = 8
 """Fewer samples than this may well share one answer by chance: no blind spot is reported for them."""
 
@@ -52,8 +52,8 @@ class Metric:
     fits: Fit
     uses_labels: bool = False
     blind_spot: BlindSpot | None = None
-    """Scored by agreement with the original (no labels), an output whose answer never varies on the data
-    cannot show damage to the other answers; this says when that is so."""
+    """Scored by agreement with the original (no labels), an output whose answer (nearly) never varies on
+    the data cannot show damage to the other answers; this says when that is so."""
 
 
 METRICS: Registry[Metric] = Registry("metric", "metric")

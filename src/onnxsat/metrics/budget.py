@@ -183,7 +183,7 @@ class Budget:
 
     def blind_spots(self) -> list[str]:
         """Warnings for the report: scored outputs whose agreement with the original cannot see damage,
-        because the original gives the same answer for every sample of the data (no labels to score against)."""
+        because the original gives (nearly) every sample of the data the same answer and there are no labels."""
         if self.labels is not None:
             return []
         notes = []
