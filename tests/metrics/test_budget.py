@@ -200,3 +200,14 @@ def test_a_detector_that_finds_nothing_on_the_data_is_a_blind_spot() -> None:
     found = quiet.copy()
     found[3, 4, 7] = 0.9  # one confident box in one sample
     assert Budget({"output0": found}, {}, metric="detection").blind_spots() == []
+
+
+def test_a_recognizer_that_reads_nothing_on_the_data_is_a_blind_spot() -> None:
+    """CTC scores whose best class is the blank at every step: every sample reads nothing."""
+    blank = np.zeros((10, 12, 5), dtype=np.float32)  # [N, steps, classes]
+    blank[:, :, 0] = 5.0
+    (note,) = Budget({"logits": blank}, {}, metric="sequence").blind_spots()
+    assert note.startswith("logits: the original answers nothing for all 10 samples, so sequence agreement")
+    read = blank.copy()
+    read[: len(read) // 2, 3, 2] = 9.0  # half the samples read one symbol
+    assert Budget({"logits": read}, {}, metric="sequence").blind_spots() == []

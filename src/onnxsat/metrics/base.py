@@ -9,8 +9,10 @@ traceback from inside numpy.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections import Counter
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -39,6 +41,8 @@ BlindSpot = Callable[[np.ndarray], str | None]
 answers alike for (nearly) every sample ("answers class 0 for 47 of the 48 samples"), else None."""
 VARIED_SAMPLES = 8
 """Fewer samples than this may well share one answer by chance: no blind spot is reported for them."""
+DOMINANT_SHARE = 0.95
+"""One answer for this share of the samples leaves agreement all but blind to the others."""
 
 
 @dataclass(frozen=True)
@@ -62,6 +66,18 @@ METRICS: Registry[Metric] = Registry("metric", "metric")
 
 def register(metric: Metric) -> Metric:
     return METRICS.register(metric.name, metric)
+
+
+def dominant_answer(answers: Sequence[Hashable], show: Callable[[Any], str]) -> str | None:
+    """ "answers <show(answer)> for C of the N samples" when one answer covers ``DOMINANT_SHARE`` of them
+    (the blind spots of the metrics that score answers), else None."""
+    if len(answers) < VARIED_SAMPLES:
+        return None
+    value, count = Counter(answers).most_common(1)[0]
+    if count < DOMINANT_SHARE * len(answers):
+        return None
+    share = "all" if count == len(answers) else f"{count} of the"
+    return f"answers {show(value)} for {share} {len(answers)} samples"
 
 
 def per_sample_shape(output: np.ndarray) -> tuple[int, ...]:

@@ -8,10 +8,10 @@ import numpy as np
 from onnxsat.data.metrics import class_ranks
 from onnxsat.errors import DataError
 from onnxsat.metrics.base import (
-    VARIED_SAMPLES,
     Labels,
     Measure,
     Metric,
+    dominant_answer,
     per_sample_shape,
     register,
     shape_text,
@@ -92,32 +92,16 @@ def binary(reference: np.ndarray, candidate: np.ndarray, labels: Labels) -> Meas
     return Measure(float(np.mean(decided == truth)), {"threshold": threshold, "recall": recall})
 
 
-def _dominant(answers: np.ndarray, shown: str) -> str | None:
-    """ "answers <shown> for C of the N samples" when one answer covers ``DOMINANT_SHARE`` of them, else None."""
-    if len(answers) < VARIED_SAMPLES:
-        return None
-    values, counts = np.unique(answers, return_counts=True)
-    top = int(np.argmax(counts))
-    if counts[top] < DOMINANT_SHARE * len(answers):
-        return None
-    share = "all" if counts[top] == len(answers) else f"{counts[top]} of the"
-    return f"answers {shown.format(values[top])} for {share} {len(answers)} samples"
-
-
-DOMINANT_SHARE = 0.95
-"""One answer for this share of the samples leaves agreement all but blind to the others."""
-
-
 def one_class(reference: np.ndarray) -> str | None:
     """The class the original gives (nearly) every sample, when it does (see ``Metric.blind_spot``)."""
     scores = class_scores(reference)
-    return None if scores is None else _dominant(np.argmax(scores, axis=1), "class {}")
+    return None if scores is None else dominant_answer(np.argmax(scores, axis=1).tolist(), "class {}".format)
 
 
 def one_decision(reference: np.ndarray) -> str | None:
     """The decision the original takes for (nearly) every sample, when it does."""
     decided = reference.reshape(len(reference)) >= decision_threshold(reference)
-    return _dominant(np.where(decided, "yes", "no"), "{}")
+    return dominant_answer(["yes" if d else "no" for d in decided], str)
 
 
 register(

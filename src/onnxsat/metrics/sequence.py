@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from onnxsat.metrics.base import Labels, Measure, Metric, per_sample_shape, register, shape_text
+from onnxsat.metrics.base import Labels, Measure, Metric, dominant_answer, per_sample_shape, register, shape_text
 
 BLANK = 0
 
@@ -40,11 +40,18 @@ def sequence(reference: np.ndarray, candidate: np.ndarray, labels: Labels) -> Me
     return Measure(float(np.mean(same)), {"per-position": float(np.mean(best_ref == best))})
 
 
+def one_reading(reference: np.ndarray) -> str | None:
+    """The reading the original gives (nearly) every sample, when it does (an OCR reading nothing)."""
+    readings = [ctc_decode(best) for best in np.argmax(reference, axis=-1)]
+    return dominant_answer(readings, lambda text: f"the same reading of {len(text)} symbols" if text else "nothing")
+
+
 register(
     Metric(
         "sequence",
         "greedy/CTC decoding (repeats collapsed, blank 0 dropped): share of samples read the same",
         sequence,
         _fits,
+        blind_spot=one_reading,
     )
 )
