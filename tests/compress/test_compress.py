@@ -4,6 +4,7 @@ budget nothing meets is one line with nothing written."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 from pathlib import Path
 
@@ -203,7 +204,9 @@ def test_a_candidates_quantization_search_gets_the_time_left(monkeypatch: pytest
     options = CompressOptions(
         data="digits-train", limit=200, workers=1, techniques=["quantize"], budget_minutes=3, max_drop=0.01
     )
-    compress_model(onnx.load(bundled_digits_cnn()), options)
+    # whether a quantized candidate pays is measured, so on a busy machine the search may write nothing
+    with contextlib.suppress(SettingsError):
+        compress_model(onnx.load(bundled_digits_cnn()), options)
     assert given and all(1.0 <= minutes < 3.0 for minutes in given)
 
 
