@@ -242,8 +242,8 @@ class Search:
 
     def _minutes_left(self) -> float:
         """The time a candidate's own search may take: what is left of the budget, and at least
-        ``CANDIDATE_MINUTES`` so a candidate sent at the deadline (the contribution batch) still finishes
-        its search with the best it found."""
+        ``CANDIDATE_MINUTES``, so a candidate sent just before the deadline (a batch is only checked against
+        it between chunks) still searches long enough to keep the best it found."""
         return max(CANDIDATE_MINUTES, (self.settings.deadline - time.monotonic()) / 60)
 
     def _time_left(self) -> bool:
