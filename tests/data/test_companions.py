@@ -13,7 +13,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from onnxsat.cli import main
-from onnxsat.data.model_input import with_companions
+from onnxsat.data.model_input import fitted_to_model
 from onnxsat.data.outputs import OutputRunner
 from onnxsat.data.sources import Dataset
 from onnxsat.errors import DataError
@@ -82,19 +82,19 @@ def test_rows_follow_their_samples_through_subsets_splits_and_batches() -> None:
 def test_given_inputs_become_companions_only_when_they_share_the_dynamic_batch() -> None:
     ids, masks = ids_and_masks(5)
     dataset = Dataset(ids, None, "text")
-    one = with_companions(text_model(), dataset, {"mask": masks[:1]})
+    one = fitted_to_model(text_model(), dataset, {"mask": masks[:1]})
     np.testing.assert_array_equal(one.companions["mask"], np.repeat(masks[:1], 5, axis=0))
-    each = with_companions(text_model(), dataset, {"mask": masks})
+    each = fitted_to_model(text_model(), dataset, {"mask": masks})
     np.testing.assert_array_equal(each.companions["mask"], masks)
-    assert with_companions(text_model(batch=1), Dataset(ids[:1], None, "t"), {"mask": masks[:1]}).companions == {}
+    assert fitted_to_model(text_model(batch=1), Dataset(ids[:1], None, "t"), {"mask": masks[:1]}).companions == {}
     with pytest.raises(DataError, match="'mask' has 2 rows for 5 samples"):
-        with_companions(text_model(), dataset, {"mask": masks[:2]})
+        fitted_to_model(text_model(), dataset, {"mask": masks[:2]})
 
 
 def test_a_run_over_the_data_feeds_each_sample_its_own_row() -> None:
     model = text_model()
     ids, masks = ids_and_masks(9)
-    dataset = with_companions(model, Dataset(ids, None, "text"), {"mask": masks})
+    dataset = fitted_to_model(model, Dataset(ids, None, "text"), {"mask": masks})
     session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     outputs = OutputRunner(session, "ids", dataset, batch_size=4, given={"mask": masks}).run()["y"]
     one_by_one = [session.run(["y"], {"ids": ids[i : i + 1], "mask": masks[i : i + 1]})[0][0] for i in range(9)]
@@ -130,5 +130,5 @@ def test_companions_travel_in_an_npz_of_samples(tmp_path: Path) -> None:
     loaded = load_dataset(str(path), [None, 6], limit=4)
     np.testing.assert_array_equal(loaded.companions["mask"], masks[:4])
     all_rows = np.concatenate([masks, masks])  # twelve rows, as given for the whole data
-    kept = with_companions(text_model(), loaded, {"mask": all_rows})
+    kept = fitted_to_model(text_model(), loaded, {"mask": all_rows})
     np.testing.assert_array_equal(kept.companions["mask"], masks[:4])

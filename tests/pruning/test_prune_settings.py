@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
 import onnx
 import pytest
-from pruning_helpers import Builder, kept, prune, shape_of
+from pruning_helpers import Builder, kept, prune, shape_of, status
 
 from onnxsat.api import prune as prune_file
 from onnxsat.errors import SettingsError, VerificationFailedError
@@ -33,11 +34,41 @@ def test_library_holds_the_papers_op_types_and_more() -> None:
     assert len(BUILTIN) >= 35
 
 
+def test_an_unknown_op_keeps_its_group_whole_and_the_others_prune() -> None:
+    """Never guessed, never fatal: the group an unknown op reads stays whole, with the library entry to
+    add as its reason, and the rest of the model prunes as usual."""
+    b = Builder()
+    s = b.node("Shrink", [b.conv("c1", "x", 3, 8)], "odd")
+    c3 = b.conv("c3", b.node("Relu", [b.conv("c2", s, 8, 8)], "r2"), 8, 2)
+    pruned, report = prune(b.model([c3]), rate=0.5)
+    assert kept(report, "c1") == 8 and "does not know 'Shrink'" in status(report, "c1")
+    assert kept(report, "c2") == 4 and shape_of(pruned, "c3_w")[1] == 4
+
+
+@pytest.mark.parametrize(("axis", "keepdims"), [(1, 1), (2, 1), (-1, 0)])
+def test_argmax_at_the_end_of_a_classifier_prunes_the_layers_before_it(axis: int, keepdims: int) -> None:
+    """A label output (ArgMax over the logits) no longer stops pruning: ArgMax over height or width keeps
+    the channels in place (one axis lower without keepdims) up to the graph output; over the channels it
+    reads all of them. Either way the last conv stays whole and the one before prunes."""
+    b = Builder()
+    c2 = b.conv("c2", b.node("Relu", [b.conv("c1", "x", 3, 8)], "r1"), 8, 8)
+    b.node("ArgMax", [c2], "pick", axis=axis, keepdims=keepdims)
+    x = onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [2, 3, 8, 8])
+    pick = onnx.helper.make_tensor_value_info("pick", onnx.TensorProto.INT64, None)
+    graph = onnx.helper.make_graph(b.nodes, "argmax", [x], [pick], b.initializers)
+    model = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 17)], ir_version=9)
+    pruned, report = prune(model, rate=0.5)
+    assert kept(report, "c1") == 4 and shape_of(pruned, "c2_w")[1] == 4
+    assert kept(report, "c2") == 8
+    reason = "picks an index over the channels" if axis == 1 else "reaches graph output 'pick'"
+    assert reason in status(report, "c2")
+
+
 def test_an_unknown_op_on_a_tree_is_named_and_the_library_can_be_extended(tmp_path: Path) -> None:
     b = Builder()
     s = b.node("Shrink", [b.conv("c1", "x", 3, 8)], "odd")
     model = b.model([b.conv("c2", s, 8, 2)])
-    with pytest.raises(SettingsError, match=r"does not know 'Shrink' \(node 'odd'\)"):
+    with pytest.raises(SettingsError, match=r"no channel group .* does not know 'Shrink' \(node 'odd'\)"):
         prune_model(model, PruneOptions())
     extra = tmp_path / "library.json"
     extra.write_text(json.dumps({"Shrink": "next-no-process"}))
@@ -188,8 +219,10 @@ def test_an_op_of_another_domain_is_named_with_it_in_the_library(tmp_path: Path)
     )
     opsets = [onnx.helper.make_opsetid("", 17), onnx.helper.make_opsetid("com.microsoft", 1)]
     model = onnx.helper.make_model(graph, opset_imports=opsets)
-    with pytest.raises(SettingsError, match=r'does not know \'com.microsoft.Gelu\'.*\{"com.microsoft.Gelu": "next-'):
-        association_trees(model)
+    _, _, forest = association_trees(model)
+    (group,) = [g for g in forest.groups if any(r.node == "c1" for r in g.roots)]
+    assert not group.prunable
+    assert re.search(r'does not know \'com.microsoft.Gelu\'.*\{"com.microsoft.Gelu": "next-', group.reasons[0])
     extra = tmp_path / "library.json"
     extra.write_text(json.dumps({"com.microsoft.Gelu": "stop-process"}))
     _, _, forest = association_trees(model, extra)

@@ -28,7 +28,7 @@ from onnxsat.compress.recipe import CALIBRATION_LIMIT, Recipe
 from onnxsat.compress.report import CandidateRow, CompressReport, Contribution, mark_pareto
 from onnxsat.compress.search import MARGIN, Evaluated, Search, SearchSettings
 from onnxsat.compress.timing import SideBySide, machine
-from onnxsat.data.model_input import batch_size_for, data_input, input_dims, with_companions
+from onnxsat.data.model_input import batch_size_for, data_input, fitted_to_model, input_dims
 from onnxsat.data.sources import Dataset, load_dataset
 from onnxsat.errors import SettingsError
 from onnxsat.inputs import InputSpec
@@ -214,7 +214,7 @@ def _data(model: onnx.ModelProto, options: CompressOptions) -> tuple[Dataset, Da
     def load(spec: str) -> Dataset:
         dataset = load_dataset(spec, dims, limit=options.limit, mean=options.mean, std=options.std)
         dataset = replace(dataset, labels=None) if options.fidelity else dataset
-        return with_companions(model, dataset, options.inputs.given)
+        return fitted_to_model(model, dataset, options.inputs.given)
 
     dataset = load(options.data)
     if options.eval_data is not None:

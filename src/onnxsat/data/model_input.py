@@ -64,7 +64,7 @@ def random_dataset(model: onnx.ModelProto, count: int, inputs: InputsLike = None
     calls = max(1, count // per_call)
     chunks = [random_inputs(model, {name: [per_call, *rest]}, first_seed + index)[name] for index in range(calls)]
     dataset = Dataset(np.concatenate(chunks), None, f"random ({calls * per_call} seeded normal inputs)")
-    return with_companions(model, dataset, spec.given)
+    return fitted_to_model(model, dataset, spec.given)
 
 
 def evaluation_data(
@@ -87,15 +87,20 @@ def evaluation_data(
     dataset = load_dataset(spec, input_dims(model, inputs.given, inputs.shapes), limit=limit, mean=mean, std=std)
     if fidelity:
         dataset = replace(dataset, labels=None, name=f"{dataset.name} (fidelity)")
-    return with_companions(model, dataset, inputs.given)
+    return fitted_to_model(model, dataset, inputs.given)
 
 
-def with_companions(model: onnx.ModelProto, dataset: Dataset, given: Mapping[str, np.ndarray]) -> Dataset:
-    """``dataset`` with the given inputs that share the data input's dynamic batch fed per sample (its
-    ``companions``): a value of one row is repeated for every sample, one with a row per sample goes with
-    its sample. Given inputs of a fixed batch, or of no batch axis, stay fed whole; so does everything
-    when the data input's batch is fixed (each run is then one whole batch anyway)."""
-    if dataset.streams or not given:
+def fitted_to_model(model: onnx.ModelProto, dataset: Dataset, given: Mapping[str, np.ndarray]) -> Dataset:
+    """``dataset`` as the model takes it: its samples in the data input's element type
+    (:func:`in_input_type`), and the given inputs that share the data input's dynamic batch fed per
+    sample (its ``companions``): a value of one row is repeated for every sample, one with a row per
+    sample goes with its sample. Given inputs of a fixed batch, or of no batch axis, stay fed whole; so
+    does everything when the data input's batch is fixed (each run is then one whole batch anyway).
+    Streams are left to the caller, which knows the state inputs beside the data input."""
+    if dataset.streams:
+        return dataset
+    dataset = in_input_type(data_input(model, given), dataset)
+    if not given:
         return dataset
     batch = _batch_dim(data_input(model, given))
     if batch is None or fixed_dim(batch) is not None:
@@ -125,3 +130,43 @@ def with_companions(model: onnx.ModelProto, dataset: Dataset, given: Mapping[str
 def _batch_dim(value: onnx.ValueInfoProto) -> onnx.TensorShapeProto.Dimension | None:
     tensor = value.type.tensor_type
     return tensor.shape.dim[0] if tensor.HasField("shape") and tensor.shape.dim else None
+
+
+_PIXEL_MAX = 255
+
+
+def in_input_type(value: onnx.ValueInfoProto, dataset: Dataset) -> Dataset:
+    """``dataset``'s samples cast to ``value``'s element type, or one clear error where that would change
+    them: float16 and float64 inputs take the samples as such, and integer inputs (uint8 pixels, token
+    ids) take whole numbers in their range, or image pixels scaled back from [0, 1] to 0-255 (an export
+    that does its own preprocessing). A float cast to an integer type unchecked would feed garbage that
+    every accuracy figure then trusts."""
+    elem_type = value.type.tensor_type.elem_type
+    try:
+        want = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(elem_type))
+    except (KeyError, ValueError, TypeError):
+        raise DataError(f"input {value.name!r} has an element type data cannot be fed to ({elem_type})") from None
+    inputs = dataset.inputs
+    if inputs.dtype == want:
+        return dataset
+    where = f"{dataset.name}: input {value.name!r} takes {want}"
+    if want.kind == "f":
+        if inputs.dtype.kind not in "fiub":
+            raise DataError(f"{where}, but the data holds {inputs.dtype} values")
+        return replace(dataset, inputs=inputs.astype(want))
+    if want.kind not in "iub":
+        raise DataError(f"{where}; data can only be fed to number inputs")
+    if inputs.dtype.kind == "f":
+        if dataset.pixels:
+            inputs = np.rint(np.clip(inputs, 0.0, 1.0) * _PIXEL_MAX)
+        elif not np.all(np.isfinite(inputs)) or not np.array_equal(inputs, np.rint(inputs)):
+            raise DataError(
+                f"{where}, but the data holds fractional values: give whole numbers"
+                + (" (or images without --mean/--std)" if want.kind == "u" else "")
+            )
+    low, high = (0, 1) if want.kind == "b" else (np.iinfo(want).min, np.iinfo(want).max)
+    if inputs.size and (inputs.min() < low or inputs.max() > high):
+        raise DataError(
+            f"{where}, but the data holds values from {inputs.min()} to {inputs.max()} (outside {low}-{high})"
+        )
+    return replace(dataset, inputs=inputs.astype(want))

@@ -99,6 +99,9 @@ class Dataset:
     companions: Mapping[str, np.ndarray] = field(default_factory=dict)
     """Per-sample values of the model's other inputs (a text model's attention_mask beside its input_ids),
     rows aligned with ``inputs`` and fed with them, batch by batch (not with streams)."""
+    pixels: bool = False
+    """The inputs are image pixels scaled to [0, 1] with no mean or std taken off: a model whose input
+    holds integer pixels (uint8, preprocessing inside the graph) is fed them back as 0-255."""
 
     def __post_init__(self) -> None:
         if self.companions and self.streams:
@@ -172,7 +175,7 @@ class Dataset:
         labels = None if self.labels is None else self.labels[indices]
         lengths = None if self.lengths is None else self.lengths[indices]
         companions = {name: values[indices] for name, values in self.companions.items()}
-        return Dataset(self.inputs[indices], labels, self.name, self.streams, lengths, companions)
+        return replace(self, inputs=self.inputs[indices], labels=labels, lengths=lengths, companions=companions)
 
     def split(self, held_out: float, seed: int = 0) -> tuple[Dataset, Dataset | None]:
         """(search part, held-out part): a seeded random ``held_out`` fraction of the samples (streams)
@@ -199,6 +202,11 @@ class _ImageLayout:
     std: tuple[float, ...] | None
     channels_last: bool = False
     """NHWC, as TensorFlow and Keras models (and their tf2onnx exports) take images."""
+
+    @property
+    def plain(self) -> bool:
+        """No mean or std: the images stay pixels in [0, 1]."""
+        return self.mean is None and self.std is None
 
 
 def load_dataset(
@@ -255,8 +263,7 @@ def _load(
             return digits
         train, test = DIGITS_SPLIT.indices(len(digits))
         part = (test if spec == DIGITS_TEST else train)[:limit]
-        assert digits.labels is not None
-        return Dataset(digits.inputs[part], digits.labels[part], spec)
+        return replace(digits.subset(part), name=spec)
     path = Path(spec).expanduser()
     if not path.exists():
         if "/" in spec or "\\" in spec or path.suffix:
@@ -321,7 +328,8 @@ def _digits(layout: _ImageLayout, limit: int | None) -> Dataset:
     """scikit-learn's bundled digits, scaled from 0-16 to [0, 1]."""
     bunch = require("sklearn.datasets", "scikit-learn's digits").load_digits()
     images = (bunch.images[:limit] / _DIGITS_MAX).astype(np.float32)[:, None]
-    return Dataset(_arranged(_fit(images, layout), layout), bunch.target[:limit].astype(np.int64), DIGITS)
+    inputs = _arranged(_fit(images, layout), layout)
+    return Dataset(inputs, bunch.target[:limit].astype(np.int64), DIGITS, pixels=layout.plain)
 
 
 def _cifar(files: list[Path], name: str, layout: _ImageLayout, limit: int | None) -> Dataset:
@@ -335,7 +343,7 @@ def _cifar(files: list[Path], name: str, layout: _ImageLayout, limit: int | None
         if limit is not None and sum(map(len, labels)) >= limit:
             break
     pixels = np.concatenate(images)[:limit].astype(np.float32) / 255.0
-    return Dataset(_arranged(_fit(pixels, layout), layout), np.concatenate(labels)[:limit], name)
+    return Dataset(_arranged(_fit(pixels, layout), layout), np.concatenate(labels)[:limit], name, pixels=layout.plain)
 
 
 def _read_cifar_batch(path: Path) -> tuple[np.ndarray, np.ndarray]:
@@ -381,7 +389,8 @@ def _image_folder(root: Path, layout: _ImageLayout, limit: int | None) -> Datase
     first = next(images)
     size = (layout.height or first.shape[1], layout.width or first.shape[2])  # a dynamic dim: the first image's
     inputs = _normalize(np.stack([_resize(first, size), *(_resize(image, size) for image in images)]), layout)
-    return Dataset(_arranged(inputs, layout), None if labels is None else labels[:limit], f"folder:{root}")
+    labels = None if labels is None else labels[:limit]
+    return Dataset(_arranged(inputs, layout), labels, f"folder:{root}", pixels=layout.plain)
 
 
 def _folder_files(root: Path) -> tuple[list[Path], np.ndarray | None]:

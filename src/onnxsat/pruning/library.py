@@ -70,6 +70,8 @@ _NEXT_NO_PROCESS = (
     "ReduceL2",
     "ReduceLogSumExp",
     "ReduceSumSquare",
+    "ArgMax",
+    "ArgMin",
     "Unsqueeze",
     "Squeeze",
     "Resize",

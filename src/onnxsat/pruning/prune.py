@@ -17,7 +17,7 @@ import numpy as np
 import onnx
 
 from onnxsat import model_io
-from onnxsat.data.model_input import batch_size_for, data_input, input_dims, with_companions
+from onnxsat.data.model_input import batch_size_for, data_input, fitted_to_model, input_dims
 from onnxsat.data.sources import Dataset, load_dataset
 from onnxsat.errors import SettingsError
 from onnxsat.inputs import InputSpec, random_inputs
@@ -173,7 +173,7 @@ def calibration_batches(
     name = data_input(model, given).name
     size = batch_size_for(model, options.batch_size, given)
     fixed = size != options.batch_size
-    dataset = with_companions(model, dataset, given)
+    dataset = fitted_to_model(model, dataset, given)
     batches = [
         {**given, **companions, name: inputs}
         for inputs, companions, _ in dataset.feed_batches(size)

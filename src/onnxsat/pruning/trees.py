@@ -34,8 +34,8 @@ is kept whole, with the reason) instead of guessing: a graph output (its shape m
 channel axis that is mixed (Softmax or a Reduce over channels, LRN, a normalization over them), sliced,
 padded or resized, split into pieces that do not hold whole channels, a non-depthwise grouped Conv, a
 Reshape whose target is computed at run time (fold it to a constant first: ``onnxsat optimize``), a
-coupling with data no root produces, an unknown shape. An op the library does not know stops
-everything with a SettingsError naming it.
+coupling with data no root produces, an unknown shape, an op the library does not know (the reason
+names it and the ``--library`` entry that would make it known).
 
 A **channel group** is the result: the tied roots, their channel count, and every slice
 ``(node input, initializer, axis, offset, block, role)`` that removing channel ``c`` touches: positions
@@ -58,7 +58,6 @@ from pathlib import Path
 import numpy as np
 import onnx
 
-from onnxsat.errors import SettingsError
 from onnxsat.op_kinds import DEFAULT_DOMAINS, qualified_op
 from onnxsat.pruning.graph import GraphIndex, attr, node_label
 from onnxsat.pruning.layout import Layout, Segment, Split, merge_axis, normalize_axis, split_axis
@@ -404,22 +403,24 @@ class _Walk:
         label = node_label(node)
         op = qualified_op(node.domain, node.op_type, ".")
         category = self.library.get(op)
-        if category is None:
+        if category is None:  # never guessed: the group stays whole, the others prune
             entry, end = json.dumps({op: NEXT_NO_PROCESS}), json.dumps({op: STOP_PROCESS})
-            raise SettingsError(
+            role = self.spoil(
+                list(tracked.values()),
                 f"the node attribute library does not know {op!r} (node {label!r}); if it is elementwise on its "
-                f"first input, add --library with {entry}, or {end} if it ends the channel's path"
+                f"first input, add --library with {entry}, or {end} if it ends the channel's path",
             )
-        pending = any(layout.split is not None for layout in tracked.values())
-        before = self.snapshot() if pending else None
-        role = self.resolve_splits(node, tracked)
-        tracked = {slot: self.layouts[node.input[slot]] for slot in tracked}
-        if not role and op not in BUILTIN:
-            role = self.declared(category, node, tracked)
-        if not role:
-            role = self.dispatch(category, node_index, node, tracked)
-        if before is not None and role.startswith("unprunable"):
-            self.restore(before)  # the group stays whole: keep its channels in the units it had
+        else:
+            pending = any(layout.split is not None for layout in tracked.values())
+            before = self.snapshot() if pending else None
+            role = self.resolve_splits(node, tracked)
+            tracked = {slot: self.layouts[node.input[slot]] for slot in tracked}
+            if not role and op not in BUILTIN:
+                role = self.declared(category, node, tracked)
+            if not role:
+                role = self.dispatch(category, node_index, node, tracked)
+            if before is not None and role.startswith("unprunable"):
+                self.restore(before)  # the group stays whole: keep its channels in the units it had
         for slot in tracked:
             parent = self.producer[node.input[slot]]
             for space in self.layouts[node.input[slot]].spaces:
@@ -869,6 +870,13 @@ class _Walk:
             return layout if axis != norm_axis else "normalizes over the channels"
         if op in REDUCES:
             return self.reduced(node, layout, rank)
+        if op in ("ArgMax", "ArgMin"):
+            picked = normalize_axis(attr(node, "axis", 0), rank) if rank is not None else None
+            if picked is None:
+                return "unknown rank"
+            if picked == axis:
+                return "picks an index over the channels"
+            return layout if attr(node, "keepdims", 1) else layout.moved(axis - (picked < axis))
         if op == "Squeeze":
             axes = self.axes(node, rank)
             if axes is None:

@@ -34,7 +34,7 @@ import onnx
 import onnxruntime as ort
 
 from onnxsat import model_io
-from onnxsat.data.model_input import batch_size_for, data_input, evaluation_data, random_dataset, with_companions
+from onnxsat.data.model_input import batch_size_for, data_input, evaluation_data, fitted_to_model, random_dataset
 from onnxsat.data.sources import Dataset
 from onnxsat.eqsat.optimizer import OptimizeOptions, optimize_model
 from onnxsat.errors import InvalidModelError, RuntimeUnsupportedError, SettingsError
@@ -49,6 +49,7 @@ from onnxsat.quantization.calibration import calibration_reader
 from onnxsat.quantization.modes import CALIBRATIONS, MODES, Calibration, QuantMode
 from onnxsat.quantization.report import ModeTrial, NodeDecision, QuantizeReport
 from onnxsat.surgery.graph_edit import drop_unused_initializers
+from onnxsat.surgery.surgeons.precision import Float16ToFloat32
 from onnxsat.timing import ratios_to, time_rounds, timing_session
 from onnxsat.verification import check_lossy, reference_run, run_model, session, with_outputs
 
@@ -235,7 +236,7 @@ def _budget_data(
         del given[name]
         report.notes.append(f"calibrated and scored on the {len(samples)} samples --inputs gives {name}")
         dataset = Dataset(samples, None, f"{name} from {options.inputs.source or '--inputs'}")
-        return given, data_input(model, given), with_companions(model, dataset, given)
+        return given, data_input(model, given), fitted_to_model(model, dataset, given)
     spec = options.inputs
     if options.data is None:
         given, spec = _hold_the_others(model, spec, report)
@@ -323,6 +324,13 @@ def _prepare(
         load_external_data_for_model(named, str(base_dir))
     named, _ = normal_form(named, in_place=True)  # weights made as Constant nodes become initializers again
     named = _at_least_opset(named, PER_CHANNEL_OPSET, report)
+    upcast = Float16ToFloat32().apply(named)
+    if upcast.changed:
+        named = upcast.model
+        report.notes.append(
+            "the model computes in float16, which ONNX Runtime's quantizer cannot take: quantized from its float32 "
+            "form (inputs and outputs stay float16)"
+        )
     used = {node.name for node in named.graph.node if node.name}
     for index, node in enumerate(named.graph.node):
         if not node.name:

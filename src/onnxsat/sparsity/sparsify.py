@@ -15,7 +15,14 @@ from pathlib import Path
 import numpy as np
 import onnx
 
-from onnxsat.data.model_input import batch_size_for, data_input, input_dims, random_dataset, with_companions
+from onnxsat.data.model_input import (
+    batch_size_for,
+    data_input,
+    fitted_to_model,
+    in_input_type,
+    input_dims,
+    random_dataset,
+)
 from onnxsat.data.outputs import check_state, parse_stateful
 from onnxsat.data.sources import Dataset, load_dataset
 from onnxsat.errors import SettingsError
@@ -150,7 +157,9 @@ def _dataset(model: onnx.ModelProto, options: SparsifyOptions) -> Dataset | None
     )
     if options.fidelity:
         dataset = replace(dataset, labels=None, name=f"{dataset.name} (fidelity)")
-    return with_companions(model, dataset, options.inputs.given)
+    if dataset.streams:
+        return in_input_type(data_input(model, excluded), dataset)
+    return fitted_to_model(model, dataset, options.inputs.given)
 
 
 def _zero_state(model: onnx.ModelProto, state: dict[str, str]) -> dict[str, np.ndarray]:
