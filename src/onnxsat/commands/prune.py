@@ -31,7 +31,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     if args.show_trees:
-        print(show_trees(args.model, args.library, args.trees_image))
+        print(show_trees(args.model, args.library, args.trees_image, args.normalize))
         return 0
     if args.output is None:
         raise SettingsError("give -o/--output for the pruned model (or --show-trees to only list the trees)")

@@ -30,6 +30,7 @@ from onnxsat.compress.search import MARGIN, Evaluated, Search, SearchSettings
 from onnxsat.compress.timing import SideBySide, machine
 from onnxsat.data.model_input import batch_size_for, data_input, fitted_to_model, input_dims
 from onnxsat.data.sources import Dataset, load_dataset
+from onnxsat.eqsat.portable import portable_form
 from onnxsat.errors import SettingsError
 from onnxsat.inputs import InputSpec
 from onnxsat.metrics import HeldOut, MetricSpec, check_spec, metric_option
@@ -223,9 +224,10 @@ def _data(model: onnx.ModelProto, options: CompressOptions) -> tuple[Dataset, Da
 
 
 def _groups(model: onnx.ModelProto, options: CompressOptions, report: CompressReport) -> list[str]:
-    """Prunable channel groups, each named by its first root node."""
+    """Prunable channel groups, each named by its first root node, in the form prune starts from (its
+    portable form, when that verifies: the same each candidate's prune makes)."""
     try:
-        _, _, forest = association_trees(model)
+        _, _, forest = association_trees(portable_form(model, options.inputs).model)
     except Exception as error:  # pruning is one technique among three: a graph it cannot read is not fatal
         report.notes.append(f"pruning left out: its association trees failed ({type(error).__name__}: {error})")
         return []

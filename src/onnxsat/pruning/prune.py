@@ -19,6 +19,7 @@ import onnx
 from onnxsat import model_io
 from onnxsat.data.model_input import batch_size_for, data_input, fitted_to_model, input_dims
 from onnxsat.data.sources import Dataset, load_dataset
+from onnxsat.eqsat.portable import portable_form
 from onnxsat.errors import SettingsError
 from onnxsat.inputs import InputSpec, random_inputs
 from onnxsat.normal_form import normal_form
@@ -80,6 +81,11 @@ class PruneOptions:
         None, metavar="JSON", help='extra node attribute library: {"OpType": "category"}'
     )
     """A JSON file extending the node attribute library."""
+    normalize: bool = option(
+        True, flag="--no-normalize", negate=True, help="prune the model as given, without folding constants first"
+    )
+    """Start from ONNXSat's portable optimization when it verifies (constants, BatchNorm and Reshape
+    targets folded, so channels can be followed through them); off: the model exactly as given."""
     inputs: InputSpec = field(default_factory=InputSpec)
     batch_size: int = 32
 
@@ -218,9 +224,10 @@ def prune_model(
     start = time.perf_counter()
     options.check()
     original = reference_run(model, options.inputs, base_dir=base_dir)  # an input ORT cannot run is said first
-    work, index, forest = association_trees(model, options.library, base_dir)
-    plan = _plan(forest, options)
     report = PruneReport(input=source, output=None, criterion=options.criterion, mode=options.mode, rate=options.rate)
+    start_from = _normalized(model, options, base_dir, report) if options.normalize else model
+    work, index, forest = association_trees(start_from, options.library, base_dir)
+    plan = _plan(forest, options)
     fused, left = fused_count(model), fused_count(work)
     if fused:
         report.notes.append(f"{fused - left} of {fused} ORT fused ops split into op + activation to be pruned")
@@ -249,6 +256,27 @@ def prune_model(
     return pruned, report
 
 
+def _normalized(
+    model: onnx.ModelProto, options: PruneOptions, base_dir: Path | None, report: PruneReport
+) -> onnx.ModelProto:
+    """The portable form to prune (as the report says), or ``model`` when that fails, does not verify, or
+    loses a node ``--rates``/``--exclude`` name."""
+    form = portable_form(model, options.inputs, base_dir)
+    if form.not_used:
+        report.notes.append(f"pruned as given: {form.not_used}")
+        return model
+    if not form.folded:
+        return model
+    names = {name for node in form.model.graph.node for name in (node.name, *node.output)}
+    names |= {t.name for t in form.model.graph.initializer}
+    lost = [name for name in (*options.exclude, *options.rates) if name not in names]
+    if lost:
+        report.notes.append(f"pruned as given: folding constants first would lose {lost[0]!r}, named by the options")
+        return model
+    report.notes.append(f"normalised first: {form.folded} nodes folded away (ONNXSat optimize --target portable)")
+    return form.model
+
+
 def _group_report(group: ChannelGroup, plan: dict[int, tuple[float, str]], kept: dict[int, np.ndarray]) -> GroupReport:
     rate, status = plan[group.index]
     count = len(kept[group.index]) if group.index in kept else group.channels
@@ -256,11 +284,20 @@ def _group_report(group: ChannelGroup, plan: dict[int, tuple[float, str]], kept:
     return GroupReport(group.index, roots, group.structure, group.channels, count, rate, status, group.kind)
 
 
-def show_trees(input_path: str | Path, library: str | Path | None = None, image: str | Path | None = None) -> str:
-    """The node association trees of the model at ``input_path`` as text (and drawn to ``image``)."""
-
-    model = model_io.load_model(input_path)
-    _, _, forest = association_trees(model, library, model_io.model_folder(input_path))
+def show_trees(
+    input_path: str | Path,
+    library: str | Path | None = None,
+    image: str | Path | None = None,
+    normalize: bool = True,
+) -> str:
+    """The node association trees of the model at ``input_path`` as text (and drawn to ``image``): those of
+    the model prune starts from (``normalize``: its portable form, when that verifies)."""
+    model, base_dir = model_io.load_model(input_path), model_io.model_folder(input_path)
+    if normalize:
+        model = portable_form(model, base_dir=base_dir).model
+    _, _, forest = association_trees(model, library, base_dir)
     if image is not None:
         render_trees(forest.groups, image)
+    if not forest.groups:
+        return "no channel group: no Conv, ConvTranspose, Gemm or MatMul with a constant weight and a known rank"
     return format_trees(forest.groups)

@@ -36,7 +36,7 @@ import onnxruntime as ort
 from onnxsat import model_io
 from onnxsat.data.model_input import batch_size_for, data_input, evaluation_data, fitted_to_model, random_dataset
 from onnxsat.data.sources import Dataset
-from onnxsat.eqsat.optimizer import OptimizeOptions, optimize_model
+from onnxsat.eqsat.portable import portable_form
 from onnxsat.errors import InvalidModelError, RuntimeUnsupportedError, SettingsError
 from onnxsat.inputs import InputSpec, fixed_dim, random_inputs
 from onnxsat.metrics import HeldOut, MetricSpec, Score, check_spec, metric_option
@@ -300,22 +300,12 @@ def _prepare(
 ) -> onnx.ModelProto:
     """The model in the form the quantizer does best with: ONNXSat's portable optimization (BatchNorm
     folded into convolutions, standard ops) when it verifies, every node named, weights in memory."""
-    prepared = model
-    try:
-        optimized, optimize_report = optimize_model(
-            model, OptimizeOptions(target="portable", inputs=options.inputs), base_dir=base_dir
-        )
-        if optimize_report.verification is not None and optimize_report.verification.ok:
-            prepared = optimized
-            folded = sum(optimize_report.nodes_before.values()) - sum(optimize_report.nodes_after.values())
-            if folded:
-                report.notes.append(
-                    f"normalised first: {folded} nodes folded away (ONNXSat optimize --target portable)"
-                )
-        else:
-            report.notes.append("quantized as given: ONNXSat's own normalisation did not verify on this model")
-    except Exception as error:  # normalising is an improvement, never a reason to fail
-        report.notes.append(f"quantized as given: normalisation failed ({type(error).__name__})")
+    form = portable_form(model, options.inputs, base_dir)
+    prepared = form.model
+    if form.not_used:
+        report.notes.append(f"quantized as given: {form.not_used}")
+    elif form.folded:
+        report.notes.append(f"normalised first: {form.folded} nodes folded away (ONNXSat optimize --target portable)")
     named = onnx.ModelProto()
     named.CopyFrom(prepared)
     if base_dir is not None:
