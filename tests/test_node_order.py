@@ -57,3 +57,31 @@ def test_a_cycle_leaves_the_graph_as_it_was() -> None:
     )
     assert not sort_graph(graph)
     assert [n.op_type for n in graph.node] == ["Relu", "Neg"]
+
+
+def test_a_model_whose_converter_appended_nodes_last_is_sorted_when_loaded(tmp_path) -> None:
+    """A float16 converter with ``keep_io_types`` appends its input Cast last: ONNX Runtime runs that
+    model, the checker refuses it. ONNXSat sorts it at the door (and says so), then works as usual."""
+    import numpy as np
+    import onnxruntime as ort
+
+    from onnxsat.cli import main
+
+    graph = helper.make_graph(
+        [
+            helper.make_node("Relu", ["x16"], ["r"], name="relu"),
+            helper.make_node("Cast", ["r"], ["y"], name="out_cast", to=TensorProto.FLOAT),
+            helper.make_node("Cast", ["x"], ["x16"], name="in_cast", to=TensorProto.FLOAT16),
+        ],
+        "appended",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=9)
+    path = tmp_path / "appended.onnx"
+    onnx.save(model, path)
+    ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, {"x": np.ones((2, 3), np.float32)})
+    out, report = tmp_path / "out.onnx", tmp_path / "report.json"
+    assert main(["optimize", str(path), "-o", str(out), "--report", str(report)]) == 0
+    onnx.checker.check_model(onnx.load(out))
+    assert "nodes put in topological order (1 graph(s) had them out of order)" in report.read_text()

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 import onnx
 
-from onnxsat.proto_fields import subgraph_captures
+from onnxsat.proto_fields import bodies_of, subgraph_captures
 
 
 def topological_order(nodes: Sequence[onnx.NodeProto], keys: Sequence[tuple[int, ...]] | None = None) -> list[int]:
@@ -57,3 +57,17 @@ def sort_graph(graph: onnx.GraphProto) -> bool:
         del graph.node[:]
         graph.node.extend(copies)
     return True
+
+
+def sort_model(model: onnx.ModelProto) -> int:
+    """Put the nodes of the graph and of every body in topological order, in place; how many graphs
+    were out of order. Some converters append nodes at the end (ONNX Runtime's and onnxconverter-common's
+    float16 converters add their input Casts last): ONNX Runtime runs such models, the checker refuses
+    them. A graph with a cycle is left as it is, for the checker to name."""
+    return _sort_all(model.graph)
+
+
+def _sort_all(graph: onnx.GraphProto) -> int:
+    order = topological_order(list(graph.node))
+    moved = int(len(order) == len(graph.node) and order != list(range(len(graph.node))) and sort_graph(graph))
+    return moved + sum(_sort_all(body) for node in graph.node for body in bodies_of(node))

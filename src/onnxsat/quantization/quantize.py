@@ -319,7 +319,7 @@ def _prepare(
         named = upcast.model
         report.notes.append(
             "the model computes in float16, which ONNX Runtime's quantizer cannot take: quantized from its float32 "
-            "form (inputs and outputs stay float16)"
+            "form (its inputs and outputs keep their types)"
         )
     used = {node.name for node in named.graph.node if node.name}
     for index, node in enumerate(named.graph.node):
