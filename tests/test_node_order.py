@@ -85,3 +85,28 @@ def test_a_model_whose_converter_appended_nodes_last_is_sorted_when_loaded(tmp_p
     assert main(["optimize", str(path), "-o", str(out), "--report", str(report)]) == 0
     onnx.checker.check_model(onnx.load(out))
     assert "nodes put in topological order (1 graph(s) had them out of order)" in report.read_text()
+
+
+def test_a_model_stamped_with_a_newer_ir_version_than_the_runtime_reads_is_brought_down(tmp_path) -> None:
+    """``onnx.helper.make_model`` stamps its own newest IR version (14 in onnx 1.23) whatever the opsets;
+    ONNX Runtime refuses any IR above its own. Opset 17 needs IR 8, so the model means the same at the
+    runtime's IR, and the result loads."""
+    import onnxruntime as ort
+
+    from onnxsat.cli import main
+    from onnxsat.runtime.ir_version import lower_ir_version, runtime_ir_version
+
+    graph = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["y"])],
+        "newest",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=runtime_ir_version() + 1)
+    path, out = tmp_path / "newest.onnx", tmp_path / "out.onnx"
+    onnx.save(model, path)
+    assert main(["optimize", str(path), "-o", str(out)]) == 0
+    assert onnx.load(out).ir_version == runtime_ir_version()
+    ort.InferenceSession(str(out), providers=["CPUExecutionProvider"])
+    newest_opset = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 99)], ir_version=99)
+    assert lower_ir_version(newest_opset) is None and newest_opset.ir_version == 99  # needs what ORT lacks

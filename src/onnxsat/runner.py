@@ -23,6 +23,7 @@ from onnxsat.errors import OnnxSatError, VerificationFailedError
 from onnxsat.inputs import InputSpec
 from onnxsat.node_order import sort_model
 from onnxsat.normal_form import normal_form
+from onnxsat.runtime.ir_version import lower_ir_version
 from onnxsat.verification import Tolerance
 
 
@@ -123,6 +124,9 @@ def run(
     proto, normalised = normal_form(proto, in_place=True)
     if reordered:
         normalised.insert(0, f"nodes put in topological order ({reordered} graph(s) had them out of order)")
+    lowered = lower_ir_version(proto)
+    if lowered:
+        normalised.insert(0, lowered)
     settings.inputs.check(proto)
     model = Model(proto, base_dir, str(input_path))
     context = PassContext(

@@ -1,0 +1,53 @@
+"""The IR version ONNX Runtime reads, and models written with a newer one brought down to it.
+
+The ``onnx`` package stamps every model it makes with its own newest IR version (``helper.make_model``
+in onnx 1.23 writes IR 14) whatever opsets the model imports; ONNX Runtime 1.31 reads IR 13 at most and
+refuses the rest outright. A model whose opsets an older IR already covers means the same at that IR,
+which is what a user fixing it by hand would set.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import onnx
+import onnxruntime as ort
+from onnx import TensorProto, helper
+
+_ONNX_DOMAINS = ("", "ai.onnx", "ai.onnx.ml", "ai.onnx.training", "ai.onnx.preview.training")
+
+
+@functools.cache
+def runtime_ir_version() -> int:
+    """The newest IR version this ONNX Runtime loads, found once by loading a one-node model."""
+    graph = helper.make_graph(
+        [helper.make_node("Identity", ["x"], ["y"])],
+        "probe",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])],
+    )
+    for version in range(onnx.IR_VERSION, 3, -1):
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=version)
+        try:
+            ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+        except Exception:  # refused: try the previous IR version
+            continue
+        return version
+    return 3
+
+
+def lower_ir_version(model: onnx.ModelProto) -> str | None:
+    """Set ``model``'s IR version (in place) to the newest ONNX Runtime reads when it is above that and
+    its opsets need no newer; a note saying so, or None when nothing changed."""
+    readable = runtime_ir_version()
+    if model.ir_version <= readable:
+        return None
+    try:  # ONNX's own domains must be in onnx's table (a version past it needs what this runtime lacks)
+        needed = helper.find_min_ir_version_for([o for o in model.opset_import if o.domain in _ONNX_DOMAINS], False)
+    except ValueError:
+        return None
+    if needed > readable:
+        return None  # its opsets need the newer IR: ONNX Runtime's own refusal says so
+    before, model.ir_version = model.ir_version, readable
+    newest = f"the newest ONNX Runtime {ort.__version__} loads"
+    return f"IR version {before} read as {readable}, {newest} (its opsets need no newer)"
