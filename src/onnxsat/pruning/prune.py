@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 import onnx
+from threadpoolctl import threadpool_limits
 
 from onnxsat import model_io
 from onnxsat.data.model_input import batch_size_for, data_input, fitted_to_model, input_dims
@@ -220,7 +221,17 @@ def prune_model(
     base_dir: Path | None = None,
     dataset: Dataset | None = None,
 ) -> tuple[onnx.ModelProto, PruneReport]:
-    """Prune ``model`` (left unchanged) as ``options`` say; ``dataset`` overrides ``options.data``."""
+    """Prune ``model`` (left unchanged) as ``options`` say; ``dataset`` overrides ``options.data``.
+
+    Numpy's BLAS runs on one thread here: least squares summed over two threads rounds differently, and
+    a compress recipe (built in a one-thread worker) must replay bit for bit under ``onnxsat run``."""
+    with threadpool_limits(limits=1, user_api="blas"):
+        return _prune_model(model, options, source, base_dir, dataset)
+
+
+def _prune_model(
+    model: onnx.ModelProto, options: PruneOptions, source: str, base_dir: Path | None, dataset: Dataset | None
+) -> tuple[onnx.ModelProto, PruneReport]:
     start = time.perf_counter()
     options.check()
     original = reference_run(model, options.inputs, base_dir=base_dir)  # an input ORT cannot run is said first
