@@ -11,8 +11,10 @@ from pathlib import Path
 
 import numpy as np
 import onnx
+import onnxruntime as ort
 
 from onnxsat.external_data import has_external_data, structure_view, tensor_value
+from onnxsat.inputs import random_inputs
 from onnxsat.op_kinds import default_opset_version
 from onnxsat.proto_fields import bodies_of
 from onnxsat.pruning.layout import Dim
@@ -53,6 +55,7 @@ class GraphIndex:
         self.subgraph_names = _subgraph_references(graph)
         self.opset = default_opset_version(model)
         self.shapes = infer_shapes(model)
+        self._run_ranks: dict[str, int] | None = None
         self._values: dict[str, np.ndarray] = {}
 
     def is_constant(self, name: str) -> bool:
@@ -70,8 +73,15 @@ class GraphIndex:
         return self.shapes.get(name)
 
     def rank(self, name: str) -> int | None:
+        """The rank from the inferred shape; where inference lost it (after ``ai.onnx.ml`` or contrib ops),
+        from one run in ONNX Runtime (:func:`run_ranks`, made on first need)."""
         shape = self.shape(name)
-        return None if shape is None else len(shape)
+        if shape is not None:
+            return len(shape)
+        if self._run_ranks is None:
+            missing = unshaped(self.model, self.shapes)
+            self._run_ranks = run_ranks(self.model, missing) if missing else {}
+        return self._run_ranks.get(name)
 
     def int_values(self, name: str) -> list[int] | None:
         """A small integer constant as a list (axes, pads, a Reshape target), or None if not constant."""
@@ -112,6 +122,40 @@ def infer_shapes(model: onnx.ModelProto) -> dict[str, list[Dim]]:
         if value.type.HasField("tensor_type") and tensor_type.HasField("shape"):
             shapes[value.name] = [_dim(d) for d in tensor_type.shape.dim]
     return shapes
+
+
+def unshaped(model: onnx.ModelProto, shapes: dict[str, list[Dim]]) -> dict[str, int]:
+    """Main-graph node outputs shape inference gave no shape: their element type where it told one, else 0."""
+    inferred = onnx.shape_inference.infer_shapes(model, strict_mode=False) if not has_external_data(model) else model
+    types = {v.name: v.type.tensor_type.elem_type for v in inferred.graph.value_info if v.type.HasField("tensor_type")}
+    produced = [name for node in model.graph.node for name in node.output if name and name not in shapes]
+    return {name: types.get(name, 0) for name in produced}
+
+
+def run_ranks(model: onnx.ModelProto, missing: dict[str, int]) -> dict[str, int]:
+    """Ranks ONNX's inference could not tell (after ``ai.onnx.ml`` ops, contrib ops), from one run in ONNX
+    Runtime on seeded random inputs; every dim stays unknown (one run cannot tell a fixed size from a
+    dynamic one), so only what needs a rank (a MatMul's output channel axis) gains from it. Best effort:
+    a model that needs given inputs or does not run tells nothing."""
+    probe = onnx.ModelProto()
+    probe.CopyFrom(model)
+    outputs = {value.name for value in probe.graph.output}
+    names = [name for name in missing if name not in outputs]
+    probe.graph.output.extend(
+        onnx.helper.make_tensor_value_info(name, missing[name], None)
+        if missing[name]
+        else onnx.helper.make_empty_tensor_value_info(name)
+        for name in names
+    )
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    options.log_severity_level = 3
+    try:
+        session = ort.InferenceSession(probe.SerializeToString(), options, providers=["CPUExecutionProvider"])
+        values = session.run(names, random_inputs(model))
+    except Exception:  # any refusal means: no ranks from running
+        return {}
+    return {name: int(np.ndim(value)) for name, value in zip(names, values, strict=True)}
 
 
 def _dim(dim: onnx.TensorShapeProto.Dimension) -> Dim:

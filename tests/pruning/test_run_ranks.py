@@ -1,0 +1,47 @@
+"""Ranks ONNX's shape inference loses (every shape after a scikit-learn ``Scaler``, an ``ai.onnx.ml``
+op) are read from one run in ONNX Runtime, so a MatMul there still starts a channel group."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+from pruning_helpers import kept, prune, run
+
+from onnxsat.pruning.graph import GraphIndex
+
+
+def scaled_mlp() -> onnx.ModelProto:
+    """Scaler -> MatMul -> Add -> Relu -> MatMul, as skl2onnx writes an MLPClassifier behind a StandardScaler."""
+    rng = np.random.default_rng(0)
+    weights = {
+        "w1": rng.normal(size=(6, 16)).astype(np.float32),
+        "b1": rng.normal(size=(1, 16)).astype(np.float32),
+        "w2": rng.normal(size=(16, 3)).astype(np.float32),
+    }
+    graph = helper.make_graph(
+        [
+            helper.make_node(
+                "Scaler", ["x"], ["scaled"], "scaler", domain="ai.onnx.ml", offset=[0.0] * 6, scale=[2.0] * 6
+            ),
+            helper.make_node("MatMul", ["scaled", "w1"], ["h"], "fc1"),
+            helper.make_node("Add", ["h", "b1"], ["hb"], "bias1"),
+            helper.make_node("Relu", ["hb"], ["r"], "relu"),
+            helper.make_node("MatMul", ["r", "w2"], ["y"], "fc2"),
+        ],
+        "scaled_mlp",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 6])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])],
+        [numpy_helper.from_array(value, name) for name, value in weights.items()],
+    )
+    opsets = [helper.make_opsetid("", 17), helper.make_opsetid("ai.onnx.ml", 3)]
+    return helper.make_model(graph, opset_imports=opsets, ir_version=9)
+
+
+def test_a_rank_inference_lost_is_read_from_a_run() -> None:
+    model = scaled_mlp()
+    index = GraphIndex(model)
+    assert index.shape("scaled") is None and index.rank("scaled") == 2 and index.rank("h") == 2
+    pruned, report = prune(model, rate=0.5)
+    assert kept(report, "fc1") == 8
+    assert run(pruned, {"x": np.ones((2, 6), np.float32)})[0].shape == (2, 3)
