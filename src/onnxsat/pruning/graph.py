@@ -79,8 +79,8 @@ class GraphIndex:
         if shape is not None:
             return len(shape)
         if self._run_ranks is None:
-            missing = unshaped(self.model, self.shapes)
-            self._run_ranks = run_ranks(self.model, missing) if missing else {}
+            missing = {} if has_external_data(self.model) else unshaped(self.model, self.shapes)
+            self._run_ranks = run_ranks(self.model, missing) if missing else {}  # data on disk: ORT cannot run bytes
         return self._run_ranks.get(name)
 
     def int_values(self, name: str) -> list[int] | None:
@@ -126,7 +126,7 @@ def infer_shapes(model: onnx.ModelProto) -> dict[str, list[Dim]]:
 
 def unshaped(model: onnx.ModelProto, shapes: dict[str, list[Dim]]) -> dict[str, int]:
     """Main-graph node outputs shape inference gave no shape: their element type where it told one, else 0."""
-    inferred = onnx.shape_inference.infer_shapes(model, strict_mode=False) if not has_external_data(model) else model
+    inferred = onnx.shape_inference.infer_shapes(model, strict_mode=False)
     types = {v.name: v.type.tensor_type.elem_type for v in inferred.graph.value_info if v.type.HasField("tensor_type")}
     produced = [name for node in model.graph.node for name in node.output if name and name not in shapes]
     return {name: types.get(name, 0) for name in produced}
@@ -140,12 +140,13 @@ def run_ranks(model: onnx.ModelProto, missing: dict[str, int]) -> dict[str, int]
     probe = onnx.ModelProto()
     probe.CopyFrom(model)
     outputs = {value.name for value in probe.graph.output}
-    names = [name for name in missing if name not in outputs]
+    names = list(missing)
     probe.graph.output.extend(
         onnx.helper.make_tensor_value_info(name, missing[name], None)
         if missing[name]
         else onnx.helper.make_empty_tensor_value_info(name)
         for name in names
+        if name not in outputs
     )
     options = ort.SessionOptions()
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
