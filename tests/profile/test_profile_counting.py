@@ -73,7 +73,7 @@ def test_fused_conv_counts_like_conv_and_its_shapes_come_from_inference() -> Non
     plain, fused = profile_model(conv_relu()), profile_model(conv_relu(fused=True))
     assert fused.shape_method == INFERENCE
     assert fused.op_counts == {"com.microsoft.FusedConv": 1}
-    assert fused.macs == plain.layers[0].macs  # the activation is not counted, as in the seed's Table 1
+    assert fused.macs == plain.layers[0].macs  # the activation is not counted: it does no multiply-accumulate
     assert fused.memory_bytes == plain.memory_bytes - plain.layers[1].memory_bytes
     assert fused.layers[0].output_shapes == ((1, 8, 10, 10),)
 
