@@ -186,15 +186,20 @@ def _names(model: onnx.ModelProto) -> str:
     return ", ".join(v.name for v in model.graph.input if v.name not in initializers) or "none"
 
 
+def element_dtype(value: onnx.ValueInfoProto) -> np.dtype:
+    """The numpy dtype of a tensor input's declared element type; an unknown one is an invalid model."""
+    elem_type = value.type.tensor_type.elem_type
+    try:
+        return np.dtype(onnx.helper.tensor_dtype_to_np_dtype(elem_type))
+    except (KeyError, ValueError, TypeError):
+        raise InvalidModelError(f"input {value.name!r} has an unknown element type {elem_type}") from None
+
+
 def _check_given(where: str, value: onnx.ValueInfoProto, array: np.ndarray) -> None:
     name = value.name
     if not value.type.HasField("tensor_type"):
         raise DataError(f"{where}: input {name!r} is not a tensor input; ONNXSat can only feed tensors")
-    elem_type = value.type.tensor_type.elem_type
-    try:
-        want = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(elem_type))
-    except (KeyError, ValueError, TypeError):
-        raise InvalidModelError(f"input {name!r} has an unknown element type {elem_type}") from None
+    want = element_dtype(value)
     if array.dtype != want and not (want.kind in "OUS" and array.dtype.kind in "OUS"):
         raise DataError(f"{where}: input {name!r} is {array.dtype}; the model declares {want}")
     declared = declared_dims(value)
@@ -226,7 +231,6 @@ def random_inputs(model: onnx.ModelProto, inputs: InputsLike = None, seed: int =
             continue
         if value.name in initializers:
             continue
-        tensor_type = value.type.tensor_type
         if not value.type.HasField("tensor_type"):
             raise SettingsError(f"input {value.name!r} is not a tensor; ONNXSat cannot make data for it")
         declared = declared_dims(value)
@@ -241,12 +245,7 @@ def random_inputs(model: onnx.ModelProto, inputs: InputsLike = None, seed: int =
                 f"input {value.name!r} has shape {shape}: verification would need more than "
                 f"{MAX_INPUT_ELEMENTS:,} input elements; give a smaller --input-shape"
             )
-        try:
-            dtype = onnx.helper.tensor_dtype_to_np_dtype(tensor_type.elem_type)
-        except (KeyError, ValueError):
-            kind = tensor_type.elem_type
-            raise InvalidModelError(f"input {value.name!r} has an unknown element type {kind}") from None
-        feeds[value.name] = random_array(rng, dtype, shape)
+        feeds[value.name] = random_array(rng, element_dtype(value), shape)
     return feeds
 
 

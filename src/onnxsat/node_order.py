@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 import onnx
 
-from onnxsat.proto_fields import bodies_of, subgraph_captures
+from onnxsat.proto_fields import all_graphs, subgraph_captures
 
 
 def topological_order(nodes: Sequence[onnx.NodeProto], keys: Sequence[tuple[int, ...]] | None = None) -> list[int]:
@@ -64,10 +64,9 @@ def sort_model(model: onnx.ModelProto) -> int:
     were out of order. Some converters append nodes at the end (ONNX Runtime's and onnxconverter-common's
     float16 converters add their input Casts last): ONNX Runtime runs such models, the checker refuses
     them. A graph with a cycle is left as it is, for the checker to name."""
-    return _sort_all(model.graph)
+    return sum(_out_of_order(graph) and sort_graph(graph) for graph in all_graphs(model.graph))
 
 
-def _sort_all(graph: onnx.GraphProto) -> int:
+def _out_of_order(graph: onnx.GraphProto) -> bool:
     order = topological_order(list(graph.node))
-    moved = int(len(order) == len(graph.node) and order != list(range(len(graph.node))) and sort_graph(graph))
-    return moved + sum(_sort_all(body) for node in graph.node for body in bodies_of(node))
+    return len(order) == len(graph.node) and order != list(range(len(graph.node)))

@@ -62,6 +62,15 @@ def subgraph_captures(node: onnx.NodeProto) -> list[str]:
     return list(captured)
 
 
+def all_graphs(graph: onnx.GraphProto) -> Iterator[onnx.GraphProto]:
+    """``graph`` and its bodies at any depth, each graph before its bodies (read after it is yielded, so
+    a caller may replace a graph's nodes before its bodies are reached)."""
+    yield graph
+    for node in graph.node:
+        for body in bodies_of(node):
+            yield from all_graphs(body)
+
+
 def all_nodes(graph: onnx.GraphProto) -> Iterator[onnx.NodeProto]:
     """The graph's nodes and those of its bodies at any depth, each node before its bodies' nodes."""
     for node in graph.node:

@@ -15,7 +15,7 @@ import onnx
 
 from onnxsat.data.sources import Dataset, load_dataset
 from onnxsat.errors import DataError, SettingsError
-from onnxsat.inputs import DEFAULT_DYNAMIC_DIM, InputsLike, InputSpec, fixed_dim, random_inputs
+from onnxsat.inputs import DEFAULT_DYNAMIC_DIM, InputsLike, InputSpec, element_dtype, fixed_dim, random_inputs
 
 
 def data_input(model: onnx.ModelProto, given: Collection[str] = ()) -> onnx.ValueInfoProto:
@@ -141,11 +141,7 @@ def in_input_type(value: onnx.ValueInfoProto, dataset: Dataset) -> Dataset:
     ids) take whole numbers in their range, or image pixels scaled back from [0, 1] to 0-255 (an export
     that does its own preprocessing). A float cast to an integer type unchecked would feed garbage that
     every accuracy figure then trusts."""
-    elem_type = value.type.tensor_type.elem_type
-    try:
-        want = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(elem_type))
-    except (KeyError, ValueError, TypeError):
-        raise DataError(f"input {value.name!r} has an element type data cannot be fed to ({elem_type})") from None
+    want = element_dtype(value)
     inputs = dataset.inputs
     if inputs.dtype == want:
         return dataset

@@ -79,8 +79,8 @@ class GraphIndex:
         if shape is not None:
             return len(shape)
         if self._run_ranks is None:
-            missing = {} if has_external_data(self.model) else unshaped(self.model, self.shapes)
-            self._run_ranks = run_ranks(self.model, missing) if missing else {}  # data on disk: ORT cannot run bytes
+            on_disk = has_external_data(self.model)  # ONNX Runtime cannot run its bytes without the data
+            self._run_ranks = {} if on_disk else run_ranks(self.model, self.shapes)
         return self._run_ranks.get(name)
 
     def int_values(self, name: str) -> list[int] | None:
@@ -124,30 +124,18 @@ def infer_shapes(model: onnx.ModelProto) -> dict[str, list[Dim]]:
     return shapes
 
 
-def unshaped(model: onnx.ModelProto, shapes: dict[str, list[Dim]]) -> dict[str, int]:
-    """Main-graph node outputs shape inference gave no shape: their element type where it told one, else 0."""
-    inferred = onnx.shape_inference.infer_shapes(model, strict_mode=False)
-    types = {v.name: v.type.tensor_type.elem_type for v in inferred.graph.value_info if v.type.HasField("tensor_type")}
-    produced = [name for node in model.graph.node for name in node.output if name and name not in shapes]
-    return {name: types.get(name, 0) for name in produced}
-
-
-def run_ranks(model: onnx.ModelProto, missing: dict[str, int]) -> dict[str, int]:
-    """Ranks ONNX's inference could not tell (after ``ai.onnx.ml`` ops, contrib ops), from one run in ONNX
-    Runtime on seeded random inputs; every dim stays unknown (one run cannot tell a fixed size from a
-    dynamic one), so only what needs a rank (a MatMul's output channel axis) gains from it. Best effort:
-    a model that needs given inputs or does not run tells nothing."""
+def run_ranks(model: onnx.ModelProto, shapes: dict[str, list[Dim]]) -> dict[str, int]:
+    """Ranks of the main-graph tensors ONNX's inference gave no shape (after ``ai.onnx.ml`` ops, contrib
+    ops), from one run in ONNX Runtime on seeded random inputs; every dim stays unknown (one run cannot
+    tell a fixed size from a dynamic one), so only what needs a rank (a MatMul's output channel axis)
+    gains from it. Best effort: a model that needs given inputs or does not run tells nothing."""
+    names = [name for node in model.graph.node for name in node.output if name and name not in shapes]
+    if not names:
+        return {}
     probe = onnx.ModelProto()
     probe.CopyFrom(model)
     outputs = {value.name for value in probe.graph.output}
-    names = list(missing)
-    probe.graph.output.extend(
-        onnx.helper.make_tensor_value_info(name, missing[name], None)
-        if missing[name]
-        else onnx.helper.make_empty_tensor_value_info(name)
-        for name in names
-        if name not in outputs
-    )
+    probe.graph.output.extend(onnx.helper.make_empty_tensor_value_info(name) for name in names if name not in outputs)
     options = ort.SessionOptions()
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     options.log_severity_level = 3
@@ -156,7 +144,7 @@ def run_ranks(model: onnx.ModelProto, missing: dict[str, int]) -> dict[str, int]
         values = session.run(names, random_inputs(model))
     except Exception:  # any refusal means: no ranks from running
         return {}
-    return {name: int(np.ndim(value)) for name, value in zip(names, values, strict=True)}
+    return {name: value.ndim for name, value in zip(names, values, strict=True) if isinstance(value, np.ndarray)}
 
 
 def _dim(dim: onnx.TensorShapeProto.Dimension) -> Dim:

@@ -8,7 +8,6 @@ time.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -16,8 +15,8 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from onnxsat.proto_fields import bodies_of
-from onnxsat.surgery.graph_edit import copy_model, unique_name, used_names
+from onnxsat.proto_fields import all_graphs
+from onnxsat.surgery.graph_edit import copy_model, rename_tensor, unique_name, used_names
 from onnxsat.surgery.surgeon import Surgeon, SurgeryOutcome, register
 
 _DTYPE_ATTRIBUTES = {"Cast": "to", "RandomNormal": "dtype", "RandomUniform": "dtype", "EyeLike": "dtype",
@@ -26,14 +25,6 @@ _DTYPE_ATTRIBUTES = {"Cast": "to", "RandomNormal": "dtype", "RandomUniform": "dt
 
 _TENSOR_ATTRIBUTES = {"Constant": "value", "ConstantOfShape": "value"}
 """Ops whose tensor attribute holds the value they produce."""
-
-
-def _graphs(graph: onnx.GraphProto) -> Iterator[onnx.GraphProto]:
-    """``graph`` and its bodies at any depth."""
-    yield graph
-    for node in graph.node:
-        for body in bodies_of(node):
-            yield from _graphs(body)
 
 
 def _upcast_tensor(tensor: onnx.TensorProto) -> bool:
@@ -75,11 +66,12 @@ def _upcast_node(node: onnx.NodeProto) -> int:
     return changed
 
 
-def _rename_reads(graph: onnx.GraphProto, old: str, new: str) -> None:
-    """Every node input ``old`` becomes ``new``, in ``graph`` and the bodies that read it from outside."""
-    for inner in _graphs(graph):
-        for node in inner.node:
-            node.input[:] = [new if name == old else name for name in node.input]
+def _rename_inside(graph: onnx.GraphProto, outer: str, inner: str) -> None:
+    """``rename_tensor`` everywhere but the graph's interface, which keeps the name ``outer``."""
+    rename_tensor(graph, outer, inner)
+    for value in [*graph.input, *graph.output]:
+        if value.name == inner:
+            value.name = outer
 
 
 @register
@@ -102,7 +94,7 @@ class Float16ToFloat32(Surgeon):
         graph = result.graph
         boundary = {v.name for v in [*graph.input, *graph.output]} if self.keep_io_types else set()
         changed = 0
-        for inner in _graphs(graph):
+        for inner in all_graphs(graph):
             changed += sum(_upcast_tensor(tensor) for tensor in inner.initializer)
             changed += sum(_upcast_tensor(tensor.values) for tensor in inner.sparse_initializer)
             changed += sum(_upcast_node(node) for node in inner.node)
@@ -130,20 +122,15 @@ class Float16ToFloat32(Surgeon):
         for value in graph.input:
             if value.name in initializer_names or not float16(value):
                 continue
-            inner = unique_name(graph, f"{value.name}_float32", taken)
-            _rename_reads(graph, value.name, inner)
-            entry.append(helper.make_node("Cast", [value.name], [inner], f"{inner}_cast", to=TensorProto.FLOAT))
+            outer, inner = value.name, unique_name(graph, f"{value.name}_float32", taken)
+            _rename_inside(graph, outer, inner)
+            entry.append(helper.make_node("Cast", [outer], [inner], f"{inner}_cast", to=TensorProto.FLOAT))
         for value in graph.output:
             if not float16(value) or value.name in inputs:
                 continue  # an input passed straight through is float16 already
-            inner = unique_name(graph, f"{value.name}_float32", taken)
-            for node in graph.node:
-                node.output[:] = [inner if name == value.name else name for name in node.output]
-            for tensor in graph.initializer:
-                if tensor.name == value.name:
-                    tensor.name = inner
-            _rename_reads(graph, value.name, inner)
-            exit_casts.append(helper.make_node("Cast", [inner], [value.name], f"{inner}_cast", to=TensorProto.FLOAT16))
+            outer, inner = value.name, unique_name(graph, f"{value.name}_float32", taken)
+            _rename_inside(graph, outer, inner)  # its producer (node or initializer) now makes the float32 value
+            exit_casts.append(helper.make_node("Cast", [inner], [outer], f"{inner}_cast", to=TensorProto.FLOAT16))
         nodes = [*entry, *graph.node, *exit_casts]
         del graph.node[:]
         graph.node.extend(nodes)

@@ -7,13 +7,13 @@ of the tensor it multiplies).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from dataclasses import dataclass
 
 import onnx
 from onnx import shape_inference
 
 from onnxsat.inputs import fixed_dim
+from onnxsat.proto_fields import all_graphs
 from onnxsat.surgery.graph_edit import copy_model
 from onnxsat.surgery.surgeon import Surgeon, SurgeryError, SurgeryOutcome, register
 
@@ -58,17 +58,6 @@ def static_dims(tensor_type: onnx.TypeProto.Tensor | None) -> Dims | None:
     return [fixed_dim(dim) for dim in tensor_type.shape.dim]
 
 
-def _graphs(graph: onnx.GraphProto) -> Iterator[onnx.GraphProto]:
-    """``graph`` and every subgraph (If branches, Loop and Scan bodies) nested in it."""
-    yield graph
-    for node in graph.node:
-        for attribute in node.attribute:
-            if attribute.HasField("g"):
-                yield from _graphs(attribute.g)
-            for subgraph in attribute.graphs:
-                yield from _graphs(subgraph)
-
-
 @register
 @dataclass
 class InferShapes(Surgeon):
@@ -104,7 +93,7 @@ class RemoveShapes(Surgeon):
     def apply(self, model: onnx.ModelProto) -> SurgeryOutcome:
         result = copy_model(model)
         removed = 0
-        for graph in _graphs(result.graph):
+        for graph in all_graphs(result.graph):
             removed += len(graph.value_info)
             del graph.value_info[:]
         if not removed:
