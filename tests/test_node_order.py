@@ -94,7 +94,7 @@ def test_a_model_stamped_with_a_newer_ir_version_than_the_runtime_reads_is_broug
     import onnxruntime as ort
 
     from onnxsat.cli import main
-    from onnxsat.runtime.ir_version import lower_ir_version, runtime_ir_version
+    from onnxsat.ir_version import lower_ir_version, runtime_ir_version
 
     graph = helper.make_graph(
         [helper.make_node("Relu", ["x"], ["y"])],
@@ -110,3 +110,39 @@ def test_a_model_stamped_with_a_newer_ir_version_than_the_runtime_reads_is_broug
     ort.InferenceSession(str(out), providers=["CPUExecutionProvider"])
     newest_opset = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 99)], ir_version=99)
     assert lower_ir_version(newest_opset) is None and newest_opset.ir_version == 99  # needs what ORT lacks
+
+
+def test_show_trees_and_profile_read_the_model_as_the_commands_run_it(tmp_path, capsys) -> None:
+    """Trees drawn from nodes out of order lost the Relu and the Conv that reads it (a group that looked
+    prunable with no leaf), and profile could not run an IR the runtime does not read: both now load
+    the model as every pass does (``model_io.load_runnable``)."""
+    import numpy as np
+    from onnx import numpy_helper
+
+    from onnxsat.cli import main
+    from onnxsat.ir_version import runtime_ir_version
+    from onnxsat.pruning.prune import show_trees
+
+    rng = np.random.default_rng(0)
+    weights = [
+        numpy_helper.from_array(rng.standard_normal((8, 3, 3, 3)).astype(np.float32), "w1"),
+        numpy_helper.from_array(rng.standard_normal((4, 8, 3, 3)).astype(np.float32), "w2"),
+    ]
+    graph = helper.make_graph(
+        [
+            helper.make_node("Relu", ["c1"], ["r1"], name="relu"),
+            helper.make_node("Conv", ["x", "w1"], ["c1"], name="conv1", pads=[1, 1, 1, 1]),
+            helper.make_node("Conv", ["r1", "w2"], ["y"], name="conv2", pads=[1, 1, 1, 1]),
+        ],
+        "unsorted",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 8, 8])],
+        weights,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=runtime_ir_version() + 1)
+    path = tmp_path / "unsorted.onnx"
+    onnx.save(model, path)
+    trees = show_trees(path, normalize=False)
+    assert "conv1 (Conv, root)\n    relu (Relu, pass)\n      conv2 (Conv, leaf)" in trees
+    assert main(["profile", str(path)]) == 0
+    assert "op types: Conv 2, Relu 1" in capsys.readouterr().out

@@ -20,6 +20,8 @@ from google.protobuf.message import DecodeError, Message
 
 from onnxsat import external_data, inline_weights
 from onnxsat.errors import InputNotFoundError, InvalidModelError, NotOnnxError, OutputPathError
+from onnxsat.ir_version import lower_ir_version
+from onnxsat.node_order import sort_model
 
 # Protobuf refuses to serialize a message over 2 GiB; bigger models keep weights in external data.
 _PROTOBUF_LIMIT = 2**31 - 1
@@ -60,6 +62,25 @@ def load_model(path: str | os.PathLike[str], weights_on_disk: bool = False) -> o
         raise NotOnnxError(f"{source} is damaged: its field {bad_text} holds text that is not valid UTF-8")
     external_data.check_references(model, model_folder(source))
     return model
+
+
+def load_runnable(path: str | os.PathLike[str], weights_on_disk: bool = False) -> tuple[onnx.ModelProto, list[str]]:
+    """:func:`load_model`, then what every command needs before reading the graph, and a note per change.
+
+    Converters may append nodes out of order (ONNX Runtime runs them, the checker and every walk that
+    reads producers first do not), and ``onnx.helper`` stamps its newest IR version, which ONNX Runtime
+    may not read yet: nodes are put in topological order, and the IR version is lowered when the
+    model's opsets allow it.
+    """
+    model = load_model(path, weights_on_disk=weights_on_disk)
+    notes = []
+    lowered = lower_ir_version(model)
+    if lowered:
+        notes.append(lowered)
+    reordered = sort_model(model)  # loaded here: nobody else holds it
+    if reordered:
+        notes.append(f"nodes put in topological order ({reordered} graph(s) had them out of order)")
+    return model, notes
 
 
 def _first_non_utf8_field(message: Message, path: str = "model") -> str | None:

@@ -21,9 +21,7 @@ from onnxsat import model_io
 from onnxsat.core import Model, Pass, PassContext, PassResult, ReportBase, RunFacts
 from onnxsat.errors import OnnxSatError, VerificationFailedError
 from onnxsat.inputs import InputSpec
-from onnxsat.node_order import sort_model
 from onnxsat.normal_form import normal_form
-from onnxsat.runtime.ir_version import lower_ir_version
 from onnxsat.verification import Tolerance
 
 
@@ -114,19 +112,14 @@ def run(
         model_io.check_report_path(report_path, input_path, output_path)
     start = time.perf_counter()
     on_disk = bool(passes) and all(step.weights_on_disk for _, step in passes)
-    proto = model_io.load_model(input_path, weights_on_disk=on_disk)
+    proto, loaded = model_io.load_runnable(input_path, weights_on_disk=on_disk)
     load_seconds = time.perf_counter() - start
     base_dir = model_io.model_folder(input_path)
-    reordered = sort_model(proto)  # loaded here: nobody else holds it
     if not (passes and passes[0][1].checks_input):
         model_io.check_model(proto)
     model_io.check_data_path(target, proto, base_dir)
     proto, normalised = normal_form(proto, in_place=True)
-    if reordered:
-        normalised.insert(0, f"nodes put in topological order ({reordered} graph(s) had them out of order)")
-    lowered = lower_ir_version(proto)
-    if lowered:
-        normalised.insert(0, lowered)
+    normalised[:0] = loaded
     settings.inputs.check(proto)
     model = Model(proto, base_dir, str(input_path))
     context = PassContext(

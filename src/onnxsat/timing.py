@@ -79,7 +79,7 @@ def timing_session(
 
 def load_whole(path: str | Path) -> onnx.ModelProto:
     """The model with every weight in memory, after ONNXSat's own checks (path, format, data references)."""
-    model = model_io.load_model(path)
+    model, _ = model_io.load_runnable(path)
     if has_external_data(model):
         onnx.load_external_data_for_model(model, str(model_io.model_folder(path)))
     model_io.check_model(model)

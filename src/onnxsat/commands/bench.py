@@ -20,7 +20,7 @@ from onnxsat.html import check_html_path, write_page
 from onnxsat.html.bench import experiment_page
 from onnxsat.html.prune import BenchPruneSection, bench_prune_page
 from onnxsat.inputs import parse_input_shapes
-from onnxsat.model_io import load_model, write_text_atomic
+from onnxsat.model_io import load_runnable, write_text_atomic
 from onnxsat.pruning.bench import bench_prune, dataset_for, evaluation_for, to_markdown
 from onnxsat.pruning.importance import CRITERIA
 from onnxsat.sparsity.methods import METHODS
@@ -222,7 +222,7 @@ def _run_bench_prune(args: argparse.Namespace) -> int:
         check_html_path(args.html, args.models)
     sections, pages = [], []
     for path in args.models:
-        model = load_model(path)
+        model, _ = load_runnable(path)
         evaluation = evaluation_for(model, args.data, args.samples)
         calibration = dataset_for(model, args.calibration or args.data, args.samples)
         rows = bench_prune(

@@ -6,7 +6,7 @@ import argparse
 
 from onnxsat.commands.arguments import add_input_options, input_spec
 from onnxsat.errors import SettingsError
-from onnxsat.model_io import load_model, model_folder
+from onnxsat.model_io import load_runnable, model_folder
 from onnxsat.profile.counting import profile_model
 from onnxsat.profile.table import Comparison, comparison_json, comparison_table, profile_json, profile_table
 
@@ -43,11 +43,11 @@ def run_profile(args: argparse.Namespace) -> int:
     if args.layers < 0:
         raise SettingsError(f"--layers must be 0 or more (got {args.layers})")
     inputs = input_spec(args)
-    profile = profile_model(load_model(args.model), inputs, base_dir=model_folder(args.model))
+    profile = profile_model(load_runnable(args.model)[0], inputs, base_dir=model_folder(args.model))
     if args.compare is None:
         print(profile_json(profile, args.model) if args.json else profile_table(profile, args.model, args.layers))
         return 0
-    other = profile_model(load_model(args.compare), inputs, base_dir=model_folder(args.compare))
+    other = profile_model(load_runnable(args.compare)[0], inputs, base_dir=model_folder(args.compare))
     comparison = Comparison(profile, other)
     if args.json:
         print(comparison_json(comparison, args.model, args.compare))

@@ -303,7 +303,7 @@ def show_trees(
 ) -> str:
     """The node association trees of the model at ``input_path`` as text (and drawn to ``image``): those of
     the model prune starts from (``normalize``: its portable form, when that verifies)."""
-    model, base_dir = model_io.load_model(input_path), model_io.model_folder(input_path)
+    (model, _), base_dir = model_io.load_runnable(input_path), model_io.model_folder(input_path)
     if normalize:
         model = portable_form(model, base_dir=base_dir).model
     _, _, forest = association_trees(model, library, base_dir)

@@ -48,7 +48,7 @@ import onnxruntime as ort
 
 from onnxsat.errors import RuntimeUnsupportedError, SettingsError
 from onnxsat.inputs import InputsLike, InputSpec
-from onnxsat.model_io import check_model, load_model, model_folder
+from onnxsat.model_io import check_model, load_runnable, model_folder
 from onnxsat.runtime.offline import LEVELS
 from onnxsat.timing import (
     RoundTimes,
@@ -307,7 +307,7 @@ def tune(
     if rounds < 1 or warmup < 0:
         raise SettingsError(f"rounds must be at least 1 and warm-up rounds at least 0 (got {rounds}, {warmup})")
     path = Path(model_path)
-    model = load_model(path)
+    model, _ = load_runnable(path)
     check_model(model)
     inputs = InputSpec.of(inputs)
     inputs.check(model)

@@ -62,7 +62,7 @@ class Surgery:
     def load(cls, path: str | os.PathLike[str]) -> Surgery:
         """Load ``path`` (refusing a missing or non-ONNX file), weights included, and remember it so
         :meth:`save` never overwrites it."""
-        model = model_io.load_model(path)
+        model, _ = model_io.load_runnable(path)
         load_external_data_for_model(model, str(model_io.model_folder(path)))  # references checked by load_model
         return cls(model, source=path)
 
