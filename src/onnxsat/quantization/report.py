@@ -111,7 +111,7 @@ class QuantizeReport(ReportBase):
         if self.latency:
             lines.append(
                 f"latency (ORT all optimizations, {int(self.latency['threads'])} thread(s), batch "
-                f"{int(self.latency.get('batch', 1))}, median of interleaved rounds): fp32 "
+                f"{int(self.latency.get('batch', 1))}, median of interleaved rounds): original "
                 f"{self.latency['fp32_ms']:.3f} ms, quantized "
                 f"{self.latency['quantized_ms']:.3f} ms, {self.latency['speedup']:.2f}x"
             )
