@@ -80,3 +80,22 @@ def test_a_sub_model_runs_only_what_its_outputs_need() -> None:
     assert [node.name for node in part.graph.node] == ["c1", "r1", "c2", "r2"]
     assert {t.name for t in part.graph.initializer} == {"c1_w", "c1_b", "c2_w", "c2_b"}
     assert [o.name for o in part.graph.output] == ["r2"]
+
+
+def test_targets_keep_only_the_rows_the_refit_samples() -> None:
+    """A full batch has 8192 output rows at a leaf; its target holds the 4096 sampled ones, which are the
+    whole output's rows, and a leaf draws the same rows whichever other leaves are gathered beside it."""
+    model = residual_model()
+    batches = [{"x": x} for x, _ in calibration().batches(32)]
+    nodes = list(model.graph.node)
+    leaves = [reconstruction._Leaf(index, 0, None) for index, node in enumerate(nodes) if node.name in ("c2", "c4")]
+    whole = session(with_outputs(model, ["c2"]), ort.GraphOptimizationLevel.ORT_DISABLE_ALL)
+    first = reconstruction._Targets(model, leaves, batches, None).of(0)
+    alone = reconstruction._Targets(model, leaves[:1], batches, None).of(0)
+    assert [t.count for t in first] == [8192, 8192, 4096]
+    assert [len(t.rows) for t in first] == [4096, 4096, 4096] and first[2].pick is None
+    for feeds, target, same in zip(batches, first, alone, strict=True):
+        y = whole.run(["c2"], feeds)[0]
+        rows = np.moveaxis(y, 1, -1).reshape(-1, y.shape[1])
+        np.testing.assert_array_equal(target.rows, rows if target.pick is None else rows[target.pick])
+        np.testing.assert_array_equal(target.rows, same.rows)

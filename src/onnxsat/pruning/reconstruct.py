@@ -8,15 +8,16 @@ any pads, strides and dilations, group 1): each output pixel is one row of patch
 
 Leaves are refitted in graph order, each on the inputs the already refitted model gives it, so a
 leaf also corrects what earlier refits left over. Rows are streamed into the normal equations
-``X^T X`` and ``X^T Y`` (batch by batch, at most ``MAX_ROWS_PER_BATCH`` sampled rows each, seeded; a
-Conv's patches are gathered for the sampled rows only). A small ridge term (``RIDGE`` times the
-mean diagonal) keeps the solve stable when features are collinear or rows few. A refit is kept only
-when it lowers the node's error on the calibration data; the report lists both errors per leaf.
+``X^T X`` and ``X^T Y`` (batch by batch, at most ``MAX_ROWS_PER_BATCH`` sampled rows each, seeded per
+leaf; a Conv's patches are gathered for the sampled rows only, and its targets kept for them only).
+A small ridge term (``RIDGE`` times the mean diagonal) keeps the solve stable when features are
+collinear or rows few. A refit is kept only when it lowers the node's error on the calibration data;
+the report lists both errors per leaf.
 
 ONNX Runtime runs every node of a graph whatever outputs are asked for, so the sessions here run
 sub-models, each of the nodes what it computes depends on. The targets ``Y`` of all leaves come from
-one pass of the original model over the batches (``_Targets``: each leaf's kept output channels, all
-batches, within ``TARGET_BYTES``, more passes past it). The pruned model runs once per leaf, since a
+one pass of the original model over the batches (``_Targets``: each leaf's kept output channels at its
+sampled rows, all batches, within ``TARGET_BYTES``, more passes past it). The pruned model runs once per leaf, since a
 leaf's input depends on the refits before it; each pass starts from the activations the previous ones
 computed (``_Inputs``, within ``ACTIVATION_BYTES``), so together they run the model about once.
 """
@@ -90,12 +91,11 @@ def reconstruct(
             notes.append(f"reconstruction skipped {node_label(node)}: {leaf}")
         else:
             leaves.append(leaf)
-    targets = _Targets(original, leaves, batches, base_dir)
+    targets = _Targets(original, leaves, batches, base_dir, seed)
     inputs = _Inputs(model, [model.graph.node[leaf.node_index].input[0] for leaf in leaves], batches, base_dir)
-    rng = np.random.default_rng(seed)
     fits = []
     for position, leaf in enumerate(leaves):
-        fits.append(_refit(model, leaf, inputs.of(position), targets.of(position), rng, base_dir))
+        fits.append(_refit(model, leaf, inputs.of(position), targets.of(position), base_dir))
         inputs.rewritten(model.graph.node[leaf.node_index].input[1])
     return model, fits, notes
 
@@ -144,12 +144,24 @@ def _fits_bias(size: int, outputs: int) -> bool:
     return size == outputs and outputs > 1
 
 
+@dataclass
+class _Target:
+    """A leaf's target on one batch: how many rows the output has, those ``_refit`` samples (None: all)
+    and the original output there, kept output channels only, as ``[rows, outputs]`` in the model's dtype."""
+
+    count: int
+    pick: np.ndarray | None
+    rows: np.ndarray
+
+
 class _Targets:
-    """The original model's output at each leaf on every batch, restricted to the output channels the
-    pruned leaf keeps (all that ``_refit`` reads). The leaves' targets are gathered together, in one pass
-    over the batches of one ORT session, while their estimated size stays within ``TARGET_BYTES``; past
-    it, in as many passes as it takes, each when its first leaf is asked for (leaves are asked in order).
-    Held in the model's dtype: ``_refit`` takes its rows and converts them to float64 batch by batch."""
+    """The original model's output at each leaf on every batch, restricted to what ``_refit`` reads: the
+    output channels the pruned leaf keeps, at the rows it samples (at most ``MAX_ROWS_PER_BATCH`` per batch,
+    drawn here from a generator seeded per leaf, so a leaf's rows do not depend on the other leaves).
+    The leaves' targets are gathered together, in one pass over the batches of one ORT session, while
+    their estimated size stays within ``TARGET_BYTES``; past it, in as many passes as it takes, each when
+    its first leaf is asked for (leaves are asked in order). Held in the model's dtype: ``_refit``
+    converts them to float64 batch by batch."""
 
     def __init__(
         self,
@@ -157,17 +169,19 @@ class _Targets:
         leaves: list[_Leaf],
         batches: Sequence[dict[str, np.ndarray]],
         base_dir: Path | None,
+        seed: int = 0,
     ) -> None:
         self.original, self.leaves, self.batches, self.base_dir = original, leaves, batches, base_dir
+        self.seed = seed
         self.chunks = self._chunks() if leaves else []
-        self.held: dict[int, list[np.ndarray]] = {}
+        self.held: dict[int, list[_Target]] = {}
 
     def _chunks(self) -> list[range]:
         """Consecutive leaves whose targets fit ``TARGET_BYTES`` together (estimated from the first batch)."""
         first = self._run(range(len(self.leaves)), self.batches[:1])
         chunks, start, total = [], 0, 0
         for position, values in first.items():
-            size = sum(v.nbytes for v in values) * len(self.batches)
+            size = sum(v.rows.nbytes for v in values) * len(self.batches)
             if position > start and total + size > TARGET_BYTES:
                 chunks.append(range(start, position))
                 start, total = position, 0
@@ -175,21 +189,25 @@ class _Targets:
         chunks.append(range(start, len(self.leaves)))
         return chunks
 
-    def of(self, position: int) -> list[np.ndarray]:
-        """The targets of the ``position``-th leaf, one array per batch (handed over, no longer held)."""
+    def of(self, position: int) -> list[_Target]:
+        """The targets of the ``position``-th leaf, one per batch (handed over, no longer held)."""
         if position not in self.held:
             self.held = {}  # the previous chunk's, already handed over
             self.held = self._run(next(c for c in self.chunks if position in c), self.batches)
         return self.held.pop(position)
 
-    def _run(self, positions: range, batches: Sequence[dict[str, np.ndarray]]) -> dict[int, list[np.ndarray]]:
+    def _run(self, positions: range, batches: Sequence[dict[str, np.ndarray]]) -> dict[int, list[_Target]]:
         nodes = [self.original.graph.node[self.leaves[p].node_index] for p in positions]
         names = [node.output[0] for node in nodes]
         runner = _session(self.original, names, self.base_dir)
-        held: dict[int, list[np.ndarray]] = {p: [] for p in positions}
+        rngs = {p: np.random.default_rng([self.seed, p]) for p in positions}
+        held: dict[int, list[_Target]] = {p: [] for p in positions}
         for feeds in batches:
             for p, node, y in zip(positions, nodes, runner.run(names, feeds), strict=True):
-                held[p].append(_kept_channels(node, y, self.leaves[p].kept_out))
+                count = _output_rows(node, y.shape)
+                pick = rngs[p].choice(count, MAX_ROWS_PER_BATCH, replace=False) if count > MAX_ROWS_PER_BATCH else None
+                rows = _target_rows(node, _kept_channels(node, y, self.leaves[p].kept_out), pick)
+                held[p].append(_Target(count, pick, rows))
         return held
 
 
@@ -326,8 +344,7 @@ def _refit(
     model: onnx.ModelProto,
     leaf: _Leaf,
     inputs: Iterator[np.ndarray],
-    targets: list[np.ndarray],
-    rng: np.random.Generator,
+    targets: list[_Target],
     base_dir: Path | None,
 ) -> LeafFit:
     """Refit one leaf on its inputs (as the model refitted so far makes them) and targets, batch by batch."""
@@ -337,13 +354,12 @@ def _refit(
     matrix = _as_matrix(node, weight)  # [features, outputs]
     constant = None if bias is None or fit_bias else float(bias.reshape(-1)[0])  # a scalar (checked in _leaf)
     normal = None
-    for x, y in zip(inputs, targets, strict=True):  # inputs first: its pass ends before zip checks the lengths
+    for x, target in zip(inputs, targets, strict=True):  # inputs first: its pass ends before zip checks the lengths
         count = _row_count(node, x.shape, weight)
-        pick = rng.choice(count, MAX_ROWS_PER_BATCH, replace=False) if count > MAX_ROWS_PER_BATCH else None
-        rows = _rows(node, x, weight, pick)
-        goal = _target_rows(node, y, pick, leaf.kept_out is not None)
-        if len(goal) != len(rows):
-            raise ValueError(f"{node_label(node)}: {len(rows)} input rows but {len(goal)} output rows")
+        if count != target.count:
+            raise ValueError(f"{node_label(node)}: {count} input rows but {target.count} output rows")
+        rows = _rows(node, x, weight, target.pick)
+        goal = target.rows.astype(np.float64)
         if constant is not None:
             goal = goal - constant
         if fit_bias:
@@ -392,21 +408,21 @@ def _from_matrix(node: onnx.NodeProto, matrix: np.ndarray, shape: tuple[int, ...
     return matrix
 
 
-def _target_rows(node: onnx.NodeProto, y: np.ndarray, pick: np.ndarray | None, reduced: bool) -> np.ndarray:
-    """The original node output (its kept channels) as float64 ``[rows, outputs]``, only rows ``pick`` if given.
+def _output_rows(node: onnx.NodeProto, shape: tuple[int, ...]) -> int:
+    """How many rows a node output of ``shape`` has: one per sample and pixel for a Conv, else per vector."""
+    return int(np.prod(shape)) // shape[1 if node.op_type == "Conv" else -1]
 
-    All the rows of a ``reduced`` output (some channels dropped) are in Fortran order, the layout a column
-    selection gives, which is how they were made before the channels were dropped in ``_Targets``: BLAS
-    adds up ``rows.T @ goal`` in an order that depends on the layout, so this keeps results bit-identical."""
+
+def _target_rows(node: onnx.NodeProto, y: np.ndarray, pick: np.ndarray | None) -> np.ndarray:
+    """The original node output (its kept channels) as C-ordered ``[rows, outputs]``, only rows ``pick`` if
+    given (BLAS adds up ``rows.T @ goal`` in an order that depends on the layout: one layout, one result)."""
     if node.op_type == "Conv":
         y = y.reshape(y.shape[0], y.shape[1], -1)  # [N, outputs, pixels]
         if pick is not None:
-            return y[pick // y.shape[2], :, pick % y.shape[2]].astype(np.float64)
+            return np.ascontiguousarray(y[pick // y.shape[2], :, pick % y.shape[2]])
         y = np.moveaxis(y, 1, -1)
     y = y.reshape(-1, y.shape[-1])
-    if pick is not None:
-        return y[pick].astype(np.float64)
-    return np.array(y, dtype=np.float64, order="F" if reduced else "C")
+    return np.ascontiguousarray(y if pick is None else y[pick])
 
 
 def _conv_geometry(node: onnx.NodeProto, x_shape: tuple[int, ...], weight: np.ndarray) -> tuple[list[int], ...]:
