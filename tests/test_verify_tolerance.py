@@ -116,3 +116,19 @@ def test_a_larger_difference_stays_a_mismatch(tmp_path: Path) -> None:
 def test_an_empty_output_is_said_to_compare_nothing() -> None:
     (comparison,) = compare_outputs(["y"], [np.zeros((0, 3), np.float32)], [np.zeros((0, 3), np.float32)], Tolerance())
     assert comparison.ok and "no element to compare" in comparison.note
+
+
+def test_a_zipmap_output_is_compared_as_numbers_within_the_tolerance() -> None:
+    """A scikit-learn ZipMap output (one {class: probability} map per sample) was compared as Python
+    objects: a last-bit difference failed as 'max abs inf'. Its probabilities now get the tolerance, and
+    maps of other classes still fail."""
+    want = [{0: 0.25, 1: 0.75}, {0: 0.5, 1: 0.5}]
+    near = [{0: 0.25 + 2.6e-9, 1: 0.75}, {0: 0.5, 1: 0.5}]
+    far = [{0: 0.35, 1: 0.65}, {0: 0.5, 1: 0.5}]
+    other = [{0: 0.25, 2: 0.75}, {0: 0.5, 2: 0.5}]
+    near_result, far_result, other_result = (
+        compare_outputs(["p"], [want], [got], Tolerance())[0] for got in (near, far, other)
+    )
+    assert near_result.ok and 0 < near_result.max_abs_diff < 1e-8
+    assert not far_result.ok and abs(far_result.max_abs_diff - 0.1) < 1e-12
+    assert not other_result.ok and other_result.note == "the maps' keys differ"

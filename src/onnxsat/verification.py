@@ -19,10 +19,11 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 
-from onnxsat.errors import InvalidModelError, RuntimeUnsupportedError
+from onnxsat.errors import DataError, InvalidModelError, RuntimeUnsupportedError
 from onnxsat.external_data import expected_nbytes, iter_tensors, set_reference
 from onnxsat.inputs import InputsLike, InputSpec
 from onnxsat.model_io import check_model
+from onnxsat.output_values import as_array, map_keys
 from onnxsat.proto_fields import with_initializers_replaced
 
 if TYPE_CHECKING:
@@ -321,12 +322,20 @@ def _explain(model: onnx.ModelProto, message: str) -> str:
     return message
 
 
+KEYS_DIFFER = "the maps' keys differ"
+"""The note of an output whose sequences of maps name other classes: no tolerance applies to that."""
+
+
 def compare_outputs(
     names: Sequence[str], expected: Sequence[np.ndarray], actual: Sequence[np.ndarray], tolerance: Tolerance
 ) -> list[OutputComparison]:
     comparisons = []
-    for name, want, got in zip(names, expected, actual, strict=True):
-        want, got = np.asarray(want), np.asarray(got)
+    for name, want_value, got_value in zip(names, expected, actual, strict=True):
+        if map_keys(want_value) != map_keys(got_value):
+            note = KEYS_DIFFER
+            comparisons.append(OutputComparison(name, float("inf"), float("inf"), False, note))
+            continue
+        want, got = _as_compared(want_value, name), _as_compared(got_value, name)
         if want.shape != got.shape or want.dtype != got.dtype:
             note = f"shape/dtype {got.shape}/{got.dtype} != {want.shape}/{want.dtype}"
             comparisons.append(OutputComparison(name, float("inf"), float("inf"), False, note))
@@ -357,6 +366,15 @@ def compare_outputs(
             note = f"empty output {list(want.shape)}: no element to compare (an input size of 0?)"
         comparisons.append(OutputComparison(name, max_abs, max_rel, ok, note))
     return comparisons
+
+
+def _as_compared(value: object, name: str) -> np.ndarray:
+    """An output as an array to compare: sequences of maps or of same-shaped tensors as numbers (so the
+    tolerance applies to them), anything else as it comes (compared exactly)."""
+    try:
+        return as_array(value, name)
+    except DataError:
+        return np.asarray(value)
 
 
 @dataclass
@@ -419,9 +437,9 @@ def check_lossy(
         return None, VerificationResult(False, error=str(error))
     changes = []
     compared = compare_outputs(names, original.outputs, actual, Tolerance())
-    for comparison, want, got in zip(compared, original.outputs, actual, strict=True):
-        want, got = np.asarray(want), np.asarray(got)
-        if want.shape != got.shape or want.dtype != got.dtype:
+    for comparison, want_value, got_value in zip(compared, original.outputs, actual, strict=True):
+        want, got = _as_compared(want_value, comparison.name), _as_compared(got_value, comparison.name)
+        if comparison.note == KEYS_DIFFER or want.shape != got.shape or want.dtype != got.dtype:
             return None, VerificationResult(False, error=f"output {comparison.name!r}: {comparison.note}")
         changes.append(replace(comparison, ok=True, note=f"changed by {what}: {_change(want, got)}"))
     return Reference(original.feeds, actual), VerificationResult(True, changes)

@@ -14,9 +14,10 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from onnxsat.cli import main
-from onnxsat.data.outputs import OutputRunner, as_array
+from onnxsat.data.outputs import OutputRunner
 from onnxsat.data.sources import Dataset
 from onnxsat.errors import DataError
+from onnxsat.output_values import as_array
 
 
 def zipmap_classifier(path: Path) -> Path:

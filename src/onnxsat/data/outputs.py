@@ -20,6 +20,7 @@ import onnxruntime as ort
 
 from onnxsat.data.sources import Dataset
 from onnxsat.errors import DataError, RuntimeUnsupportedError, SettingsError
+from onnxsat.output_values import as_array
 from onnxsat.verification import tidy_ort_message
 
 ORT_DTYPES = {
@@ -233,24 +234,6 @@ class OutputRunner:
             reason = tidy_ort_message(" ".join(str(error).split())) or type(error).__name__
             raise RuntimeUnsupportedError(f"ONNX Runtime cannot run the model on the data: {reason}") from None
         return [as_array(value, name) for name, value in zip(self.outputs, results, strict=True)]
-
-
-def as_array(value: object, name: str) -> np.ndarray:
-    """An output as one array: tensors as they are; a sequence of maps (scikit-learn exports' ZipMap, one
-    ``{class: probability}`` per sample) as ``[N, classes]`` in the maps' key order; a sequence of
-    same-shaped tensors stacked."""
-    if isinstance(value, np.ndarray):
-        return value
-    if isinstance(value, list) and value and all(isinstance(item, dict) for item in value):
-        keys = list(value[0])
-        if all(list(item) == keys for item in value):
-            return np.array([[item[key] for key in keys] for item in value])
-    arrays = isinstance(value, list) and value and all(isinstance(item, np.ndarray) for item in value)
-    if arrays and len({item.shape for item in value}) == 1:  # type: ignore[union-attr]
-        return np.stack(value)  # type: ignore[arg-type]
-    if isinstance(value, list) and not value:
-        return np.zeros((0,), np.float32)
-    raise DataError(f"output {name!r} is a {type(value).__name__} ONNXSat cannot read as samples")
 
 
 def check_state(state: Mapping[str, str], inputs: Sequence[str], outputs: Sequence[str], data_input: str = "") -> None:
