@@ -356,3 +356,32 @@ def test_a_channels_last_model_is_calibrated_on_nhwc_images(tmp_path: Path) -> N
     code, report, out = quantize(path, tmp_path, "--mode", "static", "--no-node-timing", "--max-drop", "100%", *DIGITS)
     assert code == 0 and out.exists() and report["verification"]["ok"]
     assert report["data"].startswith("digits-test") and ops(out)["QuantizeLinear"] > 0
+
+
+def test_a_row_bias_of_a_fused_gemm_is_quantized_along_its_one_axis(tmp_path: Path) -> None:
+    """scikit-learn writes MatMul + Add of a [1, N] row; fused into a Gemm, ORT's quantizer gave that bias a
+    per-channel DequantizeLinear along axis 0, which has size 1, and ORT refused to run the result."""
+    rng = np.random.default_rng(5)
+    graph = helper.make_graph(
+        [
+            helper.make_node("MatMul", ["x", "coefficient"], ["product"], name="matmul"),
+            helper.make_node("Add", ["product", "intercepts"], ["y"], name="add"),
+        ],
+        "sklearn_like",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 64])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 32])],
+        [
+            numpy_helper.from_array(rng.normal(size=(64, 32)).astype(np.float32) * 0.1, "coefficient"),
+            numpy_helper.from_array(rng.normal(size=(1, 32)).astype(np.float32), "intercepts"),
+        ],
+    )
+    path = tmp_path / "row_bias.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), path)
+    code, report, out = quantize(path, tmp_path, "--mode", "static", "--no-node-timing", "--max-drop", "100%")
+    assert code == 0, report
+    assert "1 Gemm bias(es) of shape [1, N] read as [N] (the quantizer needs one axis)" in report["notes"]
+    x = rng.normal(size=(4, 64)).astype(np.float32)
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL  # nothing folds the bias away
+    quantized = ort.InferenceSession(str(out), options, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    assert np.corrcoef(quantized.ravel(), runs(path, {"x": x})[0].ravel())[0, 1] > 0.99

@@ -321,6 +321,9 @@ def _prepare(
             "the model computes in float16, which ONNX Runtime's quantizer cannot take: quantized from its float32 "
             "form (its inputs and outputs keep their types)"
         )
+    flattened = _flatten_gemm_biases(named.graph)
+    if flattened:
+        report.notes.append(f"{flattened} Gemm bias(es) of shape [1, N] read as [N] (the quantizer needs one axis)")
     used = {node.name for node in named.graph.node if node.name}
     for index, node in enumerate(named.graph.node):
         if not node.name:
@@ -330,6 +333,29 @@ def _prepare(
             node.name = name
             used.add(name)
     return named
+
+
+def _flatten_gemm_biases(graph: onnx.GraphProto) -> int:
+    """Give each Gemm bias of shape ``[1, N]`` (MatMul + Add of a row, as scikit-learn exports write it) the
+    shape ``[N]``, the same values broadcast the same way. ORT's quantizer quantizes a Gemm bias along
+    axis 0, which such a bias has only one of, and writes a DequantizeLinear ORT refuses to run. Only
+    biases nothing else reads; returns how many."""
+    initializers = {t.name: t for t in graph.initializer}
+    readers: dict[str, list[tuple[onnx.NodeProto, int]]] = {}
+    for node in graph.node:
+        for slot, name in enumerate(node.input):
+            readers.setdefault(name, []).append((node, slot))
+    declared = {value.name: value for value in [*graph.input, *graph.value_info]}
+    flattened = 0
+    for name, tensor in initializers.items():
+        uses = readers.get(name, [])
+        gemm_bias_only = uses and all(node.op_type == "Gemm" and slot == 2 for node, slot in uses)
+        if gemm_bias_only and len(tensor.dims) == 2 and tensor.dims[0] == 1:
+            tensor.dims[:] = [tensor.dims[1]]
+            if name in declared:  # an old-IR model may declare its initializers' shapes too
+                del declared[name].type.tensor_type.shape.dim[0]
+            flattened += 1
+    return flattened
 
 
 PER_CHANNEL_OPSET = 13
