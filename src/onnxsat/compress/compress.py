@@ -284,10 +284,14 @@ def _contributions(search: Search, chosen: Evaluated) -> list[tuple[Evaluated, s
 
 
 def _pays(chosen: Evaluated, original_size: int) -> bool:
-    """Whether the chosen model is worth writing: faster beyond noise, or as fast and smaller."""
+    """Whether the chosen model is worth writing: faster beyond noise (by ``MARGIN``, and the low end of
+    its interval above the original's), or as fast and smaller. A speedup inside the noise alone would
+    write a model on one run and nothing on the next."""
     if chosen.outcome.model is None:
         return False
-    return chosen.speedup >= MARGIN or (chosen.speedup >= NOT_SLOWER and chosen.outcome.size <= SMALLER * original_size)
+    low = chosen.timed.low if chosen.timed is not None else chosen.speedup
+    faster = chosen.speedup >= MARGIN and low > 1.0
+    return faster or (chosen.speedup >= NOT_SLOWER and chosen.outcome.size <= SMALLER * original_size)
 
 
 def _nothing_fits(evaluated: list[Evaluated], max_drop: float) -> str:
