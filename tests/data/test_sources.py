@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import pickle
 from collections.abc import Callable
@@ -86,6 +87,50 @@ def test_digits_dynamic_size_keeps_eight_by_eight_and_normalizes() -> None:
     normalized = load_dataset("digits", ["N", 1, None, None], limit=5, mean=[0.5], std=[0.25])
     assert plain.inputs.shape == (5, 1, 8, 8)
     np.testing.assert_allclose(normalized.inputs, (plain.inputs - 0.5) / 0.25, rtol=1e-6)
+
+
+def test_digits_flattened_for_a_model_of_64_features(tmp_path: Path) -> None:
+    """scikit-learn models take the digits as [N, 64]: the same pixels, flattened; a linear classifier fitted
+    here on digits-train scores on digits-test through ``--data`` as it does by hand."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    from onnxsat.cli import main
+
+    flat = load_dataset("digits-test", ["N", 64], mean=[0.5], std=[0.25])
+    images = load_dataset("digits-test", ["N", 1, 8, 8], mean=[0.5], std=[0.25])
+    np.testing.assert_array_equal(flat.inputs, images.inputs.reshape(len(images.inputs), 64))
+    train = load_dataset("digits-train", ["N", 64])
+    rows = np.hstack([train.inputs, np.ones((len(train.inputs), 1), np.float32)])
+    solved = np.linalg.lstsq(rows, np.eye(10)[train.labels], rcond=None)[0].astype(np.float32)
+    test = load_dataset("digits-test", ["N", 64])
+    accuracy = float(np.mean(np.argmax(test.inputs @ solved[:-1] + solved[-1], axis=1) == test.labels))
+    graph = helper.make_graph(
+        [
+            helper.make_node("MatMul", ["X", "coefficient"], ["product"]),
+            helper.make_node("Add", ["product", "intercepts"], ["scores"]),
+        ],
+        "linear",
+        [helper.make_tensor_value_info("X", TensorProto.FLOAT, ["N", 64])],
+        [helper.make_tensor_value_info("scores", TensorProto.FLOAT, ["N", 10])],
+        [numpy_helper.from_array(solved[:-1], "coefficient"), numpy_helper.from_array(solved[-1:], "intercepts")],
+    )
+    path, report = tmp_path / "linear.onnx", tmp_path / "report.json"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), path)
+    args = [
+        "sparsify",
+        str(path),
+        "-o",
+        str(tmp_path / "out.onnx"),
+        "--data",
+        "digits-test",
+        "--max-drop",
+        "1%",
+        "--holdout",
+        "0",
+    ]
+    assert main([*args, "--report", str(report)]) == 0
+    assert abs(json.loads(report.read_text())["baseline"]["value"] - accuracy) < 1e-9 and accuracy > 0.85
 
 
 # ---------------------------------------------------------------- image folders
@@ -330,7 +375,10 @@ BAD_INPUTS: dict[str, tuple[Case, str]] = {
         lambda t: (str(npz(t / "d.npz", inputs=np.ones((2, 2)))), [1, 2], {"mean": [0.5]}),
         "mean/std apply to images only",
     ),
-    "images for a flat input": (lambda t: ("digits", [1, 64], {}), "must be NCHW or NHWC (4 dims), but it is [1, 64]"),
+    "images for a flat input": (
+        lambda t: ("digits", [1, 100], {}),
+        "must be NCHW or NHWC (4 dims), or [N, 64] for images flattened, but it is [1, 100]",
+    ),
     "two channels": (lambda t: ("digits", [1, 2, 8, 8], {}), "1 or 3 channels, but the model input has 2"),
     "mean of wrong length": (lambda t: ("digits", [1, 3, 8, 8], {"mean": [0.1, 0.2]}), "mean needs 1 or 3"),
     "zero std": (lambda t: ("digits", [1, 1, 8, 8], {"std": [0.0]}), "std values must be positive"),

@@ -44,6 +44,8 @@ images are what an accuracy budget should be measured on (and a ``limit`` then t
 
 _CIFAR_SIDE = 32
 _DIGITS_MAX = 16.0
+_DIGITS_SIZE = (8, 8)
+"""The digits' native height and width: a model taking ``[N, 64]`` gets them flattened."""
 _LUMA = np.array([0.299, 0.587, 0.114], dtype=np.float32)
 """ITU-R 601-2 luma weights: what Pillow's ``convert("L")`` uses, so CIFAR and folder images agree."""
 
@@ -202,6 +204,8 @@ class _ImageLayout:
     std: tuple[float, ...] | None
     channels_last: bool = False
     """NHWC, as TensorFlow and Keras models (and their tf2onnx exports) take images."""
+    flat: bool = False
+    """``[N, C*H*W]``: each image flattened, as scikit-learn models take the digits."""
 
     @property
     def plain(self) -> bool:
@@ -258,7 +262,8 @@ def _load(
 ) -> Dataset:
     """Dispatch on the spec: the digits name, then by what the path is."""
     if spec in (DIGITS, DIGITS_TEST, DIGITS_TRAIN):
-        digits = _digits(_layout(DIGITS, input_shape, mean, std, native_channels=1), limit if spec == DIGITS else None)
+        layout = _layout(DIGITS, input_shape, mean, std, native_channels=1, native_size=_DIGITS_SIZE)
+        digits = _digits(layout, limit if spec == DIGITS else None)
         if spec == DIGITS:
             return digits
         train, test = DIGITS_SPLIT.indices(len(digits))
@@ -292,13 +297,21 @@ def _layout(
     mean: Sequence[float] | None,
     std: Sequence[float] | None,
     native_channels: int = 3,
+    native_size: tuple[int, int] | None = None,
 ) -> _ImageLayout:
     """Read channels and size off an NCHW model input, or an NHWC one (its last dim 1 or 3, its second
-    not); a dynamic channel dim keeps the source's ``native_channels``. Check mean/std are usable for
-    that many channels."""
+    not); a dynamic channel dim keeps the source's ``native_channels``. A source whose images all have
+    one ``native_size`` also fits ``[N, features]`` with as many features as an image has values,
+    flattened. Check mean/std are usable for that many channels."""
+    flat_size = native_channels * native_size[0] * native_size[1] if native_size is not None else None
+    flat = len(input_shape) == 2 and flat_size is not None and _fixed(input_shape[1]) == flat_size
+    if flat:
+        assert native_size is not None
+        input_shape = [input_shape[0], native_channels, *native_size]
     if len(input_shape) != 4:
+        flattened = f", or [N, {flat_size}] for images flattened" if flat_size is not None else ""
         raise DataError(
-            f"{source}: holds images, so the model input must be NCHW or NHWC (4 dims), but it is "
+            f"{source}: holds images, so the model input must be NCHW or NHWC (4 dims){flattened}, but it is "
             f"{_shape_text(input_shape)}; give a .npz for other inputs"
         )
     model_channels, height, width = (_fixed(dim) for dim in input_shape[1:])
@@ -321,6 +334,7 @@ def _layout(
         None if mean is None else tuple(float(value) for value in mean),
         None if std is None else tuple(float(value) for value in std),
         channels_last,
+        flat,
     )
 
 
@@ -452,7 +466,10 @@ def _fit(images: np.ndarray, layout: _ImageLayout) -> np.ndarray:
 
 
 def _arranged(images: np.ndarray, layout: _ImageLayout) -> np.ndarray:
-    """Images [N, C, H, W] in the model's layout: as they are, or [N, H, W, C] for a channels-last input."""
+    """Images [N, C, H, W] in the model's layout: as they are, [N, H, W, C] for a channels-last input, or
+    [N, C*H*W] for a flat one."""
+    if layout.flat:
+        return np.ascontiguousarray(images.reshape(len(images), -1))
     return np.ascontiguousarray(images.transpose(0, 2, 3, 1)) if layout.channels_last else images
 
 
