@@ -33,7 +33,8 @@ def yolo_like(count: int = 2) -> np.ndarray:
         ("logits", RNG.normal(size=(4, 10)), 0, "top1"),
         ("head", RNG.normal(size=(4, 10, 1, 1)), 0, "top1"),
         ("speech", RNG.uniform(size=(4, 1)), 0, "binary"),
-        ("label", RNG.integers(0, 5, size=(4,)), 0, "exact"),
+        ("label", RNG.integers(0, 5, size=(4,)), 0, "label"),
+        ("tokens", RNG.integers(0, 5, size=(4, 7)), 0, "exact"),
         ("output0", yolo_like(), 0, "detection"),
         ("softmax_0.tmp_0", softmax(RNG.normal(size=(2, 40, 97))), 0, "sequence"),
         ("output", RNG.normal(size=(2, 40, 97)), 1, "sequence"),  # [T, N, C] as exported, batch on axis 1
@@ -211,3 +212,18 @@ def test_a_recognizer_that_reads_nothing_on_the_data_is_a_blind_spot() -> None:
     read = blank.copy()
     read[: len(read) // 2, 3, 2] = 9.0  # half the samples read one symbol
     assert Budget({"logits": read}, {}, metric="sequence").blind_spots() == []
+
+
+def test_a_class_label_output_is_scored_against_the_labels() -> None:
+    """A scikit-learn label output (or an ArgMax) was scored as agreement with the original ('exact 100%'
+    beside the classifier's real 98%): with labels it is now the share of right classes."""
+    from onnxsat.metrics.base import METRICS
+
+    reference = np.array([0, 1, 2, 2], dtype=np.int64)
+    candidate = np.array([0, 1, 2, 1], dtype=np.int64)
+    labels = np.array([0, 1, 1, 1], dtype=np.int64)
+    label = METRICS["label"]
+    assert label.measure(reference, candidate, labels).value == 0.75
+    assert label.measure(reference, candidate, None).value == 0.75
+    assert label.measure(reference, reference, labels).value == 0.5
+    assert label.blind_spot(np.zeros(40, dtype=np.int64)) == "answers class 0 for all 40 samples"

@@ -92,6 +92,30 @@ def binary(reference: np.ndarray, candidate: np.ndarray, labels: Labels) -> Meas
     return Measure(float(np.mean(decided == truth)), {"threshold": threshold, "recall": recall})
 
 
+def predicted_class(reference: np.ndarray, candidate: np.ndarray, labels: Labels) -> Measure:
+    """Share of samples whose class (the output's one integer per sample, as a classifier that ends in
+    ArgMax or a scikit-learn label output gives it) is the label's, or the original's without labels."""
+    got = candidate.reshape(len(candidate))
+    if labels is None:
+        return Measure(float(np.mean(got == reference.reshape(len(reference)))))
+    if len(labels) != len(got):
+        raise DataError(f"{len(labels)} labels but {len(got)} samples")
+    return Measure(float(np.mean(got == labels)))
+
+
+def _fits_predicted_class(reference: np.ndarray, batch_axis: int) -> str | None:
+    del batch_axis
+    shape = per_sample_shape(reference)
+    if np.issubdtype(reference.dtype, np.floating) or int(np.prod(shape, dtype=np.int64)) != 1:
+        return f"needs one integer per sample; per sample it is {shape_text(shape)} {reference.dtype}"
+    return None
+
+
+def one_label(reference: np.ndarray) -> str | None:
+    """The class label the original gives (nearly) every sample, when it does."""
+    return dominant_answer(reference.reshape(len(reference)).tolist(), "class {}".format)
+
+
 def one_class(reference: np.ndarray) -> str | None:
     """The class the original gives (nearly) every sample, when it does (see ``Metric.blind_spot``)."""
     scores = class_scores(reference)
@@ -132,5 +156,15 @@ register(
         _fits_decision,
         uses_labels=True,
         blind_spot=one_decision,
+    )
+)
+register(
+    Metric(
+        "label",
+        "one class per sample (an integer): share of samples whose class is the label's (or the original's)",
+        predicted_class,
+        _fits_predicted_class,
+        uses_labels=True,
+        blind_spot=one_label,
     )
 )

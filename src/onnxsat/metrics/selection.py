@@ -1,7 +1,8 @@
 """Which metric fits an output, chosen from its shape, values and name (``--metric auto``).
 
 The rules, first match wins, each with the reason the report prints:
-- integer or boolean values: ``exact``;
+- one integer or boolean per sample: ``label`` (a predicted class, scored against the labels);
+- other integer or boolean values: ``exact``;
 - one value per sample: ``binary`` (a probability or a logit);
 - named like an embedding (``embed``, ``hidden``, ``feature``, ``pooler``, ``vector``): ``cosine``;
 - one score per class (``[N, C]``, ``[N, C, 1, 1]``): ``top1``;
@@ -46,6 +47,8 @@ def choose(name: str, reference: np.ndarray, batch_axis: int) -> Choice:
     shape = per_sample_shape(reference)
     text = shape_text(shape)
     if not np.issubdtype(reference.dtype, np.floating):
+        if int(np.prod(shape, dtype=np.int64)) == 1:
+            return Choice(METRICS["label"], f"one {reference.dtype} class per sample")
         return Choice(METRICS["exact"], f"{reference.dtype} values")
     if int(np.prod(shape, dtype=np.int64)) == 1:
         return Choice(METRICS["binary"], "one value per sample")
