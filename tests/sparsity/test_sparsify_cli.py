@@ -231,3 +231,34 @@ def test_a_result_that_fails_verification_is_written_only_with_force(
     assert not out.exists() and "stand-in failure" in capfd.readouterr().out
     assert main(["sparsify", str(source), "--sparsity", "0.5", "-o", str(out), "--force"]) == 8
     assert out.exists() and "written because of --force" in capfd.readouterr().err
+
+
+def test_sensitivity_curves_run_on_a_prefix_and_the_grid_is_refined_past_its_best(tmp_path: Path) -> None:
+    """The curves (every layer at every level) are measured on the first SENSITIVITY_SAMPLES samples
+    through the same session; the budget still scores every candidate on all of them, and a finer grid
+    follows the best tolerance."""
+    from onnxsat.data.sources import Dataset
+    from onnxsat.sparsity import search
+    from onnxsat.sparsity.methods import sparsity_masks
+    from onnxsat.sparsity.targets import sparsity_targets
+
+    path = mlp(tmp_path / "mlp.onnx")
+    model = onnx.load(path)
+    targets = sparsity_targets(model)
+    values = weights(path)
+    x = np.random.default_rng(5).normal(size=(600, 16)).astype(np.float32)
+    evaluator = search.Evaluator(model, targets, values, Dataset(x, None, "random"), batch_size=64)
+    assert evaluator.evaluations == 1  # the dense reference
+    prefix = evaluator.first(search.SENSITIVITY_SAMPLES)
+    assert len(prefix.dataset) == search.SENSITIVITY_SAMPLES and prefix.session is evaluator.session
+    assert evaluator.first(600) is evaluator
+    np.testing.assert_array_equal(prefix.reference["logits"], evaluator.reference["logits"][: len(prefix.dataset)])
+    before = evaluator.evaluations
+    result, curves = search.search_per_layer(
+        evaluator, lambda levels: sparsity_masks("relative", targets, values, levels, None), targets, 0.05, 0.1, 8, 3
+    )
+    assert len(prefix.dataset) < len(evaluator.dataset) and set(curves) == {t.name for t in targets}
+    assert result is not None and result.drop <= 0.05
+    tried = [t for t, _, _ in result.trail]
+    assert 8 <= len(tried) <= 8 + 3
+    assert evaluator.evaluations - before == 1 + 2 * 9 + len(tried)  # the prefix's reference and curves counted too
