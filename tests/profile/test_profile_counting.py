@@ -147,3 +147,34 @@ def test_sequence_outputs_are_profiled_without_tensor_facts() -> None:
     profile = profile_model(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8))
     assert [layer.op_type for layer in profile.layers] == ["ReduceSum", "Greater", "If"]
     assert profile.layers[-1].output_shapes == () and "If" in profile.uncounted_ops
+
+
+def test_a_scikit_learn_model_s_weights_in_attributes_are_parameters() -> None:
+    """skl2onnx and onnxmltools keep a linear model's (or a forest's) weights in the node's attributes:
+    those are its parameters, stored as the attributes hold them."""
+    import onnx
+
+    node = helper.make_node(
+        "LinearClassifier",
+        ["x"],
+        ["label", "scores"],
+        "linear",
+        domain="ai.onnx.ml",
+        coefficients=[0.5] * 12,
+        intercepts=[0.0, 1.0, 2.0],
+        classlabels_ints=[0, 1, 2],
+    )
+    graph = helper.make_graph(
+        [node],
+        "sklearn",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
+        [
+            helper.make_tensor_value_info("label", TensorProto.INT64, [1]),
+            helper.make_tensor_value_info("scores", TensorProto.FLOAT, [1, 3]),
+        ],
+    )
+    opsets = [helper.make_opsetid("", 17), helper.make_opsetid("ai.onnx.ml", 3)]
+    profile = profile_model(onnx.helper.make_model(graph, opset_imports=opsets, ir_version=8))
+    (layer,) = profile.layers
+    assert layer.params == profile.params == 12 + 3 + 3
+    assert layer.weight_bytes == 4 * 15 + 8 * 3

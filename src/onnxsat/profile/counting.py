@@ -42,6 +42,9 @@ with transcendental functions weighted by the cost of their vectorised approxima
 initializer counts its dense size), whether or not a node reads it. A layer's parameters are the
 initializers it is the first node to read. The model is profiled in normal form (``onnxsat.normal_form``):
 a Constant node's tensor is an initializer, so weights exporters put in Constant nodes are parameters.
+The ``ai.onnx.ml`` operators (tree ensembles, linear models, SVMs, scalers: what scikit-learn, LightGBM
+and XGBoost exports hold) keep their weights in attributes: each number and string there is a
+parameter of its node, stored as the attribute holds it (4 bytes a float, 8 an integer).
 
 **Memory** (onnx-tool's definition): per layer, the bytes of the initializers it is
 the first to read (weights; a sparse one as stored, values plus indices) plus the bytes of every
@@ -186,9 +189,28 @@ class ModelProfile:
 
 
 def parameter_count(model: onnx.ModelProto) -> int:
-    """Elements of every initializer of the main graph (a sparse one at its dense size)."""
+    """Elements of every initializer of the main graph (a sparse one at its dense size), and the numbers
+    ``ai.onnx.ml`` nodes hold in attributes."""
     dense = sum(math.prod(t.dims) for t in model.graph.initializer)
-    return dense + sum(math.prod(s.dims) for s in model.graph.sparse_initializer)
+    in_attributes = sum(attribute_weights(node)[0] for node in model.graph.node)
+    return dense + sum(math.prod(s.dims) for s in model.graph.sparse_initializer) + in_attributes
+
+
+ML_DOMAIN = "ai.onnx.ml"
+
+
+def attribute_weights(node: onnx.NodeProto) -> tuple[int, int]:
+    """(elements, bytes) of what an ``ai.onnx.ml`` node holds in its attributes; (0, 0) for other nodes."""
+    if node.domain != ML_DOMAIN:
+        return 0, 0
+    elements = stored = 0
+    for attribute in node.attribute:
+        elements += len(attribute.floats) + len(attribute.ints) + len(attribute.strings)
+        stored += 4 * len(attribute.floats) + 8 * len(attribute.ints) + sum(len(t) for t in attribute.strings)
+        if attribute.HasField("t"):
+            elements += math.prod(attribute.t.dims)
+            stored += _nbytes(TensorFacts(tuple(attribute.t.dims), attribute.t.data_type))
+    return elements, stored
 
 
 def profile_model(
@@ -211,7 +233,7 @@ def profile_model(
     layers = []
     uncounted: set[str] = set()
     for index, node in enumerate(model.graph.node):
-        params = weight_bytes = 0
+        params, weight_bytes = attribute_weights(node)
         for name in _reads(node):
             if name in weights and name not in seen:
                 seen.add(name)
