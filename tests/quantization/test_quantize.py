@@ -151,6 +151,11 @@ def no_weights(path: Path) -> Path:
     return path
 
 
+def wide_mlp(path: Path) -> Path:
+    """An MLP of 100 features: the digits fit neither as images nor flattened (64)."""
+    return mlp(path, features=100)
+
+
 def quantized_by_ort(path: Path) -> Path:
     """The MLP as ORT's dynamic quantizer writes it: MatMulInteger fed by DynamicQuantizeLinear."""
     from onnxruntime.quantization import quantize_dynamic
@@ -166,7 +171,7 @@ def quantized_by_ort(path: Path) -> Path:
         (quantized_by_ort, [], 9, "it is quantized already (2 DynamicQuantizeLinear, 2 MatMulInteger)"),
         (mlp, ["--max-drop", "150%"], 9, "--max-drop must be in [0%, 100%]"),
         (mlp, ["--exclude", "nope"], 9, "--exclude 'nope' names no node"),
-        (mlp, ["--data", "digits"], 12, "the model input must be NCHW"),
+        (wide_mlp, ["--data", "digits"], 12, "the model input must be NCHW or NHWC (4 dims), or [N, 64]"),
     ],
 )
 def test_bad_input_is_one_line_and_writes_nothing(
