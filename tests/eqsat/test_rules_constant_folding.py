@@ -219,3 +219,15 @@ def test_initializer_that_is_also_a_graph_input_is_not_folded() -> None:
     model.graph.input.append(vi("w", [4, 6]))
     trip = assert_unchanged(model)
     assert matches(trip, FOLD) == 0
+
+
+def test_a_dequantized_int8_weight_stays_int8() -> None:
+    """A quantized model's DequantizeLinear of a constant int8 weight has only static inputs, but folded it
+    is a float weight four times the size that runs in float: optimize on an int8 model undid it."""
+    g = Graph(seed=3)
+    x = g.input("x", [3, 6])
+    weight = g.const("w_int8", np.arange(-12, 12, dtype=np.int8).reshape(6, 4))
+    scale, zero = g.const("w_scale", np.float32(0.05)), g.const("w_zero", np.int8(0))
+    g.node("MatMul", [x, g.node("DequantizeLinear", [weight, scale, zero], "w")], "y")
+    trip = assert_unchanged(g.model(["y"]), FOLD)
+    assert {t.name: t.data_type for t in trip.model.graph.initializer}["w_int8"] == TensorProto.INT8

@@ -476,6 +476,8 @@ def _foldable(node: onnx.NodeProto, facts: GraphFacts) -> bool:
     """The node may be computed at optimization time once its inputs are known to be static."""
     if node.domain not in ("", "ai.onnx") or node.op_type in NONDETERMINISTIC_OPS or node.op_type == "Constant":
         return False
+    if node.op_type == "DequantizeLinear":  # an int8 weight stays int8: folded, it is 4x larger and runs in float
+        return False
     if not any(node.input) or subgraph_captures(node) or _has_subgraph(node.attribute):
         return False  # If/Loop/Scan bodies are left alone
     sizes = [facts.numel(o) for o in node.output if o]
