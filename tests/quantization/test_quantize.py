@@ -95,7 +95,15 @@ def test_nodes_slower_quantized_stay_in_float(tmp_path: Path, monkeypatch: pytes
             for name in nodes
         }
 
+    def latency(original: onnx.ModelProto, candidate: onnx.ModelProto, *_: object) -> dict[str, float]:
+        """Here the model also runs faster with conv1 in float (fewer quantize steps, faster)."""
+        steps = sum(node.op_type == "QuantizeLinear" for node in candidate.graph.node)
+        return {"fp32_ms": 1.0, "quantized_ms": 1.0, "speedup": 10.0 - steps, "threads": 1.0}
+
+    from onnxsat.quantization import quantize as quantize_module
+
     monkeypatch.setattr(node_speed, "node_speeds", speeds)
+    monkeypatch.setattr(quantize_module, "_latency", latency)
     code, report, _ = quantize(bundled_digits_cnn(), tmp_path, "--mode", "static", *DIGITS)
     assert code == 0
     nodes = {n["node"]: n for n in report["nodes"]}
@@ -390,3 +398,55 @@ def test_a_row_bias_of_a_fused_gemm_is_quantized_along_its_one_axis(tmp_path: Pa
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL  # nothing folds the bias away
     quantized = ort.InferenceSession(str(out), options, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
     assert np.corrcoef(quantized.ravel(), runs(path, {"x": x})[0].ravel())[0, 1] > 0.99
+
+
+def test_node_timing_reads_a_reshape_target_and_a_mode_is_timed_whole_too(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """tf2onnx starts with Reshape(x, target) from an initializer: timing shapes lost the target, so each
+    Conv was timed on a [1, 1, 1, 1] input. And nodes slower alone can pay in context: the mode with them
+    quantized too is timed whole, and the faster form kept."""
+    from onnxsat.quantization import node_speed as speed_module
+    from onnxsat.quantization import quantize as quantize_module
+
+    rng = np.random.default_rng(7)
+    weights = [
+        numpy_helper.from_array(np.array([-1, 1, 8, 8], np.int64), "target"),
+        numpy_helper.from_array(rng.normal(size=(8, 1, 3, 3)).astype(np.float32), "w1"),
+        numpy_helper.from_array(rng.normal(size=(8, 8, 3, 3)).astype(np.float32) * 0.3, "w2"),
+        numpy_helper.from_array(rng.normal(size=(8, 10)).astype(np.float32), "w3"),
+    ]
+    graph = helper.make_graph(
+        [
+            helper.make_node("Reshape", ["flat", "target"], ["image"], name="to_image"),
+            helper.make_node("Conv", ["image", "w1"], ["c1"], name="conv1", pads=[1, 1, 1, 1]),
+            helper.make_node("Relu", ["c1"], ["r1"], name="relu1"),
+            helper.make_node("Conv", ["r1", "w2"], ["c2"], name="conv2", pads=[1, 1, 1, 1]),
+            helper.make_node("GlobalAveragePool", ["c2"], ["pooled"], name="pool"),
+            helper.make_node("Flatten", ["pooled"], ["features"], name="flatten"),
+            helper.make_node("MatMul", ["features", "w3"], ["logits"], name="fc"),
+        ],
+        "tf2onnx_like",
+        [helper.make_tensor_value_info("flat", TensorProto.FLOAT, ["N", 64])],
+        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["N", 10])],
+        weights,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    facts = speed_module._tensor_facts(speed_module._with_shapes(model, {}))
+    assert facts["c2"][1] == (1, 8, 8, 8)
+    path = tmp_path / "flat.onnx"
+    onnx.save(model, path)
+
+    def speeds(model: onnx.ModelProto, nodes: list[str], **_: object) -> dict[str, node_speed.NodeSpeed]:
+        return {name: node_speed.NodeSpeed(name, "Conv", 10.0, 20.0, int8_core_us=None) for name in nodes}
+
+    def latency(original: onnx.ModelProto, candidate: onnx.ModelProto, *_: object) -> dict[str, float]:
+        quantized = sum(node.op_type == "QuantizeLinear" for node in candidate.graph.node)
+        return {"fp32_ms": 1.0, "quantized_ms": 1.0, "speedup": 1.0 + quantized, "threads": 1.0}
+
+    monkeypatch.setattr(node_speed, "node_speeds", speeds)
+    monkeypatch.setattr(quantize_module, "_latency", latency)
+    code, report, _ = quantize(path, tmp_path, "--mode", "static", "--data", "digits-test", "--max-drop", "100%")
+    assert code == 0, report
+    speeds_of = {node["node"]: node["speed"] for node in report["nodes"] if node["quantized"]}
+    assert speeds_of == {"conv1": 0.5, "conv2": 0.5, "pool": None, "fc": 0.5}  # every node, though slower alone

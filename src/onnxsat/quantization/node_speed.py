@@ -32,6 +32,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import logging
+import math
 import statistics
 import tempfile
 import time
@@ -462,8 +463,11 @@ def _with_shapes(model: onnx.ModelProto, shapes: Mapping[str, Sequence[int]]) ->
     copy.graph.output.extend(model.graph.output)
     copy.graph.value_info.extend(model.graph.value_info)
     weights = {t.name for t in model.graph.initializer}
-    for tensor in model.graph.initializer:  # shapes and types only: inference needs no values
-        copy.graph.input.append(helper.make_tensor_value_info(tensor.name, tensor.data_type, list(tensor.dims)))
+    for tensor in model.graph.initializer:
+        if _shape_like(tensor):  # values inference reads: a Reshape's target, a Slice's ends
+            copy.graph.initializer.append(tensor)
+        else:  # shapes and types only: inference needs no weight values
+            copy.graph.input.append(helper.make_tensor_value_info(tensor.name, tensor.data_type, list(tensor.dims)))
     for value in model.graph.input:
         if value.name in weights:
             continue
@@ -489,6 +493,17 @@ def _with_shapes(model: onnx.ModelProto, shapes: Mapping[str, Sequence[int]]) ->
     except Exception as error:  # the graph inputs' shapes still serve the nodes they feed
         log.debug("shape inference failed: %s", error)
         return copy
+
+
+def _shape_like(tensor: onnx.TensorProto) -> bool:
+    """A small integer initializer (a shape, axes, indices) whose values shape inference needs: without a
+    tf2onnx export's Reshape target every later dim was unknown, read as 1, and each Conv was timed
+    on a [1, 1, 1, 1] input."""
+    integral = tensor.data_type in (onnx.TensorProto.INT64, onnx.TensorProto.INT32)
+    return integral and math.prod(tensor.dims) <= SHAPE_LIKE_ELEMENTS and not tensor.external_data
+
+
+SHAPE_LIKE_ELEMENTS = 64
 
 
 def _tensor_facts(model: onnx.ModelProto) -> dict[str, TensorFacts]:
