@@ -765,3 +765,26 @@ def test_the_runtimes_own_warnings_stay_off_stderr_unless_debugging(
     assert "[W:onnxruntime" in capfd.readouterr().err  # the model does make ORT warn
     main([*quantize, "-o", str(tmp_path / "quiet.onnx")])
     assert "onnxruntime" not in capfd.readouterr().err
+
+
+def test_a_held_out_drop_over_the_budget_is_a_warning_on_stderr_for_every_budgeted_command(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """compress said so on stderr; sparsify and quantize only in their report. One place says it now."""
+    import argparse
+    from types import SimpleNamespace
+
+    from onnxsat.commands import printing
+
+    held = SimpleNamespace(drop=0.0223, within_budget=False)
+    report = SimpleNamespace(held_out=held, verification=SimpleNamespace(ok=True))
+    monkeypatch.setattr(printing, "run_file", lambda *args, **kwargs: report)
+    monkeypatch.setattr(printing, "_emit", lambda *args: None)
+    args = argparse.Namespace(report=None, html=None, model="m.onnx", output="o.onnx", input_shape=[], force=False)
+    assert printing.run_and_print(args, SimpleNamespace()) == 0
+    assert capsys.readouterr().err == (
+        "onnxsat: warning: held-out drop 2.23% is over the budget (see the report's held-out line)\n"
+    )
+    held.within_budget = True
+    assert printing.run_and_print(args, SimpleNamespace()) == 0
+    assert capsys.readouterr().err == ""

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import sys
 from typing import Any
 
 from onnxsat.commands.arguments import add_input_options, add_model_arguments, input_spec
@@ -32,10 +31,6 @@ def run(args: argparse.Namespace) -> int:
     def recipe(report: Any) -> None:
         if report.written:
             write_recipe(report, args.model, args.output, input_spec(args))
-        held = report.held_out
-        if held is not None and not held.within_budget:
-            message = f"held-out drop {held.drop:.2%} is over the budget (see the report's note)"
-            print(f"onnxsat: warning: {message}", file=sys.stderr)
 
     step = CompressPass(from_arguments(CompressOptions, args))
     return run_and_print(args, step, compress_page, after=recipe)

@@ -47,6 +47,10 @@ def run_and_print(
     if after is not None:
         after(report)
     _emit(args, report, page)
+    held = getattr(report, "held_out", None)
+    if held is not None and not held.within_budget:
+        message = f"held-out drop {held.drop:.2%} is over the budget (see the report's held-out line)"
+        print(f"onnxsat: warning: {message}", file=sys.stderr)
     if not report.verification or not report.verification.ok:
         print("onnxsat: warning: verification failed; the result was written because of --force", file=sys.stderr)
         return VerificationFailedError.exit_code
