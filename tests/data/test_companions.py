@@ -113,7 +113,8 @@ def test_quantize_a_model_with_two_inputs_of_a_dynamic_batch(tmp_path: Path, giv
         feeds = tmp_path / "feeds.npz"
         np.savez(feeds, **({"mask": masks[:1]} if given == "one mask" else {"ids": ids, "mask": masks}))
         extra = ["--inputs", str(feeds)]
-    assert main(["quantize", str(path), "-o", str(out), "--mode", "dynamic", *extra]) == 0
+    argv = ["quantize", str(path), "-o", str(out), "--mode", "dynamic", "--no-node-timing", *extra]
+    assert main(argv) == 0  # (timed, both tiny MatMuls run slower quantized, alone and together)
     assert any(node.op_type == "MatMulInteger" for node in onnx.load(out).graph.node)
 
 

@@ -358,6 +358,8 @@ def _flatten_gemm_biases(graph: onnx.GraphProto) -> int:
     return flattened
 
 
+EVERY_NODE_IN_FLOAT = "every node stays in float (slower quantized, or excluded)"
+
 PER_CHANNEL_OPSET = 13
 """Per-channel weights need DequantizeLinear's ``axis``, from opset 13; ORT's quantizer writes it whatever
 the model's opset, and ORT then refuses an opset-12 model (Paddle2ONNX exports are opset 11-12). Older
@@ -585,8 +587,9 @@ def _start_mode(
             if ratio < SLOWER:
                 excluded[name] = f"slower quantized ({ratio:.2f}x alone)"
     searchable = [n for n in nodes if n not in excluded]
-    if not searchable:
-        trial.error = "every node stays in float (slower quantized, or excluded)"
+    slow_alone = len(excluded) > len(asked) and time_model is not None
+    if not searchable and not slow_alone:
+        trial.error = EVERY_NODE_IN_FLOAT
         return None
 
     def build(left_out: Sequence[str], alone: str | None = None) -> onnx.ModelProto:
@@ -604,15 +607,19 @@ def _start_mode(
         _check_loads(result, mode.name, check_feeds)
         return result
 
+    quantized, score = model, None
     try:
-        quantized = build([])
-        score = scorer.score(quantized)
+        if searchable:
+            quantized = build([])
+            score = scorer.score(quantized)
     except RuntimeUnsupportedError as error:
         trial.error = str(error)
         return None
     latency: dict[str, float] = {}
-    if len(excluded) > len(asked) and time_model is not None:
-        latency, slow = time_model(quantized), excluded
+    if slow_alone:
+        assert time_model is not None
+        latency = time_model(quantized) if searchable else {"speedup": 1.0}  # nothing left: the float model
+        slow = excluded
         excluded = dict(asked)  # ``build`` reads it: the mode with the slow nodes quantized too
         try:
             whole = build([])
@@ -624,6 +631,9 @@ def _start_mode(
             searchable = [n for n in nodes if n not in excluded]
         else:
             excluded = slow
+    if not searchable:
+        trial.error = EVERY_NODE_IN_FLOAT
+        return None
     candidate = Candidate(mode.name, quantized, dict(excluded), score, speeds=speeds, latency=latency)
     return _Started(trial, candidate, searchable, build, len(nodes))
 
