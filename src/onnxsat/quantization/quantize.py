@@ -352,8 +352,9 @@ def _flatten_gemm_biases(graph: onnx.GraphProto) -> int:
         gemm_bias_only = uses and all(node.op_type == "Gemm" and slot == 2 for node, slot in uses)
         if gemm_bias_only and len(tensor.dims) == 2 and tensor.dims[0] == 1:
             tensor.dims[:] = [tensor.dims[1]]
-            if name in declared:  # an old-IR model may declare its initializers' shapes too
-                del declared[name].type.tensor_type.shape.dim[0]
+            shape = declared[name].type.tensor_type.shape if name in declared else None
+            if shape is not None and len(shape.dim) == 2:  # an old-IR model may declare its initializers' shapes
+                del shape.dim[0]
             flattened += 1
     return flattened
 
