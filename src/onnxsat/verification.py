@@ -322,23 +322,14 @@ def _explain(model: onnx.ModelProto, message: str) -> str:
     return message
 
 
-KEYS_DIFFER = "the maps' keys differ"
-"""The note of an output whose sequences of maps name other classes: no tolerance applies to that."""
-
-
 def compare_outputs(
     names: Sequence[str], expected: Sequence[np.ndarray], actual: Sequence[np.ndarray], tolerance: Tolerance
 ) -> list[OutputComparison]:
     comparisons = []
     for name, want_value, got_value in zip(names, expected, actual, strict=True):
-        if map_keys(want_value) != map_keys(got_value):
-            note = KEYS_DIFFER
-            comparisons.append(OutputComparison(name, float("inf"), float("inf"), False, note))
-            continue
-        want, got = _as_compared(want_value, name), _as_compared(got_value, name)
-        if want.shape != got.shape or want.dtype != got.dtype:
-            note = f"shape/dtype {got.shape}/{got.dtype} != {want.shape}/{want.dtype}"
-            comparisons.append(OutputComparison(name, float("inf"), float("inf"), False, note))
+        want, got, unlike = _comparable(want_value, got_value, name)
+        if unlike:
+            comparisons.append(OutputComparison(name, float("inf"), float("inf"), False, unlike))
             continue
         if want.dtype.kind in ("U", "S", "O", "b"):
             same = bool(np.array_equal(want, got))
@@ -368,9 +359,20 @@ def compare_outputs(
     return comparisons
 
 
+def _comparable(want: object, got: object, name: str) -> tuple[np.ndarray, np.ndarray, str]:
+    """Both outputs as arrays to compare, and why they cannot be ("" when they can): maps naming other
+    classes, or another shape or type. Sequences of maps or of same-shaped tensors become numbers (so
+    the tolerance applies to them), anything else is compared as it comes (exactly)."""
+    if map_keys(want) != map_keys(got):
+        return np.asarray([]), np.asarray([]), "the maps' keys differ"
+    want_array, got_array = _as_compared(want, name), _as_compared(got, name)
+    if want_array.shape != got_array.shape or want_array.dtype != got_array.dtype:
+        shapes = f"{got_array.shape}/{got_array.dtype} != {want_array.shape}/{want_array.dtype}"
+        return want_array, got_array, f"shape/dtype {shapes}"
+    return want_array, got_array, ""
+
+
 def _as_compared(value: object, name: str) -> np.ndarray:
-    """An output as an array to compare: sequences of maps or of same-shaped tensors as numbers (so the
-    tolerance applies to them), anything else as it comes (compared exactly)."""
     try:
         return as_array(value, name)
     except DataError:
@@ -438,9 +440,9 @@ def check_lossy(
     changes = []
     compared = compare_outputs(names, original.outputs, actual, Tolerance())
     for comparison, want_value, got_value in zip(compared, original.outputs, actual, strict=True):
-        want, got = _as_compared(want_value, comparison.name), _as_compared(got_value, comparison.name)
-        if comparison.note == KEYS_DIFFER or want.shape != got.shape or want.dtype != got.dtype:
-            return None, VerificationResult(False, error=f"output {comparison.name!r}: {comparison.note}")
+        want, got, unlike = _comparable(want_value, got_value, comparison.name)
+        if unlike:
+            return None, VerificationResult(False, error=f"output {comparison.name!r}: {unlike}")
         changes.append(replace(comparison, ok=True, note=f"changed by {what}: {_change(want, got)}"))
     return Reference(original.feeds, actual), VerificationResult(True, changes)
 
