@@ -64,7 +64,6 @@ class Evaluator:
         ``state``: state inputs and the outputs fed back to them (``--stateful``)."""
         self.given = dict(given or {})
         self.state = dict(state or {})
-        self.parent: Evaluator | None = None
         self.dataset = dataset
         self.weights = {t.name: weights[t.name] for t in targets}
         excluded = set(self.given) | set(self.state)
@@ -86,8 +85,13 @@ class Evaluator:
         self.input_name = data_input(model, excluded).name
         self.batch_size = batch_size_for(model, batch_size, excluded)
         self.metric, self.scored = metric, outputs
-        self.evaluations = 0
+        self._runs = [0]  # one count for this evaluator and every view ``first`` makes of it (shallow copies)
         self._start(dataset)
+
+    @property
+    def evaluations(self) -> int:
+        """Runs over the data so far, views on fewer samples included."""
+        return self._runs[0]
 
     def _start(self, dataset: Dataset) -> None:
         """Score on ``dataset``: its runner, the unpruned model's outputs on it, and the budget from those."""
@@ -113,7 +117,6 @@ class Evaluator:
         if len(self.dataset) <= count:
             return self
         view = copy.copy(self)
-        view.parent = self
         view._start(self.dataset.take(count))
         return view
 
@@ -123,10 +126,7 @@ class Evaluator:
         for name, value in self.weights.items():
             mask = masks.get(name)
             feeds[name] = value if mask is None else np.where(mask, np.zeros((), value.dtype), value)
-        counted: Evaluator | None = self
-        while counted is not None:
-            counted.evaluations += 1
-            counted = counted.parent
+        self._runs[0] += 1
         return self.runner.run(feeds)
 
     def measure(self, outputs: Mapping[str, np.ndarray]) -> Score:
