@@ -48,7 +48,7 @@ from onnxsat.quantization import node_speed
 from onnxsat.quantization.calibration import calibration_reader
 from onnxsat.quantization.modes import CALIBRATIONS, MODES, Calibration, QuantMode
 from onnxsat.quantization.report import ModeTrial, NodeDecision, QuantizeReport
-from onnxsat.surgery.graph_edit import drop_unused_initializers
+from onnxsat.surgery.graph_edit import consumers, drop_unused_initializers
 from onnxsat.surgery.surgeons.precision import Float16ToFloat32
 from onnxsat.timing import ratios_to, time_rounds, timing_session
 from onnxsat.verification import check_lossy, reference_run, run_model, session, with_outputs
@@ -340,16 +340,12 @@ def _flatten_gemm_biases(graph: onnx.GraphProto) -> int:
     shape ``[N]``, the same values broadcast the same way. ORT's quantizer quantizes a Gemm bias along
     axis 0, which such a bias has only one of, and writes a DequantizeLinear ORT refuses to run. Only
     biases nothing else reads; returns how many."""
-    initializers = {t.name: t for t in graph.initializer}
-    readers: dict[str, list[tuple[onnx.NodeProto, int]]] = {}
-    for node in graph.node:
-        for slot, name in enumerate(node.input):
-            readers.setdefault(name, []).append((node, slot))
+    readers = consumers(graph)
     declared = {value.name: value for value in [*graph.input, *graph.value_info]}
     flattened = 0
-    for name, tensor in initializers.items():
-        uses = readers.get(name, [])
-        gemm_bias_only = uses and all(node.op_type == "Gemm" and slot == 2 for node, slot in uses)
+    for tensor in graph.initializer:
+        name, uses = tensor.name, readers.get(tensor.name, [])
+        gemm_bias_only = uses and all(node.op_type == "Gemm" and list(node.input).index(name) == 2 for node in uses)
         if gemm_bias_only and len(tensor.dims) == 2 and tensor.dims[0] == 1:
             tensor.dims[:] = [tensor.dims[1]]
             shape = declared[name].type.tensor_type.shape if name in declared else None
