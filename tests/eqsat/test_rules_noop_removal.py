@@ -166,3 +166,28 @@ def test_slices_over_everything_go_whatever_the_shape() -> None:
     assert_fired(trip, "Slice over everything -> input")
     assert op_types(trip.model) == Counter({"Relu": 1, "Neg": 1, "Slice": 3})
     check_and_compare(model, trip.model)
+
+
+def test_reshapes_and_expands_that_keep_an_open_batch_dim_go() -> None:
+    """tf2onnx writes ``Reshape(x, [-1, C, 1, 1])`` on an ``[N, C, 1, 1]`` x: shape inference names the
+    two batch dims apart, yet the -1 can only take N back. Targets that would change a dim stay."""
+    g = Graph()
+    t = g.node("Relu", [g.input("x", ["n", 8, 1, 1])], "t")
+    for k, step in enumerate(
+        [node("Reshape", ints(-1, 8, 1, 1)), node("Reshape", ints(0, 8, 1, 1)), node("Expand", ints(8, 1, 1))]
+    ):
+        t = step(g, t, str(k))
+    g.node("Neg", [node("Expand", ints(1))(g, t, "last")], "y")
+    kept = [
+        node("Reshape", ints(-1, 4, 2, 1)),  # regroups the channels
+        node("Reshape", ints(-1, 8)),  # another rank
+        node("Reshape", ints(0, 8, -1, 1)),  # the -1 beside a copied open dim: not shown from dims alone
+        node("Expand", ints(2, 8, 1, 1)),  # may grow the batch
+        node("Expand", ints(8, 1, 3)),  # grows the last dim
+    ]
+    outputs = ["y"] + [step(g, "t", f"kept{i}") for i, step in enumerate(kept)]
+    model = g.model(outputs)
+    trip = optimized(model)
+    assert_fired(trip, "Reshape keeping its input's dims -> input", "Expand keeping its input's dims -> input")
+    assert op_types(trip.model) == Counter({"Relu": 1, "Neg": 1, "Reshape": 3, "Expand": 2})
+    check_and_compare(model, trip.model)

@@ -90,6 +90,7 @@ class Recipe:
                     "rate": 0.0,
                     "rates": self.rates,
                     "reconstruct": True,
+                    "holdout": 0.0,
                     **({"data": data} if data is not None else {}),
                     "limit": calibration_limit,
                 }
@@ -138,7 +139,13 @@ def build(
     notes: list[str] = []
     if recipe.prune:
         options = PruneOptions(
-            rate=0.0, rates=recipe.rates, reconstruct=True, data=data, limit=calibration_limit, inputs=inputs
+            rate=0.0,
+            rates=recipe.rates,
+            reconstruct=True,
+            data=data,
+            holdout=0.0,
+            limit=calibration_limit,
+            inputs=inputs,
         )
         model, prune_report = prune_model(model, options, base_dir=base_dir)
         base_dir = None

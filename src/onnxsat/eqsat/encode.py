@@ -41,6 +41,7 @@ from onnxsat.eqsat.language import (
     out,
     pad_into_pool,
     parallel_pair,
+    returns_input,
     same_shape,
     sole_use,
     static_dims,
@@ -142,6 +143,7 @@ def declare_language(egraph: EGraph) -> None:
         opset_at_least(-1),
         parallel_pair(handle, handle),
         pad_into_pool(handle),
+        returns_input(handle),
         op_kind("", ""),
         union(Tensor.ref(-3)).with_(Tensor.pure_key("", Attrs.none(), Args.nil(), 0, 0)),
     )
@@ -223,6 +225,8 @@ class _Encoder:
             self.commands.append(_fact(_call("ParallelPair", self.ref(first), self.ref(second))))
         for output in self.result.facts.absorbable_pads:
             self.commands.append(_fact(_call("PadIntoPool", self.ref(output))))
+        for output in self.result.facts.returns_input:
+            self.commands.append(_fact(_call("ReturnsInput", self.ref(output))))
         for output, operand, rank in self.result.facts.same_shape:
             self.commands.append(_fact(_call("SameShape", self.ref(output), self.ref(operand), _int(rank))))
         for outer, inner in inverse_permutations(self.attr_keys, self.result.attributes):

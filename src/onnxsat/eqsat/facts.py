@@ -196,6 +196,9 @@ class GraphFacts:
     same_shape: list[tuple[str, str, int]] = field(default_factory=list)
     """(output, operand, rank) of binary elementwise nodes whose output keeps an operand's known shape."""
     absorbable_pads: list[str] = field(default_factory=list)
+    returns_input: list[str] = field(default_factory=list)
+    """Outputs of Reshapes and Expands shown to return their data input unchanged although shape
+    inference leaves a dim open (``shape_keepers``): ``Reshape(x, [-1, C, 1, 1])`` of an ``[N, C, 1, 1]`` x."""
     """Outputs of Pads that the pool reading them can take into its own padding (``window_pads``)."""
     attention_sites: list[AttentionSite] = field(default_factory=list)
     """Scaled dot-product attentions a fused op can stand for (``attention_sites``)."""
@@ -239,7 +242,7 @@ def collect_facts(model: onnx.ModelProto, typed: onnx.ModelProto | None, base_di
             facts.types[tensor.name] = int(tensor.data_type)
             if int(np.prod(tensor.dims, dtype=np.int64)) <= FLAG_MAX_ELEMENTS:
                 facts.value_flags[tensor.name] = _value_flags(lambda t=tensor: tensor_value(t, base_dir))
-    _expand_shapes(model, facts, base_dir)
+    small_ints = _expand_shapes(model, facts, base_dir)
     for node in graph.node:
         if node.op_type == "Constant" and node.domain in ("", "ai.onnx") and node.output:
             facts.value_flags[node.output[0]] = _value_flags(lambda n=node: constant_node_value(n, base_dir))
@@ -247,6 +250,7 @@ def collect_facts(model: onnx.ModelProto, typed: onnx.ModelProto | None, base_di
             facts.foldable.update(o for o in node.output if o)
     facts.parallel_pairs = parallel_pairs(model, facts)
     facts.same_shape = same_shape_operands(graph, facts)
+    facts.returns_input = shape_keepers(graph, facts.shapes, small_ints)
     constants = [t for t in graph.initializer if t.name not in overridable and t.name not in facts.graph_outputs]
     read_small = _small_constant_reader(graph, constants, base_dir)
     facts.absorbable_pads = list(absorbable_pads(graph, read_small, facts.sole_use, _opset(model)))
@@ -394,12 +398,13 @@ SHAPE_VALUE_OPS = frozenset(
 """Ops through which small integer shape values are followed to learn the output shape of an Expand."""
 
 
-def _expand_shapes(model: onnx.ModelProto, facts: GraphFacts, base_dir: Path | None) -> None:
+def _expand_shapes(model: onnx.ModelProto, facts: GraphFacts, base_dir: Path | None) -> dict[str, np.ndarray]:
     """Output shapes of Expands whose target shape is computed from constants (ONNX's shape inference
     leaves them open: an exporter's ``Expand(CastLike(0, x), Expand(Shape(W)[0:1], [1]))`` zero bias).
 
     Small integer values are followed from initializers, Constants and the shapes of static tensors
-    through shape-manipulating ops, each computed by ONNX Runtime like a constant fold.
+    through shape-manipulating ops, each computed by ONNX Runtime like a constant fold; returns them
+    by tensor name.
     """
     values: dict[str, np.ndarray] = {}
     inputs = {v.name for v in model.graph.input} if model.ir_version >= 4 else set()
@@ -442,6 +447,63 @@ def _expand_shapes(model: onnx.ModelProto, facts: GraphFacts, base_dir: Path | N
             continue
         if value.dtype == np.int64 and value.ndim <= 1 and value.size <= 16:
             values[node.output[0]] = value
+    return values
+
+
+def shape_keepers(
+    graph: onnx.GraphProto, shapes: dict[str, tuple[int, ...]], small_ints: dict[str, np.ndarray]
+) -> list[str]:
+    """Outputs of Reshapes and Expands whose constant target keeps their data input's shape, shown from
+    the input's known dims alone. Shape inference cannot see it when a dim is open: tf2onnx wraps
+    BatchNormalizations in ``Reshape(x, [-1, C, 1, 1])`` on an ``[N, C, 1, 1]`` x, and names the two
+    batch dims apart, so the Reshape hid each BatchNormalization from the Conv before it."""
+    kept = []
+    for node in graph.node:
+        if node.domain not in ("", "ai.onnx") or len(node.input) != 2 or len(node.output) != 1:
+            continue
+        source = shapes.get(node.input[0])
+        target = small_ints.get(node.input[1])
+        if source is None or target is None or target.ndim != 1:
+            continue
+        target_dims = [int(d) for d in target]
+        if node.op_type == "Reshape":
+            allow_zero = any(a.name == "allowzero" and a.i for a in node.attribute)
+            keeps = _reshape_keeps(source, target_dims, allow_zero)
+        elif node.op_type == "Expand":
+            keeps = _expand_keeps(source, target_dims)
+        else:
+            continue
+        if keeps:
+            kept.append(node.output[0])
+    return kept
+
+
+def _reshape_keeps(source: tuple[int, ...], target: list[int], allow_zero: bool) -> bool:
+    """Every target dim copies the source dim in its place: equal to a known dim, a 0 that copies it, or
+    the one -1, which then takes the one size left. With a -1, the other dims must be known and positive,
+    or the size it infers could differ."""
+    if len(target) != len(source) or target.count(-1) > 1:
+        return False
+    inferring = -1 in target
+    for want, have in zip(target, source, strict=True):
+        if want == -1:
+            continue
+        if want == 0 and not allow_zero:
+            if inferring and have <= 0:
+                return False
+            continue
+        if have <= 0 or want != have:
+            return False
+    return True
+
+
+def _expand_keeps(source: tuple[int, ...], target: list[int]) -> bool:
+    """Broadcasting to this target changes nothing: no more dims than the source, each 1 or the known
+    source dim it faces."""
+    if len(target) > len(source):
+        return False
+    facing = source[len(source) - len(target) :]
+    return all(want == 1 or (have > 0 and want == have) for want, have in zip(target, facing, strict=True))
 
 
 PAST_ANY_END = 1 << 62

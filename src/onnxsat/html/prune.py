@@ -8,6 +8,7 @@ from typing import Protocol
 
 from onnxsat.html.charts import grouped_bars, horizontal_bars
 from onnxsat.html.page import Page
+from onnxsat.html.scores import add_scores
 from onnxsat.html.verification import add_verification
 from onnxsat.pruning.report import PruneReport
 
@@ -44,6 +45,7 @@ def prune_page(report: PruneReport) -> Page:
             ),
             alt="bar chart of parameters, MACs and bytes kept",
         )
+    add_scores(page, report.scored_on, report.metrics, report.baseline, report.accuracy)
     page.heading("Channel groups")
     page.table(
         ["group", "roots", "structure", "unit", "count", "kept", "status"],

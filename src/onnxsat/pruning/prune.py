@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -18,11 +18,13 @@ import onnx
 from threadpoolctl import threadpool_limits
 
 from onnxsat import model_io
-from onnxsat.data.model_input import batch_size_for, data_input, fitted_to_model, input_dims
+from onnxsat.data.model_input import batch_size_for, data_input, evaluation_data, fitted_to_model, input_dims
 from onnxsat.data.sources import Dataset, load_dataset
 from onnxsat.eqsat.portable import portable_form
 from onnxsat.errors import SettingsError
 from onnxsat.inputs import InputSpec, random_inputs
+from onnxsat.metrics import MetricSpec, metric_option
+from onnxsat.metrics.scorer import ModelScorer
 from onnxsat.normal_form import normal_form
 from onnxsat.options import float_list, option, percent
 from onnxsat.pruning.apply import apply_pruning
@@ -74,6 +76,12 @@ class PruneOptions:
     data: str | None = option(None, help="calibration data for hrank/--reconstruct: digits, a folder, CIFAR, an .npz")
     """Calibration data for HRank and reconstruction, as ``load_dataset`` takes it; None: random inputs."""
     limit: int | None = option(None, type=int, help="use at most this many calibration samples")
+    holdout: float = option(
+        0.2, type=percent, help="share of --data kept out of calibration to score the pruned model on (default 20%%)"
+    )
+    """Reconstruction fits the data it calibrates on, so its accuracy there flatters it: the figure comes
+    from a part it never saw."""
+    metric: MetricSpec = metric_option()
     mean: Sequence[float] | None = option(
         None, type=float_list, help="per-channel mean subtracted from images scaled to [0, 1]"
     )
@@ -101,6 +109,8 @@ class PruneOptions:
             raise SettingsError(f"--limit must be at least 1, got {self.limit}")
         if self.batch_size < 1:
             raise SettingsError(f"batch size must be at least 1, got {self.batch_size}")
+        if not 0.0 <= self.holdout < 1.0:
+            raise SettingsError(f"--holdout must be in [0%, 100%), got {self.holdout:.2%}")
 
     @property
     def mode(self) -> str:
@@ -242,8 +252,12 @@ def _prune_model(
     fused, left = fused_count(model), fused_count(work)
     if fused:
         report.notes.append(f"{fused - left} of {fused} ORT fused ops split into op + activation to be pruned")
+    calibrates = get_criterion(options.criterion).ranks_roots or options.reconstruct
+    scored_on = None
+    if dataset is None and options.data is not None:  # compress gives its own data and scores itself
+        dataset, scored_on = _scoring_split(work, options, calibrates)
     batches = None
-    if get_criterion(options.criterion).ranks_roots or options.reconstruct:
+    if calibrates:
         batches, report.data = calibration_batches(work, options, dataset)
         if report.data.startswith("random"):
             report.notes.append(f"calibrated on {report.data}: give --data for real activations")
@@ -261,10 +275,44 @@ def _prune_model(
     report.macs = {"original": original_macs, "pruned": pruned_macs}
     report.macs_unknown = why_original or why_pruned
     report.sizes = {"original": model.ByteSize(), "pruned": pruned.ByteSize()}
+    if scored_on is not None:
+        _score(model, pruned, scored_on, options, report)
     names = [output.name for output in model.graph.output]
     _, report.verification = check_lossy(original, pruned, names, "pruning", base_dir)
     report.seconds = time.perf_counter() - start
     return pruned, report
+
+
+def _scoring_split(model: onnx.ModelProto, options: PruneOptions, calibrates: bool) -> tuple[Dataset, Dataset | None]:
+    """(data to calibrate on, data to score on) from ``--data``, fitted to ``model``'s data input: a held-out
+    part when calibration uses the data (none when ``--holdout`` leaves none), else all of it."""
+    dataset = evaluation_data(
+        model, options.data, options.inputs, limit=options.limit, mean=options.mean, std=options.std
+    )
+    assert dataset is not None
+    if not calibrates:
+        return dataset, dataset
+    calibration, held_out = dataset.split(options.holdout)
+    return (replace(calibration, name=f"{dataset.name} (calibration part)") if held_out else calibration), held_out
+
+
+def _score(
+    model: onnx.ModelProto, pruned: onnx.ModelProto, data: Dataset, options: PruneOptions, report: PruneReport
+) -> None:
+    """The original's and the pruned model's scores on ``data`` (labels when it has them), into the report."""
+    given = options.inputs.given
+    scorer = ModelScorer(
+        model,
+        data_input(model, given).name,
+        data,
+        metric=options.metric,
+        given=given,
+        batch_size=batch_size_for(model, options.batch_size, given),
+    )
+    report.scored_on, report.baseline = data.name, scorer.baseline
+    report.metrics = scorer.budget.describe()
+    report.accuracy = scorer.score(pruned)
+    report.notes += scorer.budget.blind_spots()
 
 
 def _normalized(

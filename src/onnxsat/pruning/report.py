@@ -6,6 +6,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from onnxsat.core import ReportBase
+from onnxsat.metrics import Score, with_score_headlines
+from onnxsat.metrics.text import summary_lines, table_lines
 from onnxsat.verification import VerificationResult
 
 
@@ -50,6 +52,12 @@ class PruneReport(ReportBase):
     """Why ``macs`` holds None (a shape no inference or run could tell), "" when both were counted."""
     sizes: dict[str, int] = field(default_factory=dict)
     data: str | None = None
+    """What calibration ran on (HRank, reconstruction)."""
+    scored_on: str | None = None
+    """The data the pruned model was scored on against the original (``--data``'s held-out part)."""
+    metrics: dict[str, dict[str, str]] = field(default_factory=dict)
+    baseline: Score | None = None
+    accuracy: Score | None = None
     reconstruction: list[LeafFit] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     verification: VerificationResult | None = None
@@ -57,13 +65,14 @@ class PruneReport(ReportBase):
     written: bool = False
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        return with_score_headlines(asdict(self), self.baseline, self.accuracy, None)
 
     def summary(self) -> list[str]:
         params = self.params
         return [
             f"{self.mode} {self.criterion} at rate {self.rate:g}: params {params['pruned']:,} of "
             f"{params['original']:,}, {self._macs_text()}",
+            *summary_lines(self.scored_on, self.baseline, self.accuracy, None),
             *self.notes,
         ]
 
@@ -110,6 +119,7 @@ class PruneReport(ReportBase):
                 lines.append(
                     f"  {fit.node[:44]:<46}relative error {fit.error_before:.4f} -> {fit.error_after:.4f}  {verdict}"
                 )
+        lines += table_lines(self.scored_on, self.metrics, self.baseline, self.accuracy, None)
         lines.extend(f"note: {note}" for note in self.notes)
         if self.verification is not None:
             status = "PASSED" if self.verification.ok else "FAILED"

@@ -623,11 +623,16 @@ def _start_mode(
             whole_latency = time_model(whole)
         except RuntimeUnsupportedError:
             whole_latency = {}
+        count = len(slow) - len(asked)
+        with_them = f"{whole_latency['speedup']:.2f}x" if whole_latency else "refused by ORT"
+        measured = f"the model ran {with_them} with them, {latency['speedup']:.2f}x without"
         if whole_latency.get("speedup", 0.0) > latency["speedup"]:
             quantized, latency, score = whole, whole_latency, scorer.score(whole)
             searchable = [n for n in nodes if n not in excluded]
+            trial.note = f"{count} nodes slower alone quantized anyway: {measured}"
         else:
             excluded = slow
+            trial.note = f"{count} nodes slower alone kept in float: {measured}"
     if not searchable:
         trial.error = EVERY_NODE_IN_FLOAT
         return None

@@ -39,6 +39,8 @@ class ModeTrial:
     """Wall time of the mode's search: node timing, quantizing, scoring, the budget search and its latency."""
     error: str | None = None
     """Why the mode gave no usable model (nothing to quantize, budget missed, ORT refused it)."""
+    note: str = ""
+    """What whole-model timing decided over the node timings (nodes slower alone, quantized anyway or not)."""
 
 
 @dataclass
@@ -90,7 +92,7 @@ class QuantizeReport(ReportBase):
                 drop = f"{t.drop:.2%}" if t.drop is not None else "-"
                 speed = f"{t.speedup:.2f}x" if t.speedup is not None else "-"
                 lines.append(
-                    f"{t.mode:<13}{t.quantized:>10}{t.kept:>6}{drop:>9}{speed:>9}{t.seconds:>9.1f}  {t.error or ''}"
+                    f"{t.mode:<13}{t.quantized:>10}{t.kept:>6}{drop:>9}{speed:>9}{t.seconds:>9.1f}  {t.error or t.note}"
                 )
         if self.nodes:
             kept = [n for n in self.nodes if not n.quantized]

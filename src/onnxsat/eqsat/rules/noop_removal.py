@@ -4,6 +4,7 @@
     Cast(x, to=T)      when x already has type T   ==> x
     Reshape / Expand / Flatten / Squeeze / Slice / Split(1 output)
                        when the output has x's static shape          ==> x
+    Reshape / Expand   whose constant target keeps x's known dims, one left open  ==> x
     Slice(x, starts = 0, ends = INT64_MAX-like, unit steps)          ==> x  (any shape: it keeps everything)
     Concat(x), Sum(x), Max(x), Min(x), Mean(x)     ==> x
     Transpose(x, perm = identity)                  ==> x
@@ -27,6 +28,7 @@ from onnxsat.eqsat.language import (
     attr_int,
     has_shape,
     has_type,
+    returns_input,
     static_dims,
 )
 from onnxsat.eqsat.rules.families import STANDARD, register_family
@@ -100,6 +102,13 @@ def _same_shape(
             has_shape(x, d),
             static_dims(d),
             name=unique(f"{op} to own shape -> input"),
+        ).then(union(y).with_(x))
+    # Shown in Python where a dim is open: Reshape(x, [-1, C, 1, 1]) of an [N, C, 1, 1] x.
+    for op in ("Reshape", "Expand"):
+        yield rule(
+            eq(y).to(result(op, attrs, args_of(x, s), node_id)),
+            returns_input(y),
+            name=unique(f"{op} keeping its input's dims -> input"),
         ).then(union(y).with_(x))
     # Slice keeps every element of a same-shaped output only with unit steps (omitted, or all ones).
     for inputs in (args_of(x), args_of(x, s, e), args_of(x, s, e, c), args_of(x, s, e, c, Tensor.absent())):
