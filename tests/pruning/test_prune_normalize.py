@@ -58,3 +58,23 @@ def test_show_trees_shows_the_trees_prune_uses(tmp_path) -> None:
     onnx.save(b.model([b.node("Relu", ["x"], "r")]), empty)
     assert show_trees(empty).startswith("no channel group")
     assert np.isfinite(run(onnx.load(path))[0]).all()
+
+
+def test_a_reshape_that_keeps_an_open_batch_dim_is_removed_so_its_group_prunes() -> None:
+    """tf2onnx turns layout Transposes on 1x1 maps into ``Reshape(x, [-1, C, 1, 1])`` between a Conv and its
+    BatchNormalization; shape inference names the two batch dims apart, so the channels could not be
+    followed. The portable form shows the Reshape returns its input, removes it and folds the BatchNormalization."""
+    b = Builder()
+    c1 = b.conv("c1", "x", 3, 16, k=1)
+    wrapped = b.node("Reshape", [c1, b.const("target", np.array([-1, 16, 1, 1], np.int64))], "wrap")
+    stats = [b.random(f"bn_{k}", 16) for k in "sbm"] + [b.const("bn_v", np.full(16, 0.7, np.float32))]
+    r = b.node("Relu", [b.node("BatchNormalization", [wrapped, *stats], "bn")], "r1")
+    b.conv("c2", r, 16, 4, k=1)
+    model = b.model(["c2"], input_shape=["n", 3, 1, 1])
+    with pytest.raises(SettingsError, match=r"channel axis 1 of .* cannot be followed"):
+        prune(model, rate=0.5, normalize=False)
+    pruned, report = prune(model, rate=0.5, normalize=True)
+    assert kept(report, "c1") == 8
+    assert {node.op_type for node in pruned.graph.node} == {"Conv", "Relu"}
+    one_by_one = {"x": np.random.default_rng(0).normal(size=(2, 3, 1, 1)).astype(np.float32)}
+    assert run(pruned, one_by_one)[0].shape == run(model, one_by_one)[0].shape == (2, 4, 1, 1)

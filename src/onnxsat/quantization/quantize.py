@@ -615,7 +615,7 @@ def _start_mode(
     latency: dict[str, float] = {}
     if slow_alone:
         assert time_model is not None
-        latency = time_model(quantized) if searchable else {"speedup": 1.0}  # nothing left: the float model
+        latency = time_model(quantized)  # nothing left to quantize: the prepared float model, timed too
         slow = excluded
         excluded = dict(asked)  # ``build`` reads it: the mode with the slow nodes quantized too
         try:
@@ -624,15 +624,16 @@ def _start_mode(
         except RuntimeUnsupportedError:
             whole_latency = {}
         count = len(slow) - len(asked)
+        nodes_text = f"{count} node{'s' if count != 1 else ''}"
         with_them = f"{whole_latency['speedup']:.2f}x" if whole_latency else "refused by ORT"
         measured = f"the model ran {with_them} with them, {latency['speedup']:.2f}x without"
         if whole_latency.get("speedup", 0.0) > latency["speedup"]:
             quantized, latency, score = whole, whole_latency, scorer.score(whole)
             searchable = [n for n in nodes if n not in excluded]
-            trial.note = f"{count} nodes slower alone quantized anyway: {measured}"
+            trial.note = f"{nodes_text} slower alone quantized anyway: {measured}"
         else:
             excluded = slow
-            trial.note = f"{count} nodes slower alone kept in float: {measured}"
+            trial.note = f"{nodes_text} slower alone kept in float: {measured}"
     if not searchable:
         trial.error = EVERY_NODE_IN_FLOAT
         return None
