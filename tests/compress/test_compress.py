@@ -45,6 +45,9 @@ def test_the_chosen_model_is_inside_the_budget_and_measured_on_held_out_data(com
     assert report["chosen"] != "original" and report["latency"]["speedup"] > 0
     stages = {row["stage"] for row in report["candidates"]}
     assert {"sensitivity", "prune"} <= stages
+    fused = [row for row in report["candidates"] if row["stage"] == "fuse"]
+    assert "fuse" in [row["label"] for row in fused]  # the original fused alone: lossless, inside any budget
+    assert fused[-1]["drop"] == 0.0
     assert any(row["pareto"] for row in report["candidates"])
     assert report["verification"]["ok"]
     assert "search_data" not in report

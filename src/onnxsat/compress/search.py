@@ -16,7 +16,8 @@ then times the ones inside the budget side by side on this machine.
    time, least sensitive groups first, in parallel batches; a group whose step breaks the budget is not
    raised again, one whose step is not faster by ``MARGIN`` is not tried again until the best changes;
    stop when no group is left to try.
-5. **Fusion**: ONNXSat's lossless optimization appended, kept when it is faster by ``MARGIN``.
+5. **Fusion**: ONNXSat's lossless optimization appended to the best so far, and applied to the original
+   alone (lossless, so inside any budget), each kept when it is faster by ``MARGIN``.
 6. **Final**: the ``FINALISTS`` fastest timed again in one run.
 
 Wherever speeds are compared, the best so far is timed in the same run, and candidates that cannot be
@@ -133,7 +134,8 @@ class Search:
         if settings.groups and self._time_left():
             self._refine(settings.groups)
         if settings.fuse and self._time_left():
-            fused = self.batch("fuse", [replace(self._best.recipe, fuse=True)])
+            # The original fused too: lossless, it is inside any budget, and beats a best so far that is slower.
+            fused = self.batch("fuse", [replace(self._best.recipe, fuse=True), Recipe(fuse=True)])
             self._time(fused)
         self._final()
         return self._best
