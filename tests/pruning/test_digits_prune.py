@@ -56,6 +56,9 @@ def test_with_data_the_pruned_model_is_scored_on_a_part_calibration_never_saw() 
     assert f"on {held.name} ({len(held)} samples)" in table and "top1" in table
     assert any("top1" in line for line in report.summary())
     assert report.to_dict()["accuracy"]["outputs"][0]["value"] == report.accuracy.outputs[0].value
+    assert f"verification compared the outputs on the first 16 samples of {held.name}, not on random inputs" in (
+        report.notes
+    )
 
     _, plain_report = prune_model(model, PruneOptions(rate=0.5, data=DIGITS))
     assert plain_report.accuracy is not None and plain_report.accuracy.samples == len(

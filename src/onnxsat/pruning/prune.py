@@ -46,6 +46,8 @@ from onnxsat.pruning.unfuse import fused_count, split_fused
 from onnxsat.verification import check_lossy, reference_run
 
 RANDOM_CALIBRATION_SAMPLES = 16
+VERIFY_SAMPLES = 16
+"""Samples of the scored data the verification's "changed by" figures come from (not a random input)."""
 """Seeded normal inputs used for HRank or reconstruction when no data is given (said in the report)."""
 
 
@@ -275,8 +277,10 @@ def _prune_model(
     report.macs = {"original": original_macs, "pruned": pruned_macs}
     report.macs_unknown = why_original or why_pruned
     report.sizes = {"original": model.ByteSize(), "pruned": pruned.ByteSize()}
-    if scored_on is not None:
-        _score(model, pruned, scored_on, options, report)
+    if scored_on is not None:  # the verification's "changed by" figures then come from real samples too
+        samples = _score(model, pruned, scored_on, options, report)
+        original = reference_run(model, samples, base_dir=base_dir)
+        report.notes.append(f"verification compared the outputs on {samples.source}, not on random inputs")
     names = [output.name for output in model.graph.output]
     _, report.verification = check_lossy(original, pruned, names, "pruning", base_dir)
     report.seconds = time.perf_counter() - start
@@ -298,12 +302,14 @@ def _scoring_split(model: onnx.ModelProto, options: PruneOptions, calibrates: bo
 
 def _score(
     model: onnx.ModelProto, pruned: onnx.ModelProto, data: Dataset, options: PruneOptions, report: PruneReport
-) -> None:
-    """The original's and the pruned model's scores on ``data`` (labels when it has them), into the report."""
+) -> InputSpec:
+    """The original's and the pruned model's scores on ``data`` (labels when it has them), into the report;
+    returns its first samples as inputs to verify with."""
     given = options.inputs.given
+    name = data_input(model, given).name
     scorer = ModelScorer(
         model,
-        data_input(model, given).name,
+        name,
         data,
         metric=options.metric,
         given=given,
@@ -313,6 +319,8 @@ def _score(
     report.metrics = scorer.budget.describe()
     report.accuracy = scorer.score(pruned)
     report.notes += scorer.budget.blind_spots()
+    feeds = scorer.sample_feeds(VERIFY_SAMPLES)
+    return InputSpec(options.inputs.shapes, feeds, f"the first {len(feeds[name])} samples of {data.name}")
 
 
 def _normalized(
