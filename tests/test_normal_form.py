@@ -150,3 +150,55 @@ def test_identity_of_a_weight_is_read_through_unless_its_name_is_needed() -> Non
     x = np.random.default_rng(1).standard_normal((1, 3, 4, 4)).astype(np.float32)
     for want, got in zip(_run(model, {"x": x}), _run(read, {"x": x}), strict=True):
         np.testing.assert_array_equal(want, got)
+
+
+def initializer_input_model() -> onnx.ModelProto:
+    """tf2onnx at opset 7 (IR 4): every weight also a graph input, so a default the caller may override."""
+    rng = np.random.default_rng(2)
+    weights = [
+        numpy_helper.from_array(rng.standard_normal((4, 3, 3, 3)).astype(np.float32), "w"),
+        numpy_helper.from_array(rng.standard_normal(4).astype(np.float32), "b"),
+    ]
+    graph = helper.make_graph(
+        [helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1]), helper.make_node("Relu", ["c"], ["y"])],
+        "tf2onnx_opset7",
+        [
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3, 6, 6]),
+            helper.make_tensor_value_info("w", TensorProto.FLOAT, [4, 3, 3, 3]),
+            helper.make_tensor_value_info("b", TensorProto.FLOAT, [4]),
+        ],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 4, 6, 6])],
+        weights,
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 7)], ir_version=4)
+
+
+def test_initializers_listed_as_inputs_become_constants_unless_fed(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """ONNX Runtime neither folds nor prepacks an input, so the commands read such weights as constants and
+    say so; one the user feeds stays an input. IR 3 lists every initializer as an input by rule: untouched."""
+    from onnxsat.normal_form import initializer_inputs, initializers_as_constants
+
+    model = initializer_input_model()
+    assert initializer_inputs(model) == ["w", "b"] and initializer_inputs(model, ["b"]) == ["w"]
+    fed = onnx.ModelProto()
+    fed.CopyFrom(model)
+    assert initializers_as_constants(fed, ["b"]) == [
+        "1 initializers also listed as graph inputs read as constants (ONNX Runtime neither folds nor prepacks an "
+        "input; give one in --inputs to keep it an input)"
+    ]
+    assert [v.name for v in fed.graph.input] == ["x", "b"]
+    ir3 = onnx.ModelProto()
+    ir3.CopyFrom(model)
+    ir3.ir_version = 3
+    assert initializer_inputs(ir3) == [] and initializers_as_constants(ir3) == []
+
+    source, out = tmp_path / "old.onnx", tmp_path / "opt.onnx"
+    onnx.save(model, str(source))
+    assert main(["optimize", str(source), "-o", str(out)]) == 0, capsys.readouterr().err
+    assert "normal form: 2 initializers also listed as graph inputs read as constants" in capsys.readouterr().out
+    optimized = onnx.load(str(out))
+    assert [v.name for v in optimized.graph.input] == ["x"]
+    x = np.random.default_rng(3).standard_normal((2, 3, 6, 6)).astype(np.float32)
+    np.testing.assert_allclose(_run(optimized, {"x": x})[0], _run(model, {"x": x})[0], rtol=1e-5, atol=1e-6)

@@ -16,9 +16,17 @@ feature learning every spelling:
   fixed size of zero, refusing every real input. Symbolic names (``dim_param``) are kept as written.
 
 Both are lossless: the model computes the same, for every input it accepted before.
+
+One more step changes the interface, so it is separate and made only where the user's inputs are known
+(:func:`initializers_as_constants`, by the runner): an initializer also listed as a graph input (IR >= 4)
+is a default the caller may override, and ONNX Runtime neither folds nor prepacks it. Old exporters list
+every weight so (tf2onnx at opset 7: a Keras CNN ran 1.8x slower for it). Such inputs are dropped, and
+their initializers become constants, unless the user feeds them.
 """
 
 from __future__ import annotations
+
+from collections.abc import Collection
 
 import numpy as np
 import onnx
@@ -65,6 +73,30 @@ def normal_form(model: onnx.ModelProto, in_place: bool = False) -> tuple[onnx.Mo
                 dim.ClearField("dim_value")
         notes.append(f"dims declared 0 read as dynamic on {', '.join(zero_dims)}")
     return result, notes
+
+
+def initializer_inputs(model: onnx.ModelProto, fed: Collection[str] = ()) -> list[str]:
+    """Graph inputs that only restate an initializer and that :func:`initializers_as_constants` drops."""
+    if model.ir_version < 4:
+        return []  # IR 3 requires every initializer among the inputs, and reads them as constants anyway
+    initializers = {t.name for t in model.graph.initializer}
+    return [v.name for v in model.graph.input if v.name in initializers and v.name not in fed]
+
+
+def initializers_as_constants(model: onnx.ModelProto, fed: Collection[str] = ()) -> list[str]:
+    """In place: graph inputs that only restate an initializer (IR >= 4) are dropped, except those in ``fed``
+    (the user gives them a value); returns the line saying so, or nothing."""
+    dropped = set(initializer_inputs(model, fed))
+    if not dropped:
+        return []
+    graph = model.graph
+    kept = [v for v in graph.input if v.name not in dropped]
+    del graph.input[:]
+    graph.input.extend(kept)
+    return [
+        f"{len(dropped)} initializers also listed as graph inputs read as constants (ONNX Runtime neither folds "
+        "nor prepacks an input; give one in --inputs to keep it an input)"
+    ]
 
 
 def _weight_aliases(model: onnx.ModelProto, lifted: set[str]) -> dict[str, str]:

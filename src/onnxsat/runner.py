@@ -21,7 +21,7 @@ from onnxsat import model_io
 from onnxsat.core import Model, Pass, PassContext, PassResult, ReportBase, RunFacts
 from onnxsat.errors import OnnxSatError, VerificationFailedError
 from onnxsat.inputs import InputSpec
-from onnxsat.normal_form import normal_form
+from onnxsat.normal_form import initializers_as_constants, normal_form
 from onnxsat.verification import Tolerance
 
 
@@ -120,6 +120,7 @@ def run(
     model_io.check_data_path(target, proto, base_dir)
     proto, normalised = normal_form(proto, in_place=True)
     normalised[:0] = loaded
+    normalised += initializers_as_constants(proto, settings.inputs.given)
     settings.inputs.check(proto)
     model = Model(proto, base_dir, str(input_path))
     context = PassContext(

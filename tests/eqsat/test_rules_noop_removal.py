@@ -191,3 +191,19 @@ def test_reshapes_and_expands_that_keep_an_open_batch_dim_go() -> None:
     assert_fired(trip, "Reshape keeping its input's dims -> input", "Expand keeping its input's dims -> input")
     assert op_types(trip.model) == Counter({"Relu": 1, "Neg": 1, "Reshape": 3, "Expand": 2})
     check_and_compare(model, trip.model)
+
+
+def test_a_kept_expand_does_not_make_a_growing_one_of_the_same_target_a_noop() -> None:
+    """Expand(e, [2]) of a [2] e returns e; e = Expand(s, [2]) of a scalar s grows it. Equal targets put both in
+    one class once the first is removed, so the fact names the input too: s is never taken for e (the fuzz
+    campaign found a ReduceLogSum over 1 element instead of 2)."""
+    g = Graph()
+    s = g.node("Relu", [g.input("s", [])], "s_relu")
+    grown = node("Expand", ints(2))(g, s, "grow")
+    kept = node("Expand", ints(2))(g, grown, "keep")
+    g.node("ReduceLogSum", [g.node("Abs", [kept], "abs")], "y", keepdims=0)
+    model = g.model(["y"])
+    trip = optimized(model)
+    assert_fired(trip, "Expand keeping its input's dims -> input")
+    assert op_types(trip.model)["Expand"] == 1
+    check_and_compare(model, trip.model)

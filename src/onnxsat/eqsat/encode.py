@@ -143,7 +143,7 @@ def declare_language(egraph: EGraph) -> None:
         opset_at_least(-1),
         parallel_pair(handle, handle),
         pad_into_pool(handle),
-        returns_input(handle),
+        returns_input(handle, handle),
         op_kind("", ""),
         union(Tensor.ref(-3)).with_(Tensor.pure_key("", Attrs.none(), Args.nil(), 0, 0)),
     )
@@ -225,8 +225,8 @@ class _Encoder:
             self.commands.append(_fact(_call("ParallelPair", self.ref(first), self.ref(second))))
         for output in self.result.facts.absorbable_pads:
             self.commands.append(_fact(_call("PadIntoPool", self.ref(output))))
-        for output in self.result.facts.returns_input:
-            self.commands.append(_fact(_call("ReturnsInput", self.ref(output))))
+        for output, source in self.result.facts.returns_input:
+            self.commands.append(_fact(_call("ReturnsInput", self.ref(output), self.ref(source))))
         for output, operand, rank in self.result.facts.same_shape:
             self.commands.append(_fact(_call("SameShape", self.ref(output), self.ref(operand), _int(rank))))
         for outer, inner in inverse_permutations(self.attr_keys, self.result.attributes):

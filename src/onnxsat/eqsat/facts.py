@@ -196,8 +196,8 @@ class GraphFacts:
     same_shape: list[tuple[str, str, int]] = field(default_factory=list)
     """(output, operand, rank) of binary elementwise nodes whose output keeps an operand's known shape."""
     absorbable_pads: list[str] = field(default_factory=list)
-    returns_input: list[str] = field(default_factory=list)
-    """Outputs of Reshapes and Expands shown to return their data input unchanged although shape
+    returns_input: list[tuple[str, str]] = field(default_factory=list)
+    """(output, data input) of Reshapes and Expands shown to return their data input unchanged although shape
     inference leaves a dim open (``shape_keepers``): ``Reshape(x, [-1, C, 1, 1])`` of an ``[N, C, 1, 1]`` x."""
     """Outputs of Pads that the pool reading them can take into its own padding (``window_pads``)."""
     attention_sites: list[AttentionSite] = field(default_factory=list)
@@ -452,8 +452,8 @@ def _expand_shapes(model: onnx.ModelProto, facts: GraphFacts, base_dir: Path | N
 
 def shape_keepers(
     graph: onnx.GraphProto, shapes: dict[str, tuple[int, ...]], small_ints: dict[str, np.ndarray]
-) -> list[str]:
-    """Outputs of Reshapes and Expands whose constant target keeps their data input's shape, shown from
+) -> list[tuple[str, str]]:
+    """(output, data input) of Reshapes and Expands whose constant target keeps the input's shape, shown from
     the input's known dims alone. Shape inference cannot see it when a dim is open: tf2onnx wraps
     BatchNormalizations in ``Reshape(x, [-1, C, 1, 1])`` on an ``[N, C, 1, 1]`` x, and names the two
     batch dims apart, so the Reshape hid each BatchNormalization from the Conv before it."""
@@ -474,7 +474,7 @@ def shape_keepers(
         else:
             continue
         if keeps:
-            kept.append(node.output[0])
+            kept.append((node.output[0], node.input[0]))
     return kept
 
 

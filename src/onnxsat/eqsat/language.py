@@ -175,9 +175,12 @@ Transpose pair is an ``Attrs.computed`` known only at decode, so no rule could s
 pad_into_pool = relation("PadIntoPool", Tensor, egg_fn="PadIntoPool")
 """The output of a constant-mode Pad whose only reader, a pool, can take the padding into its own: every
 condition (pad value, kernel width, ceil mode, the pool's divisor) is checked in Python (``window_pads``)."""
-returns_input = relation("ReturnsInput", Tensor, egg_fn="ReturnsInput")
-"""The output of a Reshape or Expand that returns its data input unchanged, shown in Python from the input's
-known dims and the constant target (``facts.shape_keepers``) where shape inference left a dim open."""
+returns_input = relation("ReturnsInput", Tensor, Tensor, egg_fn="ReturnsInput")
+"""(output, data input) of a Reshape or Expand that returns its input unchanged, shown in Python from the
+input's known dims and the constant target (``facts.shape_keepers``) where shape inference left a dim open.
+The input is named because facts sit on e-classes: once the output's class merges with another, a node of
+that class reading some other tensor must not match (an ``Expand(s, [2])`` of a scalar met an
+``Expand(t, [2])`` of a ``[2]`` tensor that way)."""
 attention_site = relation("AttentionSite", Tensor, Args, Attrs, Dims, Dims, String, String, egg_fn="AttentionSite")
 """(output, fused inputs, fused attributes, fused output shape, output shape, fused node id, merging Reshape's
 id): a scaled dot-product attention found in Python at encode time (``attention_sites``), which one

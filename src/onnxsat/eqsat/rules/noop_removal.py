@@ -107,7 +107,7 @@ def _same_shape(
     for op in ("Reshape", "Expand"):
         yield rule(
             eq(y).to(result(op, attrs, args_of(x, s), node_id)),
-            returns_input(y),
+            returns_input(y, x),
             name=unique(f"{op} keeping its input's dims -> input"),
         ).then(union(y).with_(x))
     # Slice keeps every element of a same-shaped output only with unit steps (omitted, or all ones).
