@@ -332,7 +332,16 @@ class _Decoder:
         rebuilt = {"node", "initializer", "sparse_initializer", "value_info", "quantization_annotation"}
         copy_fields(source.graph, graph, skip=rebuilt)
         graph.node.extend(nodes)
-        keep = self.used_initializers | {v.name for v in source.graph.input}
+        interface = {v.name for v in source.graph.input}
+        if model.ir_version < 4:  # every initializer is listed as an input there: unread ones are dead, not interface
+            read = {name for node in nodes for name in (*node.input, *subgraph_captures(node))}
+            twins = set(self.encoded.facts.equal_initializers)  # read as their equal first: not dead, kept as listed
+            dead = {t.name for t in source.graph.initializer} - self.used_initializers - read - twins
+            kept_inputs = [v for v in graph.input if v.name not in dead]
+            del graph.input[:]
+            graph.input.extend(kept_inputs)
+            interface -= dead
+        keep = self.used_initializers | interface
         graph.initializer.extend(t for t in source.graph.initializer if t.name in keep)
         graph.initializer.extend(self.new_initializers)
         if model.ir_version < 4:  # before IR 4 every initializer must also be listed as a graph input
