@@ -46,9 +46,9 @@ from onnxsat.pruning.unfuse import fused_count, split_fused
 from onnxsat.verification import check_lossy, reference_run
 
 RANDOM_CALIBRATION_SAMPLES = 16
+"""Seeded normal inputs used for HRank or reconstruction when no data is given (said in the report)."""
 VERIFY_SAMPLES = 16
 """Samples of the scored data the verification's "changed by" figures come from (not a random input)."""
-"""Seeded normal inputs used for HRank or reconstruction when no data is given (said in the report)."""
 
 
 @dataclass
