@@ -196,10 +196,10 @@ class GraphFacts:
     same_shape: list[tuple[str, str, int]] = field(default_factory=list)
     """(output, operand, rank) of binary elementwise nodes whose output keeps an operand's known shape."""
     absorbable_pads: list[str] = field(default_factory=list)
+    """Outputs of Pads that the pool reading them can take into its own padding (``window_pads``)."""
     returns_input: list[tuple[str, str]] = field(default_factory=list)
     """(output, data input) of Reshapes and Expands shown to return their data input unchanged although shape
     inference leaves a dim open (``shape_keepers``): ``Reshape(x, [-1, C, 1, 1])`` of an ``[N, C, 1, 1]`` x."""
-    """Outputs of Pads that the pool reading them can take into its own padding (``window_pads``)."""
     attention_sites: list[AttentionSite] = field(default_factory=list)
     """Scaled dot-product attentions a fused op can stand for (``attention_sites``)."""
     equal_initializers: dict[str, str] = field(default_factory=dict)
