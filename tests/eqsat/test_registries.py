@@ -127,7 +127,7 @@ def test_registered_kernel_and_flag_names() -> None:
         ("", "BatchNormalization"): {"inference"},
         ("", "Conv"): {"no_padding", "unit_strides", "explicit_padding"},
         ("", "Transpose"): {"identity_perm", "swap_2d", "explicit_perm"},
-        ("", "Pad"): {"constant_mode"},
+        ("", "Pad"): {"constant_mode", "zero_attribute_pads"},
         ("", "Gemm"): {"plain"},
     }
 

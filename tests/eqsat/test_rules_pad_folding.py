@@ -172,3 +172,54 @@ def test_pad_as_wide_as_the_pool_kernel_keeps_a_loadable_model() -> None:
     g.node("AveragePool", [p], "y", kernel_shape=[2, 2], count_include_pad=1)
     model = g.model(["y"])
     check_and_compare(model, optimized(model).model)
+
+
+def attribute_padded(consumer: str, pads: list[int], opset: int = 9, **pad_attrs: object) -> onnx.ModelProto:
+    """x -> Pad (opset < 11: pads and value as attributes) -> consumer (kernel 3) -> y."""
+    g = Graph(seed=opset)
+    p = g.node("Pad", [g.input("x", [2, 3, 5, 5])], "p", pads=pads, **pad_attrs)
+    if consumer == "Conv":
+        channels = 3 + pads[1] + pads[5]
+        g.node("Conv", [p, g.weight("w", 4, channels, 3, 3), g.weight("b", 4)], "y", pads=[1, 0, 0, 0])
+    else:
+        counting = {"count_include_pad": 1} if consumer == "AveragePool" else {}
+        g.node(consumer, [p], "y", kernel_shape=[3, 3], **counting)
+    return g.model(["y"], opset=opset)
+
+
+@pytest.mark.parametrize("opset", [7, 10])
+@pytest.mark.parametrize(
+    ("consumer", "pad_attrs", "expected_pads"),
+    [
+        ("Conv", {}, [1, 1, 1, 2]),
+        ("Conv", {"mode": "constant", "value": 0.0}, [1, 1, 1, 2]),
+        ("AveragePool", {}, [0, 1, 1, 2]),
+        ("MaxPool", {"value": float("-inf")}, [0, 1, 1, 2]),
+    ],
+    ids=["conv", "conv_explicit_zero", "avgpool", "maxpool_minus_inf"],
+)
+def test_attribute_pad_of_old_opsets_folds(opset: int, consumer: str, pad_attrs: dict, expected_pads: list) -> None:
+    """Before opset 11 (tf2onnx at opset 7-10) a Pad's pads are an attribute: folded all the same."""
+    model = attribute_padded(consumer, [0, 0, 0, 1, 0, 0, 1, 2], opset=opset, **pad_attrs)
+    trip = optimized(model)
+    assert_fired(trip, FIRES[consumer])
+    assert op_types(trip.model) == Counter({consumer: 1})
+    node = only_node(trip.model, consumer)
+    assert node.input[0] == "x"
+    assert ints_attr(node, "pads") == expected_pads
+    check_and_compare(model, trip.model)
+
+
+@pytest.mark.parametrize(
+    ("consumer", "pads", "pad_attrs"),
+    [
+        ("Conv", [0, 0, 1, 1, 0, 0, 1, 1], {"value": 0.5}),
+        ("Conv", [0, 1, 1, 1, 0, 0, 1, 1], {}),
+        ("Conv", [0, 0, 1, 1, 0, 0, 1, 1], {"mode": "edge"}),
+        ("Conv", [0, 0, -1, 0, 0, 0, 1, 1], {}),
+        ("MaxPool", [0, 0, 1, 1, 0, 0, 1, 1], {}),
+    ],
+    ids=["nonzero_value", "channel_pads", "edge_mode", "negative_pads", "maxpool_zero_pad_may_win"],
+)
+def test_attribute_pad_that_cannot_move_is_kept(consumer: str, pads: list[int], pad_attrs: dict) -> None:
+    assert_unchanged(attribute_padded(consumer, pads, **pad_attrs), PAD_CONV, PAD_POOL, PAD_MAX)

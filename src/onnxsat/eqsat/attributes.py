@@ -82,11 +82,12 @@ def gemm_flip_b(gemm: AttrList, _: AttrList, values: list[np.ndarray | None]) ->
 
 
 @attribute_kernel("add_spatial_pads")
-def add_spatial_pads(conv: AttrList, _: AttrList, values: list[np.ndarray | None]) -> AttrList:
-    """A Pad's spatial pads (zero for batch and channel, checked by the rule) added to the Conv/Pool's own."""
-    (pads,) = values
-    assert pads is not None
-    pads = np.asarray(pads, dtype=np.int64).reshape(-1)
+def add_spatial_pads(conv: AttrList, pad: AttrList, values: list[np.ndarray | None]) -> AttrList:
+    """A Pad's spatial pads (zero for batch and channel, checked by the rule) added to the Conv/Pool's own:
+    from its ``pads`` input, or without one (opset < 11), from the Pad's ``pads`` attribute."""
+    given = values[0] if values else _ints(pad, "pads")
+    assert given is not None
+    pads = np.asarray(given, dtype=np.int64).reshape(-1)
     rank = pads.size // 2
     spatial = list(pads[2:rank]) + list(pads[rank + 2 :])
     own = _ints(conv, "pads") or [0] * len(spatial)
@@ -95,9 +96,9 @@ def add_spatial_pads(conv: AttrList, _: AttrList, values: list[np.ndarray | None
 
 
 @attribute_kernel("add_counted_pads")
-def add_counted_pads(pool: AttrList, _: AttrList, values: list[np.ndarray | None]) -> AttrList:
+def add_counted_pads(pool: AttrList, pad: AttrList, values: list[np.ndarray | None]) -> AttrList:
     """A zero Pad taken into an AveragePool: its zeros were counted in the divisor, so the padding now is."""
-    return _replace(add_spatial_pads(pool, _, values), helper.make_attribute("count_include_pad", 1))
+    return _replace(add_spatial_pads(pool, pad, values), helper.make_attribute("count_include_pad", 1))
 
 
 @attribute_kernel("last_axis")

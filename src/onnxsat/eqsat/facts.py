@@ -119,6 +119,21 @@ def _constant_pad(attrs: list[onnx.AttributeProto], opset: int) -> bool:
     return all(attr.s == b"constant" for attr in attrs if attr.name == "mode") and opset >= 11
 
 
+@flag_predicate("Pad", "zero_attribute_pads")
+def _zero_attribute_pads(attrs: list[onnx.AttributeProto], opset: int) -> bool:
+    """Before opset 11 a Pad holds its pads and fill value as attributes: constant mode, zero fill, and
+    non-negative pads on the spatial axes only, as a Conv or pool can take into its own padding."""
+    if opset >= 11 or not all(attr.s == b"constant" for attr in attrs if attr.name == "mode"):
+        return False
+    if any(attr.f != 0.0 for attr in attrs if attr.name == "value"):
+        return False
+    pads = _ints_attr(attrs, "pads") or []
+    rank = len(pads) // 2
+    if rank < 3 or len(pads) != 2 * rank or any(p < 0 for p in pads):
+        return False
+    return pads[0] == pads[1] == pads[rank] == pads[rank + 1] == 0
+
+
 @flag_predicate("Gemm", "plain")
 def _plain_gemm(attrs: list[onnx.AttributeProto], opset: int) -> bool:
     """alpha = beta = 1: the bias and the product are added as they are."""

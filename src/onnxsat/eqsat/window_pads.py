@@ -70,6 +70,16 @@ def _pad_value_fits(pool: onnx.NodeProto, value: np.ndarray | None, input_produc
     return fill == -np.inf or (fill == 0.0 and input_producer == "Relu")
 
 
+def _attribute_pads(pad: onnx.NodeProto) -> tuple[np.ndarray | None, np.ndarray | None]:
+    """A Pad's pads and fill value before opset 11, where both are attributes (the value defaults to 0)."""
+    pads = _attr(pad, "pads")
+    value = _attr(pad, "value")
+    return (
+        np.asarray(pads.ints, dtype=np.int64) if pads is not None else None,
+        np.asarray(value.f, dtype=np.float32) if value is not None else None,
+    )
+
+
 def absorbable_pads(
     graph: onnx.GraphProto,
     read_constant: Callable[[str], np.ndarray | None],
@@ -77,8 +87,6 @@ def absorbable_pads(
     opset: int,
 ) -> Iterable[str]:
     """Outputs of constant-mode Pads whose only reader is a pool that can take their padding."""
-    if opset < 11:  # before opset 11 the pads are an attribute; such models are left alone
-        return
     producer = {o: n.op_type for n in graph.node if n.domain in ("", "ai.onnx") for o in n.output if o}
     readers: dict[str, list[onnx.NodeProto]] = {}
     for node in graph.node:
@@ -95,9 +103,14 @@ def absorbable_pads(
             continue
         if pool.input[0] != pad.output[0]:
             continue
-        pad_values = read_constant(pad.input[1]) if len(pad.input) > 1 and pad.input[1] else None
-        value = read_constant(pad.input[2]) if len(pad.input) > 2 and pad.input[2] else None
-        if pad_values is None or (len(pad.input) > 2 and pad.input[2] and value is None):
+        if opset < 11:  # the pads and the fill value are attributes
+            pad_values, value = _attribute_pads(pad)
+        else:
+            pad_values = read_constant(pad.input[1]) if len(pad.input) > 1 and pad.input[1] else None
+            value = read_constant(pad.input[2]) if len(pad.input) > 2 and pad.input[2] else None
+            if len(pad.input) > 2 and pad.input[2] and value is None:
+                continue
+        if pad_values is None:
             continue
         if merged_pool_pads(pad_values, pool) is None:
             continue
