@@ -41,6 +41,9 @@ def test_the_chosen_model_is_inside_the_budget_and_measured_on_held_out_data(com
     out, report = compressed
     assert out.exists() and report["written"]
     assert report["accuracy"]["drop"] <= 0.01
+    assert report["confidence"] == 0.9
+    inside = [row for row in report["candidates"] if row["within_budget"]]
+    assert inside and all(row["drop"] <= row["bound"] <= 0.01 for row in inside)
     assert report["held_out"]["data"].startswith("digits-test") and report["held_out"]["score"]["samples"] == 397
     assert report["chosen"] != "original" and report["latency"]["speedup"] > 0
     stages = {row["stage"] for row in report["candidates"]}
@@ -148,6 +151,7 @@ def test_a_budget_nothing_meets_writes_nothing_and_names_the_closest(
         (["--techniques", "distill"], "--techniques: unknown technique 'distill'"),
         (["--max-drop", "150%"], "--max-drop must be in [0%, 100%]"),
         (["--latency-batch", "0"], "--latency-batch must be at least 1"),
+        (["--confidence", "0.3"], "--confidence must be in [0.5, 1)"),
     ],
 )
 def test_bad_settings_are_one_line(
@@ -246,3 +250,23 @@ def test_a_speedup_inside_the_noise_writes_nothing() -> None:
     assert _pays(candidate(1.03, 1.01), 1000)
     assert _pays(candidate(0.99, 0.95, size=800), 1000)  # as fast and smaller
     assert not _pays(candidate(0.95, 0.90, size=800), 1000)
+
+
+def test_a_candidate_whose_drop_fits_only_by_luck_is_over_the_budget() -> None:
+    """Inside the budget means the drop plus its sampling error at --confidence: a 0.4% drop that 60
+    samples changing both ways netted is not inside 0.5%; the same drop from 4 lost samples is."""
+    from onnxsat.compress.evaluate import Outcome
+    from onnxsat.compress.search import Evaluated, Search, SearchSettings
+    from onnxsat.metrics import OutputScore, Score
+
+    def outcome(error: float) -> Outcome:
+        score = Score((OutputScore("logits", "top1", 0.986, 0.99, error=error),), 1000, "accuracy", z=1.2816)
+        return Outcome(Recipe.pruned({"conv": 0.5}), score, model=b"m", size=10)
+
+    search = Search.__new__(Search)
+    search.settings = SearchSettings(0.005, ["conv"], [], False, 0.0)
+    lucky, pinned = outcome(error=0.0024), outcome(error=0.0006)
+    assert lucky.drop == pytest.approx(pinned.drop) == pytest.approx(0.004)
+    assert not search._within(Evaluated("prune", lucky)) and search._within(Evaluated("prune", pinned))
+    rows = compress_module._rows([Evaluated("prune", lucky)], 0.005)
+    assert not rows[0].within_budget and rows[0].bound == pytest.approx(0.004 + 1.2816 * 0.0024)

@@ -227,3 +227,45 @@ def test_a_class_label_output_is_scored_against_the_labels() -> None:
     assert label.measure(reference, candidate, None).value == 0.75
     assert label.measure(reference, reference, labels).value == 0.5
     assert label.blind_spot(np.zeros(40, dtype=np.int64)) == "answers class 0 for all 40 samples"
+
+
+def flipped(labels: np.ndarray, classes: int, lost: int, won: int) -> tuple[np.ndarray, np.ndarray]:
+    """(original, candidate) one-hot logits: the original wrong on the first ``won`` samples (which the
+    candidate gets right), the candidate wrong on the next ``lost`` ones (which the original got right)."""
+    original = np.eye(classes)[labels]
+    candidate = original.copy()
+    original[:won] = np.eye(classes)[(labels[:won] + 1) % classes]
+    candidate[won : won + lost] = np.eye(classes)[(labels[won : won + lost] + 1) % classes]
+    return original, candidate
+
+
+def test_the_bound_adds_the_paired_sampling_error_of_the_drop() -> None:
+    """1,000 samples, both at a 0.5% drop: 5 lost and none won is a drop the samples pin down; 30 lost and
+    25 won nets the same by luck, and its bound at 90% confidence is over a 1% budget."""
+    labels = np.arange(1000) % 10
+    for lost, won, fits in ((5, 0, True), (30, 25, False)):
+        original, candidate = flipped(labels, 10, lost, won)
+        budget = Budget({"logits": original}, {"logits": 0}, labels, confidence=0.9)
+        score = budget.score({"logits": candidate})
+        assert score.drop == pytest.approx(0.005)
+        differences = np.r_[np.ones(lost), -np.ones(won), np.zeros(1000 - lost - won)]
+        error = np.std(differences, ddof=1) / np.sqrt(1000)
+        assert score.bound == pytest.approx(0.005 + 1.2816 * error, rel=1e-3)
+        assert score.fits(0.01) is fits
+        assert Budget({"logits": original}, {"logits": 0}, labels).score({"logits": candidate}).bound == score.drop
+
+
+def test_metrics_over_all_samples_at_once_have_no_bound_beyond_the_drop() -> None:
+    """A detector's F1 is not a mean over samples: the drop is held against the budget as it is."""
+    reference = yolo_like(4)
+    budget = Budget({"output0": reference}, {"output0": 0}, confidence=0.95)
+    candidate = reference.copy()
+    candidate[:, 4:] *= 0.5
+    score = budget.score({"output0": candidate})
+    assert score.bound == score.drop
+
+
+@pytest.mark.parametrize("confidence", [0.4, 1.0, 1.5])
+def test_a_confidence_outside_half_to_one_is_refused(confidence: float) -> None:
+    with pytest.raises(SettingsError, match="--confidence must be in"):
+        Budget({"logits": RNG.normal(size=(4, 3))}, {"logits": 0}, confidence=confidence)

@@ -178,6 +178,7 @@ def quantized_by_ort(path: Path) -> Path:
         (no_weights, [], 9, "nothing to quantize"),
         (quantized_by_ort, [], 9, "it is quantized already (2 DynamicQuantizeLinear, 2 MatMulInteger)"),
         (mlp, ["--max-drop", "150%"], 9, "--max-drop must be in [0%, 100%]"),
+        (mlp, ["--confidence", "1"], 9, "--confidence must be in [0.5, 1)"),
         (mlp, ["--exclude", "nope"], 9, "--exclude 'nope' names no node"),
         (wide_mlp, ["--data", "digits"], 12, "the model input must be NCHW or NHWC (4 dims), or [N, 64]"),
     ],

@@ -33,7 +33,7 @@ from onnxsat.data.sources import Dataset, load_dataset
 from onnxsat.eqsat.portable import portable_form
 from onnxsat.errors import SettingsError
 from onnxsat.inputs import InputSpec
-from onnxsat.metrics import HeldOut, MetricSpec, check_spec, metric_option
+from onnxsat.metrics import HeldOut, MetricSpec, check_confidence, check_spec, confidence_option, metric_option
 from onnxsat.metrics.scorer import ModelScorer
 from onnxsat.options import float_list, option, percent
 from onnxsat.pruning.prune import association_trees
@@ -53,6 +53,7 @@ class CompressOptions:
     max_drop: float = option(0.01, type=percent, help="largest allowed drop of the metric (default 1%%)")
     metric: MetricSpec = metric_option()
     metric_output: list[str] = option(default_factory=list, metavar="NAME", help="outputs the budget applies to")
+    confidence: float = confidence_option()
     data: str | None = option(None, help="data the budget is measured on: digits, an image folder, CIFAR-10, an .npz")
     eval_data: str | None = option(None, help="held-out data for the final figure (default: --holdout of --data)")
     holdout: float = option(0.2, type=percent, help="share of --data the search never sees (default 20%%)")
@@ -94,6 +95,7 @@ class CompressOptions:
             what = f"unknown technique {unknown[0]!r}" if unknown else "name at least one technique"
             raise SettingsError(f"--techniques: {what} (known: {', '.join(TECHNIQUES)})")
         check_spec(self.metric)
+        check_confidence(self.confidence)
 
 
 def compress_model(
@@ -111,9 +113,10 @@ def compress_model(
     batch = batch_size_for(model, options.batch_size, given)
     scorer = ModelScorer(
         model, input_name, search_data, metric=options.metric, outputs=options.metric_output, given=given,
-        batch_size=batch, threads=options.threads,
+        batch_size=batch, threads=options.threads, confidence=options.confidence,
     )  # fmt: skip
     report.data, report.baseline = search_data.name, scorer.baseline
+    report.confidence = options.confidence
     report.metric, report.metrics = scorer.baseline.metric, scorer.budget.describe()
     report.notes += scorer.budget.blind_spots()
     problem = Problem(
@@ -128,6 +131,7 @@ def compress_model(
         outputs=list(options.metric_output),
         batch_size=batch,
         calibration_limit=options.calibration_limit,
+        confidence=options.confidence,
     )
     groups = _groups(model, options, report) if "prune" in options.techniques else []
     modes = applicable_modes(model) if "quantize" in options.techniques else []
@@ -299,18 +303,26 @@ def _nothing_fits(evaluated: list[Evaluated], max_drop: float) -> str:
     if not scored:
         reasons = sorted({e.outcome.error for e in evaluated if e.outcome.error})
         return "no candidate could be built" + (f": {reasons[0]}" if reasons else "") + "; nothing written"
-    inside = [e for e in scored if e.outcome.drop <= max_drop]  # type: ignore[operator]
+    inside = [e for e in scored if e.outcome.fits(max_drop)]
     if inside:
         fastest = max(inside, key=lambda e: e.speedup)
         return (
             f"no candidate inside the {max_drop:.2%} budget is faster than the original (closest: "
             f"{fastest.recipe.label}, {fastest.speedup:.2f}x, drop {fastest.outcome.drop:.2%}); nothing written"
         )
-    closest = min(scored, key=lambda e: e.outcome.drop)  # type: ignore[arg-type,return-value]
+    closest = min(scored, key=lambda e: e.outcome.bound)  # type: ignore[arg-type,return-value]
     return (
         f"no candidate fits the {max_drop:.2%} budget (closest: {closest.recipe.label}, drop "
-        f"{closest.outcome.drop:.2%}); nothing written"
+        f"{closest.outcome.drop:.2%}{_bound_text(closest.outcome)}); nothing written"
     )
+
+
+def _bound_text(outcome: Outcome) -> str:
+    """``, up to 0.88% within the sampling error`` when the bound the budget is held against is above the drop."""
+    score = outcome.score
+    if score is None or score.bound <= score.drop:
+        return ""
+    return f", up to {score.bound:.2%} within the sampling error"
 
 
 def _rows(evaluated: list[Evaluated], max_drop: float) -> list[CandidateRow]:
@@ -324,8 +336,9 @@ def _rows(evaluated: list[Evaluated], max_drop: float) -> list[CandidateRow]:
                 label=e.recipe.label,
                 recipe={"passes": e.recipe.passes()},
                 drop=e.outcome.drop,
+                bound=score.bound if score is not None else None,
                 value=score.value if score is not None else None,
-                within_budget=e.outcome.drop is not None and e.outcome.drop <= max_drop and not e.outcome.error,
+                within_budget=e.outcome.fits(max_drop),
                 speedup=e.timed.speedup if e.timed is not None else None,
                 latency_ms=e.timed.latency_ms if e.timed is not None else None,
                 size=e.outcome.size,

@@ -50,6 +50,8 @@ class Problem:
     outputs: list[str] = field(default_factory=list)
     batch_size: int = 64
     calibration_limit: int = 512
+    confidence: float = 0.5
+    """How sure a candidate must be to be inside the budget (``Score.fits``): the user's ``--confidence``."""
     log_severity: int = field(default_factory=runtime_log_severity)
     """The driver's ONNX Runtime log level, which a worker process or Ray task takes for its own."""
 
@@ -79,6 +81,14 @@ class Outcome:
     @property
     def drop(self) -> float | None:
         return self.score.drop if self.score is not None else None
+
+    @property
+    def bound(self) -> float:
+        """The drop the budget is held against (``Score.bound``); infinite when unscored."""
+        return self.score.bound if self.score is not None else float("inf")
+
+    def fits(self, max_drop: float) -> bool:
+        return self.error is None and self.score is not None and self.score.fits(max_drop)
 
 
 @dataclass
@@ -123,6 +133,7 @@ def _prepared(problem: Problem) -> _Prepared:
             outputs=problem.outputs,
             given=problem.spec.given,
             batch_size=problem.batch_size,
+            confidence=problem.confidence,
         )
         _PREPARED[problem.key] = _Prepared(original, data_path, scorer, folder)
     return _PREPARED[problem.key]
@@ -136,7 +147,11 @@ def evaluate(task: Task) -> Outcome:
     if runtime_log_severity() != task.problem.log_severity:
         set_runtime_logs(task.problem.log_severity)
     prepared = _prepared(task.problem)
-    settings: dict[str, Any] = {"metric": task.problem.metric_spec, "metric_output": task.problem.outputs}
+    settings: dict[str, Any] = {
+        "metric": task.problem.metric_spec,
+        "metric_output": task.problem.outputs,
+        "confidence": task.problem.confidence,
+    }
     if task.minutes is not None:
         settings["budget_minutes"] = task.minutes
     try:
@@ -147,7 +162,7 @@ def evaluate(task: Task) -> Outcome:
             task.problem.spec,
             quantize_settings=settings,
             calibration_limit=task.problem.calibration_limit,
-            spent=lambda pruned: prepared.scorer.score(pruned).drop,
+            spent=lambda pruned: prepared.scorer.score(pruned).bound,
         )
         score, distortion = prepared.scorer.judge(built.model)
     except OnnxSatError as error:

@@ -23,6 +23,8 @@ class CandidateRow:
     label: str
     recipe: dict[str, Any]
     drop: float | None = None
+    bound: float | None = None
+    """The drop the budget was held against: ``drop`` plus the sampling error at ``--confidence``."""
     value: float | None = None
     """The worst scored output's metric value on the search data."""
     within_budget: bool = False
@@ -52,6 +54,8 @@ class CompressReport(ReportBase):
     input: str
     output: str | None
     max_drop: float
+    confidence: float = 0.5
+    """How sure a candidate had to be to count as inside ``max_drop`` (see ``Score.bound``)."""
     data: str | None = None
     metric: str | None = None
     metrics: dict[str, dict[str, str]] = field(default_factory=dict)
@@ -100,18 +104,22 @@ class CompressReport(ReportBase):
 
     def to_table(self) -> str:
         lines = [f"ONNXSat compress  {self.input} -> {self.output or '(not written)'}"]
-        lines.append(f"budget: drop at most {self.max_drop:.2%}; candidates built and scored on {self.evaluated_on}")
+        lines.append(
+            f"budget: drop at most {self.max_drop:.2%} at {self.confidence:.0%} confidence; candidates built and "
+            f"scored on {self.evaluated_on}"
+        )
         if self.candidates:
-            lines += ["", f"{'#':>3} {'stage':<12}{'drop':>8}{'speedup':>9}{'size':>12}  recipe"]
+            lines += ["", f"{'#':>3} {'stage':<12}{'drop':>8}{'bound':>8}{'speedup':>9}{'size':>12}  recipe"]
             for row in self.candidates:
                 drop = f"{row.drop:.2%}" if row.drop is not None else "-"
+                bound = f"{row.bound:.2%}" if row.bound is not None else "-"
                 speed = f"{row.speedup:.2f}x" if row.speedup is not None else "-"
                 mark = "*" if row.pareto else " "
                 tail = f"  ({row.error})" if row.error else ("" if row.within_budget else "  (over the budget)")
-                lines.append(
-                    f"{row.index:>3} {row.stage:<12}{drop:>8}{speed:>9}{row.size:>12,}{mark} {row.label}{tail}"
-                )
-            lines.append("    (* on the Pareto front of speed and accuracy)")
+                figures = f"{drop:>8}{bound:>8}{speed:>9}{row.size:>12,}{mark}"
+                lines.append(f"{row.index:>3} {row.stage:<12}{figures} {row.label}{tail}")
+            lines.append("    (* on the Pareto front of speed and accuracy; bound: the drop plus its sampling error")
+            lines.append(f"     at {self.confidence:.0%} confidence, which the budget is held against)")
         lines += ["", f"chosen: {self.chosen or 'nothing'}"]
         if self.contributions:
             lines.append("what each step adds (cumulative, side by side with the original):")

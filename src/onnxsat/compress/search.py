@@ -156,8 +156,7 @@ class Search:
         self.batch("sensitivity", list(probes.values()))
         for group, probe in probes.items():
             result = self._cache.get(probe)
-            drop = result.outcome.drop if result is not None else None
-            self.sensitivity[group] = drop if drop is not None else float("inf")
+            self.sensitivity[group] = result.outcome.bound if result is not None else float("inf")
 
     def _refine(self, groups: list[str]) -> None:
         """Greedy steps from the best so far, with backtracking: a group whose step breaks the budget is not
@@ -233,8 +232,7 @@ class Search:
         self.on_progress(self._best, len(self.evaluated))
 
     def _within(self, result: Evaluated) -> bool:
-        drop = result.outcome.drop
-        return result.outcome.error is None and drop is not None and drop <= self.settings.max_drop
+        return result.outcome.fits(self.settings.max_drop)
 
     def _inside(self, results: Sequence[Evaluated]) -> list[Evaluated]:
         return [r for r in results if self._within(r) and r.timed is not None]

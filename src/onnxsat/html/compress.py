@@ -61,13 +61,14 @@ def compress_page(report: CompressReport) -> Page:
     if report.candidates:
         page.heading("Every candidate")
         page.table(
-            ["#", "stage", "recipe", "drop", "speedup", "bytes", "front", "note"],
+            ["#", "stage", "recipe", "drop", f"bound ({report.confidence:.0%})", "speedup", "bytes", "front", "note"],
             [
                 (
                     r.index,
                     r.stage,
                     r.label,
                     f"{r.drop:.2%}" if r.drop is not None else "-",
+                    f"{r.bound:.2%}" if r.bound is not None else "-",
                     f"{r.speedup:.2f}x" if r.speedup is not None else "-",
                     r.size,
                     "yes" if r.pareto else "",

@@ -29,6 +29,10 @@ class Measure:
 
     value: float
     details: dict[str, float] = field(default_factory=dict)
+    per_sample: np.ndarray | None = field(default=None, compare=False)
+    """Each sample's own measure when ``value`` is their mean (1 or 0 for a right or wrong top-1): a budget
+    pairs them with the original's to bound the drop's sampling error. None for a measure over all samples
+    at once (F1 over boxes, SNR)."""
 
 
 Measurer = Callable[[np.ndarray, np.ndarray, Labels], Measure]

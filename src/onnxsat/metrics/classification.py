@@ -54,9 +54,10 @@ def _top_k(reference: np.ndarray, candidate: np.ndarray, labels: Labels, k: int)
     scores = class_scores(candidate)
     assert scores is not None
     ranks = class_ranks(scores, _targets(reference, labels))
+    right = ranks == 0 if k == 1 else ranks < min(TOP_K, scores.shape[1])
     top1 = float(np.mean(ranks == 0))
     top5 = float(np.mean(ranks < min(TOP_K, scores.shape[1])))
-    return Measure(top1 if k == 1 else top5, {"top1": top1, "top5": top5})
+    return Measure(top1 if k == 1 else top5, {"top1": top1, "top5": top5}, right.astype(np.float64))
 
 
 def top1(reference: np.ndarray, candidate: np.ndarray, labels: Labels) -> Measure:
@@ -89,7 +90,8 @@ def binary(reference: np.ndarray, candidate: np.ndarray, labels: Labels) -> Meas
     positive = truth.sum()
     both = (decided & truth).sum()
     recall = float(both / positive) if positive else 1.0
-    return Measure(float(np.mean(decided == truth)), {"threshold": threshold, "recall": recall})
+    right = (decided == truth).astype(np.float64)
+    return Measure(float(np.mean(right)), {"threshold": threshold, "recall": recall}, right)
 
 
 def predicted_class(reference: np.ndarray, candidate: np.ndarray, labels: Labels) -> Measure:
@@ -97,10 +99,12 @@ def predicted_class(reference: np.ndarray, candidate: np.ndarray, labels: Labels
     ArgMax or a scikit-learn label output gives it) is the label's, or the original's without labels."""
     got = candidate.reshape(len(candidate))
     if labels is None:
-        return Measure(float(np.mean(got == reference.reshape(len(reference)))))
+        right = (got == reference.reshape(len(reference))).astype(np.float64)
+        return Measure(float(np.mean(right)), per_sample=right)
     if len(labels) != len(got):
         raise DataError(f"{len(labels)} labels but {len(got)} samples")
-    return Measure(float(np.mean(got == labels)))
+    right = (got == labels).astype(np.float64)
+    return Measure(float(np.mean(right)), per_sample=right)
 
 
 def _fits_predicted_class(reference: np.ndarray, batch_axis: int) -> str | None:

@@ -61,7 +61,8 @@ def dense_map(reference: np.ndarray, candidate: np.ndarray, labels: Labels) -> M
     ref_regions, regions = _regions(reference, channels, threshold), _regions(candidate, channels, threshold)
     classes = range(1, 2) if channels == 1 else range(channels)
     ious = [_iou(a, b, classes) for a, b in zip(ref_regions, regions, strict=True)]
-    return Measure(float(np.mean(ious)), {"cosine": cosine(reference, candidate, None).value, "min": min(ious)})
+    details = {"cosine": cosine(reference, candidate, None).value, "min": min(ious)}
+    return Measure(float(np.mean(ious)), details, np.asarray(ious, np.float64))
 
 
 register(

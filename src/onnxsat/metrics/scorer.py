@@ -37,6 +37,7 @@ class ModelScorer:
         state: Mapping[str, str] | None = None,
         batch_size: int = 64,
         threads: int = 1,
+        confidence: float = 0.5,
     ) -> None:
         self.input_name, self.dataset = input_name, dataset
         self.given, self.state = dict(given or {}), dict(state or {})
@@ -47,7 +48,13 @@ class ModelScorer:
         self.feed_names = {input_name, *self.given}
         self.reference = runner.run()
         self.budget = Budget(
-            self.reference, runner.batch_axes or {}, dataset.step_labels(), metric, outputs, set(self.state.values())
+            self.reference,
+            runner.batch_axes or {},
+            dataset.step_labels(),
+            metric,
+            outputs,
+            set(self.state.values()),
+            confidence,
         )
         self.baseline = self.budget.baseline
 

@@ -36,8 +36,8 @@ def sequence(reference: np.ndarray, candidate: np.ndarray, labels: Labels) -> Me
     del labels  # integer labels cannot name a sequence: agreement with the original's reading
     best_ref = np.argmax(reference, axis=-1)
     best = np.argmax(candidate, axis=-1)
-    same = [ctc_decode(a) == ctc_decode(b) for a, b in zip(best_ref, best, strict=True)]
-    return Measure(float(np.mean(same)), {"per-position": float(np.mean(best_ref == best))})
+    same = np.array([ctc_decode(a) == ctc_decode(b) for a, b in zip(best_ref, best, strict=True)], np.float64)
+    return Measure(float(np.mean(same)), {"per-position": float(np.mean(best_ref == best))}, same)
 
 
 def one_reading(reference: np.ndarray) -> str | None:

@@ -25,7 +25,8 @@ def cosine(reference: np.ndarray, candidate: np.ndarray, labels: Labels) -> Meas
     agree). Outputs of one value per sample are compared as one vector over all samples."""
     del labels
     ref, cand = _rows(reference), _rows(candidate)
-    if ref.shape[1] == 1:
+    whole = ref.shape[1] == 1
+    if whole:
         ref, cand = ref.reshape(1, -1), cand.reshape(1, -1)
     dots = np.sum(ref * cand, axis=1)
     norms = np.linalg.norm(ref, axis=1) * np.linalg.norm(cand, axis=1)
@@ -33,7 +34,7 @@ def cosine(reference: np.ndarray, candidate: np.ndarray, labels: Labels) -> Meas
     with np.errstate(invalid="ignore", divide="ignore"):
         cos = np.where(norms > 0, dots / np.where(norms > 0, norms, 1.0), 0.0)
     cos = np.where(both_zero, 1.0, np.nan_to_num(np.clip(cos, 0.0, 1.0), nan=0.0))
-    return Measure(float(np.mean(cos)), {"min": float(np.min(cos))})
+    return Measure(float(np.mean(cos)), {"min": float(np.min(cos))}, None if whole else cos.astype(np.float64))
 
 
 def snr(reference: np.ndarray, candidate: np.ndarray, labels: Labels) -> Measure:
@@ -57,7 +58,8 @@ def exact(reference: np.ndarray, candidate: np.ndarray, labels: Labels) -> Measu
     (labels chosen inside the model, token ids)."""
     del labels
     ref, cand = reference.reshape(len(reference), -1), candidate.reshape(len(candidate), -1)
-    return Measure(float(np.mean(np.all(ref == cand, axis=1))))
+    same = np.all(ref == cand, axis=1).astype(np.float64)
+    return Measure(float(np.mean(same)), per_sample=same)
 
 
 register(Metric("cosine", "mean cosine similarity of each sample's output with the original's", cosine, _any))

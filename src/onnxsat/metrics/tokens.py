@@ -38,7 +38,8 @@ def tokens(reference: np.ndarray, candidate: np.ndarray, labels: Labels) -> Meas
         ]
     )
     top1, top5 = float(np.mean(ranks == 0)), float(np.mean(ranks < 5))
-    return Measure(top1, {"top1": top1, "top5": top5})
+    per_sample = (ranks == 0).reshape(len(reference), -1).mean(axis=1)  # positions' share, per sample
+    return Measure(top1, {"top1": top1, "top5": top5}, per_sample)
 
 
 register(

@@ -39,7 +39,15 @@ from onnxsat.data.sources import Dataset
 from onnxsat.eqsat.portable import portable_form
 from onnxsat.errors import InvalidModelError, RuntimeUnsupportedError, SettingsError
 from onnxsat.inputs import InputSpec, fixed_dim, random_inputs
-from onnxsat.metrics import HeldOut, MetricSpec, Score, check_spec, metric_option
+from onnxsat.metrics import (
+    HeldOut,
+    MetricSpec,
+    Score,
+    check_confidence,
+    check_spec,
+    confidence_option,
+    metric_option,
+)
 from onnxsat.metrics.scorer import ModelScorer
 from onnxsat.normal_form import normal_form
 from onnxsat.options import float_list, option, percent
@@ -79,6 +87,7 @@ class QuantizeOptions:
     --inputs gives, else on seeded random inputs, and the report says so."""
     metric: MetricSpec = metric_option()
     metric_output: list[str] = option(default_factory=list, metavar="NAME", help="outputs the budget applies to")
+    confidence: float = confidence_option()
     data: str | None = option(
         None, help="calibration and budget data: digits, an image folder, CIFAR-10, an .npz (inputs, labels), random"
     )
@@ -120,6 +129,7 @@ class QuantizeOptions:
         if not self.budget_minutes > 0:
             raise SettingsError(f"--budget-minutes must be positive, got {self.budget_minutes:g}")
         check_spec(self.metric)
+        check_confidence(self.confidence)
 
 
 @dataclass
@@ -150,6 +160,7 @@ def quantize_model(
     options.check()
     deadline = _now() + options.budget_minutes * 60
     report = QuantizeReport(input=source, output=None, mode=options.mode, max_drop=options.max_drop)
+    report.confidence = options.confidence
     given, model_input, dataset = _budget_data(model, options, report)  # data that does not fit is said first
     original_run = reference_run(model, options.inputs, base_dir=base_dir)  # then an input ORT cannot run
     prepared = _prepare(model, options, base_dir, report)
@@ -168,6 +179,7 @@ def quantize_model(
         given=given,
         batch_size=batch,
         threads=options.threads,
+        confidence=options.confidence,
     )
     report.data, report.baseline = search.name, scorer.baseline
     report.metric, report.metrics = scorer.baseline.metric, scorer.budget.describe()
@@ -519,7 +531,7 @@ def _search_modes(
         trial.evaluations = scorer.evaluations - evaluations
         trial.seconds = time.perf_counter() - clock
     budget = options.max_drop
-    fits = [s for s in started if budget is None or s.candidate.score is None or s.candidate.score.drop <= budget]
+    fits = [s for s in started if budget is None or s.candidate.score is None or s.candidate.score.fits(budget)]
     candidates = [s.candidate for s in fits]
     for start in sorted((s for s in started if s not in fits), key=lambda s: -(s.candidate.speedup or 0.0)):
         trial, full = start.trial, start.candidate
@@ -697,7 +709,7 @@ def _bisect(
             low = middle + 1
             continue
         score = scorer.score(quantized)
-        if score.drop <= budget:
+        if score.fits(budget):
             best, high = (middle, quantized, score), middle - 1
         else:
             low = middle + 1

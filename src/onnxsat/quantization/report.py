@@ -59,6 +59,8 @@ class QuantizeReport(ReportBase):
     accuracy: Score | None = None
     held_out: HeldOut | None = None
     max_drop: float | None = None
+    confidence: float = 0.5
+    """How sure a candidate had to be to count as inside ``max_drop`` (see ``Score.bound``)."""
     latency: dict[str, float] = field(default_factory=dict)
     """fp32_ms, quantized_ms, speedup, threads: ORT with all optimizations, interleaved rounds, medians."""
     sizes: dict[str, int] = field(default_factory=dict)
@@ -109,7 +111,7 @@ class QuantizeReport(ReportBase):
                 lines.append(f"{n.node[:43]:<44}{n.op_type:<9}{speed:>11}{damage:>9}  {n.why}")
         lines += table_lines(self.data, self.metrics, self.baseline, self.accuracy, self.held_out)
         if self.max_drop is not None:
-            lines.append(f"budget: drop at most {self.max_drop:.2%}")
+            lines.append(f"budget: drop at most {self.max_drop:.2%} at {self.confidence:.0%} confidence")
         if self.latency:
             lines.append(
                 f"latency (ORT all optimizations, {int(self.latency['threads'])} thread(s), batch "
