@@ -269,3 +269,13 @@ def test_metrics_over_all_samples_at_once_have_no_bound_beyond_the_drop() -> Non
 def test_a_confidence_outside_half_to_one_is_refused(confidence: float) -> None:
     with pytest.raises(SettingsError, match="--confidence must be in"):
         Budget({"logits": RNG.normal(size=(4, 3))}, {"logits": 0}, confidence=confidence)
+
+
+def test_labelled_data_the_original_gets_all_right_is_said_to_look_like_its_training_data() -> None:
+    labels = np.arange(40) % 4
+    perfect = Budget({"logits": np.eye(4)[labels]}, {"logits": 0}, labels)
+    (note,) = perfect.blind_spots()
+    assert "right on all 40 labelled samples" in note and "trained on" in note
+    wrong_once = np.eye(4)[labels]
+    wrong_once[0] = np.eye(4)[1]
+    assert Budget({"logits": wrong_once}, {"logits": 0}, labels).blind_spots() == []

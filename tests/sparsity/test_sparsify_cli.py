@@ -262,3 +262,23 @@ def test_sensitivity_curves_run_on_a_prefix_and_the_grid_is_refined_past_its_bes
     tried = [t for t, _, _ in result.trail]
     assert 8 <= len(tried) <= 8 + 3
     assert evaluator.evaluations - before == 1 + 2 * 9 + len(tried)  # the prefix's reference and curves counted too
+
+
+def test_a_higher_confidence_keeps_the_drop_and_its_sampling_error_inside_the_budget(tmp_path: Path) -> None:
+    """At 0.99 the search stops where the drop plus 2.33 standard errors fits 5%, less sparse than at 0.5,
+    where the drop alone fits (11.9% against 10.0% here)."""
+    source = mlp(tmp_path / "mlp.onnx")
+    data = labelled_data(source, tmp_path / "data.npz")
+    x, labels = np.load(data)["inputs"], np.load(data)["labels"]
+    found = {}
+    for confidence in ("0.5", "0.99"):
+        out, report = tmp_path / f"out{confidence}.onnx", tmp_path / f"report{confidence}.json"
+        args = ["sparsify", str(source), "--max-drop", "5%", "--data", str(data), "--holdout", "0"]
+        assert main([*args, "--confidence", confidence, "-o", str(out), "--report", str(report)]) == 0
+        found[confidence] = json.loads(report.read_text())
+        logits = ort.InferenceSession(str(out), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+        lost = (logits.argmax(axis=1) != labels).astype(np.float64)  # the original is right on all of them
+        assert found[confidence]["baseline"]["value"] == 1.0
+        bound = lost.mean() + (2.3263 if confidence == "0.99" else 0.0) * lost.std(ddof=1) / np.sqrt(len(lost))
+        assert bound <= 0.05 + 1e-9
+    assert found["0.99"]["overall"] < found["0.5"]["overall"]

@@ -32,6 +32,8 @@ class SparsifyReport(ReportBase):
     accuracy: Score | None = None
     held_out: HeldOut | None = None
     max_drop: float | None = None
+    confidence: float = 0.5
+    """How sure a level had to be to count as inside ``max_drop`` (see ``Score.bound``)."""
     search: dict[str, object] = field(default_factory=dict)
     """Budget search: uniform and per-layer results and the evaluations made (see ``search.py``)."""
     sizes: dict[str, int] = field(default_factory=dict)
@@ -72,7 +74,7 @@ class SparsifyReport(ReportBase):
         lines += table_lines(self.data, self.metrics, self.baseline, self.accuracy, self.held_out)
         if self.search:
             lines.append("")
-            lines.append(f"budget: {self.metric} drop at most {self.max_drop:.2%}")
+            lines.append(f"budget: {self.metric} drop at most {self.max_drop:.2%} at {self.confidence:.0%} confidence")
             for name in ("uniform", "per_layer"):
                 found = self.search.get(name)
                 if isinstance(found, dict):

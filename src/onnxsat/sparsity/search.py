@@ -58,10 +58,13 @@ class Evaluator:
         given: Mapping[str, np.ndarray] | None = None,
         outputs: Sequence[str] = (),
         state: Mapping[str, str] | None = None,
+        confidence: float = 0.5,
     ) -> None:
         """``given``: the inputs the user fixed (``--inputs``), fed as they are with every batch;
         ``metric``/``outputs``: how and which outputs are scored (``--metric``, ``--metric-output``);
-        ``state``: state inputs and the outputs fed back to them (``--stateful``)."""
+        ``state``: state inputs and the outputs fed back to them (``--stateful``); ``confidence``: how
+        sure a candidate must be to fit the budget (``Score.fits``)."""
+        self.confidence = confidence
         self.given = dict(given or {})
         self.state = dict(state or {})
         self.dataset = dataset
@@ -108,6 +111,7 @@ class Evaluator:
             self.metric,
             self.scored,
             set(self.state.values()),
+            self.confidence,
         )
         self.baseline = self.budget.baseline
 
@@ -181,9 +185,9 @@ def search_uniform(
         result = masks_at(level)
         drop, accuracy = evaluator.drop(result.masks)
         trail.append((f"uniform {level:.3f}", result.sparsity, drop))
-        if drop <= budget and (best is None or result.sparsity > best[1].sparsity):
+        if accuracy.fits(budget) and (best is None or result.sparsity > best[1].sparsity):
             best = (level, result, accuracy, drop)
-        return drop <= budget
+        return accuracy.fits(budget)
 
     low, high = 0.0, None
     for level in np.round(np.arange(step, 1.0, step), 6):
@@ -255,7 +259,7 @@ def search_per_layer(
         result = masks_at(levels)
         drop, accuracy = evaluator.drop(result.masks)
         trail.append((f"per-layer tolerance {tolerance:.4g}", result.sparsity, drop))
-        if drop <= budget and (best is None or result.sparsity > best.chosen.sparsity):
+        if accuracy.fits(budget) and (best is None or result.sparsity > best.chosen.sparsity):
             best = SearchResult(levels, result, accuracy, drop)
             return True
         return False

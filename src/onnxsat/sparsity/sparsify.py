@@ -28,7 +28,15 @@ from onnxsat.data.sources import Dataset, load_dataset
 from onnxsat.errors import SettingsError
 from onnxsat.external_data import tensor_value
 from onnxsat.inputs import InputSpec, random_inputs
-from onnxsat.metrics import HeldOut, Metric, MetricSpec, check_spec, metric_option
+from onnxsat.metrics import (
+    HeldOut,
+    Metric,
+    MetricSpec,
+    check_confidence,
+    check_spec,
+    confidence_option,
+    metric_option,
+)
 from onnxsat.options import float_list, option, percent
 from onnxsat.proto_fields import all_nodes, bodies_of
 from onnxsat.sparsity.bodies import lift_body_weights
@@ -62,6 +70,7 @@ class SparsifyOptions:
     metric_output: list[str] = option(
         default_factory=list, metavar="NAME", help="outputs the budget applies to (default all but fed-back state)"
     )
+    confidence: float = confidence_option()
     stateful: list[str] = option(
         default_factory=list,
         metavar="IN=OUT",
@@ -111,6 +120,7 @@ class SparsifyOptions:
         if not 0.0 <= self.holdout < 1.0:
             raise SettingsError(f"--holdout must be in [0%, 100%), got {self.holdout:.2%}")
         check_spec(self.metric)
+        check_confidence(self.confidence)
         parse_stateful(self.stateful)
 
     @property
@@ -232,6 +242,7 @@ def sparsify_model(
         report.metric, report.metrics = evaluator.baseline.metric, evaluator.budget.describe()
         report.notes += evaluator.budget.blind_spots()
     if options.max_drop is not None:
+        report.confidence = options.confidence
         result = _search(evaluator, masks_at, targets, options, report)
         if held_out is not None:
             held = _evaluator(model, targets, weights, held_out, options, evaluator.budget.metrics)
@@ -311,7 +322,9 @@ def _evaluator(
 ) -> Evaluator:
     given = options.inputs.given
     state, outputs = options.state, options.metric_output
-    return Evaluator(model, targets, weights, dataset, metric, options.batch_size, given, outputs, state)
+    return Evaluator(
+        model, targets, weights, dataset, metric, options.batch_size, given, outputs, state, options.confidence
+    )
 
 
 def _initializer_value(model: onnx.ModelProto, target: SparsityTarget, base_dir: Path | None) -> np.ndarray:
