@@ -310,7 +310,7 @@ def _nothing_fits(evaluated: list[Evaluated], max_drop: float) -> str:
             f"no candidate inside the {max_drop:.2%} budget is faster than the original (closest: "
             f"{fastest.recipe.label}, {fastest.speedup:.2f}x, drop {fastest.outcome.drop:.2%}); nothing written"
         )
-    closest = min(scored, key=lambda e: e.outcome.bound)  # type: ignore[arg-type,return-value]
+    closest = min(scored, key=lambda e: e.outcome.bound)
     return (
         f"no candidate fits the {max_drop:.2%} budget (closest: {closest.recipe.label}, drop "
         f"{closest.outcome.drop:.2%}{_bound_text(closest.outcome)}); nothing written"
