@@ -83,7 +83,11 @@ FIRES = {"Conv": PAD_CONV, "AveragePool": PAD_POOL, "MaxPool": PAD_MAX}
 def test_pad_folds_into_the_window_op(
     consumer: str, pads: list[int], value: str | None, dims: int, attrs: dict, expected_pads: list[int]
 ) -> None:
-    model = padded(consumer, pads, value=value, dims=dims, **attrs).model(["y"])
+    assert_folded(padded(consumer, pads, value=value, dims=dims, **attrs).model(["y"]), consumer, expected_pads)
+
+
+def assert_folded(model: onnx.ModelProto, consumer: str, expected_pads: list[int]) -> None:
+    """The Pad went into ``consumer``, which now reads x with ``expected_pads``; the outputs are the same."""
     trip = optimized(model)
     assert_fired(trip, FIRES[consumer])
     assert op_types(trip.model) == Counter({consumer: 1})
@@ -200,14 +204,9 @@ def attribute_padded(consumer: str, pads: list[int], opset: int = 9, **pad_attrs
 )
 def test_attribute_pad_of_old_opsets_folds(opset: int, consumer: str, pad_attrs: dict, expected_pads: list) -> None:
     """Before opset 11 (tf2onnx at opset 7-10) a Pad's pads are an attribute: folded all the same."""
-    model = attribute_padded(consumer, [0, 0, 0, 1, 0, 0, 1, 2], opset=opset, **pad_attrs)
-    trip = optimized(model)
-    assert_fired(trip, FIRES[consumer])
-    assert op_types(trip.model) == Counter({consumer: 1})
-    node = only_node(trip.model, consumer)
-    assert node.input[0] == "x"
-    assert ints_attr(node, "pads") == expected_pads
-    check_and_compare(model, trip.model)
+    assert_folded(
+        attribute_padded(consumer, [0, 0, 0, 1, 0, 0, 1, 2], opset=opset, **pad_attrs), consumer, expected_pads
+    )
 
 
 @pytest.mark.parametrize(
