@@ -256,18 +256,18 @@ def test_error_jumps_blame_the_node_that_adds_the_error() -> None:
     assert damage["first"] == pytest.approx(0.5, rel=1e-5) and damage["second"] == pytest.approx(0.0, abs=1e-6)
 
 
-def test_nodes_that_change_nothing_alone_are_ranked_after_the_estimated_ones(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """Measured alone, "quiet" changes no output: it is ranked last, after the nodes only estimated, so the
+def test_nodes_that_change_nothing_alone_rank_by_their_estimate_or_last(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Measured alone, "quiet" and "silent" change no output (ORT's quantizer leaves a lone Concat or Add
+    float). "quiet" still adds error in the whole quantized model (a YOLOv8 head's Concat of pixel boxes and
+    0-1 scores: F1 100% -> 0%), so it ranks by that estimate; "silent" adds none and goes last, so the
     bisection leaves it quantized rather than buying nothing with a float island."""
     from types import SimpleNamespace
 
     from onnxsat.quantization import quantize as quantize_module
 
-    estimate = {"loud": 0.5, "quiet": 0.4, "guess_a": 0.3, "guess_b": 0.2}
+    estimate = {"loud": 0.5, "quiet": 0.4, "guess_a": 0.3, "silent": 0.0, "guess_b": -0.1}
     monkeypatch.setattr(quantize_module, "_error_jumps", lambda model, quantized, nodes, scorer: estimate)
-    measured = {"loud": (0.02, 0.3), "quiet": (0.0, 0.0)}
+    measured = {"loud": (0.02, 0.3), "guess_a": (0.01, 0.1), "quiet": (0.0, 0.0), "silent": (0.0, 0.0)}
 
     class Scorer:
         def judge(self, model: str) -> tuple[SimpleNamespace, float]:
@@ -276,8 +276,10 @@ def test_nodes_that_change_nothing_alone_are_ranked_after_the_estimated_ones(
 
     candidate = quantize_module.Candidate("static", onnx.ModelProto(), {}, None)
     scorer: Any = Scorer()
-    ranked = quantize_module._damage(onnx.ModelProto(), candidate, list(estimate), scorer, lambda n, alone: alone, 2)
-    assert [name for name, _ in ranked] == ["loud", "guess_a", "guess_b", "quiet"]
+    nodes = ["loud", "quiet", "silent", "guess_a", "guess_b"]
+    exact = 4  # all but guess_b are measured alone
+    ranked = quantize_module._damage(onnx.ModelProto(), candidate, nodes, scorer, lambda n, alone: alone, exact)
+    assert [name for name, _ in ranked] == ["loud", "guess_a", "quiet", "guess_b", "silent"]
 
 
 def test_latency_is_measured_at_the_batch_asked_for(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

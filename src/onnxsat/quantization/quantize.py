@@ -768,6 +768,13 @@ def _damage(
     # costs a DequantizeLinear/QuantizeLinear pair around it (on a Paddle detector 30 such Adds were
     # kept in float ahead of every estimated node)
     harmless = [(name, distortion) for name, (drop, distortion) in ordered if drop <= 0 and distortion <= 0]
+    if estimate is not None:
+        # ...unless the whole quantized model says otherwise: a Concat of pixel boxes and 0-1 scores stays float
+        # quantized alone (no quantized neighbour), yet with its neighbours one int8 scale erases every score
+        # (a YOLOv8 head: F1 100% -> 0%); such a node takes its place among the estimated ones
+        jumps = [(name, estimate.get(name, 0.0)) for name, _ in harmless if estimate.get(name, 0.0) > 0]
+        rest = sorted(rest + jumps, key=lambda item: -item[1])
+        harmless = [(name, distortion) for name, distortion in harmless if estimate.get(name, 0.0) <= 0]
     return harmful + rest + harmless
 
 
