@@ -54,10 +54,9 @@ def _top_k(reference: np.ndarray, candidate: np.ndarray, labels: Labels, k: int)
     scores = class_scores(candidate)
     assert scores is not None
     ranks = class_ranks(scores, _targets(reference, labels))
-    right = ranks == 0 if k == 1 else ranks < min(TOP_K, scores.shape[1])
-    top1 = float(np.mean(ranks == 0))
-    top5 = float(np.mean(ranks < min(TOP_K, scores.shape[1])))
-    return Measure(top1 if k == 1 else top5, {"top1": top1, "top5": top5}, right.astype(np.float64))
+    right = {1: (ranks == 0).astype(np.float64), TOP_K: (ranks < min(TOP_K, scores.shape[1])).astype(np.float64)}
+    top1, top5 = float(np.mean(right[1])), float(np.mean(right[TOP_K]))
+    return Measure(top1 if k == 1 else top5, {"top1": top1, "top5": top5}, right[k])
 
 
 def top1(reference: np.ndarray, candidate: np.ndarray, labels: Labels) -> Measure:

@@ -185,9 +185,10 @@ def search_uniform(
         result = masks_at(level)
         drop, accuracy = evaluator.drop(result.masks)
         trail.append((f"uniform {level:.3f}", result.sparsity, drop))
-        if accuracy.fits(budget) and (best is None or result.sparsity > best[1].sparsity):
+        fits = accuracy.fits(budget)
+        if fits and (best is None or result.sparsity > best[1].sparsity):
             best = (level, result, accuracy, drop)
-        return accuracy.fits(budget)
+        return fits
 
     low, high = 0.0, None
     for level in np.round(np.arange(step, 1.0, step), 6):
