@@ -9,6 +9,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from onnxsat import verification
+from onnxsat.eqsat.optimizer import optimize_model
 from onnxsat.errors import InvalidModelError
 from onnxsat.external_data import STUB_BYTES, structure_view
 from onnxsat.model_io import check_model
@@ -31,7 +32,7 @@ def _model(rows: int = 512) -> onnx.ModelProto:
 
 def test_lean_session_takes_large_weights_in_place_with_equal_outputs() -> None:
     model = _model()
-    light, shared = verification._large_weights_shared(model)
+    light, shared = verification.weights_apart(model)
     assert set(shared) == {"w"}  # the 4 KiB bias stays in the serialized model
     stub = next(t for t in light.graph.initializer if t.name == "w")
     assert stub.data_location == TensorProto.EXTERNAL and not stub.raw_data
@@ -54,3 +55,74 @@ def test_checker_view_stubs_large_weights_and_still_checks_structure() -> None:
     broken.graph.node[1].input[0] = "nowhere"
     with pytest.raises(InvalidModelError):
         check_model(broken)
+
+
+def test_weights_apart_and_back_give_the_same_model() -> None:
+    model = _model()
+    model.graph.initializer[0].doc_string = "kept with its weight"
+    light, weights = verification.weights_apart(model)
+    assert set(weights) == {"w"} and light.ByteSize() < 64 * 1024
+    assert verification.weights_back(light, weights).SerializeToString() == model.SerializeToString()
+
+
+def _anonymous_mib() -> int | None:
+    try:
+        with open("/proc/self/status") as status:
+            return next(int(line.split()[1]) // 1024 for line in status if line.startswith("RssAnon"))
+    except (OSError, StopIteration):
+        return None
+
+
+def test_lean_run_feeds_large_weights_as_inputs_that_ort_reads_in_place() -> None:
+    if _anonymous_mib() is None:
+        pytest.skip("needs /proc/self/status")
+    model = _model(rows=16384)  # a 64 MiB weight
+    light, weights = verification.weights_apart(model)
+    level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    before = _anonymous_mib()
+    fed = verification.session(light, level, lean=True, weights_as_inputs=True, weights=weights)
+    grown = _anonymous_mib() - before
+    assert grown < 16, f"the session copied the fed weight ({grown} MiB)"
+    assert "w" in {value.name for value in fed.get_inputs()} and fed._onnxsat_fed["w"] is weights["w"]
+    assert not light.graph.input[1:]  # the caller's half is left as it was
+    feeds = {"x": np.random.default_rng(1).standard_normal((2, 16384)).astype(np.float32)}
+    given = verification.session(light, level, lean=True, weights=weights)  # as initializers
+    assert given._onnxsat_fed == {} and "w" not in {value.name for value in given.get_inputs()}
+    want = given.run(None, feeds)[0]
+    np.testing.assert_array_equal(fed.run(None, {**feeds, **fed._onnxsat_fed})[0], want)
+    np.testing.assert_array_equal(verification.run_model(light, feeds, "model", weights=weights)[0], want)
+    np.testing.assert_array_equal(verification.run_model(model, feeds, "model")[0], want)
+
+
+def test_lean_run_gives_the_weights_as_initializers_when_a_kernel_refuses_them_as_inputs(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    model = _model()
+    feeds = {"x": np.random.default_rng(1).standard_normal((2, 512)).astype(np.float32)}
+    want = verification.run_model(model, feeds, "model")[0]
+
+    def refuse(light: onnx.ModelProto, shared: object) -> onnx.ModelProto:
+        raise RuntimeError("this kernel needs a constant weight")
+
+    monkeypatch.setattr(verification, "_weights_as_inputs", refuse)
+    np.testing.assert_array_equal(verification.run_model(model, feeds, "model")[0], want)
+
+
+def test_optimize_verifies_a_folded_large_weight_apart_and_returns_it_whole() -> None:
+    """Transpose(W) folds into a new 2 MiB weight: verified as a fed array, then back in the result."""
+    rng = np.random.default_rng(0)
+    weight = rng.standard_normal((1024, 512)).astype(np.float32)
+    graph = helper.make_graph(
+        [helper.make_node("Transpose", ["w"], ["wt"], perm=[1, 0]), helper.make_node("MatMul", ["x", "wt"], ["y"])],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 512])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 1024])],
+        [numpy_helper.from_array(weight, "w")],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=9)
+    optimized, report = optimize_model(model)
+    assert report.verification.ok
+    assert [n.op_type for n in optimized.graph.node] == ["MatMul"]
+    (folded,) = optimized.graph.initializer
+    assert not folded.HasField("data_location") and not folded.external_data
+    np.testing.assert_array_equal(numpy_helper.to_array(folded), weight.T)

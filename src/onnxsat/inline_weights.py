@@ -23,6 +23,7 @@ import onnx
 from onnx import TensorProto
 
 from onnxsat import external_data
+from onnxsat.proto_fields import copy_fields
 
 MIN_LAZY_BYTES = 64 * 2**10
 """Initializers with at least this many payload bytes stay in the file; smaller ones are parsed as usual."""
@@ -182,32 +183,35 @@ def only_refers_to(model: onnx.ModelProto, base_dir: Path, source: Path) -> bool
 def write_one_file(model: onnx.ModelProto, base_dir: Path, source: Path, model_file: str) -> None:
     """Write ``model`` as one protobuf file, its weights that live in ``source`` copied in chunks.
 
-    The model without those weights is written first, then a second ``graph`` field holding only them
-    as initializers: a protobuf parser merges the two, so the file is the whole model.
+    The model without its initializers is written first, then a second ``graph`` field holding only
+    them: a protobuf parser merges the two, so the file is the whole model. The in-memory initializers
+    are serialized one at a time as they are written: a copy of the model, or its serialization, would
+    hold every weight a rule made once more (Q, K and V merged for ViT-base's Attention: 81 MB each).
     """
     out = onnx.ModelProto()
-    out.CopyFrom(model)
-    lazy = _lazy_tensors(out, base_dir, source)
-    lazy_names = {t.name for t in lazy}  # initializer names are unique in a graph
-    kept = [t for t in out.graph.initializer if t.name not in lazy_names]
-    headers = []
-    for tensor in lazy:
+    copy_fields(model, out, skip={"graph"})
+    copy_fields(model.graph, out.graph, skip={"initializer"})
+    lazy_names = {t.name for t in _lazy_tensors(model, base_dir, source)}  # initializer names are unique
+    in_memory = [t for t in model.graph.initializer if t.name not in lazy_names]
+    lazy = []
+    for tensor in model.graph.initializer:
+        if tensor.name not in lazy_names:
+            continue
         header = TensorProto()
         header.CopyFrom(tensor)
         header.ClearField("data_location")
         del header.external_data[:]
-        headers.append((header.SerializeToString(), external_data.reference(tensor, base_dir)))
-    out.graph.ClearField("initializer")
-    out.graph.initializer.extend(kept)
+        ref = external_data.reference(tensor, base_dir)
+        head = header.SerializeToString() + _key(_RAW_DATA, _LENGTH_DELIMITED) + _encode_varint(ref.length)
+        lazy.append((head, ref, len(head) + ref.length))
+    lengths = [t.ByteSize() for t in in_memory] + [length for _, _, length in lazy]
+    graph_length = sum(len(_key(_INITIALIZER, 2)) + len(_encode_varint(n)) + n for n in lengths)
     with open(model_file, "wb") as stream:
         stream.write(out.SerializeToString())
-        tensors = []
-        for header, ref in headers:
-            raw_key = _key(_RAW_DATA, _LENGTH_DELIMITED) + _encode_varint(ref.length)
-            tensors.append((header + raw_key, ref, len(header) + len(raw_key) + ref.length))
-        graph_length = sum(len(_key(_INITIALIZER, 2)) + len(_encode_varint(n)) + n for _, _, n in tensors)
         stream.write(_key(_GRAPH, _LENGTH_DELIMITED) + _encode_varint(graph_length))
-        for head, ref, length in tensors:
+        for tensor, length in zip(in_memory, lengths, strict=False):
+            stream.write(_key(_INITIALIZER, _LENGTH_DELIMITED) + _encode_varint(length) + tensor.SerializeToString())
+        for head, ref, length in lazy:
             stream.write(_key(_INITIALIZER, _LENGTH_DELIMITED) + _encode_varint(length) + head)
             external_data.copy_range(ref, stream)
         stream.flush()

@@ -24,7 +24,7 @@ from onnxsat.external_data import expected_nbytes, iter_tensors, set_reference
 from onnxsat.inputs import InputsLike, InputSpec
 from onnxsat.model_io import check_model
 from onnxsat.output_values import as_array, map_keys
-from onnxsat.proto_fields import with_initializers_replaced
+from onnxsat.proto_fields import copy_fields, with_initializers_replaced
 
 if TYPE_CHECKING:
     from onnxsat.runtime.tune import SessionSettings
@@ -130,6 +130,8 @@ def session(
     base_dir: Path | None = None,
     lean: bool = False,
     settings: SessionSettings | None = None,
+    weights_as_inputs: bool = False,
+    weights: Mapping[str, np.ndarray] | None = None,
 ) -> ort.InferenceSession:
     """A CPU session at ``level``; spinning is off so that idle sessions alive beside it steal no cores.
 
@@ -138,7 +140,12 @@ def session(
     ``lean`` turns off weight pre-packing, which would otherwise keep a second copy of every MatMul
     weight: verification runs once, so the copy buys nothing and would double a large model's memory.
     It also turns off ORT's memory arena, which keeps what a run allocated after the session is gone
-    (300 MB after running GPT-2, that the next session then stacked its weights on).
+    (300 MB after running GPT-2, that the next session then stacked its weights on). And an in-memory
+    model's large weights are not serialized with it: with ``weights_as_inputs`` (only at
+    ``ORT_DISABLE_ALL``, where no optimization could treat them as constants) they become graph inputs
+    the caller feeds from ``sess._onnxsat_fed``, which ORT reads in place; otherwise they are given as
+    external initializers, which ORT copies. ``weights`` are the arrays of stand-ins ``model`` already
+    has (from :func:`weights_apart`).
     ``settings`` (from ``onnxsat tune``) replace ``threads`` with their thread counts, execution mode
     and providers; ``level`` stays the caller's, since what a caller measures is often the level
     itself (pass ``settings.optimization_level`` for the tuned one).
@@ -161,11 +168,18 @@ def session(
     options.log_severity_level = 4  # ORT's own error log would add coloured lines to our one-line errors
     if isinstance(model, Path):
         return ort.InferenceSession(str(model), options, providers=providers)
-    light, shared = _large_weights_shared(model) if lean else (model, {})
-    if shared:
+    if weights is not None:
+        light, shared = model, weights
+    else:
+        light, shared = weights_apart(model) if lean else (model, {})
+    fed = weights_as_inputs and level == ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    if shared and fed:
+        light = _weights_as_inputs(light, shared)
+    elif shared:
         options.add_external_initializers(list(shared), [ort.OrtValue.ortvalue_from_numpy(v) for v in shared.values()])
     sess = ort.InferenceSession(light.SerializeToString(), options, providers=providers)
     sess._onnxsat_shared = shared
+    sess._onnxsat_fed = shared if fed else {}
     return sess
 
 
@@ -173,13 +187,16 @@ SHARED_WEIGHT_BYTES = 2**20
 """In-memory weights at least this large are handed to ONNX Runtime in place, not serialized with the model."""
 
 
-def _large_weights_shared(model: onnx.ModelProto) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
+def weights_apart(model: onnx.ModelProto) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
     """A copy of ``model`` whose large in-memory initializers are stubs, and their values as arrays.
 
     A session made from the whole model would hold each such weight three more times (the serialized
     bytes, ORT's parsed copy, its tensor): weights a rule made at decode time (Q, K and V merged for
-    Attention: 85 MB on ViT-base) then dominated a verification's memory. ORT takes the arrays in place
-    for initializers the model declares as external; the stubs say so and are never read.
+    Attention: 85 MB on ViT-base) then dominated a verification's memory. The stubs are declared
+    external and never read. Reading a weight's bytes in Python copies them, and a message's bytes
+    are freed only with the whole message (protobuf's upb keeps them in one arena): a caller that owns
+    the model can drop it, verify the parts (``verify(..., weights=)``) and put them together after
+    (:func:`weights_back`), holding each weight once.
     """
     if not any(_shareable(t) for t in model.graph.initializer):
         return model, {}
@@ -191,12 +208,46 @@ def _large_weights_shared(model: onnx.ModelProto) -> tuple[onnx.ModelProto, dict
         dtype = onnx.helper.tensor_dtype_to_np_dtype(tensor.data_type)
         array = np.frombuffer(tensor.raw_data, dtype=dtype).reshape(tuple(tensor.dims))
         shared[tensor.name] = array
-        stub = onnx.TensorProto(name=tensor.name, data_type=tensor.data_type, dims=tensor.dims)
+        stub = onnx.TensorProto()
+        copy_fields(tensor, stub, skip={"raw_data"})
         set_reference(stub, "onnxsat-shared-in-memory", 0, array.nbytes)
         return stub
 
     light = with_initializers_replaced(model, in_place)
     return light, shared
+
+
+def weights_back(light: onnx.ModelProto, weights: Mapping[str, np.ndarray]) -> onnx.ModelProto:
+    """The whole model again from :func:`weights_apart`'s parts (a new message; ``light`` is left as it is)."""
+
+    def whole(stub: onnx.TensorProto) -> onnx.TensorProto | None:
+        array = weights.get(stub.name)
+        if array is None:
+            return None
+        tensor = onnx.TensorProto(raw_data=array.tobytes())
+        copy_fields(stub, tensor, skip={"data_location", "external_data"})
+        return tensor
+
+    return with_initializers_replaced(light, whole)
+
+
+def _weights_as_inputs(light: onnx.ModelProto, shared: Mapping[str, np.ndarray]) -> onnx.ModelProto:
+    """``light`` with the stand-ins of ``shared`` turned into graph inputs of their type and shape.
+
+    ONNX Runtime copies every initializer it is given, external ones included (ViT-base's merged Q, K
+    and V weights: 150 MB more at session creation); a fed input it reads where it lies.
+    """
+    inputs = {value.name for value in light.graph.input}  # IR < 4 lists initializers as inputs too
+    view = onnx.ModelProto()
+    copy_fields(light, view, skip={"graph"})
+    copy_fields(light.graph, view.graph, skip={"initializer"})
+    view.graph.initializer.extend(t for t in light.graph.initializer if t.name not in shared)
+    view.graph.input.extend(
+        onnx.helper.make_tensor_value_info(name, onnx.helper.np_dtype_to_tensor_dtype(array.dtype), array.shape)
+        for name, array in shared.items()
+        if name not in inputs
+    )
+    return view
 
 
 def _shareable(tensor: onnx.TensorProto) -> bool:
@@ -229,12 +280,16 @@ def run_model(
     base_dir: Path | None = None,
     timeout: float = DEFAULT_RUN_TIMEOUT,
     level: ort.GraphOptimizationLevel = ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
+    weights: Mapping[str, np.ndarray] | None = None,
 ) -> list[np.ndarray]:
     """Run with ORT optimizations off (or at ``level``); a failure on the *original* model is the user's to know.
 
+    ``weights``: ``model`` is the stand-in half of :func:`weights_apart` and these are its arrays.
+
     The session is dropped before returning, so verifying a large model holds one copy of its
-    weights at a time. After ``timeout`` seconds ORT's terminate flag stops the run (ORT checks it
-    between kernels and between loop iterations).
+    weights at a time; large in-memory weights are fed to it as inputs, which ORT does not copy (with
+    the weights as initializers again if a kernel refuses that). After ``timeout`` seconds ORT's
+    terminate flag stops the run (ORT checks it between kernels and between loop iterations).
 
     The flag is set from a timer thread. egglog's e-graphs may only be freed on the thread that made
     them, and Python's cycle collector runs on whichever thread's allocation makes it due. So the
@@ -246,12 +301,27 @@ def run_model(
     run_options = ort.RunOptions()
     timer = threading.Timer(timeout, lambda: setattr(run_options, "terminate", True))
     timer.daemon = True
+
+    def run(weights_as_inputs: bool) -> list[np.ndarray]:
+        light, arrays = (model, weights) if weights is not None else weights_apart(model)
+        sess = session(light, level, base_dir=base_dir, lean=True, weights_as_inputs=weights_as_inputs, weights=arrays)
+        if timer.ident is None:  # not started by a first attempt
+            gc.collect(0)
+            timer.start()
+        return sess.run(None, {**sess._onnxsat_fed, **copies}, run_options)
+
     try:
-        sess = session(model, level, base_dir=base_dir, lean=True)
-        gc.collect(0)
-        timer.start()
         # copies: a kernel may write into an input (BatchNormalization in training mode updates its mean)
-        return sess.run(None, {name: np.array(value, copy=True) for name, value in feeds.items()}, run_options)
+        copies = {name: np.array(value, copy=True) for name, value in feeds.items()}
+        try:
+            return run(weights_as_inputs=True)
+        except Exception:
+            if run_options.terminate or level != ort.GraphOptimizationLevel.ORT_DISABLE_ALL:
+                raise
+            if not weights and not any(_shareable(t) for t in model.graph.initializer):
+                raise
+            # a kernel that insists on a constant weight: the weights as initializers, which ORT copies
+            return run(weights_as_inputs=False)
     except Exception as error:  # ORT raises several unrelated exception types
         if run_options.terminate:
             raise RuntimeUnsupportedError(
@@ -467,6 +537,7 @@ def verify(
     base_dir: Path | None = None,
     timeout: float = DEFAULT_RUN_TIMEOUT,
     checked: bool = True,
+    weights: Mapping[str, np.ndarray] | None = None,
 ) -> VerificationResult:
     """Compare ``candidate`` with ``original`` on the run's inputs; never raises for a mismatch.
 
@@ -475,7 +546,8 @@ def verify(
 
     ``reference`` is the original's run if the caller already made it (``inputs`` and ``seed`` then
     made its inputs). ``base_dir`` is where both models' external data lives (the candidate refers to
-    the original's).
+    the original's). ``weights``: ``candidate`` is the stand-in half of :func:`weights_apart` and these
+    are its arrays.
     """
     tolerance = (tolerance or Tolerance()).for_model(original)
     reference = reference or reference_run(original, inputs, seed, base_dir, timeout)
@@ -488,7 +560,12 @@ def verify(
     try:
         taken = {value.name for value in candidate.graph.input}  # a specialised candidate takes fewer
         actual = run_model(
-            candidate, {k: v for k, v in feeds.items() if k in taken}, "optimized model", base_dir, timeout
+            candidate,
+            {k: v for k, v in feeds.items() if k in taken},
+            "optimized model",
+            base_dir,
+            timeout,
+            weights=weights,
         )
     except RuntimeUnsupportedError as error:
         return VerificationResult(False, error=str(error), tolerance=tolerance)

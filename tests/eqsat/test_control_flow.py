@@ -407,9 +407,9 @@ def test_a_body_searched_on_the_ready_egraph_gives_what_a_fresh_one_gives():
     standalone, _ = normal_form(standalone)
     options = OptimizeOptions(target="ort")
     warm = WarmEGraph(rulesets_for("ort"))
-    fresh = _rewrite(standalone, None, options, None, _Phases()).model
+    fresh = _rewrite(standalone, None, options, None, _Phases())[0]
     for _ in range(3):
-        again = _rewrite(standalone, None, options, None, _Phases(), warm).model
+        again = _rewrite(standalone, None, options, None, _Phases(), warm)[0]
         assert again.SerializeToString() == fresh.SerializeToString()
 
 

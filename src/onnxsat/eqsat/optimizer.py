@@ -38,7 +38,7 @@ from onnxsat.inputs import InputSpec
 from onnxsat.options import option
 from onnxsat.report import OptimizeReport, op_counts
 from onnxsat.specialize import specialize
-from onnxsat.verification import DEFAULT_RUN_TIMEOUT, Tolerance, reference_run, verify
+from onnxsat.verification import DEFAULT_RUN_TIMEOUT, Tolerance, reference_run, verify, weights_apart, weights_back
 
 _LIMITS = SaturationLimits()
 
@@ -141,9 +141,9 @@ def _shape_inferred(model: onnx.ModelProto) -> onnx.ModelProto | None:
 
 @dataclass
 class _Rewritten:
-    """One e-graph search over one graph: its result and what the report shows of it."""
+    """What the report shows of one e-graph search over one graph (not its result, which the caller
+    holds alone: a model's weights are freed only with it)."""
 
-    model: onnx.ModelProto
     fusions: Counter[str]
     stats: SaturationStats
     egraph: dict[str, object]
@@ -197,7 +197,7 @@ def _rewrite(
     base_dir: Path | None,
     phases: _Phases,
     warm: WarmEGraph | None = None,
-) -> _Rewritten:
+) -> tuple[onnx.ModelProto, _Rewritten]:
     """Encode, saturate, extract and decode one graph (its bodies stay opaque here).
 
     ``warm``: search on that ready e-graph (pushed, then popped) instead of a fresh one.
@@ -216,7 +216,7 @@ def _search(
     phases: _Phases,
     egraph: EGraph | None,
     translated: dict | None,
-) -> _Rewritten:
+) -> tuple[onnx.ModelProto, _Rewritten]:
     cost_model = get_cost_model(options.cost_model)
     with phases("encode"), _collector_paused():
         if options.target != "none":  # a round trip with no rewrites
@@ -245,7 +245,7 @@ def _search(
         "ort_fusions_avoided": extraction.ort_kept_apart,
     }
     extraction.choice.clear()  # the e-graph, snapshot and choices go with this frame
-    return _Rewritten(decoded.model, decoded.fusions, stats, egraph)
+    return decoded.model, _Rewritten(decoded.fusions, stats, egraph)
 
 
 def _optimize_graph(
@@ -279,9 +279,9 @@ def _optimize_graph(
     rewrites: list[_Rewritten] = []
     for _ in range(_ROUNDS):
         warm = warm_egraph(options.target) if is_body or len(model.graph.node) <= WARM_GRAPH_NODES else None
-        rewritten = _rewrite(model, typed, options, base_dir, phases, warm)
+        model, rewritten = _rewrite(model, typed, options, base_dir, phases, warm)
         rewrites.append(rewritten)
-        model, settled = settle(rewritten.model) if control.settles else (rewritten.model, Settled())
+        model, settled = settle(model) if control.settles else (model, Settled())
         if not settled:
             break
         control.settled.update(settled.counts)
@@ -330,19 +330,25 @@ def optimize_model(
     control.bodies.nodes_before, control.bodies.nodes_after = body_nodes(model.graph), body_nodes(optimized.graph)
     renamed = unshadow(optimized.graph, keep=frozenset(shadowing))
     control.localized = localize_constants(optimized) if control.settles else 0
-    # The e-graphs, snapshots and extractions are gone with their frames: their memory is returned before
-    # the result's verification run, whose weights are the peak of the whole optimization.
+    # The result's verification run is the peak of the whole optimization: the weights a rule made are held
+    # once, as the arrays ORT reads (the model they came from is dropped), and the e-graphs, snapshots and
+    # extractions, gone with their frames, return their memory first.
+    light, weights = weights_apart(optimized)
+    del optimized
     _return_freed_memory()
     with phases("verify"):
         result = verify(
             model,
-            optimized,
+            light,
             options.inputs,
             options.tolerance,
             reference=reference,
             base_dir=base_dir,
             timeout=options.run_timeout,
+            weights=weights,
         )
+    optimized = weights_back(light, weights)
+    del light, weights
     last = rewrites[-1]
     report.nodes_before = dict(op_counts(model))
     report.nodes_after = dict(op_counts(optimized))
