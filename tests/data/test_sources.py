@@ -77,6 +77,9 @@ def test_digits_load_as_nchw_in_unit_range(batch: object) -> None:
 def test_digits_resized_to_three_channels() -> None:
     data = load_dataset("digits", [1, 3, 16, 16], limit=20)
     assert data.inputs.shape == (20, 3, 16, 16)
+    # the reports say how the samples were fitted: a model trained on other resampling scores differently
+    assert data.name == "digits (grayscale repeated to 3 channels, resized bilinearly from 8x8 to 16x16)"
+    assert load_dataset("digits-test", [1, 1, 32, 32]).name == "digits-test (resized bilinearly from 8x8 to 32x32)"
     np.testing.assert_array_equal(data.inputs[:, 0], data.inputs[:, 2])
     small = load_dataset("digits", [1, 1, 8, 8], limit=20).inputs
     assert abs(float(data.inputs.mean()) - float(small.mean())) < 0.02  # bilinear keeps the average brightness
@@ -138,7 +141,7 @@ def test_digits_flattened_for_a_model_of_64_features(tmp_path: Path) -> None:
 
 def test_image_folder_labels_by_sorted_class_and_fits_size(tmp_path: Path) -> None:
     data = load_dataset(str(image_folder(tmp_path / "images")), [1, 3, 8, 8])
-    assert data.name == f"folder:{tmp_path / 'images'}"
+    assert data.name == f"folder:{tmp_path / 'images'} (resized bilinearly to 8x8 from 3 other sizes)"
     assert data.inputs.shape == (5, 3, 8, 8) and data.inputs.dtype == np.float32
     # classes interleaved: cat x, dog a, cat y, dog b, cat z
     assert data.labels is not None and data.labels.tolist() == [0, 1, 0, 1, 0]
@@ -172,6 +175,7 @@ def test_flat_image_folder_has_no_labels_and_keeps_first_size(tmp_path: Path) ->
     write_image(tmp_path / "b.png", (6, 4))
     write_image(tmp_path / "a.png", (3, 5), mode="L", color=128)
     data = load_dataset(str(tmp_path), [1, 3, None, None])
+    assert data.name == f"folder:{tmp_path} (resized bilinearly from 4x6 to 5x3)"
     assert data.labels is None
     assert data.inputs.shape == (2, 3, 5, 3)  # "a.png" comes first: height 5, width 3
     np.testing.assert_allclose(data.inputs[0], 128 / 255, atol=1e-6)
@@ -212,6 +216,7 @@ def test_one_cifar_batch_file_resized_to_grayscale(tmp_path: Path) -> None:
     data = cifar_batch(tmp_path / "batch.bin", [5, 6])
     loaded = load_dataset(str(tmp_path / "batch.bin"), [1, 1, 8, 8])
     assert loaded.inputs.shape == (2, 1, 8, 8)
+    assert loaded.name.endswith("batch.bin (RGB made grayscale, resized bilinearly from 32x32 to 8x8)")
     assert loaded.labels is not None and loaded.labels.tolist() == [5, 6]
     luma = np.tensordot(data.reshape(2, 3, 32, 32) / 255.0, [0.299, 0.587, 0.114], axes=([1], [0]))
     np.testing.assert_allclose(loaded.inputs.mean(axis=(1, 2, 3)), luma.mean(axis=(1, 2)), atol=1e-3)

@@ -268,7 +268,7 @@ def _load(
             return digits
         train, test = DIGITS_SPLIT.indices(len(digits))
         part = (test if spec == DIGITS_TEST else train)[:limit]
-        return replace(digits.subset(part), name=spec)
+        return replace(digits.subset(part), name=spec + digits.name.removeprefix(DIGITS))
     path = Path(spec).expanduser()
     if not path.exists():
         if "/" in spec or "\\" in spec or path.suffix:
@@ -342,8 +342,9 @@ def _digits(layout: _ImageLayout, limit: int | None) -> Dataset:
     """scikit-learn's bundled digits, scaled from 0-16 to [0, 1]."""
     bunch = require("sklearn.datasets", "scikit-learn's digits").load_digits()
     images = (bunch.images[:limit] / _DIGITS_MAX).astype(np.float32)[:, None]
-    inputs = _arranged(_fit(images, layout), layout)
-    return Dataset(inputs, bunch.target[:limit].astype(np.int64), DIGITS, pixels=layout.plain)
+    fitted, changes = _fit(images, layout)
+    labels = bunch.target[:limit].astype(np.int64)
+    return Dataset(_arranged(fitted, layout), labels, _named(DIGITS, changes), pixels=layout.plain)
 
 
 def _cifar(files: list[Path], name: str, layout: _ImageLayout, limit: int | None) -> Dataset:
@@ -357,7 +358,9 @@ def _cifar(files: list[Path], name: str, layout: _ImageLayout, limit: int | None
         if limit is not None and sum(map(len, labels)) >= limit:
             break
     pixels = np.concatenate(images)[:limit].astype(np.float32) / 255.0
-    return Dataset(_arranged(_fit(pixels, layout), layout), np.concatenate(labels)[:limit], name, pixels=layout.plain)
+    fitted, changes = _fit(pixels, layout)
+    labels_kept = np.concatenate(labels)[:limit]
+    return Dataset(_arranged(fitted, layout), labels_kept, _named(name, changes), pixels=layout.plain)
 
 
 def _read_cifar_batch(path: Path) -> tuple[np.ndarray, np.ndarray]:
@@ -402,9 +405,21 @@ def _image_folder(root: Path, layout: _ImageLayout, limit: int | None) -> Datase
     images = (_read_image(path, mode) for path in files)
     first = next(images)
     size = (layout.height or first.shape[1], layout.width or first.shape[2])  # a dynamic dim: the first image's
-    inputs = _normalize(np.stack([_resize(first, size), *(_resize(image, size) for image in images)]), layout)
+    sizes: set[tuple[int, int]] = set()
+
+    def resized(image: np.ndarray) -> np.ndarray:
+        sizes.add(image.shape[1:])
+        return _resize(image, size)
+
+    inputs = _normalize(np.stack([resized(first), *(resized(image) for image in images)]), layout)
     labels = None if labels is None else labels[:limit]
-    return Dataset(_arranged(inputs, layout), labels, f"folder:{root}", pixels=layout.plain)
+    changed = sorted(other for other in sizes if other != size)
+    fitted = ""
+    if len(changed) == 1:
+        fitted = f"resized bilinearly from {_size_text(changed[0])} to {_size_text(size)}"
+    elif changed:
+        fitted = f"resized bilinearly to {_size_text(size)} from {len(changed)} other sizes"
+    return Dataset(_arranged(inputs, layout), labels, _named(f"folder:{root}", fitted), pixels=layout.plain)
 
 
 def _folder_files(root: Path) -> tuple[list[Path], np.ndarray | None]:
@@ -453,16 +468,31 @@ def _read_image(path: Path, mode: str) -> np.ndarray:
     return pixels[None] if pixels.ndim == 2 else pixels.transpose(2, 0, 1)
 
 
-def _fit(images: np.ndarray, layout: _ImageLayout) -> np.ndarray:
-    """Float images [N, C, H, W] in [0, 1] -> the model's channels, size and normalization."""
+def _fit(images: np.ndarray, layout: _ImageLayout) -> tuple[np.ndarray, str]:
+    """Float images [N, C, H, W] in [0, 1] -> the model's channels, size and normalization, and what was
+    changed to fit (empty when nothing was): a model trained on other resampling scores differently, so
+    the reports say so."""
+    changes = []
     if images.shape[1] == 3 and layout.channels == 1:
         images = np.tensordot(images, _LUMA, axes=([1], [0]))[:, None].astype(np.float32)
+        changes.append("RGB made grayscale")
     elif images.shape[1] == 1 and layout.channels == 3:
         images = np.repeat(images, 3, axis=1)
+        changes.append("grayscale repeated to 3 channels")
     size = (layout.height or images.shape[2], layout.width or images.shape[3])
     if size != images.shape[2:]:
+        changes.append(f"resized bilinearly from {_size_text(images.shape[2:])} to {_size_text(size)}")
         images = np.stack([_resize(image, size) for image in images])
-    return _normalize(images, layout)
+    return _normalize(images, layout), ", ".join(changes)
+
+
+def _size_text(size: Sequence[int]) -> str:
+    return f"{size[0]}x{size[1]}"
+
+
+def _named(name: str, fitted: str) -> str:
+    """A source's name with how its images were fitted to the model, as every report shows it."""
+    return f"{name} ({fitted})" if fitted else name
 
 
 def _arranged(images: np.ndarray, layout: _ImageLayout) -> np.ndarray:
