@@ -46,6 +46,12 @@ class _Emitted:
     position: tuple[int, int]
 
 
+UNCACHED_WEIGHT_BYTES = 2**20
+"""Values at least this large are not kept once used: a weight read from its file (read again if another
+rule needs it), a new weight once it is an initializer. Kept, ViT-base's Q, K and V weights and their
+merged forms held 250 MB more at the peak of decoding than the result itself."""
+
+
 class _Decoder:
     def __init__(self, encoded: EncodedModel, snapshot: FrozenEGraph, choice: dict[bindings.Value, ENode]) -> None:
         self.encoded = encoded
@@ -168,7 +174,8 @@ class _Decoder:
             result = constant_node_value(self.encoded.nodes[node_id], self.encoded.base_dir)
         else:
             raise DecodeError(f"a rule needs the value of a tensor made by {enode.op}, which is not static")
-        self.values[eclass] = result
+        if enode.op != "TensorInitializer" or result is None or result.nbytes < UNCACHED_WEIGHT_BYTES:
+            self.values[eclass] = result
         return result
 
     def folded_value(self, enode: ENode) -> np.ndarray:
@@ -235,6 +242,7 @@ class _Decoder:
         elif op in ("TensorFolded", "TensorShapeOf", "TensorInts"):
             name = self.original_name(eclass, "onnxsat_constant")
             self.new_initializers.append(onnx.numpy_helper.from_array(np.asarray(self.value(eclass)), name))
+            self.forget_large(eclass)
             self.tensor_name[eclass] = name
             self.constants_made[op] += 1
         elif op == "Out":
@@ -248,7 +256,15 @@ class _Decoder:
         names = [n for c in self.args_classes(enode.children[0]) if (n := self.display_name(c))]
         name = self.fresh_tensor_name(f"{names[0] if names else 'onnxsat'}_{enode.literals[0]}")
         self.new_initializers.append(onnx.numpy_helper.from_array(np.asarray(self.value(eclass)), name))
+        self.forget_large(eclass)
         return name
+
+    def forget_large(self, eclass: bindings.Value) -> None:
+        """Drop a large emitted value from the cache: the new initializer holds it now (a rule that needs it
+        again computes it again)."""
+        value = self.values.get(eclass)
+        if value is not None and value.nbytes >= UNCACHED_WEIGHT_BYTES:
+            del self.values[eclass]
 
     def emit_node(self, eclass: bindings.Value, enode: ENode) -> None:
         op_type, domain, node_id, n_outputs = enode.literals
