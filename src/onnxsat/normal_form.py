@@ -99,6 +99,18 @@ def initializers_as_constants(model: onnx.ModelProto, fed: Collection[str] = ())
     ]
 
 
+def with_restated_inputs(model: onnx.ModelProto, names: Collection[str]) -> onnx.ModelProto:
+    """A copy of ``model`` with the initializers ``names`` listed as graph inputs again: the interface of the
+    file as given before :func:`initializers_as_constants`, for timing the original as the user has it."""
+    restated = onnx.ModelProto()
+    restated.CopyFrom(model)
+    listed = {value.name for value in restated.graph.input}
+    for tensor in restated.graph.initializer:
+        if tensor.name in names and tensor.name not in listed:
+            restated.graph.input.append(onnx.helper.make_tensor_value_info(tensor.name, tensor.data_type, tensor.dims))
+    return restated
+
+
 def _weight_aliases(model: onnx.ModelProto, lifted: set[str]) -> dict[str, str]:
     """Identity output -> the weight it copies, for the Identities that can be read through."""
     graph = model.graph

@@ -6,7 +6,7 @@ the pass in a pipeline file (checked by ``config_check.checked_keys``); a field 
 the option says otherwise, with the field's default and the help text written next to the field. So a new
 setting is one field in one place, and the three faces cannot drift apart.
 
-Settings a whole run shares (``inputs``, ``tolerance``, ``force``, ``run_timeout``) are fields too,
+Settings a whole run shares (``inputs``, ``tolerance``, ``force``, ``run_timeout``, ``restated_inputs``) are fields too,
 for callers of the pass functions, but :data:`RUN_SETTINGS` keeps them out of pass keys and flags: the
 runner supplies them once (``--inputs``, ``--input-shape``, ``--rtol``, a pipeline's top-level keys).
 """
@@ -20,7 +20,7 @@ import typing
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-RUN_SETTINGS = ("inputs", "tolerance", "force", "run_timeout")
+RUN_SETTINGS = ("inputs", "tolerance", "force", "run_timeout", "restated_inputs")
 """Fields every pass may carry but the runner sets for the whole run: never a pass key or a pass's flag."""
 
 

@@ -21,7 +21,7 @@ from onnxsat import model_io
 from onnxsat.core import Model, Pass, PassContext, PassResult, ReportBase, RunFacts
 from onnxsat.errors import OnnxSatError, VerificationFailedError
 from onnxsat.inputs import InputSpec
-from onnxsat.normal_form import initializers_as_constants, normal_form
+from onnxsat.normal_form import initializer_inputs, initializers_as_constants, normal_form
 from onnxsat.verification import Tolerance
 
 
@@ -120,6 +120,7 @@ def run(
     model_io.check_data_path(target, proto, base_dir)
     proto, normalised = normal_form(proto, in_place=True)
     normalised[:0] = loaded
+    restated = tuple(initializer_inputs(proto, settings.inputs.given))
     normalised += initializers_as_constants(proto, settings.inputs.given)
     settings.inputs.check(proto)
     model = Model(proto, base_dir, str(input_path))
@@ -129,6 +130,7 @@ def run(
         data=settings.data,
         reference=proto,
         run_timeout=settings.run_timeout,
+        restated_inputs=restated,
     )
     pipeline_report = PipelineReport(pipeline or "", str(input_path), str(target))
     steps: list[tuple[str, Pass, PassResult]] = []
@@ -143,6 +145,7 @@ def run(
         steps.append((place, step, result))
         pipeline_report.steps.append(_record(place, step, result, time.perf_counter() - begun))
         model = model.with_proto(result.model)
+        context.restated_inputs = ()  # later passes start from a result, not from the file
         if result.rebase:
             context.reference, context.reference_name = result.model, f"the result of {place} ({step.kind})"
         if not result.ok and not settings.force:

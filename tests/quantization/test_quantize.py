@@ -15,6 +15,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from onnxsat.cli import main
+from onnxsat.normal_form import with_restated_inputs
 from onnxsat.quantization import node_speed
 from onnxsat.zoo.digits_cnn import bundled_digits_cnn
 
@@ -120,6 +121,20 @@ def test_dynamic_quantizes_matmuls(tmp_path: Path) -> None:
     x = np.random.default_rng(1).normal(size=(3, 64)).astype(np.float32)
     quantized, original = runs(out, {"x": x})[0], runs(model, {"x": x})[0]
     assert np.corrcoef(quantized.ravel(), original.ravel())[0, 1] > 0.99
+
+
+def test_a_file_listing_its_weights_as_inputs_is_timed_as_given_too(tmp_path: Path) -> None:
+    """Old exporters list every weight as a graph input, which ORT neither folds nor prepacks; ONNXSat reads
+    them as constants, and says what the result gains against the file the user runs."""
+    path = mlp(tmp_path / "mlp.onnx")
+    model = onnx.load(path)
+    onnx.save(with_restated_inputs(model, ["w1", "w2"]), path)
+    code, report, _ = quantize(path, tmp_path, "--mode", "dynamic", "--no-node-timing")
+    assert code == 0 and report["latency"]["file_ms"] > 0 and report["latency"]["speedup_vs_file"] > 0
+    (line,) = [note for note in report["notes"] if note.startswith("against the file as given")]
+    assert "whose 2 weights are graph inputs too" in line
+    code, report, _ = quantize(mlp(tmp_path / "plain.onnx"), tmp_path, "--mode", "dynamic", "--no-node-timing")
+    assert code == 0 and "file_ms" not in report["latency"]
 
 
 def test_weight_only_writes_4_bit_matmuls(tmp_path: Path) -> None:
