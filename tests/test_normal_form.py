@@ -202,3 +202,22 @@ def test_initializers_listed_as_inputs_become_constants_unless_fed(
     assert [v.name for v in optimized.graph.input] == ["x"]
     x = np.random.default_rng(3).standard_normal((2, 3, 6, 6)).astype(np.float32)
     np.testing.assert_allclose(_run(optimized, {"x": x})[0], _run(model, {"x": x})[0], rtol=1e-5, atol=1e-6)
+
+
+def test_the_working_form_restates_what_it_read_as_constants_and_leaves_its_input() -> None:
+    """The commands time a result against the file as given too: ``with_restated_inputs`` undoes the step."""
+    from onnxsat.normal_form import with_restated_inputs, working_form
+
+    model = initializer_input_model()
+    before = model.SerializeToString()
+    working, notes, restated = working_form(model, ["b"])
+    assert model.SerializeToString() == before and working is not model
+    assert restated == ("w",) and notes[-1].startswith("1 initializers also listed as graph inputs")
+    assert [v.name for v in working.graph.input] == ["x", "b"]
+    again = with_restated_inputs(working, restated)
+    assert [v.name for v in again.graph.input] == ["x", "b", "w"]
+    w = next(v for v in again.graph.input if v.name == "w").type.tensor_type
+    tensor = next(t for t in model.graph.initializer if t.name == "w")
+    assert (w.elem_type, [d.dim_value for d in w.shape.dim]) == (tensor.data_type, list(tensor.dims))
+    plain, none, nothing = working_form(working, ["b"])
+    assert plain is working and none == [] and nothing == ()

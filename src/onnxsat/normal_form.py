@@ -75,6 +75,25 @@ def normal_form(model: onnx.ModelProto, in_place: bool = False) -> tuple[onnx.Mo
     return result, notes
 
 
+def working_form(
+    model: onnx.ModelProto, fed: Collection[str] = (), in_place: bool = False
+) -> tuple[onnx.ModelProto, list[str], tuple[str, ...]]:
+    """The form every command works on: :func:`normal_form`, then :func:`initializers_as_constants` (but for
+    the inputs in ``fed``); one line per kind of change, and the names of the inputs that only restated an
+    initializer (the file as given runs slower for them: see ``with_restated_inputs``).
+
+    ``model`` is left as it is unless ``in_place``; the result is ``model`` itself when nothing changes.
+    """
+    result, notes = normal_form(model, in_place=in_place)
+    restated = tuple(initializer_inputs(result, fed))
+    if restated:
+        if result is model and not in_place:
+            result = onnx.ModelProto()
+            result.CopyFrom(model)
+        notes += initializers_as_constants(result, fed)
+    return result, notes, restated
+
+
 def initializer_inputs(model: onnx.ModelProto, fed: Collection[str] = ()) -> list[str]:
     """Graph inputs that only restate an initializer and that :func:`initializers_as_constants` drops."""
     if model.ir_version < 4:

@@ -21,7 +21,7 @@ from onnxsat import model_io
 from onnxsat.core import Model, Pass, PassContext, PassResult, ReportBase, RunFacts
 from onnxsat.errors import OnnxSatError, VerificationFailedError
 from onnxsat.inputs import InputSpec
-from onnxsat.normal_form import initializer_inputs, initializers_as_constants, normal_form
+from onnxsat.normal_form import working_form
 from onnxsat.verification import Tolerance
 
 
@@ -118,10 +118,8 @@ def run(
     if not (passes and passes[0][1].checks_input):
         model_io.check_model(proto)
     model_io.check_data_path(target, proto, base_dir)
-    proto, normalised = normal_form(proto, in_place=True)
+    proto, normalised, restated = working_form(proto, settings.inputs.given, in_place=True)
     normalised[:0] = loaded
-    restated = tuple(initializer_inputs(proto, settings.inputs.given))
-    normalised += initializers_as_constants(proto, settings.inputs.given)
     settings.inputs.check(proto)
     model = Model(proto, base_dir, str(input_path))
     context = PassContext(

@@ -61,7 +61,7 @@ from onnxsat.errors import OnnxSatError, RuntimeUnsupportedError, SettingsError
 from onnxsat.html import Page, write_page
 from onnxsat.html.charts import grouped_bars
 from onnxsat.inputs import InputSpec, parse_input_shapes
-from onnxsat.normal_form import initializer_inputs, initializers_as_constants, normal_form
+from onnxsat.normal_form import working_form
 from onnxsat.runtime.tune import SessionSettings
 from onnxsat.timing import (
     LEVELS,
@@ -227,10 +227,7 @@ def run_onnxsat(model: onnx.ModelProto, settings: CompareSettings) -> tuple[onnx
     if settings.cost_model is not None:
         options.cost_model = settings.cost_model
     start = time.perf_counter()
-    model, _ = normal_form(model)  # as `onnxsat optimize` loads it
-    if initializer_inputs(model, settings.inputs.given):
-        model = _copy(model)
-        initializers_as_constants(model, settings.inputs.given)
+    model, _, _ = working_form(model, settings.inputs.given)  # as `onnxsat optimize` loads it
     optimized, _report = optimize_model(model, options)
     return optimized, time.perf_counter() - start
 
