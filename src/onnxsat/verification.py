@@ -174,7 +174,7 @@ def session(
         light, shared = weights_apart(model) if lean else (model, {})
     fed = weights_as_inputs and level == ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     if shared and fed:
-        light = _weights_as_inputs(light, shared)
+        light = _weights_as_inputs(light, shared, in_place=weights is None)  # a light copy made here is ours
     elif shared:
         options.add_external_initializers(list(shared), [ort.OrtValue.ortvalue_from_numpy(v) for v in shared.values()])
     sess = ort.InferenceSession(light.SerializeToString(), options, providers=providers)
@@ -231,17 +231,25 @@ def weights_back(light: onnx.ModelProto, weights: Mapping[str, np.ndarray]) -> o
     return with_initializers_replaced(light, whole)
 
 
-def _weights_as_inputs(light: onnx.ModelProto, shared: Mapping[str, np.ndarray]) -> onnx.ModelProto:
-    """``light`` with the stand-ins of ``shared`` turned into graph inputs of their type and shape.
+def _weights_as_inputs(
+    light: onnx.ModelProto, shared: Mapping[str, np.ndarray], in_place: bool = False
+) -> onnx.ModelProto:
+    """``light`` (or a copy, unless ``in_place``) with the stand-ins of ``shared`` turned into graph inputs
+    of their type and shape.
 
     ONNX Runtime copies every initializer it is given, external ones included (ViT-base's merged Q, K
     and V weights: 150 MB more at session creation); a fed input it reads where it lies.
     """
     inputs = {value.name for value in light.graph.input}  # IR < 4 lists initializers as inputs too
-    view = onnx.ModelProto()
-    copy_fields(light, view, skip={"graph"})
-    copy_fields(light.graph, view.graph, skip={"initializer"})
-    view.graph.initializer.extend(t for t in light.graph.initializer if t.name not in shared)
+    view = light
+    if not in_place:
+        view = onnx.ModelProto()
+        copy_fields(light, view, skip={"graph"})
+        copy_fields(light.graph, view.graph, skip={"initializer"})
+        view.graph.initializer.extend(light.graph.initializer)
+    kept = [t for t in view.graph.initializer if t.name not in shared]
+    del view.graph.initializer[:]
+    view.graph.initializer.extend(kept)
     view.graph.input.extend(
         onnx.helper.make_tensor_value_info(name, onnx.helper.np_dtype_to_tensor_dtype(array.dtype), array.shape)
         for name, array in shared.items()
@@ -303,8 +311,7 @@ def run_model(
     timer.daemon = True
 
     def run(weights_as_inputs: bool) -> list[np.ndarray]:
-        light, arrays = (model, weights) if weights is not None else weights_apart(model)
-        sess = session(light, level, base_dir=base_dir, lean=True, weights_as_inputs=weights_as_inputs, weights=arrays)
+        sess = session(model, level, base_dir=base_dir, lean=True, weights_as_inputs=weights_as_inputs, weights=weights)
         if timer.ident is None:  # not started by a first attempt
             gc.collect(0)
             timer.start()
