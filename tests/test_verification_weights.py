@@ -91,7 +91,9 @@ def test_lean_run_feeds_large_weights_as_inputs_that_ort_reads_in_place() -> Non
     want = given.run(None, feeds)[0]
     np.testing.assert_array_equal(fed.run(None, {**feeds, **fed._onnxsat_fed})[0], want)
     np.testing.assert_array_equal(verification.run_model(light, feeds, "model", weights=weights)[0], want)
+    before = model.SerializeToString()
     np.testing.assert_array_equal(verification.run_model(model, feeds, "model")[0], want)
+    assert model.SerializeToString() == before  # its own stand-in copy became inputs, not the model
 
 
 def test_lean_run_gives_the_weights_as_initializers_when_a_kernel_refuses_them_as_inputs(
