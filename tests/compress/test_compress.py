@@ -43,7 +43,7 @@ def test_the_chosen_model_is_inside_the_budget_and_measured_on_held_out_data(com
     out, report = compressed
     assert out.exists() and report["written"]
     assert report["accuracy"]["drop"] <= 0.01
-    assert report["confidence"] == 0.9
+    assert report["confidence"] == 0.99  # compress compares dozens of candidates: a stricter default
     inside = [row for row in report["candidates"] if row["within_budget"]]
     assert inside and all(row["drop"] <= row["bound"] <= 0.01 for row in inside)
     assert report["held_out"]["data"].startswith("digits-test") and report["held_out"]["score"]["samples"] == 397

@@ -250,13 +250,14 @@ were 2.79%, 1.11% and 0.00%, netted from dozens of samples changing both ways; a
 per-candidate bound undoes; the held-out figure says what it cost."""
 
 
-def confidence_option() -> Any:
-    """The ``confidence`` field of a budgeted search's options (one declaration: its flag, help and default)."""
+def confidence_option(default: float = DEFAULT_CONFIDENCE) -> Any:
+    """The ``confidence`` field of a budgeted search's options (one declaration: its flag, help and default;
+    a search that compares many candidates on the same samples asks for more)."""
     return option(
-        DEFAULT_CONFIDENCE,
+        default,
         type=float,
         help="how sure a candidate must be to be inside --max-drop on data like --data: its drop plus the "
-        "matching number of standard errors (paired, per sample) must fit (default 0.9; 0.5: the drop alone)",
+        f"matching number of standard errors (paired, per sample) must fit (default {default:g}; 0.5: the drop alone)",
     )
 
 
