@@ -63,6 +63,8 @@ def test_weights_apart_and_back_give_the_same_model() -> None:
     light, weights = verification.weights_apart(model)
     assert set(weights) == {"w"} and light.ByteSize() < 64 * 1024
     assert verification.weights_back(light, weights).SerializeToString() == model.SerializeToString()
+    small = _model(rows=8)  # nothing large: one model, not copied
+    assert verification.weights_apart(small) == (small, {}) and verification.weights_back(small, {}) is small
 
 
 def _anonymous_mib() -> int | None:

@@ -218,7 +218,10 @@ def weights_apart(model: onnx.ModelProto) -> tuple[onnx.ModelProto, dict[str, np
 
 
 def weights_back(light: onnx.ModelProto, weights: Mapping[str, np.ndarray]) -> onnx.ModelProto:
-    """The whole model again from :func:`weights_apart`'s parts (a new message; ``light`` is left as it is)."""
+    """The whole model again from :func:`weights_apart`'s parts: a new message (``light`` is left as it is),
+    or ``light`` itself when nothing was apart."""
+    if not weights:
+        return light
 
     def whole(stub: onnx.TensorProto) -> onnx.TensorProto | None:
         array = weights.get(stub.name)

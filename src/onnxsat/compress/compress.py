@@ -52,7 +52,8 @@ SEARCH_CONFIDENCE = 0.99
 levels): it compares 30-60 candidates on the same samples, and at 0.9 the fastest inside the budget was the
 luckiest of many close ones. Measured on a Keras MobileNetV2 (0.5% budget, 1,438 search digits, seeds 0-2), the
 held-out drops were 1.95%, 0.56% and -0.28% at 0.9 (1.46x, 1.47x, 1.45x) and 1.11%, 0.00% and 0.00% at 0.99
-(1.40x, 1.33x, 1.25x); on the retrained digits ResNet, 12.07x at -0.50 points at 0.9 and 14.56x at 0.00 at 0.99 (separate runs)."""
+(1.40x, 1.33x, 1.25x); on the retrained digits ResNet, 12.07x at -0.50 points at 0.9 and 14.56x at 0.00 at 0.99
+(separate runs)."""
 
 
 @dataclass
