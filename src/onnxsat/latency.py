@@ -93,10 +93,10 @@ def against_file_as_given(
     MobileNetV2 at opset 7 compressed 1.60x, against the file the user runs 5.69x.
     """
     file_ms, result_ms, speedup = side_by_side(with_restated_inputs(model, restated), result, feeds, threads)
+    weights = "1 weight is a graph input" if len(restated) == 1 else f"{len(restated)} weights are graph inputs"
     line = (
-        f"against the file as given, whose {len(restated)} weights are graph inputs too (ONNX Runtime neither "
-        f"folds nor prepacks an input; the original above reads them as constants): {file_ms:.3f} -> "
-        f"{result_ms:.3f} ms, {speedup:.2f}x"
+        f"against the file as given, whose {weights} too (ONNX Runtime neither folds nor prepacks an input; the "
+        f"original above reads them as constants): {file_ms:.3f} -> {result_ms:.3f} ms, {speedup:.2f}x"
     )
     return {"file_ms": file_ms, "speedup_vs_file": speedup}, line
 
