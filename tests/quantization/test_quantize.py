@@ -137,6 +137,26 @@ def test_a_file_listing_its_weights_as_inputs_is_timed_as_given_too(tmp_path: Pa
     assert code == 0 and "file_ms" not in report["latency"]
 
 
+def test_a_weight_the_user_feeds_is_quantized_as_an_input_and_keeps_its_default(tmp_path: Path) -> None:
+    """A weight listed as a graph input and fed with --inputs varies: it is not folded into an int8 constant
+    (the quantized model would refuse the fed value), and the result keeps the file's interface."""
+    path = mlp(tmp_path / "mlp.onnx")
+    model = onnx.load(path)
+    onnx.save(with_restated_inputs(model, ["w1", "w2"]), path)
+    w1 = numpy_helper.to_array(model.graph.initializer[0])
+    fed = tmp_path / "w1.npz"
+    np.savez(fed, w1=w1 * 0.5)
+    code, report, out = quantize(path, tmp_path, "--mode", "dynamic", "--no-node-timing", "--inputs", str(fed))
+    assert code == 0 and any(note.startswith("w1: fed with --inputs") for note in report["notes"])
+    assert "whose 1 weight is a graph input too" in " ".join(report["notes"])
+    result = onnx.load(out)
+    assert "w1" in {v.name for v in result.graph.input} and "w1" in {t.name for t in result.graph.initializer}
+    x = np.random.default_rng(1).normal(size=(3, 64)).astype(np.float32)
+    for feeds in ({"x": x}, {"x": x, "w1": w1 * 0.5}):  # the default, and a value fed in its place
+        quantized, original = runs(out, feeds)[0], runs(path, feeds)[0]
+        assert np.corrcoef(quantized.ravel(), original.ravel())[0, 1] > 0.99
+
+
 def test_weight_only_writes_4_bit_matmuls(tmp_path: Path) -> None:
     model = mlp(tmp_path / "mlp.onnx", features=128, hidden=256)
     code, report, out = quantize(model, tmp_path, "--mode", "weight-only", "--max-drop", "100%")  # random weights

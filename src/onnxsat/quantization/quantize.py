@@ -166,6 +166,7 @@ def quantize_model(
     given, model_input, dataset = _budget_data(model, options, report)  # data that does not fit is said first
     original_run = reference_run(model, options.inputs, base_dir=base_dir)  # then an input ORT cannot run
     prepared = _prepare(model, options, base_dir, report)
+    defaults = _fed_defaults(prepared, options.inputs.given, report)
     unknown = [name for name in options.exclude if name not in {n.name for n in prepared.graph.node}]
     if unknown:
         raise SettingsError(f"--exclude {unknown[0]!r} names no node of the model")
@@ -230,6 +231,8 @@ def quantize_model(
         drop = score.drop
         within = options.max_drop is None or drop <= options.max_drop
         report.held_out = HeldOut(held_out.name, held.baseline, score, drop, within)
+    if defaults:  # the interface as given: the inputs the user fed keep their default values
+        chosen.model = _with_initializers(chosen.model, defaults)
     report.latency = dict(chosen.latency)
     if options.restated_inputs and chosen.latency:
         figures, line = against_file_as_given(model, options.restated_inputs, chosen.model, feeds, options.threads)
@@ -351,6 +354,35 @@ def _prepare(
             node.name = name
             used.add(name)
     return named
+
+
+def _fed_defaults(
+    model: onnx.ModelProto, given: Mapping[str, np.ndarray], report: QuantizeReport
+) -> list[onnx.TensorProto]:
+    """In place: the initializers of graph inputs the user feeds (``--inputs``), taken out so the quantizer sees
+    those inputs as the inputs they are, not as weights it may fold into int8 constants (its model would then
+    refuse the fed value); returned, to be put back as the result's defaults."""
+    inputs = {value.name for value in model.graph.input}
+    fed = [t for t in model.graph.initializer if t.name in given and t.name in inputs]
+    if not fed:
+        return []
+    kept = [t for t in model.graph.initializer if t.name not in given or t.name not in inputs]
+    taken = [onnx.TensorProto() for _ in fed]
+    for copy, tensor in zip(taken, fed, strict=True):
+        copy.CopyFrom(tensor)
+    del model.graph.initializer[:]
+    model.graph.initializer.extend(kept)
+    names = ", ".join(t.name for t in taken)
+    report.notes.append(f"{names}: fed with --inputs, so quantized as input(s), not as weights (defaults kept)")
+    return taken
+
+
+def _with_initializers(model: onnx.ModelProto, tensors: Sequence[onnx.TensorProto]) -> onnx.ModelProto:
+    result = onnx.ModelProto()
+    result.CopyFrom(model)
+    present = {t.name for t in result.graph.initializer}
+    result.graph.initializer.extend(t for t in tensors if t.name not in present)
+    return result
 
 
 def _flatten_gemm_biases(graph: onnx.GraphProto) -> int:
