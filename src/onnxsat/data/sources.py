@@ -413,12 +413,7 @@ def _image_folder(root: Path, layout: _ImageLayout, limit: int | None) -> Datase
 
     inputs = _normalize(np.stack([resized(first), *(resized(image) for image in images)]), layout)
     labels = None if labels is None else labels[:limit]
-    changed = sorted(other for other in sizes if other != size)
-    fitted = ""
-    if len(changed) == 1:
-        fitted = f"resized bilinearly from {_size_text(changed[0])} to {_size_text(size)}"
-    elif changed:
-        fitted = f"resized bilinearly to {_size_text(size)} from {len(changed)} other sizes"
+    fitted = _resized_text(sizes, size)
     return Dataset(_arranged(inputs, layout), labels, _named(f"folder:{root}", fitted), pixels=layout.plain)
 
 
@@ -481,9 +476,17 @@ def _fit(images: np.ndarray, layout: _ImageLayout) -> tuple[np.ndarray, str]:
         changes.append("grayscale repeated to 3 channels")
     size = (layout.height or images.shape[2], layout.width or images.shape[3])
     if size != images.shape[2:]:
-        changes.append(f"resized bilinearly from {_size_text(images.shape[2:])} to {_size_text(size)}")
+        changes.append(_resized_text({images.shape[2:]}, size))
         images = np.stack([_resize(image, size) for image in images])
     return _normalize(images, layout), ", ".join(changes)
+
+
+def _resized_text(sizes: set[tuple[int, ...]], size: tuple[int, int]) -> str:
+    """How images of ``sizes`` (height, width) were brought to ``size``; empty when none needed it."""
+    changed = sorted(other for other in sizes if other != size)
+    if len(changed) > 1:
+        return f"resized bilinearly to {_size_text(size)} from {len(changed)} other sizes"
+    return f"resized bilinearly from {_size_text(changed[0])} to {_size_text(size)}" if changed else ""
 
 
 def _size_text(size: Sequence[int]) -> str:

@@ -362,18 +362,15 @@ def _fed_defaults(
     """In place: the initializers of graph inputs the user feeds (``--inputs``), taken out so the quantizer sees
     those inputs as the inputs they are, not as weights it may fold into int8 constants (its model would then
     refuse the fed value); returned, to be put back as the result's defaults."""
-    inputs = {value.name for value in model.graph.input}
-    fed = [t for t in model.graph.initializer if t.name in given and t.name in inputs]
-    if not fed:
+    names = {value.name for value in model.graph.input} & set(given)
+    taken = [t for t in model.graph.initializer if t.name in names]
+    if not taken:
         return []
-    kept = [t for t in model.graph.initializer if t.name not in given or t.name not in inputs]
-    taken = [onnx.TensorProto() for _ in fed]
-    for copy, tensor in zip(taken, fed, strict=True):
-        copy.CopyFrom(tensor)
+    kept = [t for t in model.graph.initializer if t.name not in names]
     del model.graph.initializer[:]
     model.graph.initializer.extend(kept)
-    names = ", ".join(t.name for t in taken)
-    report.notes.append(f"{names}: fed with --inputs, so quantized as input(s), not as weights (defaults kept)")
+    listed = ", ".join(t.name for t in taken)
+    report.notes.append(f"{listed}: fed with --inputs, so quantized as input(s), not as weights (defaults kept)")
     return taken
 
 
