@@ -221,3 +221,80 @@ def test_the_working_form_restates_what_it_read_as_constants_and_leaves_its_inpu
     assert (w.elem_type, [d.dim_value for d in w.shape.dim]) == (tensor.data_type, list(tensor.dims))
     plain, none, nothing = working_form(working, ["b"])
     assert plain is working and none == [] and nothing == ()
+
+
+def local_function_model() -> onnx.ModelProto:
+    """PyTorch's ``export_modules_as_functions`` form: each block a call of a model-local function whose Conv
+    reads its stride from an attribute of the call, one call inside an If branch."""
+    rng = np.random.default_rng(0)
+    conv = helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1])
+    conv.attribute.add(name="strides", ref_attr_name="stride", type=onnx.AttributeProto.INTS)
+    block = helper.make_function(
+        "torch.nn.modules.container",
+        "Sequential",
+        ["x", "w"],
+        ["y"],
+        [conv, helper.make_node("Relu", ["c"], ["y"])],
+        [helper.make_opsetid("", 17)],
+        attributes=["stride"],
+    )
+    w1 = numpy_helper.from_array(rng.standard_normal((4, 3, 3, 3)).astype(np.float32), "w1")
+    w2 = numpy_helper.from_array(rng.standard_normal((4, 4, 3, 3)).astype(np.float32), "w2")
+    call = helper.make_node("Sequential", ["a", "w2"], ["b"], domain="torch.nn.modules.container", stride=[1, 1])
+    typed = helper.make_tensor_value_info("b", TensorProto.FLOAT, [1, 4, 4, 4])
+    branch = helper.make_graph([call], "then", [], [typed])
+    other = helper.make_graph(
+        [helper.make_node("Identity", ["a"], ["b_else"])],
+        "else",
+        [],
+        [helper.make_tensor_value_info("b_else", TensorProto.FLOAT, [1, 4, 4, 4])],
+    )
+    graph = helper.make_graph(
+        [
+            helper.make_node("Sequential", ["x", "w1"], ["a"], domain="torch.nn.modules.container", stride=[2, 2]),
+            helper.make_node("If", ["flag"], ["y"], then_branch=branch, else_branch=other),
+        ],
+        "functions",
+        [
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8]),
+            helper.make_tensor_value_info("flag", TensorProto.BOOL, []),
+        ],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 4, 4])],
+        [w1, w2],
+    )
+    opsets = [helper.make_opsetid("", 17), helper.make_opsetid("torch.nn.modules.container", 1)]
+    return helper.make_model(graph, opset_imports=opsets, functions=[block], ir_version=8)
+
+
+def test_calls_of_model_local_functions_are_inlined() -> None:
+    """A pass looking for a Conv finds none inside an opaque call: the calls are inlined (their attribute
+    references resolved), as ONNX Runtime does on load, and the model computes the same."""
+    model = local_function_model()
+    inlined, notes = normal_form(model)
+    assert notes == ["2 calls of model-local functions inlined"]
+    assert not inlined.functions and [o.domain for o in inlined.opset_import] == [""]
+    assert [node.op_type for node in inlined.graph.node] == ["Conv", "Relu", "If"]
+    assert [a.ints for a in inlined.graph.node[0].attribute if a.name == "strides"] == [[2, 2]]
+    assert [t.name for t in inlined.graph.initializer] == ["w1", "w2"]
+    onnx.checker.check_model(inlined, full_check=True)
+    x = np.random.default_rng(1).standard_normal((1, 3, 8, 8)).astype(np.float32)
+    for flag in (True, False):
+        feeds = {"x": x, "flag": np.array(flag)}
+        np.testing.assert_array_equal(_run(inlined, feeds)[0], _run(model, feeds)[0])
+    assert len(model.functions) == 1 and model.graph.node[0].op_type == "Sequential"  # the input untouched
+    same, _ = normal_form(model, in_place=True)
+    assert same is model and not model.functions and model.graph.node[0].op_type == "Conv"
+
+
+def test_prune_finds_the_convolutions_inside_local_functions(tmp_path: Path) -> None:
+    model = local_function_model()
+    del model.graph.node[1]  # the If: prune reads the Conv chain straight to the output
+    model.graph.node.append(
+        helper.make_node("Sequential", ["a", "w2"], ["y"], domain="torch.nn.modules.container", stride=[1, 1])
+    )
+    del model.graph.input[1]
+    source = tmp_path / "functions.onnx"
+    onnx.save(model, source)
+    assert main(["prune", str(source), "-o", str(tmp_path / "p.onnx"), "--rate", "0.5"]) == 0
+    pruned = onnx.load(tmp_path / "p.onnx")
+    assert [t.dims[0] for t in pruned.graph.initializer if t.name == "w1"] == [2]

@@ -91,6 +91,32 @@ def has_external_data(model: onnx.ModelProto) -> bool:
     return any(is_external(t) for t in iter_tensors(model))
 
 
+def with_data_loaded(model: onnx.ModelProto, base_dir: Path | None) -> onnx.ModelProto:
+    """A copy of ``model`` with every external initializer's bytes read in from ``base_dir`` (``model`` itself
+    when none is external): for work that hands the model to ONNX Runtime as bytes, or to other processes,
+    where a relative data path means nothing."""
+    if base_dir is None or not any(is_external(t) for t in model.graph.initializer):
+        return model
+    from onnx.external_data_helper import load_external_data_for_model
+
+    whole = onnx.ModelProto()
+    whole.CopyFrom(model)
+    load_external_data_for_model(whole, str(base_dir))
+    return whole
+
+
+def stored_bytes(model: onnx.ModelProto) -> int:
+    """Bytes ``model`` takes when saved: its message, and the data its external tensors refer to (a model read
+    with its weights left on disk is a few KB as a message)."""
+    external = 0
+    for tensor in iter_tensors(model):
+        if is_external(tensor):
+            entries = {entry.key: entry.value for entry in tensor.external_data}
+            length = entries.get("length")
+            external += int(length) if length is not None else (expected_nbytes(tensor) or 0)
+    return model.ByteSize() + external
+
+
 def expected_nbytes(tensor: TensorProto) -> int | None:
     """Bytes a tensor's raw data must have (None for strings, whose size the dims do not fix)."""
     if tensor.data_type in (TensorProto.STRING, TensorProto.UNDEFINED):

@@ -12,10 +12,13 @@ feature learning every spelling:
 - an ``Identity`` of a weight (PyTorch's exporter writes one for every weight equal to another) is read
   through: its readers read the weight. An Identity whose output is a graph output, or is read inside a
   subgraph, stays.
+- calls of model-local functions (PyTorch's ``export_modules_as_functions``, onnxscript models, converters
+  that keep a module as a function) are inlined, as ONNX Runtime does when it loads the model: a pass that
+  looks for a Conv or a MatMul finds it only in the graph, not inside an opaque call.
 - a graph input or output dimension declared ``0`` becomes dynamic: ONNX Runtime would take it as a
   fixed size of zero, refusing every real input. Symbolic names (``dim_param``) are kept as written.
 
-Both are lossless: the model computes the same, for every input it accepted before.
+All are lossless: the model computes the same, for every input it accepted before.
 
 One more step changes the interface, so it is separate and made only where the user's inputs are known
 (:func:`initializers_as_constants`, by the runner): an initializer also listed as a graph input (IR >= 4)
@@ -30,7 +33,10 @@ from collections.abc import Collection
 
 import numpy as np
 import onnx
+import onnx.inliner
 from onnx import numpy_helper
+
+from onnxsat.proto_fields import all_nodes, copy_fields
 
 _TENSOR_ATTRIBUTES = (
     "value",
@@ -50,17 +56,25 @@ def normal_form(model: onnx.ModelProto, in_place: bool = False) -> tuple[onnx.Mo
     Returns ``model`` itself when nothing changes, else a changed copy; ``in_place`` changes ``model`` itself
     instead (for a caller that just loaded it: a large model is not held twice).
     """
+    calls = _local_function_calls(model)
+    notes = []
+    if calls:
+        if not in_place:
+            copy = onnx.ModelProto()
+            copy.CopyFrom(model)
+            model, in_place = copy, True
+        _inline_local_functions(model)
+        notes.append(f"{calls} calls of model-local functions inlined")
     liftable = [node for node in model.graph.node if _liftable(node, model.graph)]
     lifted = {node.output[0] for node in liftable}
     aliases = _weight_aliases(model, lifted)
     zero_dims = [value.name for value in _interface(model.graph) if _zero_dims(value)]
     if not liftable and not aliases and not zero_dims:
-        return model, []
+        return model, notes
     result = model
     if not in_place:
         result = onnx.ModelProto()
         result.CopyFrom(model)
-    notes = []
     if liftable:
         _lift_constants(result)
         notes.append(f"{len(liftable)} Constant node tensors read as initializers of the same names")
@@ -128,6 +142,38 @@ def with_restated_inputs(model: onnx.ModelProto, names: Collection[str]) -> onnx
         if tensor.name in names and tensor.name not in listed:
             restated.graph.input.append(onnx.helper.make_tensor_value_info(tensor.name, tensor.data_type, tensor.dims))
     return restated
+
+
+def _local_function_calls(model: onnx.ModelProto) -> int:
+    """How many nodes (in any graph) call a function the model itself defines."""
+    local = {(function.domain, function.name) for function in model.functions}
+    if not local:
+        return 0
+    return sum((node.domain, node.op_type) in local for node in all_nodes(model.graph))
+
+
+def _inline_local_functions(model: onnx.ModelProto) -> None:
+    """In place: every call of a model-local function replaced by the function's nodes (ONNX's inliner, which
+    renames the function's inner values apart and resolves attribute references).
+
+    The inliner is given the graph without its initializers, so a large model is not serialized whole; the
+    main graph's names stay as they are, so the weights need no change. The functions go, and so do the
+    opset imports of domains nothing uses any more.
+    """
+    light = onnx.ModelProto()
+    copy_fields(model, light, skip={"graph"})
+    copy_fields(model.graph, light.graph, skip={"initializer", "sparse_initializer"})
+    inlined = onnx.inliner.inline_local_functions(light)
+    del model.graph.node[:]
+    model.graph.node.extend(inlined.graph.node)
+    del model.functions[:]
+    model.functions.extend(inlined.functions)
+    used = {"", "ai.onnx"} | {node.domain for node in all_nodes(model.graph)}
+    used |= {node.domain for function in model.functions for node in function.node}
+    used |= {function.domain for function in model.functions}
+    kept = [opset for opset in model.opset_import if opset.domain in used]
+    del model.opset_import[:]
+    model.opset_import.extend(kept)
 
 
 def _weight_aliases(model: onnx.ModelProto, lifted: set[str]) -> dict[str, str]:

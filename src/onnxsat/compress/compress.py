@@ -32,6 +32,7 @@ from onnxsat.data.model_input import batch_size_for, data_input, fitted_to_model
 from onnxsat.data.sources import Dataset, load_dataset
 from onnxsat.eqsat.portable import portable_form
 from onnxsat.errors import SettingsError
+from onnxsat.external_data import with_data_loaded
 from onnxsat.inputs import InputSpec
 from onnxsat.latency import against_file_as_given
 from onnxsat.metrics import HeldOut, MetricSpec, check_confidence, check_spec, confidence_option, metric_option
@@ -119,7 +120,7 @@ def compress_model(
     options.check()
     report = CompressReport(input=source, output=None, max_drop=options.max_drop)
     original_run = reference_run(model, options.inputs, base_dir=base_dir)
-    model = _whole(model, base_dir)
+    model = with_data_loaded(model, base_dir)
     search_data, held_data = _data(model, options)
     given = options.inputs.given
     input_name = data_input(model, given).name
@@ -213,18 +214,6 @@ def compress_model(
     report.sizes = {"original": len(problem.model), "compressed": result.ByteSize()}
     report.seconds = time.perf_counter() - start
     return result, report
-
-
-def _whole(model: onnx.ModelProto, base_dir: Path | None) -> onnx.ModelProto:
-    """The model with every weight in memory: workers get it as bytes."""
-    if base_dir is None or not any(t.data_location == onnx.TensorProto.EXTERNAL for t in model.graph.initializer):
-        return model
-    from onnx.external_data_helper import load_external_data_for_model
-
-    whole = onnx.ModelProto()
-    whole.CopyFrom(model)
-    load_external_data_for_model(whole, str(base_dir))
-    return whole
 
 
 def _data(model: onnx.ModelProto, options: CompressOptions) -> tuple[Dataset, Dataset | None]:

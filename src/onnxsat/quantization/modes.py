@@ -169,6 +169,24 @@ def _copy(model: onnx.ModelProto) -> onnx.ModelProto:
     return copy
 
 
+ORT_CONTRIB_OPS = frozenset({"Attention", "EmbedLayerNormalization"})
+"""Op types ORT's quantizer takes for com.microsoft's ops; every other op type it quantizes, for ONNX's."""
+
+
+def namesakes(model: onnx.ModelProto, op_types: Sequence[str]) -> list[str]:
+    """Nodes ORT's quantizer would take for another op of the same name: it matches op types alone, so ONNX's
+    own Attention (opset 23) would become a com.microsoft QAttention ORT refuses to load, and a custom
+    domain's "Conv" a QLinearConv. They are always left in float."""
+    wanted = set(op_types)
+    return [
+        node.name
+        for node in all_nodes(model.graph)
+        if node.op_type in wanted
+        and (node.domain or "ai.onnx").replace("ai.onnx", "")
+        != ("com.microsoft" if node.op_type in ORT_CONTRIB_OPS else "")
+    ]
+
+
 LAYOUT_OPS = frozenset({"Relu", "Clip", "Reshape", "Transpose", "Flatten", "Squeeze", "Unsqueeze"})
 """Ops that only move, pick or clamp values: quantized with their neighbours, never worth a search step."""
 STATIC_OPS = (
@@ -202,7 +220,7 @@ def static(
             # of an array is ambiguous", on Magika after MatMul+Add became Gemm); without it the bias is
             # still quantized to int32 with scale input_scale * weight_scale, as in ORT before 1.20
             extra_options={"QDQDisableWeightAdjustForInt32Bias": True},
-            nodes_to_exclude=list(exclude),
+            nodes_to_exclude=[*exclude, *namesakes(model, STATIC_OPS)],
             nodes_to_quantize=list(only or []),
             **calibration.arguments(),  # type: ignore[arg-type]
         )
@@ -224,7 +242,7 @@ def dynamic(
             target,
             op_types_to_quantize=list(DYNAMIC_OPS),
             weight_type=QuantType.QInt8,
-            nodes_to_exclude=_as_split_gemms(model, exclude),
+            nodes_to_exclude=_as_split_gemms(model, [*exclude, *namesakes(model, DYNAMIC_OPS)]),
             nodes_to_quantize=_as_split_gemms(model, only or []),
         )
     )
@@ -254,7 +272,7 @@ def weight_only(
         block_size=WEIGHT_ONLY_BLOCK,
         is_symmetric=True,
         accuracy_level=4,
-        nodes_to_exclude=list(exclude),
+        nodes_to_exclude=[*exclude, *namesakes(model, ["MatMul"])],
     )
     quantizer.process()
     return quantizer.model.model

@@ -37,6 +37,7 @@ from onnxsat.data.model_input import batch_size_for, data_input, evaluation_data
 from onnxsat.data.sources import Dataset
 from onnxsat.eqsat.portable import portable_form
 from onnxsat.errors import InvalidModelError, RuntimeUnsupportedError, SettingsError
+from onnxsat.external_data import stored_bytes, with_data_loaded
 from onnxsat.inputs import InputSpec, fixed_dim, random_inputs
 from onnxsat.latency import against_file_as_given, side_by_side
 from onnxsat.metrics import (
@@ -165,6 +166,7 @@ def quantize_model(
     report.confidence = options.confidence
     given, model_input, dataset = _budget_data(model, options, report)  # data that does not fit is said first
     original_run = reference_run(model, options.inputs, base_dir=base_dir)  # then an input ORT cannot run
+    model = with_data_loaded(model, base_dir)  # scored and timed from bytes, where a data file's path is lost
     prepared = _prepare(model, options, base_dir, report)
     defaults = _fed_defaults(prepared, options.inputs.given, report)
     unknown = [name for name in options.exclude if name not in {n.name for n in prepared.graph.node}]
@@ -240,7 +242,7 @@ def quantize_model(
         report.notes.append(line)
     names = [output.name for output in model.graph.output]
     _, report.verification = check_lossy(original_run, chosen.model, names, "quantization", base_dir)
-    report.sizes = {"original": model.ByteSize(), "quantized": chosen.model.ByteSize()}
+    report.sizes = {"original": stored_bytes(model), "quantized": stored_bytes(chosen.model)}
     report.seconds = time.perf_counter() - start
     return chosen.model, report
 

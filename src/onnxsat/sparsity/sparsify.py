@@ -26,7 +26,7 @@ from onnxsat.data.model_input import (
 from onnxsat.data.outputs import check_state, parse_stateful
 from onnxsat.data.sources import Dataset, load_dataset
 from onnxsat.errors import SettingsError
-from onnxsat.external_data import tensor_value
+from onnxsat.external_data import stored_bytes, tensor_value
 from onnxsat.inputs import InputSpec, random_inputs
 from onnxsat.metrics import (
     HeldOut,
@@ -265,14 +265,14 @@ def sparsify_model(
     sparse = with_masks(model, result.masks, base_dir)
     names = [output.name for output in model.graph.output]
     reference, report.verification = check_lossy(original, sparse, names, "sparsity", base_dir)
-    report.sizes = {"original": model.ByteSize(), "pruned": sparse.ByteSize()}
+    report.sizes = {"original": stored_bytes(model), "pruned": stored_bytes(sparse)}
     if options.sparse_initializers and reference is not None:
         dense = sparse
         sparse = onnx.ModelProto()
         sparse.CopyFrom(dense)
         storage = to_sparse_initializers(sparse, [t.name for t in targets], options.min_sparsity)
         report.sparse_storage = {"moved": storage.moved, "kept_dense": storage.kept_dense}
-        report.sizes["sparse initializers"] = sparse.ByteSize()
+        report.sizes["sparse initializers"] = stored_bytes(sparse)
         tolerance = Tolerance(rtol=0.0, atol=0.0, ort_rounding=0.0)
         report.verification = verify(dense, sparse, options.inputs, tolerance, reference=reference, base_dir=base_dir)
     report.seconds = time.perf_counter() - start
