@@ -339,7 +339,7 @@ BAD_INPUTS: dict[str, tuple[Case, str]] = {
     ),
     "npz without inputs": (
         lambda t: (str(npz(t / "d.npz", x=np.ones((2, 4)))), [1, 4], {}),
-        "no array named 'inputs' (it has: x)",
+        "no array named 'inputs' (it has: x); data for the budget is an .npz of 'inputs' [samples, ...]",
     ),
     "npz of the wrong shape": (
         lambda t: (str(npz(t / "d.npz", inputs=np.ones((4, 3, 4, 4)))), [None, 1, 8, 8], {}),

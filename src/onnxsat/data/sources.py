@@ -599,7 +599,11 @@ def _read_npz(path: Path) -> tuple[np.ndarray, np.ndarray | None, dict[str, np.n
         raise DataError(f"{path}: a single .npy array, not a .npz archive of 'inputs' and 'labels'")
     with loaded:
         if "inputs" not in loaded.files:
-            raise DataError(f"{path}: no array named 'inputs' (it has: {', '.join(loaded.files) or 'none'})")
+            raise DataError(
+                f"{path}: no array named 'inputs' (it has: {', '.join(loaded.files) or 'none'}); data for the budget "
+                f"is an .npz of 'inputs' [samples, ...], optionally 'labels' [samples] and, for the model's other "
+                f"inputs, 'companion:NAME' (feeds named by input are --inputs)"
+            )
         try:
             labels = loaded["labels"] if "labels" in loaded.files else None
             return loaded["inputs"], labels, companions_in(loaded)
