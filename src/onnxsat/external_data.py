@@ -252,6 +252,36 @@ def structure_view(model: onnx.ModelProto) -> onnx.ModelProto:
     return view
 
 
+def inference_view(model: onnx.ModelProto) -> onnx.ModelProto:
+    """A copy for ONNX shape inference, holding no large weight: each external or large main-graph
+    initializer becomes a graph input of its type and dims, which is all inference needs of a weight.
+
+    :func:`structure_view`'s empty stand-ins suit the checker, but inference would read their dims [0]: a
+    Conv with no output channels, and every shape after it wrong. (A small integer tensor whose values
+    inference reads, a Reshape target, cannot be external: ONNX Runtime refuses to load such a model.)
+    """
+    moved: list[TensorProto] = []
+
+    def lighter(tensor: TensorProto) -> TensorProto | None:
+        if not (is_external(tensor) or (tensor.HasField("raw_data") and tensor.ByteSize() >= STUB_BYTES)):
+            return None
+        moved.append(tensor)
+        return TensorProto(name=tensor.name, data_type=tensor.data_type)
+
+    view = with_initializers_replaced(model, lighter)
+    gone = {tensor.name for tensor in moved}
+    kept = [tensor for tensor in view.graph.initializer if tensor.name not in gone]
+    del view.graph.initializer[:]
+    view.graph.initializer.extend(kept)
+    listed = {value.name for value in view.graph.input}
+    view.graph.input.extend(
+        onnx.helper.make_tensor_value_info(tensor.name, tensor.data_type, list(tensor.dims))
+        for tensor in moved
+        if tensor.name not in listed
+    )
+    return view
+
+
 def _empty_stand_in(tensor: TensorProto) -> TensorProto | None:
     """An empty tensor of ``tensor``'s name and type if it is external or large (sized by its serialized
     size: reading ``raw_data`` in Python would copy it), else None."""

@@ -5,8 +5,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import onnx
 import pytest
+from onnx import TensorProto, helper, numpy_helper
 from profile_models import conv_relu
 
 from onnxsat.cli import main
@@ -122,3 +124,42 @@ def test_bad_options(pair: tuple[Path, Path], capsys: pytest.CaptureFixture[str]
     assert main(["profile", str(pair[0]), "--input-shape", "nope:1,2"]) == 9
     err = capsys.readouterr().err
     assert "--layers must be 0 or more" in err and "inputs the model does not have: nope (inputs: x)" in err
+
+
+def test_weights_in_a_data_file_are_counted_at_their_real_shapes(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """PyTorch's dynamo exporter writes its weights to a data file: inference must see their dims (not
+    empty stand-ins), whatever the folder it runs from."""
+    rng = np.random.default_rng(0)
+    weights = [
+        numpy_helper.from_array(rng.standard_normal((8, 3, 3, 3)).astype(np.float32), "w"),
+        numpy_helper.from_array(np.array([1, -1], np.int64), "flat"),
+        numpy_helper.from_array(rng.standard_normal((8 * 8 * 8, 10)).astype(np.float32), "fc"),
+    ]
+    graph = helper.make_graph(
+        [
+            helper.make_node("Conv", ["x", "w"], ["c"], name="conv", pads=[1, 1, 1, 1]),
+            helper.make_node("Reshape", ["c", "flat"], ["f"], name="flatten"),
+            helper.make_node("MatMul", ["f", "fc"], ["y"], name="fc"),
+        ],
+        "external",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 10])],
+        weights,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    folder = tmp_path / "model"
+    folder.mkdir()
+    onnx.save(model, folder / "whole.onnx")
+    onnx.save(model, folder / "apart.onnx", save_as_external_data=True, size_threshold=64, location="apart.data")
+    monkeypatch.chdir(tmp_path)
+    totals = []
+    for name in ("whole", "apart"):
+        assert main(["profile", str(folder / f"{name}.onnx"), "--json"]) == 0
+        result = json.loads(capsys.readouterr().out)
+        totals.append(result["total"])
+        assert [layer["output_shapes"] for layer in result["layers"]] == [[[1, 8, 8, 8]], [[1, 512]], [[1, 10]]]
+    assert totals[0] == totals[1] and totals[0]["macs"] == 8 * 27 * 64 + 512 * 10
+    assert main(["prune", str(folder / "apart.onnx"), "-o", str(tmp_path / "p.onnx"), "--rate", "0.5"]) == 0
+    assert f"MACs: {totals[0]['macs']:,} ->" in capsys.readouterr().out

@@ -31,7 +31,7 @@ import numpy as np
 import onnx
 
 from onnxsat.errors import SettingsError
-from onnxsat.external_data import has_external_data, structure_view
+from onnxsat.external_data import inference_view
 from onnxsat.inputs import (
     InputsLike,
     InputSpec,
@@ -214,7 +214,7 @@ def _transposes(node: onnx.NodeProto) -> bool:
 
 def _inferred(model: onnx.ModelProto) -> dict[str, TensorFacts]:
     """Every tensor ONNX shape inference gives a fully static shape and a known type."""
-    view = structure_view(model) if has_external_data(model) else model
+    view = inference_view(model)
     try:
         inferred = onnx.shape_inference.infer_shapes(view, strict_mode=False, data_prop=True)
     except (onnx.shape_inference.InferenceError, onnx.checker.ValidationError):

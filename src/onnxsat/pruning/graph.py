@@ -13,7 +13,7 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 
-from onnxsat.external_data import has_external_data, structure_view, tensor_value
+from onnxsat.external_data import has_external_data, inference_view, tensor_value
 from onnxsat.inputs import random_inputs
 from onnxsat.op_kinds import default_opset_version
 from onnxsat.proto_fields import bodies_of
@@ -110,7 +110,7 @@ class GraphIndex:
 
 def infer_shapes(model: onnx.ModelProto) -> dict[str, list[Dim]]:
     """Every value's shape ONNX shape inference can tell, with data propagation for Reshape targets."""
-    view = structure_view(model) if has_external_data(model) else model
+    view = inference_view(model)
     try:
         inferred = onnx.shape_inference.infer_shapes(view, strict_mode=False, data_prop=True)
     except Exception:  # inference is best effort: an unknown shape only makes a group unprunable
