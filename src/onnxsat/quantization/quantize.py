@@ -37,7 +37,7 @@ from onnxsat.data.model_input import batch_size_for, data_input, evaluation_data
 from onnxsat.data.sources import Dataset
 from onnxsat.eqsat.portable import portable_form
 from onnxsat.errors import InvalidModelError, RuntimeUnsupportedError, SettingsError
-from onnxsat.external_data import stored_bytes, with_data_loaded
+from onnxsat.external_data import inference_view, stored_bytes, with_data_loaded
 from onnxsat.inputs import InputSpec, fixed_dim, random_inputs
 from onnxsat.latency import against_file_as_given, side_by_side
 from onnxsat.metrics import (
@@ -215,6 +215,8 @@ def quantize_model(
     if _now() >= deadline:
         report.notes.append(f"{OUT_OF_TIME} ({options.budget_minutes:g} min), with the best model found by then")
     chosen = _choose(candidates, options, report)
+    if _integer_nodes(chosen.model) <= _integer_nodes(prepared):
+        raise SettingsError(f"nothing was quantized: ONNX Runtime's quantizer left every node in float ({chosen.mode})")
     report.chosen = chosen.mode
     report.nodes = _decisions(prepared, chosen, MODES[chosen.mode])
     report.accuracy = chosen.score
@@ -476,6 +478,12 @@ QUANTIZED_OPS = frozenset(
     {"ConvInteger", "MatMulInteger", "QLinearConv", "QLinearMatMul", "MatMulNBits", "DynamicQuantizeLinear"}
 )
 """Ops a quantizer leaves behind: a model holding them was quantized before it came here."""
+
+
+def _integer_nodes(model: onnx.ModelProto) -> int:
+    """Nodes that quantize, dequantize or compute in integers (a model from a QAT export has some already)."""
+    made = {"QuantizeLinear", "DequantizeLinear", "QAttention", "DynamicQuantizeMatMul"}
+    return sum(node.op_type in QUANTIZED_OPS or node.op_type in made for node in all_nodes(model.graph))
 
 
 def _already_quantized(model: onnx.ModelProto) -> str:
@@ -949,16 +957,34 @@ def _decisions(model: onnx.ModelProto, chosen: Candidate, mode: QuantMode) -> li
 
 
 def _mode_nodes(model: onnx.ModelProto, mode: QuantMode) -> list[onnx.NodeProto]:
-    """The nodes ``mode`` may quantize, and so its search may leave in float: those of its ops (with a
-    constant weight, for a mode that quantizes nothing else)."""
+    """The nodes ``mode`` may quantize, and so its search may leave in float: those of its ops that read
+    float values (with a constant weight, for a mode that quantizes nothing else)."""
     weighted = {node.name for node in _weighted_nodes(model)} if mode.constant_weights_only else set()
+    floats = _float_tensors(model)
     return [
         node
         for node in model.graph.node
         if node.op_type in mode.ops
         and node.domain in ("", "ai.onnx")
+        and node.input
+        and node.input[0] in floats
         and (not mode.constant_weights_only or node.name in weighted)
     ]
+
+
+def _float_tensors(model: onnx.ModelProto) -> set[str]:
+    """Main-graph tensors typed float32, by ONNX shape inference as ORT's quantizer runs it: it quantizes
+    no other. A Concat or Add of int64 shape values (an LSTM's initial state size) is not a node to count
+    as quantized, nor to search over."""
+    view = inference_view(model)
+    try:
+        inferred = onnx.shape_inference.infer_shapes(view, strict_mode=False)
+    except Exception:  # best effort, as in ORT's quantizer, which leaves an untyped tensor unquantized
+        inferred = view
+    graph = inferred.graph
+    floats = {tensor.name for tensor in graph.initializer if tensor.data_type == onnx.TensorProto.FLOAT}
+    values = [*graph.input, *graph.value_info, *graph.output]
+    return floats | {v.name for v in values if v.type.tensor_type.elem_type == onnx.TensorProto.FLOAT}
 
 
 def applicable_modes(model: onnx.ModelProto) -> list[str]:

@@ -1,0 +1,115 @@
+"""Which nodes quantize counts and searches: ONNX Runtime's quantizer matches op types alone, so ONNX's own
+ops named like com.microsoft's (Attention, opset 23) and custom domains' ops named like ONNX's stay in
+float instead of becoming int8 ops that ORT refuses to load; and it quantizes float tensors alone, so an
+integer Concat of shape values is no node to count. A model whose weights live in a data file is sized
+with them."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from onnxsat.cli import main
+from onnxsat.quantization.modes import MODES, namesakes
+from onnxsat.quantization.quantize import _mode_nodes
+
+
+def attention_23_model() -> onnx.ModelProto:
+    """Self-attention as PyTorch exports it at opset 23: projections by MatMul, then ONNX's Attention."""
+    rng = np.random.default_rng(0)
+    weights = [
+        numpy_helper.from_array((rng.standard_normal((64, 64)) * 0.1).astype(np.float32), name)
+        for name in ("wq", "wk", "wv", "wo")
+    ]
+    nodes = [helper.make_node("MatMul", ["x", f"w{p}"], [p], name=f"proj_{p}") for p in "qkv"]
+    nodes += [
+        helper.make_node("Attention", ["q", "k", "v"], ["a"], name="attention", q_num_heads=4, kv_num_heads=4),
+        helper.make_node("MatMul", ["a", "wo"], ["y"], name="proj_o"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "attention23",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16, 64])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 16, 64])],
+        weights,
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 23)], ir_version=10)
+
+
+def test_onnx_attention_and_custom_namesakes_are_named() -> None:
+    model = attention_23_model()
+    model.graph.node.append(helper.make_node("Conv", ["y"], ["z"], name="custom_conv", domain="my.ops"))
+    model.graph.node.append(helper.make_node("Attention", ["y"], ["u"], name="ms_attention", domain="com.microsoft"))
+    assert namesakes(model, ["MatMul", "Attention", "Conv"]) == ["attention", "custom_conv"]
+    assert namesakes(model, ["MatMul"]) == []
+
+
+def test_dynamic_quantization_leaves_onnx_attention_in_float(tmp_path: Path) -> None:
+    source = tmp_path / "attention.onnx"
+    onnx.save(attention_23_model(), source, save_as_external_data=True, size_threshold=0, location="attention.data")
+    out, report = tmp_path / "q.onnx", tmp_path / "q.json"
+    args = ["quantize", str(source), "-o", str(out), "--mode", "dynamic", "--no-node-timing", "--report", str(report)]
+    assert main(args) == 0
+    result = onnx.load(out)
+    kinds = {(node.domain, node.op_type) for node in result.graph.node}
+    assert ("", "Attention") in kinds and ("com.microsoft", "QAttention") not in kinds
+    assert ("", "MatMulInteger") in kinds
+    ort.InferenceSession(str(out), providers=["CPUExecutionProvider"])
+    sizes = json.loads(report.read_text())["sizes"]
+    weight_bytes = 4 * 64 * 64 * 4
+    assert sizes["original"] > weight_bytes  # the data file counts, not only the few hundred bytes of graph
+    assert sizes["quantized"] < sizes["original"]
+
+
+def test_only_nodes_reading_float_values_are_quantizable() -> None:
+    """An LSTM export builds its initial state's shape with an int64 Concat: ORT leaves it as it is, so it
+    is neither searched nor reported as quantized."""
+    rng = np.random.default_rng(0)
+    weights = [
+        numpy_helper.from_array(rng.standard_normal((4, 3, 3, 3)).astype(np.float32), "w"),
+        numpy_helper.from_array(np.array([7], np.int64), "extra"),
+    ]
+    graph = helper.make_graph(
+        [
+            helper.make_node("Conv", ["x", "w"], ["c"], name="conv", pads=[1, 1, 1, 1]),
+            helper.make_node("Shape", ["c"], ["s"], name="shape"),
+            helper.make_node("Concat", ["s", "extra"], ["size"], name="int_concat", axis=0),
+            helper.make_node("Concat", ["c", "c"], ["y"], name="float_concat", axis=1),
+        ],
+        "shapes",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
+        [
+            helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, 8, 8]),
+            helper.make_tensor_value_info("size", TensorProto.INT64, [5]),
+        ],
+        weights,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    assert [node.name for node in _mode_nodes(model, MODES["static"])] == ["conv", "float_concat"]
+
+
+def test_a_result_the_quantizer_left_all_float_is_not_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Whatever the reason ORT's quantizer quantizes nothing, the float model is not written as a result."""
+
+    def unchanged(model: onnx.ModelProto, *_: object) -> onnx.ModelProto:
+        copy = onnx.ModelProto()
+        copy.CopyFrom(model)
+        return copy
+
+    monkeypatch.setitem(MODES, "dynamic", dataclasses.replace(MODES["dynamic"], quantize=unchanged))
+    source, out = tmp_path / "attention.onnx", tmp_path / "q.onnx"
+    onnx.save(attention_23_model(), source)
+    assert main(["quantize", str(source), "-o", str(out), "--mode", "dynamic", "--no-node-timing"]) != 0
+    assert capsys.readouterr().err.strip().splitlines() == [
+        "onnxsat: error: nothing was quantized: ONNX Runtime's quantizer left every node in float (dynamic)"
+    ]
+    assert not out.exists()
