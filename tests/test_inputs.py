@@ -213,3 +213,27 @@ def test_an_input_model_that_cannot_run_is_blamed_and_the_guessed_dims_named(
     assert not out.exists()
     code = main([command[0], str(source), "-o", str(out), *command[1:], "--input-shape", "x:2,8"])
     assert code in (0, 9), capsys.readouterr().err  # prune may find no channel group in one MatMul
+
+
+def test_a_dim_named_like_a_given_arrays_takes_its_size() -> None:
+    """An image beside 64 given class ids, both declared [batch, ...]: the random image is 64 images too
+    (a float model broadcasts one image against 64 ids; its quantized form refuses to)."""
+    graph = helper.make_graph(
+        [helper.make_node("Identity", ["image"], ["y"]), helper.make_node("Identity", ["ids"], ["z"])],
+        "two",
+        [
+            helper.make_tensor_value_info("image", TensorProto.FLOAT, ["batch", 3, "side", "side"]),
+            helper.make_tensor_value_info("ids", TensorProto.INT64, ["batch"]),
+        ],
+        [
+            helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 3, "side", "side"]),
+            helper.make_tensor_value_info("z", TensorProto.INT64, ["batch"]),
+        ],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    spec = InputSpec(given={"ids": np.arange(64)})
+    assert spec.feeds(model)["image"].shape == (64, 3, 1, 1)
+    assert spec.guessed(model) == ["image"]  # "side" is still a guess
+    sized = InputSpec(shapes={"ids": [64], "image": [64, 3, 8, 8]}).feeds(model)
+    assert sized["image"].shape == (64, 3, 8, 8) and sized["ids"].shape == (64,)
+    assert InputSpec(shapes={"ids": [5]}).feeds(model)["image"].shape == (5, 3, 1, 1)

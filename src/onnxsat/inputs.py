@@ -158,13 +158,14 @@ class InputSpec:
     def guessed(self, model: onnx.ModelProto) -> list[str]:
         """The random inputs whose dynamic dims no size was given for (they run at 1)."""
         initializers = {t.name for t in model.graph.initializer}
+        named = named_sizes(model, self)
         return [
             value.name
             for value in model.graph.input
             if value.name not in initializers
             and value.name not in self.given
             and value.name not in self.shapes
-            and any(fixed_dim(d) is None for d in declared_dims(value) or [])
+            and any(fixed_dim(d) is None and d.dim_param not in named for d in declared_dims(value) or [])
         ]
 
     def described(self, model: onnx.ModelProto) -> dict[str, list[str]]:
@@ -223,6 +224,7 @@ def random_inputs(model: onnx.ModelProto, inputs: InputsLike = None, seed: int =
     unknown = set(spec.shapes) - {v.name for v in model.graph.input}
     if unknown:
         raise SettingsError(f"--input-shape names inputs the model does not have: {', '.join(sorted(unknown))}")
+    named = named_sizes(model, spec)
     feeds = {}
     elements = 0
     for value in model.graph.input:
@@ -238,7 +240,7 @@ def random_inputs(model: onnx.ModelProto, inputs: InputsLike = None, seed: int =
             shape = list(spec.shapes[value.name])
             check_declared_shape(value.name, shape, declared)
         else:
-            shape = [DEFAULT_DYNAMIC_DIM if fixed_dim(d) is None else d.dim_value for d in declared or []]
+            shape = [_dynamic_size(d, named) if fixed_dim(d) is None else d.dim_value for d in declared or []]
         elements += int(np.prod(shape, dtype=object))
         if elements > MAX_INPUT_ELEMENTS:
             raise SettingsError(
@@ -247,6 +249,26 @@ def random_inputs(model: onnx.ModelProto, inputs: InputsLike = None, seed: int =
             )
         feeds[value.name] = random_array(rng, element_dtype(value), shape)
     return feeds
+
+
+def named_sizes(model: onnx.ModelProto, spec: InputSpec) -> dict[str, int]:
+    """Sizes of symbolic dims (``batch``, ``seq``) that a given array or ``--input-shape`` fixes: another input
+    declaring the same name must take the same size (an image beside 64 given class ids is 64 images, not
+    one: a float model broadcasts one against 64, its quantized form does not)."""
+    sizes: dict[str, int] = {}
+    for value in model.graph.input:
+        shape = spec.given[value.name].shape if value.name in spec.given else spec.shapes.get(value.name)
+        declared = declared_dims(value)
+        if shape is None or declared is None or len(declared) != len(shape):
+            continue
+        for dim, size in zip(declared, shape, strict=True):
+            if dim.dim_param and fixed_dim(dim) is None:
+                sizes.setdefault(dim.dim_param, int(size))
+    return sizes
+
+
+def _dynamic_size(dim: onnx.TensorShapeProto.Dimension, named: Mapping[str, int]) -> int:
+    return named.get(dim.dim_param, DEFAULT_DYNAMIC_DIM) if dim.dim_param else DEFAULT_DYNAMIC_DIM
 
 
 def check_declared_shape(name: str, shape: list[int], declared: list[onnx.TensorShapeProto.Dimension] | None) -> None:
