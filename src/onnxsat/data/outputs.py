@@ -65,14 +65,25 @@ class OutputRunner:
         batch_size: int = 64,
         given: Mapping[str, np.ndarray] | None = None,
         state: Mapping[str, str] | None = None,
+        scored: Sequence[str] = (),
     ) -> None:
+        """``scored``: the only outputs to gather (and the fed-back state), when the user named them: another
+        output may be one no metric can read (NonMaxSuppression's boxes, a different count per sample)."""
         self.session, self.input_name, self.dataset = session, input_name, dataset
         self.given = dict(given or {})
         self.state = dict(state or {})
         inputs = {i.name: i for i in session.get_inputs()}
         self.outputs = [o.name for o in session.get_outputs()]
-        self._declared = {o.name: list(o.shape) for o in session.get_outputs()}
+        unknown = [name for name in scored if name not in self.outputs]
+        if unknown:
+            raise SettingsError(
+                f"--metric-output {unknown[0]!r}: the model has no such output (it has: {', '.join(self.outputs)})"
+            )
         check_state(self.state, list(inputs), self.outputs, input_name)
+        self._hint = "" if scored or len(self.outputs) < 2 else "; name the outputs to score with --metric-output"
+        if scored:
+            self.outputs = [name for name in self.outputs if name in scored or name in self.state.values()]
+        self._declared = {o.name: list(o.shape) for o in session.get_outputs()}
         if dataset.streams and not self.state:
             raise SettingsError("the data holds streams: say which state is fed back with --stateful INPUT=OUTPUT")
         model_input = inputs[input_name]
@@ -91,7 +102,12 @@ class OutputRunner:
     def run(self, feeds: Mapping[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:
         """Every output over the whole dataset, samples (or stream steps) first, with ``feeds`` (weights
         fed as inputs) beside the data and the user's given inputs."""
-        fixed = {**self.given, **(feeds or {})}
+        try:
+            return self._gathered({**self.given, **(feeds or {})})
+        except DataError as error:
+            raise DataError(f"{error}{self._hint}") from None
+
+    def _gathered(self, fixed: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         if self.dataset.streams:
             return self._streams(fixed)
         if self.batch_axes is None:

@@ -43,6 +43,7 @@ class ModelScorer:
         self.given, self.state = dict(given or {}), dict(state or {})
         self.batch_size, self.threads = batch_size, threads
         self.evaluations = 0
+        self.scored = tuple(outputs)
         runner = self._runner(original)
         self.fixed_batch, self.dtype = runner.fixed_batch, runner.dtype
         self.feed_names = {input_name, *self.given}
@@ -82,5 +83,11 @@ class ModelScorer:
     def _runner(self, model: onnx.ModelProto) -> OutputRunner:
         sess = session(model, ort.GraphOptimizationLevel.ORT_ENABLE_ALL, threads=self.threads)
         return OutputRunner(
-            sess, self.input_name, self.dataset, batch_size=self.batch_size, given=self.given, state=self.state
+            sess,
+            self.input_name,
+            self.dataset,
+            batch_size=self.batch_size,
+            given=self.given,
+            state=self.state,
+            scored=self.scored,
         )

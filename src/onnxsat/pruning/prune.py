@@ -85,6 +85,7 @@ class PruneOptions:
     """Reconstruction fits the data it calibrates on, so its accuracy there flatters it: the figure comes
     from a part it never saw."""
     metric: MetricSpec = metric_option()
+    metric_output: list[str] = option(default_factory=list, metavar="NAME", help="outputs the accuracy is scored on")
     mean: Sequence[float] | None = option(
         None, type=float_list, help="per-channel mean subtracted from images scaled to [0, 1]"
     )
@@ -313,6 +314,7 @@ def _score(
         name,
         data,
         metric=options.metric,
+        outputs=options.metric_output,
         given=given,
         batch_size=batch_size_for(model, options.batch_size, given),
     )

@@ -100,7 +100,13 @@ class Evaluator:
         """Score on ``dataset``: its runner, the unpruned model's outputs on it, and the budget from those."""
         self.dataset = dataset
         self.runner = OutputRunner(
-            self.session, self.input_name, dataset, batch_size=self.batch_size, given=self.given, state=self.state
+            self.session,
+            self.input_name,
+            dataset,
+            batch_size=self.batch_size,
+            given=self.given,
+            state=self.state,
+            scored=self.scored,
         )
         self.reference = self.outputs({})
         assert self.runner.batch_axes is not None
