@@ -21,7 +21,7 @@ import onnxruntime as ort
 
 from onnxsat.errors import DataError, InvalidModelError, RuntimeUnsupportedError
 from onnxsat.external_data import expected_nbytes, iter_tensors, set_reference
-from onnxsat.inputs import InputsLike, InputSpec
+from onnxsat.inputs import InputsLike, InputSpec, declared_dims, fixed_dim
 from onnxsat.model_io import check_model
 from onnxsat.output_values import as_array, map_keys
 from onnxsat.proto_fields import copy_fields, with_initializers_replaced
@@ -518,13 +518,28 @@ def check_lossy(
     except (InvalidModelError, RuntimeUnsupportedError) as error:
         return None, VerificationResult(False, error=str(error))
     changes = []
+    declared = {value.name: declared_dims(value) for value in result.graph.output}
     compared = compare_outputs(names, original.outputs, actual, Tolerance())
     for comparison, want_value, got_value in zip(compared, original.outputs, actual, strict=True):
         want, got, unlike = _comparable(want_value, got_value, comparison.name)
+        if unlike and _resized_where_dynamic(want, got, declared.get(comparison.name)):
+            resized = f"shape {list(want.shape)} -> {list(got.shape)} (a size the model computes from its data)"
+            changes.append(replace(comparison, ok=True, note=f"changed by {what}: {resized}"))
+            continue
         if unlike:
             return None, VerificationResult(False, error=f"output {comparison.name!r}: {unlike}")
         changes.append(replace(comparison, ok=True, note=f"changed by {what}: {_change(want, got)}"))
     return Reference(original.feeds, actual), VerificationResult(True, changes)
+
+
+def _resized_where_dynamic(
+    want: np.ndarray, got: np.ndarray, declared: list[onnx.TensorShapeProto.Dimension] | None
+) -> bool:
+    """Whether two outputs differ in shape only along dims the model declares dynamic: a count of boxes kept
+    by NonMaxSuppression, or of positions found by NonZero, may change when the weights do."""
+    if declared is None or want.dtype != got.dtype or not (want.ndim == got.ndim == len(declared)):
+        return False
+    return all(a == b or fixed_dim(dim) is None for a, b, dim in zip(want.shape, got.shape, declared, strict=True))
 
 
 def _change(want: np.ndarray, got: np.ndarray) -> str:
