@@ -237,3 +237,24 @@ def test_a_dim_named_like_a_given_arrays_takes_its_size() -> None:
     sized = InputSpec(shapes={"ids": [64], "image": [64, 3, 8, 8]}).feeds(model)
     assert sized["image"].shape == (64, 3, 8, 8) and sized["ids"].shape == (64,)
     assert InputSpec(shapes={"ids": [5]}).feeds(model)["image"].shape == (5, 3, 1, 1)
+
+
+@pytest.mark.parametrize("command", [["optimize"], ["sparsify", "--sparsity", "0.5"], ["prune", "--rate", "0.5"]])
+def test_a_type_no_kernel_takes_is_named_without_a_hint_about_sizes(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], command: list[str]
+) -> None:
+    """A bfloat16 Conv has no CPU kernel in ONNX Runtime: the error says so, not that sizes were guessed."""
+    weight = helper.make_tensor("w", TensorProto.BFLOAT16, [4, 3, 3, 3], np.zeros(108, np.uint16).tobytes(), raw=True)
+    graph = helper.make_graph(
+        [helper.make_node("Conv", ["x", "w"], ["y"], name="conv")],
+        "bf16",
+        [helper.make_tensor_value_info("x", TensorProto.BFLOAT16, ["N", 3, 8, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.BFLOAT16, ["N", 4, 6, 6])],
+        [weight],
+    )
+    source, out = tmp_path / "bf16.onnx", tmp_path / "o.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), source)
+    assert main([command[0], str(source), "-o", str(out), *command[1:]]) == 6
+    err = capsys.readouterr().err.strip()
+    assert err.endswith("has no CPU kernel for Conv on tensor(bfloat16): export it in float32)")
+    assert "--input-shape" not in err and len(err.splitlines()) == 1 and not out.exists()

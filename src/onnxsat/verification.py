@@ -376,6 +376,10 @@ def tidy_ort_message(message: str) -> str:
     return _STATUS_PREFIX.sub("", message)
 
 
+_TYPE_REFUSED = re.compile(r"Type '(tensor\(\w+\))' of input parameter \(.*?\) of operator \((\w+)\)")
+"""ORT's refusal of an element type no kernel of an op takes (bfloat16 Conv on CPU)."""
+_NOT_ABOUT_SIZES = ("Type Error", "Could not find an implementation", "supports ai.onnx up to opset")
+"""ORT refusals that no input size causes: a run that failed with them gets no hint about dynamic dims."""
 _NEWEST_SUPPORTED = re.compile(r"support for domain ai\.onnx is till opset (\d+)")
 
 
@@ -394,6 +398,10 @@ def _explain(model: onnx.ModelProto, message: str) -> str:
             f"opset {opset}; convert it to opset {newest.group(1)} with onnx.version_converter"
         )
     message = message[:400]
+    refused_type = _TYPE_REFUSED.search(message)
+    if refused_type:
+        kind, op = refused_type.groups()
+        return f"{message} (ONNX Runtime {ort.__version__} has no CPU kernel for {op} on {kind}: export it in float32)"
     if "Could not find an implementation" in message and opset is not None:
         return (
             f"{message} (the model uses opset {opset} of ai.onnx; ONNX Runtime {ort.__version__} has no kernel for "
@@ -483,7 +491,7 @@ def reference_run(
         return Reference(feeds, run_model(original, feeds, "input model", base_dir, timeout))
     except RuntimeUnsupportedError as error:
         guessed = spec.guessed(original)
-        if not guessed:
+        if not guessed or any(text in str(error) for text in _NOT_ABOUT_SIZES):
             raise
         hint = "; ".join(f"{name} ran as {list(feeds[name].shape)}" for name in guessed)
         raise RuntimeUnsupportedError(

@@ -192,6 +192,7 @@ def sparsify_model(
     graph = model.graph
     check_state(options.state, [v.name for v in graph.input], [v.name for v in graph.output])
     model, lifted = lift_body_weights(model)
+    original = reference_run(model, options.inputs, base_dir=base_dir)  # an input ORT cannot run is said first
     targets = select(sparsity_targets(model), options.exclude)
     if not targets:
         hidden = _weighted_nodes_in_bodies(model.graph)
@@ -203,7 +204,6 @@ def sparsify_model(
         raise SettingsError(
             f"the model has no prunable weights (Conv, ConvTranspose, Gemm or MatMul initializers){where}"
         )
-    original = reference_run(model, options.inputs, base_dir=base_dir)  # an input ORT cannot run is said first
     weights = {t.name: np.asarray(_initializer_value(model, t, base_dir)) for t in targets}
     dataset = _dataset(model, options)
     report = SparsifyReport(input=source, output=None, method=options.method, requested=options.sparsity)
