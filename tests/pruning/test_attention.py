@@ -276,3 +276,20 @@ def test_transformer_exports_lose_half_their_heads(name: str) -> None:
     assert heads and all(g.status == "pruned" and g.kept == g.channels - g.channels // 2 for g in heads)
     assert "attention heads:" in report.to_table()
     onnx.checker.check_model(pruned)
+
+
+def test_a_target_computed_from_a_dynamic_input_size_names_the_way_to_fold_it(tmp_path: Path) -> None:
+    """With a dynamic batch, plain folding cannot make the target a constant: the reason says to fix the
+    sizes first, and doing so makes the heads prunable."""
+    from onnxsat.cli import main
+
+    model = attention_model(4, target="computed")
+    model.graph.input[0].type.tensor_type.shape.dim[0].dim_param = "batch"
+    _, _, forest = association_trees(model)
+    q = next(g for g in forest.groups if [r.node for r in g.roots] == ["q"])
+    assert "from the input's dynamic size" in q.reasons[0] and "--specialize" in q.reasons[0]
+    source, folded = tmp_path / "dynamic.onnx", tmp_path / "folded.onnx"
+    onnx.save(model, source)
+    shape = f"x:{B},{S},{E}"
+    assert main(["optimize", str(source), "-o", str(folded), "--input-shape", shape, "--specialize"]) == 0
+    assert head_group(onnx.load(folded)).prunable

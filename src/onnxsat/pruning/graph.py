@@ -14,7 +14,7 @@ import onnx
 import onnxruntime as ort
 
 from onnxsat.external_data import has_external_data, inference_view, tensor_value
-from onnxsat.inputs import random_inputs
+from onnxsat.inputs import declared_dims, fixed_dim, random_inputs
 from onnxsat.op_kinds import default_opset_version
 from onnxsat.proto_fields import bodies_of
 from onnxsat.pruning.layout import Dim
@@ -102,6 +102,16 @@ class GraphIndex:
                 return False  # a graph input, a random generator, or a control-flow node
             pending.extend(n for n in node.input if n)
         return True
+
+    def dynamic_inputs(self) -> bool:
+        """Whether a graph input (not a weight) declares a dynamic dim: shapes computed from it then fold
+        only once its sizes are fixed."""
+        return any(
+            fixed_dim(dim) is None
+            for value in self.model.graph.input
+            if value.name not in self.initializers
+            for dim in declared_dims(value) or []
+        )
 
     def uses(self, name: str) -> int:
         """How many node inputs read ``name`` (a graph output counts as one more)."""

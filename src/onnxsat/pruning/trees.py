@@ -33,7 +33,8 @@ Whenever the channels cannot be followed exactly the walk **spoils** the spaces 
 is kept whole, with the reason) instead of guessing: a graph output (its shape must not change), a
 channel axis that is mixed (Softmax or a Reduce over channels, LRN, a normalization over them), sliced,
 padded or resized, split into pieces that do not hold whole channels, a non-depthwise grouped Conv, a
-Reshape whose target is computed at run time (fold it to a constant first: ``onnxsat optimize``), a
+Reshape whose target is computed at run time (fold it to a constant first: ``onnxsat optimize``, with
+``--input-shape`` and ``--specialize`` when it comes from the input's size), a
 coupling with data no root produces, an unknown shape, an op the library does not know (the reason
 names it and the ``--library`` entry that would make it known).
 
@@ -926,7 +927,12 @@ class _Walk:
             return f"channel axis {layout.axis} of {in_shape} cannot be followed into {out_shape}"
         target = self.index.int_values(node.input[1]) if node.op_type == "Reshape" else None
         if node.op_type == "Reshape" and (target is None or len(target) != len(out_shape)):
-            return "its target shape is computed at run time (fold it to a constant first: onnxsat optimize)"
+            if self.index.from_constants(node.input[1]) or not self.index.dynamic_inputs():
+                return "its target shape is computed at run time (fold it to a constant first: onnxsat optimize)"
+            return (
+                "its target shape is computed at run time, from the input's dynamic size (fix the sizes and fold it "
+                "first: onnxsat optimize --input-shape NAME:D1,D2,... --specialize)"
+            )
         allow_zero = attr(node, "allowzero", 0)
         if split_at is not None:
             assert target is not None
