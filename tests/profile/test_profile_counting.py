@@ -178,3 +178,18 @@ def test_a_scikit_learn_model_s_weights_in_attributes_are_parameters() -> None:
     (layer,) = profile.layers
     assert layer.params == profile.params == 12 + 3 + 3
     assert layer.weight_bytes == 4 * 15 + 8 * 3
+
+
+@pytest.mark.parametrize(
+    ("equation", "shapes", "macs"),
+    [
+        ("ij,jk->ik", [[5, 8], [8, 4]], 5 * 8 * 4),
+        ("...ij,jk->...ik", [[2, 3, 5, 8], [8, 4]], 2 * 3 * 5 * 8 * 4),  # the ellipsis covers 2 and 3
+        ("...ij,...jk->...ik", [[1, 3, 5, 8], [2, 1, 8, 4]], 2 * 3 * 5 * 8 * 4),  # broadcast to [2, 3]
+    ],
+)
+def test_einsum_counts_every_index_once(equation: str, shapes: list[list[int]], macs: int) -> None:
+    names = [f"in{i}" for i in range(len(shapes))]
+    node = helper.make_node("Einsum", names, ["y"], "einsum", equation=equation)
+    (layer,) = profile_model(model([node], list(zip(names, shapes, strict=True)), ["y"], [])).layers
+    assert layer.macs == macs

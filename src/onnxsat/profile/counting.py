@@ -381,6 +381,17 @@ def _layer_norm(shape: tuple[int, ...], axis: int) -> int:
 def _einsum(equation: str, operands: list[tuple[int, ...]]) -> int:
     """Product of every distinct index's size over the operands (onnx-tool's rule for two operands)."""
     sizes: dict[str, int] = {}
-    for letters, dims in zip(equation.replace(" ", "").split("->")[0].split(","), operands, strict=False):
-        sizes.update(zip(letters, dims, strict=False))
+    for term, dims in zip(equation.replace(" ", "").split("->")[0].split(","), operands, strict=False):
+        for index, size in zip(_einsum_indices(term, len(dims)), dims, strict=False):
+            sizes[index] = max(sizes.get(index, 1), size)  # a broadcast dim of 1 takes the other's size
     return math.prod(sizes.values())
+
+
+def _einsum_indices(term: str, rank: int) -> list[str]:
+    """One index name per dim of an operand: its letters, with ``...`` spelled out as the dims it covers,
+    named from the right as broadcasting aligns them (``...ij`` on rank 4: ``...2``, ``...1``, i, j)."""
+    if "..." not in term:
+        return list(term)
+    head, tail = term.split("...")
+    covered = max(rank - len(head) - len(tail), 0)
+    return [*head, *(f"...{covered - i}" for i in range(covered)), *tail]
