@@ -258,3 +258,38 @@ def test_a_type_no_kernel_takes_is_named_without_a_hint_about_sizes(
     err = capsys.readouterr().err.strip()
     assert err.endswith("has no CPU kernel for Conv on tensor(bfloat16): export it in float32)")
     assert "--input-shape" not in err and len(err.splitlines()) == 1 and not out.exists()
+
+
+def test_a_model_that_declares_no_shapes_runs_at_the_sizes_asked_for(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An interface without shapes (rank unknown) is valid for ONNX Runtime, though the ONNX checker wants
+    one: nothing is refused for it, and the sizes come from --input-shape, which is asked for."""
+    rng = np.random.default_rng(0)
+    weights = [
+        numpy_helper.from_array((rng.standard_normal((8, 3, 3, 3)) * 0.3).astype(np.float32), "w"),
+        numpy_helper.from_array((rng.standard_normal((10, 8)) * 0.3).astype(np.float32), "fc"),
+    ]
+    graph = helper.make_graph(
+        [
+            helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+            helper.make_node("Relu", ["c"], ["r"]),
+            helper.make_node("GlobalAveragePool", ["r"], ["g"]),
+            helper.make_node("Flatten", ["g"], ["f"]),
+            helper.make_node("Gemm", ["f", "fc"], ["y"], transB=1),
+        ],
+        "shapeless",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, None)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        weights,
+    )
+    source, out, data = tmp_path / "m.onnx", tmp_path / "o.onnx", tmp_path / "d.npz"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), source)
+    assert main(["optimize", str(source), "-o", str(out)]) == 9
+    assert capsys.readouterr().err.strip() == (
+        "onnxsat: error: input 'x' declares no shape, not even its rank: give its sizes with --input-shape x:D1,D2,..."
+    )
+    assert main(["optimize", str(source), "-o", str(out), "--input-shape", "x:1,3,8,8"]) == 0
+    np.savez(data, inputs=rng.standard_normal((20, 3, 8, 8)).astype(np.float32))
+    budget = ["--sparsity", "0.5", "--max-drop", "50%", "--data", str(data), "--input-shape", "x:1,3,8,8"]
+    assert main(["sparsify", str(source), "-o", str(out), *budget]) == 0

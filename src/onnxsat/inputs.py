@@ -239,8 +239,13 @@ def random_inputs(model: onnx.ModelProto, inputs: InputsLike = None, seed: int =
         if value.name in spec.shapes:
             shape = list(spec.shapes[value.name])
             check_declared_shape(value.name, shape, declared)
+        elif declared is None:
+            raise SettingsError(
+                f"input {value.name!r} declares no shape, not even its rank: give its sizes with "
+                f"--input-shape {value.name}:D1,D2,..."
+            )
         else:
-            shape = [_dynamic_size(d, named) if fixed_dim(d) is None else d.dim_value for d in declared or []]
+            shape = [_dynamic_size(d, named) if fixed_dim(d) is None else d.dim_value for d in declared]
         elements += int(np.prod(shape, dtype=object))
         if elements > MAX_INPUT_ELEMENTS:
             raise SettingsError(

@@ -41,6 +41,8 @@ def input_dims(
     value = data_input(model, given)
     dims = [fixed_dim(d) for d in value.type.tensor_type.shape.dim]
     sized = (shapes or {}).get(value.name)
+    if sized is not None and not value.type.tensor_type.HasField("shape"):  # no rank declared: the one asked for
+        return [None, *sized[1:]]
     if sized is not None and len(sized) == len(dims):
         dims = [dims[0], *(dim if dim is not None else size for dim, size in zip(dims[1:], sized[1:], strict=True))]
     return dims
