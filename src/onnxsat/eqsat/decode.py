@@ -21,6 +21,7 @@ from onnxsat.eqsat.attributes import ATTRIBUTE_KERNELS
 from onnxsat.eqsat.encode import EncodedModel
 from onnxsat.eqsat.folding import evaluate_node
 from onnxsat.eqsat.frozen import ENode, FrozenEGraph, cons_cells
+from onnxsat.eqsat.qdq import real_domain
 from onnxsat.eqsat.weights import FOLDING_KERNELS, KERNELS, constant_node_value, sparse_tensor_value
 from onnxsat.errors import InvalidModelError
 from onnxsat.external_data import tensor_value
@@ -270,6 +271,7 @@ class _Decoder:
         op_type, domain, node_id, n_outputs = enode.literals
         attrs_class, inputs_class, captures_class = enode.children
         original = self.encoded.nodes[str(node_id)]
+        domain = real_domain(str(domain), original.domain)
         attributes, activation = self.attributes(attrs_class)
         unchanged = (op_type, domain) == (original.op_type, original.domain)
         node = onnx.NodeProto()

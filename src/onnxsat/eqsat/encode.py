@@ -48,6 +48,7 @@ from onnxsat.eqsat.language import (
     static_value,
     value_flag,
 )
+from onnxsat.eqsat.qdq import HELD_DOMAIN, held_nodes
 from onnxsat.eqsat.rules.attention import site_facts
 from onnxsat.eqsat.rules.layout_sinking import OP_KINDS
 from onnxsat.proto_fields import subgraph_captures
@@ -158,6 +159,7 @@ class _Encoder:
             declare_language(egraph)
         facts = collect_facts(model, typed, base_dir)
         self.result = EncodedModel(model=model, egraph=egraph, facts=facts, base_dir=base_dir)
+        self.held = held_nodes(model.graph)
         self.commands: list[bindings.ActionCommand] = []
         self.attr_keys: dict[tuple[str, str, tuple[bytes, ...]], int] = {}
         graph = model.graph
@@ -253,7 +255,7 @@ class _Encoder:
         term = _call(
             "Node",
             _string(node.op_type),
-            _string(node.domain),
+            _string(HELD_DOMAIN if position in self.held else node.domain),
             self.attrs(node, domain_opset(self.result.model, node.domain)),
             self.args(list(node.input)),
             self.args(subgraph_captures(node)),

@@ -14,6 +14,7 @@ from onnx import helper
 from onnxsat.eqsat.costs import NodeSignature, TensorInfo
 from onnxsat.eqsat.encode import EncodedModel, domain_opset
 from onnxsat.eqsat.frozen import ENode, FrozenEGraph, cons_cells
+from onnxsat.eqsat.qdq import real_domain
 
 
 class SignatureReader:
@@ -79,7 +80,8 @@ class SignatureReader:
         return [cell.children[0] for cell in cons_cells(eclass, self.first, "ArgsCons")]
 
     def signature(self, node_class: bindings.Value, enode: ENode) -> NodeSignature:
-        op_type, domain, _, n_outputs = enode.literals
+        op_type, held_or_domain, _, n_outputs = enode.literals
+        domain = real_domain(str(held_or_domain))
         attrs_class, inputs_class, _ = enode.children
         outputs = [self.tensor(self.snapshot.out_class.get((node_class, i))) for i in range(int(n_outputs))]
         return NodeSignature(
