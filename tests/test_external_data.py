@@ -323,3 +323,23 @@ def test_external_constant_attribute_inside_folder_is_streamed_to_the_output(
     assert {e.key: e.value for e in tensor.external_data}["location"] == "out.onnx.data"
     feeds = {"x": np.ones(512, dtype=np.float32)}
     np.testing.assert_array_equal(run_ort(out, feeds)[0], values + 1)
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["prune", "--rate", "0.25"],
+        ["quantize", "--no-node-timing", "--mode", "static", "--budget-minutes", "1"],
+    ],
+)
+def test_commands_that_score_on_data_read_the_weights_from_any_folder(
+    external_cnn: Path, tmp_path: Path, capfd: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, command
+) -> None:
+    """Scoring runs the models from bytes, where the data file's relative path meant the working folder."""
+    data = tmp_path / "data.npz"
+    np.savez(data, inputs=np.random.default_rng(0).standard_normal((12, 3, 64, 64)).astype(np.float32))
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    code, err = run([command[0], external_cnn, "-o", tmp_path / "out.onnx", *command[1:], "--data", data], capfd)
+    assert code == 0, err

@@ -22,7 +22,7 @@ from onnxsat.data.model_input import batch_size_for, data_input, evaluation_data
 from onnxsat.data.sources import Dataset, load_dataset
 from onnxsat.eqsat.portable import portable_form
 from onnxsat.errors import SettingsError
-from onnxsat.external_data import stored_bytes
+from onnxsat.external_data import stored_bytes, with_data_loaded
 from onnxsat.inputs import InputSpec, random_inputs
 from onnxsat.metrics import MetricSpec, metric_option
 from onnxsat.metrics.scorer import ModelScorer
@@ -280,7 +280,9 @@ def _prune_model(
     report.macs_unknown = why_original or why_pruned
     report.sizes = {"original": stored_bytes(model), "pruned": stored_bytes(pruned)}
     if scored_on is not None:  # the verification's "changed by" figures then come from real samples too
-        samples = _score(model, pruned, scored_on, options, report)
+        # scored from bytes, where a data file's relative path means nothing: the weights are read in first
+        whole = (with_data_loaded(model, base_dir), with_data_loaded(pruned, base_dir))
+        samples = _score(*whole, scored_on, options, report)
         original = reference_run(model, samples, base_dir=base_dir)
         report.notes.append(f"verification compared the outputs on {samples.source}, not on random inputs")
     names = [output.name for output in model.graph.output]
