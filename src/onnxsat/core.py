@@ -68,15 +68,18 @@ class RunFacts:
     which were random, and what bringing the model to normal form changed."""
 
     inputs: dict[str, list[str]] = field(default_factory=dict)
-    """``{"given": [...], "random": [...]}``: the model's inputs by where their values came from."""
+    """``{"given": [...], "random": [...]}``, and ``"data": [...]`` when a pass fed one from ``--data``: the
+    model's inputs by where their values came from (random ones still feed the verification, unless the
+    report says otherwise)."""
     inputs_file: str | None = None
     normal_form: list[str] = field(default_factory=list)
 
     def lines(self) -> list[str]:
         source = f" ({self.inputs_file})" if self.inputs_file else ""
         given = [f"{name} given{source}" for name in self.inputs.get("given", [])]
+        data = [f"{name} from the data" for name in self.inputs.get("data", [])]
         random = [f"{name} random" for name in self.inputs.get("random", [])]
-        lines = [f"inputs: {', '.join(given + random)}"] if given or random else []
+        lines = [f"inputs: {', '.join(given + data + random)}"] if given or data or random else []
         return lines + [f"normal form: {line}" for line in self.normal_form]
 
 

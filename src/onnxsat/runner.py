@@ -19,7 +19,8 @@ import onnx
 
 from onnxsat import model_io
 from onnxsat.core import Model, Pass, PassContext, PassResult, ReportBase, RunFacts
-from onnxsat.errors import OnnxSatError, VerificationFailedError
+from onnxsat.data.model_input import data_input
+from onnxsat.errors import OnnxSatError, SettingsError, VerificationFailedError
 from onnxsat.inputs import InputSpec
 from onnxsat.normal_form import working_form
 from onnxsat.verification import Tolerance
@@ -163,7 +164,10 @@ def run(
         if single is not None:
             single.record_phase("save", time.perf_counter() - start)
     report = single if single is not None else pipeline_report
-    report.record_run(_run_facts(proto, settings.inputs, normalised))
+    uses_data = settings.data is not None or any(
+        getattr(getattr(step, "options", None), "data", None) for _, step in passes
+    )
+    report.record_run(_run_facts(proto, settings.inputs, normalised, uses_data))
     if report_path is not None:
         model_io.write_text_atomic(report.to_json() + "\n", report_path)
     if not ok and not settings.force:
@@ -175,10 +179,19 @@ def run(
     return report
 
 
-def _run_facts(model: onnx.ModelProto, inputs: InputSpec, normalised: list[str]) -> RunFacts:
-    """What the report says about the run itself: which inputs were given, which random, and how the
-    loaded model was brought to normal form."""
-    return RunFacts(inputs=inputs.described(model), inputs_file=inputs.source, normal_form=normalised)
+def _run_facts(model: onnx.ModelProto, inputs: InputSpec, normalised: list[str], uses_data: bool) -> RunFacts:
+    """What the report says about the run itself: which inputs were given, which fed from ``--data`` (when a
+    pass reads it), which random, and how the loaded model was brought to normal form."""
+    described = inputs.described(model)
+    if uses_data:
+        try:
+            fed = data_input(model, inputs.given).name
+        except SettingsError:  # no single data input: the pass said so already, or read none
+            fed = None
+        if fed in described["random"]:
+            described["random"].remove(fed)
+            described["data"] = [fed]
+    return RunFacts(inputs=described, inputs_file=inputs.source, normal_form=normalised)
 
 
 def _record(place: str, step: Pass, result: PassResult, seconds: float) -> StepRecord:

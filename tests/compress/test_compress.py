@@ -276,3 +276,10 @@ def test_a_candidate_whose_drop_fits_only_by_luck_is_over_the_budget() -> None:
     assert not search._within(Evaluated("prune", lucky)) and search._within(Evaluated("prune", pinned))
     rows = compress_module._rows([Evaluated("prune", lucky)], 0.005)
     assert not rows[0].within_budget and rows[0].bound == pytest.approx(0.004 + 1.2816 * 0.0024)
+
+
+def test_a_group_never_pruned_is_reported_by_its_bound() -> None:
+    """The probe's figure held against the budget is the drop's bound, and the note says so."""
+    line = compress_module._costly_line("c", 0.2, 0.99)
+    assert line == "c: pruned alone at 50%, its drop bound is 20.00% (99% confidence), over the budget: never pruned"
+    assert compress_module._costly_line("g", float("inf"), 0.99) == "g: pruned alone at 50%, it failed: never pruned"

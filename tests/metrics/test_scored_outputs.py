@@ -60,4 +60,7 @@ def test_only_the_named_outputs_are_gathered(
     assert "output 'found' has shape [4, " in error
     assert error.endswith("; name the outputs to score with --metric-output")
     assert main([*base, "--metric-output", "logits"]) == 0
-    assert set(json.loads(report.read_text())["metrics"]) == {"logits"}
+    written = json.loads(report.read_text())
+    assert set(written["metrics"]) == {"logits"}
+    assert written["run"]["inputs"] == {"given": [], "random": [], "data": ["x"]}
+    assert capsys.readouterr().out.rstrip().endswith("inputs: x from the data")

@@ -26,7 +26,7 @@ from onnxsat.compress.evaluate import Outcome, Problem, samples_npz
 from onnxsat.compress.executor import make_executor
 from onnxsat.compress.recipe import CALIBRATION_LIMIT, Recipe
 from onnxsat.compress.report import CandidateRow, CompressReport, Contribution, mark_pareto
-from onnxsat.compress.search import MARGIN, Evaluated, Search, SearchSettings
+from onnxsat.compress.search import MARGIN, PROBE_RATE, Evaluated, Search, SearchSettings
 from onnxsat.compress.timing import SideBySide, machine
 from onnxsat.data.model_input import batch_size_for, data_input, fitted_to_model, input_dims
 from onnxsat.data.sources import Dataset, load_dataset
@@ -196,7 +196,7 @@ def compress_model(
         report.notes.append(line)
     report.candidates = _rows(search.evaluated, options.max_drop)
     mark_pareto(report.candidates)
-    report.notes += [f"{group}: pruned alone at 50% drops {drop:.2%}" for group, drop in _costly(search, options)]
+    report.notes += [_costly_line(group, bound, options.confidence) for group, bound in _costly(search, options)]
     if held_data is not None:
         held = ModelScorer(
             model, input_name, held_data, metric=scorer.budget.metrics, outputs=options.metric_output, given=given,
@@ -353,6 +353,14 @@ def _rows(evaluated: list[Evaluated], max_drop: float) -> list[CandidateRow]:
             )
         )
     return rows
+
+
+def _costly_line(group: str, bound: float, confidence: float) -> str:
+    """Why a group is never pruned: alone at the probe rate, its drop's bound (not the drop) is over budget."""
+    probe = f"{group}: pruned alone at {PROBE_RATE:.0%}"
+    if bound == float("inf"):
+        return f"{probe}, it failed: never pruned"
+    return f"{probe}, its drop bound is {bound:.2%} ({confidence:.0%} confidence), over the budget: never pruned"
 
 
 def _costly(search: Search, options: CompressOptions) -> list[tuple[str, float]]:

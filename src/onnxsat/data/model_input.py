@@ -27,7 +27,7 @@ def data_input(model: onnx.ModelProto, given: Collection[str] = ()) -> onnx.Valu
         names = ", ".join(v.name for v in inputs)
         raise SettingsError(
             f"data is fed to one input, and this model has {len(inputs)} not given by --inputs ({names}); "
-            "give the others' values with --inputs FEEDS.npz"
+            "give the values of all but one with --inputs FEEDS.npz, and the data goes to that one"
         )
     return inputs[0]
 
