@@ -181,10 +181,12 @@ def namesakes(model: onnx.ModelProto, op_types: Sequence[str]) -> list[str]:
     return [
         node.name
         for node in all_nodes(model.graph)
-        if node.op_type in wanted
-        and (node.domain or "ai.onnx").replace("ai.onnx", "")
-        != ("com.microsoft" if node.op_type in ORT_CONTRIB_OPS else "")
+        if node.op_type in wanted and _domain(node) != ("com.microsoft" if node.op_type in ORT_CONTRIB_OPS else "")
     ]
+
+
+def _domain(node: onnx.NodeProto) -> str:
+    return "" if node.domain in ("", "ai.onnx") else node.domain
 
 
 LAYOUT_OPS = frozenset({"Relu", "Clip", "Reshape", "Transpose", "Flatten", "Squeeze", "Unsqueeze"})
