@@ -113,3 +113,42 @@ def test_a_result_the_quantizer_left_all_float_is_not_written(
         "onnxsat: error: nothing was quantized: ONNX Runtime's quantizer left every node in float (dynamic)"
     ]
     assert not out.exists()
+
+
+def lstm_classifier() -> onnx.ModelProto:
+    """An LSTM over 8 steps of 16 features (ONNX's default layout), its last hidden state classified."""
+    rng = np.random.default_rng(0)
+    hidden = 32
+
+    def weight(name: str, *shape: int) -> onnx.TensorProto:
+        return numpy_helper.from_array((rng.standard_normal(shape) * 0.2).astype(np.float32), name)
+
+    graph = helper.make_graph(
+        [
+            helper.make_node("LSTM", ["x", "w", "r", "b"], ["", "h"], name="lstm", hidden_size=hidden),
+            helper.make_node("Flatten", ["h"], ["f"], name="flatten"),
+            helper.make_node("Gemm", ["f", "fc"], ["logits"], name="fc", transB=1),
+        ],
+        "lstm",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [8, 1, 16])],
+        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, 10])],
+        [
+            weight("w", 1, 4 * hidden, 16),
+            weight("r", 1, 4 * hidden, hidden),
+            weight("b", 1, 8 * hidden),
+            weight("fc", 10, hidden),
+        ],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+def test_an_lstm_is_quantized_dynamically(tmp_path: Path) -> None:
+    """ORT's dynamic quantizer turns an LSTM into DynamicQuantizeLSTM (int8 weights): searched, counted,
+    and written like any MatMul."""
+    source, out, report = tmp_path / "lstm.onnx", tmp_path / "q.onnx", tmp_path / "q.json"
+    onnx.save(lstm_classifier(), source)
+    args = ["quantize", str(source), "-o", str(out), "--mode", "dynamic", "--no-node-timing", "--max-drop", "50%"]
+    assert main([*args, "--report", str(report)]) == 0
+    assert "DynamicQuantizeLSTM" in {node.op_type for node in onnx.load(out).graph.node}
+    decisions = {node["node"]: node["quantized"] for node in json.loads(report.read_text())["nodes"]}
+    assert decisions["lstm"] is True

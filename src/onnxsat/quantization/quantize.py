@@ -460,14 +460,14 @@ def _modes(model: onnx.ModelProto, options: QuantizeOptions) -> list[QuantMode]:
         return [mode]
     if not weighted:
         raise SettingsError(
-            "nothing to quantize: the model has no Conv, MatMul or Gemm node with a constant weight"
+            "nothing to quantize: the model has no Conv, MatMul, Gemm or LSTM node with a constant weight"
             + _inside_bodies(model)
             + _already_quantized(model)
         )
     modes = []
     if weighted & {"Conv", "ConvTranspose"} or weighted & {"MatMul", "Gemm"}:
         modes.append(MODES["static"])
-    if weighted & {"MatMul", "Gemm"}:
+    if weighted & {"MatMul", "Gemm", "LSTM"}:
         modes.append(MODES["dynamic"])
     if "MatMul" in weighted and _largest_matmul(model) >= 2**20:
         modes.append(MODES["weight-only"])
@@ -481,9 +481,19 @@ QUANTIZED_OPS = frozenset(
 
 
 def _integer_nodes(model: onnx.ModelProto) -> int:
-    """Nodes that quantize, dequantize or compute in integers (a model from a QAT export has some already)."""
-    made = {"QuantizeLinear", "DequantizeLinear", "QAttention", "DynamicQuantizeMatMul"}
-    return sum(node.op_type in QUANTIZED_OPS or node.op_type in made for node in all_nodes(model.graph))
+    """Nodes that quantize, dequantize or compute in integers (a model from a QAT export has some already):
+    ORT's quantizer writes QDQ pairs, ``DynamicQuantize*`` and ``*Integer*`` ops, ``QLinear*``, ``QGemm``,
+    ``QAttention``, ``QEmbedLayerNormalization`` and ``MatMulNBits``."""
+    return sum(_is_integer_op(node.op_type) for node in all_nodes(model.graph))
+
+
+def _is_integer_op(op_type: str) -> bool:
+    return (
+        op_type in QUANTIZED_OPS
+        or op_type in ("QuantizeLinear", "DequantizeLinear", "QGemm", "QAttention", "QEmbedLayerNormalization")
+        or op_type.startswith(("DynamicQuantize", "QLinear"))
+        or "Integer" in op_type
+    )
 
 
 def _already_quantized(model: onnx.ModelProto) -> str:
@@ -498,7 +508,7 @@ def _already_quantized(model: onnx.ModelProto) -> str:
 def _inside_bodies(model: onnx.ModelProto) -> str:
     """What a refusal adds when the weighted ops all sit inside If/Loop/Scan bodies, which ONNX Runtime's
     quantizer leaves alone in static mode (its calibration never sees a body's tensors)."""
-    weighted = ("Conv", "ConvTranspose", "MatMul", "Gemm")
+    weighted = ("Conv", "ConvTranspose", "MatMul", "Gemm", "LSTM")
     inside = [n for node in model.graph.node for body in bodies_of(node) for n in all_nodes(body)]
     found = sum(node.op_type in weighted for node in inside)
     holders = [node.op_type for node in model.graph.node if next(bodies_of(node), None) is not None]
@@ -516,7 +526,7 @@ def _weighted_nodes(model: onnx.ModelProto) -> list[onnx.NodeProto]:
     floats = {
         t.name for t in model.graph.initializer if t.data_type in (onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16)
     }
-    ops = {"Conv", "ConvTranspose", "MatMul", "Gemm"}
+    ops = {"Conv", "ConvTranspose", "MatMul", "Gemm", "LSTM"}
     return [
         n
         for n in model.graph.node
