@@ -164,9 +164,8 @@ def run(
         if single is not None:
             single.record_phase("save", time.perf_counter() - start)
     report = single if single is not None else pipeline_report
-    uses_data = settings.data is not None or any(
-        getattr(getattr(step, "options", None), "data", None) for _, step in passes
-    )
+    sources = [settings.data, *(getattr(getattr(step, "options", None), "data", None) for _, step in passes)]
+    uses_data = any(source not in (None, "random") for source in sources)  # "random": seeded samples, not data
     report.record_run(_run_facts(proto, settings.inputs, normalised, uses_data))
     if report_path is not None:
         model_io.write_text_atomic(report.to_json() + "\n", report_path)
