@@ -36,7 +36,7 @@ import onnx
 import onnx.inliner
 from onnx import numpy_helper
 
-from onnxsat.proto_fields import all_nodes, copy_fields
+from onnxsat.proto_fields import all_nodes, copy_fields, drop_unused_domains
 
 _TENSOR_ATTRIBUTES = (
     "value",
@@ -168,12 +168,7 @@ def _inline_local_functions(model: onnx.ModelProto) -> None:
     model.graph.node.extend(inlined.graph.node)
     del model.functions[:]
     model.functions.extend(inlined.functions)
-    used = {"", "ai.onnx"} | {node.domain for node in all_nodes(model.graph)}
-    used |= {node.domain for function in model.functions for node in function.node}
-    used |= {function.domain for function in model.functions}
-    kept = [opset for opset in model.opset_import if opset.domain in used]
-    del model.opset_import[:]
-    model.opset_import.extend(kept)
+    drop_unused_domains(model)
 
 
 def _weight_aliases(model: onnx.ModelProto, lifted: set[str]) -> dict[str, str]:

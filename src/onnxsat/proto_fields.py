@@ -90,3 +90,14 @@ def free_names(graph: onnx.GraphProto) -> list[str]:
                 free.setdefault(name, None)
         defined.update(o for o in node.output if o)
     return list(free)
+
+
+def drop_unused_domains(model: onnx.ModelProto) -> None:
+    """In place: keep the opset imports of the default domain and of the domains nodes use (in any graph,
+    or inside a function) or functions are defined in."""
+    used = {"", "ai.onnx"} | {node.domain for node in all_nodes(model.graph)}
+    used |= {node.domain for function in model.functions for node in function.node}
+    used |= {function.domain for function in model.functions}
+    kept = [opset for opset in model.opset_import if opset.domain in used]
+    del model.opset_import[:]
+    model.opset_import.extend(kept)

@@ -34,6 +34,7 @@ import onnxruntime as ort
 
 from onnxsat.errors import RuntimeUnsupportedError, SettingsError
 from onnxsat.external_data import has_external_data
+from onnxsat.proto_fields import drop_unused_domains
 from onnxsat.verification import tidy_ort_message
 
 LEVELS = {
@@ -69,14 +70,6 @@ def _options(level: str, target: Path, external: bool, base_dir: Path | None) ->
 def _required_inputs(model: onnx.ModelProto) -> set[str]:
     initializers = {t.name for t in model.graph.initializer}
     return {v.name for v in model.graph.input if v.name not in initializers}
-
-
-def _drop_unused_domains(model: onnx.ModelProto) -> None:
-    """Keep the opset imports of the default domain and of the domains nodes (or functions) use."""
-    used = {"", "ai.onnx"} | {n.domain for n in model.graph.node} | {f.domain for f in model.functions}
-    kept = [o for o in model.opset_import if o.domain in used]
-    del model.opset_import[:]
-    model.opset_import.extend(kept)
 
 
 def _weights_as_constants(model: onnx.ModelProto) -> tuple[onnx.ModelProto, list[str]]:
@@ -121,7 +114,7 @@ def optimize_offline(
             message = tidy_ort_message(" ".join(str(error).split()))[:400] or type(error).__name__
             raise RuntimeUnsupportedError(f"ONNX Runtime cannot load the model to optimize it: {message}") from None
         optimized = onnx.load(str(target))  # external data, if ORT wrote any, is read into memory here
-    _drop_unused_domains(optimized)
+    drop_unused_domains(optimized)
     extra = _required_inputs(optimized) - _required_inputs(model)
     if extra:
         raise RuntimeUnsupportedError(
