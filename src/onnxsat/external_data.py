@@ -263,10 +263,10 @@ def inference_view(model: onnx.ModelProto) -> onnx.ModelProto:
     moved: list[TensorProto] = []
 
     def lighter(tensor: TensorProto) -> TensorProto | None:
-        if not (is_external(tensor) or (tensor.HasField("raw_data") and tensor.ByteSize() >= STUB_BYTES)):
-            return None
-        moved.append(tensor)
-        return TensorProto(name=tensor.name, data_type=tensor.data_type)
+        stand_in = _empty_stand_in(tensor)  # dropped below: the weight is an input instead
+        if stand_in is not None:
+            moved.append(tensor)
+        return stand_in
 
     view = with_initializers_replaced(model, lighter)
     gone = {tensor.name for tensor in moved}
