@@ -10,6 +10,7 @@ same data by the same :class:`~onnxsat.data.outputs.OutputRunner` and scored by 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 
 import numpy as np
 import onnx
@@ -38,7 +39,11 @@ class ModelScorer:
         batch_size: int = 64,
         threads: int = 1,
         confidence: float = 0.5,
+        base_dir: Path | None = None,
     ) -> None:
+        """``base_dir``: where the external data of the original and of candidates lives (their runs are made
+        from bytes, so a relative data path would otherwise be read against the working folder)."""
+        self.base_dir = base_dir
         self.input_name, self.dataset = input_name, dataset
         self.given, self.state = dict(given or {}), dict(state or {})
         self.batch_size, self.threads = batch_size, threads
@@ -81,7 +86,7 @@ class ModelScorer:
         return {**self.given, **companions, self.input_name: samples.astype(self.dtype, copy=False)}
 
     def _runner(self, model: onnx.ModelProto) -> OutputRunner:
-        sess = session(model, ort.GraphOptimizationLevel.ORT_ENABLE_ALL, threads=self.threads)
+        sess = session(model, ort.GraphOptimizationLevel.ORT_ENABLE_ALL, threads=self.threads, base_dir=self.base_dir)
         return OutputRunner(
             sess,
             self.input_name,

@@ -22,7 +22,7 @@ from onnxsat.data.model_input import batch_size_for, data_input, evaluation_data
 from onnxsat.data.sources import Dataset, load_dataset
 from onnxsat.eqsat.portable import portable_form
 from onnxsat.errors import SettingsError
-from onnxsat.external_data import stored_bytes, with_data_loaded
+from onnxsat.external_data import stored_bytes
 from onnxsat.inputs import InputSpec, random_inputs
 from onnxsat.metrics import MetricSpec, metric_option
 from onnxsat.metrics.scorer import ModelScorer
@@ -280,9 +280,7 @@ def _prune_model(
     report.macs_unknown = why_original or why_pruned
     report.sizes = {"original": stored_bytes(model), "pruned": stored_bytes(pruned)}
     if scored_on is not None:  # the verification's "changed by" figures then come from real samples too
-        # scored from bytes, where a data file's relative path means nothing: the weights are read in first
-        whole = (with_data_loaded(model, base_dir), with_data_loaded(pruned, base_dir))
-        samples = _score(*whole, scored_on, options, report)
+        samples = _score(model, pruned, scored_on, options, report, base_dir)
         original = reference_run(model, samples, base_dir=base_dir)
         report.notes.append(f"verification compared the outputs on {samples.source}, not on random inputs")
     names = [output.name for output in model.graph.output]
@@ -305,7 +303,12 @@ def _scoring_split(model: onnx.ModelProto, options: PruneOptions, calibrates: bo
 
 
 def _score(
-    model: onnx.ModelProto, pruned: onnx.ModelProto, data: Dataset, options: PruneOptions, report: PruneReport
+    model: onnx.ModelProto,
+    pruned: onnx.ModelProto,
+    data: Dataset,
+    options: PruneOptions,
+    report: PruneReport,
+    base_dir: Path | None,
 ) -> InputSpec:
     """The original's and the pruned model's scores on ``data`` (labels when it has them), into the report;
     returns its first samples as inputs to verify with."""
@@ -319,6 +322,7 @@ def _score(
         outputs=options.metric_output,
         given=given,
         batch_size=batch_size_for(model, options.batch_size, given),
+        base_dir=base_dir,
     )
     report.scored_on, report.baseline = data.name, scorer.baseline
     report.metrics = scorer.budget.describe()
