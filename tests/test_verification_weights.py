@@ -6,13 +6,14 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
+from google.protobuf.message import EncodeError
 from onnx import TensorProto, helper, numpy_helper
 
 from onnxsat import verification
 from onnxsat.eqsat.optimizer import optimize_model
 from onnxsat.errors import InvalidModelError
 from onnxsat.external_data import STUB_BYTES, structure_view
-from onnxsat.model_io import check_model
+from onnxsat.model_io import check_model, over_protobuf_limit
 
 
 def _model(rows: int = 512) -> onnx.ModelProto:
@@ -130,3 +131,27 @@ def test_optimize_verifies_a_folded_large_weight_apart_and_returns_it_whole() ->
     (folded,) = optimized.graph.initializer
     assert not folded.HasField("data_location") and not folded.external_data
     np.testing.assert_array_equal(numpy_helper.to_array(folded), weight.T)
+
+
+class _Unsizable:
+    """Stands for a model over 2 GiB: protobuf's upb refuses even to size it."""
+
+    def ByteSize(self) -> int:
+        raise EncodeError("Failed to serialize proto")
+
+
+def test_a_model_protobuf_cannot_size_is_over_the_limit() -> None:
+    assert over_protobuf_limit(_Unsizable())  # type: ignore[arg-type]
+    assert not over_protobuf_limit(_model())
+
+
+def test_a_session_of_a_model_over_2gb_takes_its_weights_apart(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Any session (not only a lean one) of a model too large to serialize hands ORT its large weights apart;
+    serialized whole, it failed with protobuf's EncodeError (quantize scores a 2.4 GB MLP so)."""
+    model = _model()
+    feeds = {"x": np.random.default_rng(1).standard_normal((2, 512)).astype(np.float32)}
+    expected = verification.run_model(model, feeds, "model")[0]
+    monkeypatch.setattr(verification, "over_protobuf_limit", lambda _: True)
+    sess = verification.session(model, ort.GraphOptimizationLevel.ORT_ENABLE_ALL)
+    assert set(sess._onnxsat_shared) == {"w"}
+    np.testing.assert_allclose(sess.run(None, feeds)[0], expected, rtol=1e-5, atol=1e-4)

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import onnx
 from google.protobuf.descriptor import FieldDescriptor
-from google.protobuf.message import DecodeError, Message
+from google.protobuf.message import DecodeError, EncodeError, Message
 
 from onnxsat import external_data, inline_weights
 from onnxsat.errors import InputNotFoundError, InvalidModelError, NotOnnxError, OutputPathError
@@ -25,6 +25,14 @@ from onnxsat.node_order import sort_model
 
 # Protobuf refuses to serialize a message over 2 GiB; bigger models keep weights in external data.
 _PROTOBUF_LIMIT = 2**31 - 1
+
+
+def over_protobuf_limit(model: onnx.ModelProto) -> bool:
+    """Whether ``model`` is too large to serialize as one message: its weights must travel apart."""
+    try:
+        return model.ByteSize() > _PROTOBUF_LIMIT
+    except EncodeError:  # protobuf's upb will not even size a message over its limit
+        return True
 
 
 def check_input_path(path: str | os.PathLike[str]) -> Path:
@@ -117,7 +125,7 @@ def check_model(model: onnx.ModelProto) -> None:
     try:
         model = external_data.structure_view(model)
         _declare_unknown_ranks(model.graph)
-        if model.ByteSize() > _PROTOBUF_LIMIT:
+        if over_protobuf_limit(model):
             return  # the checker cannot take it in memory; ONNX Runtime will load-check it instead
         onnx.checker.check_model(model, full_check=False)
     except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError) as error:
@@ -190,7 +198,7 @@ def save_model(
             target, lambda temporary: inline_weights.write_one_file(model, base_dir, inline_source, temporary)
         )
         return
-    if external_data.has_external_data(model) or model.ByteSize() > _PROTOBUF_LIMIT:
+    if external_data.has_external_data(model) or over_protobuf_limit(model):
         data_target = data_file_path(target)
         with _temporary_beside(data_target) as data_temporary, _temporary_beside(target) as model_temporary:
             external_data.write_model_with_data(model, base_dir, model_temporary, data_temporary, data_target.name)

@@ -22,7 +22,7 @@ import onnxruntime as ort
 from onnxsat.errors import DataError, InvalidModelError, RuntimeUnsupportedError
 from onnxsat.external_data import expected_nbytes, iter_tensors, set_reference
 from onnxsat.inputs import InputsLike, InputSpec, declared_dims, fixed_dim
-from onnxsat.model_io import check_model
+from onnxsat.model_io import check_model, over_protobuf_limit
 from onnxsat.output_values import as_array, map_keys
 from onnxsat.proto_fields import copy_fields, with_initializers_replaced
 
@@ -144,7 +144,8 @@ def session(
     model's large weights are not serialized with it: with ``weights_as_inputs`` (only at
     ``ORT_DISABLE_ALL``, where no optimization could treat them as constants) they become graph inputs
     the caller feeds from ``sess._onnxsat_fed``, which ORT reads in place; otherwise they are given as
-    external initializers, which ORT copies. ``weights`` are the arrays of stand-ins ``model`` already
+    external initializers, which ORT copies; a model over protobuf's 2 GiB is always given so, since it
+    cannot be serialized whole. ``weights`` are the arrays of stand-ins ``model`` already
     has (from :func:`weights_apart`).
     ``settings`` (from ``onnxsat tune``) replace ``threads`` with their thread counts, execution mode
     and providers; ``level`` stays the caller's, since what a caller measures is often the level
@@ -171,7 +172,7 @@ def session(
     if weights is not None:
         light, shared = model, weights
     else:
-        light, shared = weights_apart(model) if lean else (model, {})
+        light, shared = weights_apart(model) if lean or over_protobuf_limit(model) else (model, {})
     fed = weights_as_inputs and level == ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     if shared and fed:
         light = _weights_as_inputs(light, shared, in_place=weights is None)  # a light copy made here is ours

@@ -19,6 +19,7 @@ from onnx import TensorProto, helper, numpy_helper
 from onnxsat.cli import main
 from onnxsat.quantization.modes import MODES, namesakes
 from onnxsat.quantization.quantize import _mode_nodes
+from tests.quantization.test_quantize_alone import feeding
 
 
 def attention_23_model() -> onnx.ModelProto:
@@ -152,3 +153,62 @@ def test_an_lstm_is_quantized_dynamically(tmp_path: Path) -> None:
     assert "DynamicQuantizeLSTM" in {node.op_type for node in onnx.load(out).graph.node}
     decisions = {node["node"]: node["quantized"] for node in json.loads(report.read_text())["nodes"]}
     assert decisions["lstm"] is True
+
+
+@pytest.mark.parametrize("mode", ["static", "dynamic"])
+def test_a_model_over_2gb_goes_through_ort_quantizer_with_a_data_file(
+    mode: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """ORT's quantizer writes a model over 2 GiB only when told to use a data file; what it writes comes back
+    whole, with no reference to its temporary folder."""
+    from onnxsat.quantization import modes
+
+    model = attention_23_model()
+    model.graph.node[3].op_type, model.graph.node[3].domain = "Sum", ""  # the MatMuls alone: q + k + v -> o
+    del model.graph.node[3].attribute[:]
+    told: list[bool] = []
+    monkeypatch.setattr(modes, "over_protobuf_limit", lambda _: told.append(True) or True)
+    feeds = {"x": np.random.default_rng(0).standard_normal((1, 16, 64)).astype(np.float32)}
+    calibration = modes.Calibration(lambda: feeding(feeds), "minmax", tmp_path / "ranges.json")
+    result = MODES[mode].quantize(model, [], calibration if mode == "static" else None, None)
+    assert told
+    assert not any(t.data_location == TensorProto.EXTERNAL for t in result.graph.initializer)
+    assert {"DynamicQuantizeLinear", "QuantizeLinear"} & {node.op_type for node in result.graph.node}
+    ort.InferenceSession(result.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
+
+
+def contrib_mlp_model() -> onnx.ModelProto:
+    """MatMul -> com.microsoft BiasGelu -> MatMul, as ORT's transformers optimizer writes an MLP: ONNX shape
+    inference cannot type BiasGelu's output, so ORT's quantizer had stopped at the second MatMul."""
+    rng = np.random.default_rng(0)
+    weights = [
+        numpy_helper.from_array((rng.standard_normal((64, 256)) * 0.1).astype(np.float32), "w1"),
+        numpy_helper.from_array((rng.standard_normal(256) * 0.1).astype(np.float32), "b1"),
+        numpy_helper.from_array((rng.standard_normal((256, 64)) * 0.1).astype(np.float32), "w2"),
+    ]
+    nodes = [
+        helper.make_node("MatMul", ["x", "w1"], ["h"], name="up"),
+        helper.make_node("BiasGelu", ["h", "b1"], ["g"], name="gelu", domain="com.microsoft"),
+        helper.make_node("MatMul", ["g", "w2"], ["y"], name="down"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "contrib_mlp",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 32, 64])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 32, 64])],
+        weights,
+    )
+    opsets = [helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)]
+    return helper.make_model(graph, opset_imports=opsets, ir_version=9)
+
+
+def test_a_node_reading_a_contrib_ops_untyped_output_is_searched_and_quantized(tmp_path: Path) -> None:
+    source, target, report = tmp_path / "mlp.onnx", tmp_path / "q.onnx", tmp_path / "r.json"
+    onnx.save(contrib_mlp_model(), source)
+    code = main(["quantize", str(source), "-o", str(target), "--mode", "dynamic", "--no-node-timing",
+                 "--report", str(report)])  # fmt: skip
+    assert code == 0
+    decisions = {row["node"]: row["quantized"] for row in json.loads(report.read_text())["nodes"]}
+    assert decisions == {"up": True, "down": True}
+    quantized = onnx.load(target)
+    assert sum(node.op_type in ("MatMulInteger", "DynamicQuantizeMatMul") for node in quantized.graph.node) == 2

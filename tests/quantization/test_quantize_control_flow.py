@@ -116,15 +116,78 @@ def weights_only_in_bodies(path: Path) -> Path:
     return path
 
 
-def test_weights_only_inside_bodies_are_named_in_the_refusal(
+def test_weights_only_inside_bodies_are_named_in_static_modes_refusal(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     feeds = tmp_path / "flag.npz"
     np.savez(feeds, flag=np.array(True))
-    code, _, out = quantize(weights_only_in_bodies(tmp_path / "m.onnx"), tmp_path, "--inputs", str(feeds))
+    model = weights_only_in_bodies(tmp_path / "m.onnx")
+    code, _, out = quantize(model, tmp_path, "--inputs", str(feeds), "--mode", "static")
     err = capsys.readouterr().err.strip()
     assert code == 9 and not out.exists() and len(err.splitlines()) == 1
-    assert "outside control flow (1 are inside If bodies" in err and "--specialize" in err
+    assert "outside control flow (1 are inside If bodies, which only dynamic/weight-only mode quantizes" in err
+    assert "--specialize" in err
+
+
+def merged_decoder_like(path: Path) -> Path:
+    """An If whose two branches both read the main graph's weights, as a merged KV-cache decoder's do (its
+    "with past" and "without past" decoders): every MatMul is inside a body."""
+    rng = np.random.default_rng(3)
+    weights = [
+        numpy_helper.from_array((rng.normal(size=(256, 256)) * 0.05).astype(np.float32), name)
+        for name in ("w_in", "w_out")
+    ]
+
+    def decoder(name: str, activation: str) -> onnx.GraphProto:
+        nodes = [
+            helper.make_node("MatMul", ["x", "w_in"], [f"{name}_h"], name=f"{name}_in"),
+            helper.make_node(activation, [f"{name}_h"], [f"{name}_a"]),
+            helper.make_node("MatMul", [f"{name}_a", "w_out"], [f"{name}_y"], name=f"{name}_out"),
+        ]
+        return helper.make_graph(nodes, name, [], [helper.make_tensor_value_info(f"{name}_y", TensorProto.FLOAT, None)])
+
+    graph = helper.make_graph(
+        [
+            helper.make_node(
+                "If", ["use_cache"], ["y"], then_branch=decoder("cached", "Relu"), else_branch=decoder("first", "Tanh")
+            )
+        ],
+        "merged",
+        [
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 256]),
+            helper.make_tensor_value_info("use_cache", TensorProto.BOOL, []),
+        ],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 256])],
+        weights,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, path)
+    return path
+
+
+@pytest.mark.parametrize("branch_taken", [True, False])
+def test_dynamic_mode_quantizes_matmuls_inside_bodies_with_the_rest(tmp_path: Path, branch_taken: bool) -> None:
+    """Nothing was quantized in a merged decoder before; dynamic mode now quantizes both branches' MatMuls
+    (ORT's quantizer, told to enter subgraphs), which no search takes one by one, and says so."""
+    source = merged_decoder_like(tmp_path / "merged.onnx")
+    feeds = tmp_path / "flag.npz"
+    np.savez(feeds, use_cache=np.array(branch_taken))
+    code, report, out = quantize(source, tmp_path, "--mode", "dynamic", "--inputs", str(feeds), "--max-drop", "100%")
+    assert code == 0 and report["verification"]["ok"]
+    (trial,) = report["trials"]
+    assert trial["quantized"] == 4 and "4 inside control-flow bodies quantized with the rest" in trial["note"]
+    result = onnx.load(out)
+    branches = {a.name: a.g for a in result.graph.node[-1].attribute}
+    for body in branches.values():
+        assert sum(node.op_type == "MatMulInteger" for node in body.node) == 2
+    assert out.stat().st_size < source.stat().st_size / 2  # int8 weights, still shared by both branches
+    x = np.random.default_rng(0).normal(size=(4, 256)).astype(np.float32)
+    for taken in (True, False):
+        run = {"x": x, "use_cache": np.array(taken)}
+        want = ort.InferenceSession(str(source), providers=["CPUExecutionProvider"]).run(None, run)[0]
+        got = ort.InferenceSession(str(out), providers=["CPUExecutionProvider"]).run(None, run)[0]
+        assert np.corrcoef(got.ravel(), want.ravel())[0, 1] > 0.99
 
 
 def test_a_weight_a_body_reads_stays_after_its_node_is_quantized(tmp_path: Path) -> None:

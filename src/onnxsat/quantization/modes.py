@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import tempfile
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,6 +24,7 @@ from typing import TYPE_CHECKING
 
 import onnx
 
+from onnxsat.model_io import over_protobuf_limit
 from onnxsat.node_order import sort_graph
 from onnxsat.proto_fields import all_nodes, subgraph_captures
 from onnxsat.quantization.alone import quantize_alone
@@ -79,6 +81,10 @@ class QuantMode:
     constant_weights_only: bool = False
     """Whether it quantizes only nodes whose weight is a constant (ORT's dynamic MatMul, MatMulNBits): the
     activation-by-activation MatMuls of attention are never quantized, so a search has nothing to leave out."""
+    bodies: bool = False
+    """Whether it quantizes inside If/Loop/Scan bodies too (a merged KV-cache decoder holds every MatMul in
+    its two branches). Those nodes are quantized with the rest, never searched one by one: static mode
+    cannot, since ORT's calibration sees no body's tensors."""
 
     def apply(
         self,
@@ -155,7 +161,11 @@ def _through_file(write: Callable[[Path], None]) -> onnx.ModelProto:
         quiet = logging.getLogger().level
         logging.getLogger().setLevel(logging.ERROR)  # ORT's quantizer logs advice on every call
         try:
-            write(target)
+            with warnings.catch_warnings():
+                # numpy's "invalid value encountered in divide" when a calibrated range is infinite (a
+                # decoder's -inf attention mask): the candidate's damage is measured and reported anyway
+                warnings.simplefilter("ignore", RuntimeWarning)
+                write(target)
         finally:
             logging.getLogger().setLevel(quiet)
         return onnx.load(str(target))
@@ -203,6 +213,12 @@ quantizing it cost as much accuracy as every convolution together. Residual Adds
 ranges: the search may leave them in float like any convolution."""
 
 
+UNTYPED_TENSORS_FLOAT = {"DefaultTensorType": onnx.TensorProto.FLOAT}
+"""ORT's quantizer needs each tensor's element type and stops at one ONNX's shape inference cannot type (the
+output of a com.microsoft Attention in a model ORT's transformers optimizer wrote): what it quantizes is
+float (a float16 model goes through its float form), so an untyped tensor is float."""
+
+
 def static(
     model: onnx.ModelProto, exclude: Sequence[str], calibration: Calibration | None, only: Sequence[str] | None = None
 ) -> onnx.ModelProto:
@@ -213,6 +229,7 @@ def static(
         lambda target: quantize_static(
             _copy(model),
             target,
+            use_external_data_format=over_protobuf_limit(model),
             quant_format=QuantFormat.QDQ,
             per_channel=True,
             activation_type=QuantType.QUInt8,
@@ -221,7 +238,7 @@ def static(
             # ORT 1.31's bias-driven weight-scale adjustment fails on per-channel Gemm weights ("truth value
             # of an array is ambiguous", on Magika after MatMul+Add became Gemm); without it the bias is
             # still quantized to int32 with scale input_scale * weight_scale, as in ORT before 1.20
-            extra_options={"QDQDisableWeightAdjustForInt32Bias": True},
+            extra_options={"QDQDisableWeightAdjustForInt32Bias": True, **UNTYPED_TENSORS_FLOAT},
             nodes_to_exclude=[*exclude, *namesakes(model, STATIC_OPS)],
             nodes_to_quantize=list(only or []),
             **calibration.arguments(),  # type: ignore[arg-type]
@@ -244,8 +261,10 @@ def dynamic(
         lambda target: quantize_dynamic(
             _copy(model),
             target,
+            use_external_data_format=over_protobuf_limit(model),
             op_types_to_quantize=list(DYNAMIC_OPS),
             weight_type=QuantType.QInt8,
+            extra_options={**UNTYPED_TENSORS_FLOAT, "EnableSubgraph": True},
             nodes_to_exclude=_as_split_gemms(model, [*exclude, *namesakes(model, DYNAMIC_OPS)]),
             nodes_to_quantize=_as_split_gemms(model, only or []),
         )
@@ -301,6 +320,7 @@ MODES.register(
         False,
         dynamic,
         constant_weights_only=True,
+        bodies=True,
     ),
 )
 MODES.register(
@@ -312,5 +332,6 @@ MODES.register(
         False,
         weight_only,
         constant_weights_only=True,
+        bodies=True,
     ),
 )

@@ -52,7 +52,7 @@ from onnxsat.metrics import (
 from onnxsat.metrics.scorer import ModelScorer
 from onnxsat.normal_form import normal_form
 from onnxsat.options import float_list, option, percent
-from onnxsat.proto_fields import all_nodes, bodies_of
+from onnxsat.proto_fields import all_graphs, all_nodes, bodies_of
 from onnxsat.quantization import node_speed
 from onnxsat.quantization.calibration import calibration_reader
 from onnxsat.quantization.modes import CALIBRATIONS, MODES, Calibration, QuantMode
@@ -450,26 +450,27 @@ def _at_least_opset(model: onnx.ModelProto, opset: int, report: QuantizeReport) 
 def _modes(model: onnx.ModelProto, options: QuantizeOptions) -> list[QuantMode]:
     """The modes to try: the one asked for, or for ``auto`` those the model's weighted ops call for."""
     weighted = {node.op_type for node in _weighted_nodes(model)}
+    inside = {node.op_type for node in _weighted_in_bodies(model)}
     if options.mode != AUTO_MODE:
         mode = MODES[options.mode]
-        if not weighted & mode.ops:
+        if not (weighted | (inside if mode.bodies else set())) & mode.ops:
             raise SettingsError(
                 f"nothing to quantize: the model has no {'/'.join(sorted(mode.ops))} node with a constant weight"
+                + _inside_bodies(model)
                 + _already_quantized(model)
             )
         return [mode]
-    if not weighted:
+    if not weighted | inside:
         raise SettingsError(
             "nothing to quantize: the model has no Conv, MatMul, Gemm or LSTM node with a constant weight"
-            + _inside_bodies(model)
             + _already_quantized(model)
         )
     modes = []
     if weighted & {"Conv", "ConvTranspose"} or weighted & {"MatMul", "Gemm"}:
         modes.append(MODES["static"])
-    if weighted & {"MatMul", "Gemm", "LSTM"}:
+    if (weighted | inside) & {"MatMul", "Gemm", "LSTM"}:
         modes.append(MODES["dynamic"])
-    if "MatMul" in weighted and _largest_matmul(model) >= 2**20:
+    if "MatMul" in weighted | inside and _largest_matmul(model) >= 2**20:
         modes.append(MODES["weight-only"])
     return modes
 
@@ -506,11 +507,9 @@ def _already_quantized(model: onnx.ModelProto) -> str:
 
 
 def _inside_bodies(model: onnx.ModelProto) -> str:
-    """What a refusal adds when the weighted ops all sit inside If/Loop/Scan bodies, which ONNX Runtime's
-    quantizer leaves alone in static mode (its calibration never sees a body's tensors)."""
-    weighted = ("Conv", "ConvTranspose", "MatMul", "Gemm", "LSTM")
-    inside = [n for node in model.graph.node for body in bodies_of(node) for n in all_nodes(body)]
-    found = sum(node.op_type in weighted for node in inside)
+    """What a refusal of a mode that leaves bodies alone (static: ORT's calibration never sees a body's
+    tensors) adds when the weighted ops sit inside If/Loop/Scan bodies."""
+    found = len(_weighted_in_bodies(model))
     holders = [node.op_type for node in model.graph.node if next(bodies_of(node), None) is not None]
     if not found:
         return ""
@@ -518,25 +517,45 @@ def _inside_bodies(model: onnx.ModelProto) -> str:
     if "If" in holders:
         hint = "; when an input decides the branch, `onnxsat optimize --specialize --inputs` settles it first"
     kinds = "/".join(sorted(set(holders)))
-    return f" outside control flow ({found} are inside {kinds} bodies, which are not quantized{hint})"
+    bodied = "/".join(name for name, mode in MODES.items() if mode.bodies)
+    return f" outside control flow ({found} are inside {kinds} bodies, which only {bodied} mode quantizes{hint})"
+
+
+def _weighted_in_bodies(model: onnx.ModelProto) -> list[onnx.NodeProto]:
+    """Conv, MatMul, Gemm and LSTM nodes inside If/Loop/Scan bodies (at any depth) whose weight is a float
+    initializer of their body or of a graph around it."""
+    found: list[onnx.NodeProto] = []
+
+    def visit(graph: onnx.GraphProto, floats: frozenset[str], inside: bool) -> None:
+        floats = floats | {t.name for t in graph.initializer if t.data_type in _FLOAT_WEIGHTS}
+        for node in graph.node:
+            if inside and node.op_type in _WEIGHTED_OPS and len(node.input) > 1 and node.input[1] in floats:
+                found.append(node)
+            for body in bodies_of(node):
+                visit(body, floats, True)
+
+    visit(model.graph, frozenset(), False)
+    return found
+
+
+_WEIGHTED_OPS = frozenset({"Conv", "ConvTranspose", "MatMul", "Gemm", "LSTM"})
+_FLOAT_WEIGHTS = (onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16)
 
 
 def _weighted_nodes(model: onnx.ModelProto) -> list[onnx.NodeProto]:
-    """Conv, ConvTranspose, MatMul and Gemm nodes whose weight (input 1) is a float initializer."""
-    floats = {
-        t.name for t in model.graph.initializer if t.data_type in (onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16)
-    }
-    ops = {"Conv", "ConvTranspose", "MatMul", "Gemm", "LSTM"}
+    """Conv, ConvTranspose, MatMul, Gemm and LSTM nodes whose weight (input 1) is a float initializer."""
+    floats = {t.name for t in model.graph.initializer if t.data_type in _FLOAT_WEIGHTS}
     return [
         n
         for n in model.graph.node
-        if n.op_type in ops and n.domain in ("", "ai.onnx") and len(n.input) > 1 and n.input[1] in floats
+        if n.op_type in _WEIGHTED_OPS and n.domain in ("", "ai.onnx") and len(n.input) > 1 and n.input[1] in floats
     ]
 
 
 def _largest_matmul(model: onnx.ModelProto) -> int:
-    sizes = {t.name: int(np.prod(t.dims)) for t in model.graph.initializer}
-    return max((sizes.get(n.input[1], 0) for n in _weighted_nodes(model) if n.op_type == "MatMul"), default=0)
+    sizes = {t.name: int(np.prod(t.dims)) for graph in all_graphs(model.graph) for t in graph.initializer}
+    matmuls = [n for n in [*_weighted_nodes(model), *_weighted_in_bodies(model)] if n.op_type == "MatMul"]
+    return max((sizes.get(n.input[1], 0) for n in matmuls), default=0)
 
 
 @dataclass
@@ -641,6 +660,9 @@ def _start_mode(
     2.02x with it quantized against 1.41x without."""
     nodes = [node.name for node in _mode_nodes(model, mode)]
     weighted = {n.name for n in _weighted_nodes(model)}
+    inside = [n for n in _weighted_in_bodies(model) if n.op_type in mode.ops] if mode.bodies else []
+    if inside:
+        trial.note = f"{len(inside)} inside control-flow bodies quantized with the rest (not searched one by one)"
     asked = {name: "asked (--exclude)" for name in options.exclude if name in nodes}
     excluded = dict(asked)
     speeds: dict[str, float] = {}
@@ -652,7 +674,7 @@ def _start_mode(
                 excluded[name] = f"slower quantized ({ratio:.2f}x alone)"
     searchable = [n for n in nodes if n not in excluded]
     slow_alone = len(excluded) > len(asked) and time_model is not None
-    if not searchable and not slow_alone:
+    if not searchable and not slow_alone and not inside:
         trial.error = EVERY_NODE_IN_FLOAT
         return None
 
@@ -673,7 +695,7 @@ def _start_mode(
 
     quantized, score = model, None
     try:
-        if searchable:
+        if searchable or inside:
             quantized = build([])
             score = scorer.score(quantized)
     except RuntimeUnsupportedError as error:
@@ -697,15 +719,19 @@ def _start_mode(
         if whole_latency.get("speedup", 0.0) > latency["speedup"]:
             quantized, latency, score = whole, whole_latency, scorer.score(whole)
             searchable = [n for n in nodes if n not in excluded]
-            trial.note = f"{nodes_text} slower alone quantized anyway: {measured}"
+            trial.note = _joined(trial.note, f"{nodes_text} slower alone quantized anyway: {measured}")
         else:
             excluded = slow
-            trial.note = f"{nodes_text} slower alone kept in float: {measured}"
-    if not searchable:
+            trial.note = _joined(trial.note, f"{nodes_text} slower alone kept in float: {measured}")
+    if not searchable and not inside:
         trial.error = EVERY_NODE_IN_FLOAT
         return None
     candidate = Candidate(mode.name, quantized, dict(excluded), score, speeds=speeds, latency=latency)
-    return _Started(trial, candidate, searchable, build, len(nodes))
+    return _Started(trial, candidate, searchable, build, len(nodes) + len(inside))
+
+
+def _joined(*notes: str) -> str:
+    return "; ".join(note for note in notes if note)
 
 
 def _within_budget(
@@ -735,7 +761,10 @@ def _within_budget(
         return None
     ranked, damage = [name for name, _ in ordered], dict(ordered)
     count, quantized, score = best
-    excluded = {**candidate.excluded, **{n: f"damage {damage[n]:.3g}: over the budget" for n in ranked[:count]}}
+    # the bisection leaves the first ``count`` of the ranking in float, harmless ones too when it must reach them
+    left = {n: f"in float for the budget: ranked {i + 1} of {len(ranked)} (damage {damage[n]:.3g})" for i, n in
+            enumerate(ranked[:count])}  # fmt: skip
+    excluded = {**candidate.excluded, **left}
     return Candidate(candidate.mode, quantized, excluded, score, damage, candidate.speeds)
 
 
@@ -970,31 +999,33 @@ def _mode_nodes(model: onnx.ModelProto, mode: QuantMode) -> list[onnx.NodeProto]
     """The nodes ``mode`` may quantize, and so its search may leave in float: those of its ops that read
     float values (with a constant weight, for a mode that quantizes nothing else)."""
     weighted = {node.name for node in _weighted_nodes(model)} if mode.constant_weights_only else set()
-    floats = _float_tensors(model)
+    not_float = _typed_not_float(model)
     return [
         node
         for node in model.graph.node
         if node.op_type in mode.ops
         and node.domain in ("", "ai.onnx")
         and node.input
-        and node.input[0] in floats
+        and node.input[0] not in not_float
         and (not mode.constant_weights_only or node.name in weighted)
     ]
 
 
-def _float_tensors(model: onnx.ModelProto) -> set[str]:
-    """Main-graph tensors typed float32, by ONNX shape inference as ORT's quantizer runs it: it quantizes
-    no other. A Concat or Add of int64 shape values (an LSTM's initial state size) is not a node to count
-    as quantized, nor to search over."""
+def _typed_not_float(model: onnx.ModelProto) -> set[str]:
+    """Main-graph tensors ONNX shape inference types as other than float32, as ORT's quantizer runs it: it
+    quantizes none of them. A Concat or Add of int64 shape values (an LSTM's initial state size) is not a
+    node to count as quantized, nor to search over. A tensor inference cannot type (the output of a
+    com.microsoft op) the quantizer is told to take for float."""
     view = inference_view(model)
     try:
         inferred = onnx.shape_inference.infer_shapes(view, strict_mode=False)
-    except Exception:  # best effort, as in ORT's quantizer, which leaves an untyped tensor unquantized
+    except Exception:  # best effort, as in ORT's quantizer
         inferred = view
     graph = inferred.graph
-    floats = {tensor.name for tensor in graph.initializer if tensor.data_type == onnx.TensorProto.FLOAT}
+    other = {tensor.name for tensor in graph.initializer if tensor.data_type != onnx.TensorProto.FLOAT}
     values = [*graph.input, *graph.value_info, *graph.output]
-    return floats | {v.name for v in values if v.type.tensor_type.elem_type == onnx.TensorProto.FLOAT}
+    typed = {v.name: v.type.tensor_type.elem_type for v in values if v.type.HasField("tensor_type")}
+    return other | {name for name, elem_type in typed.items() if elem_type not in (0, onnx.TensorProto.FLOAT)}
 
 
 def applicable_modes(model: onnx.ModelProto) -> list[str]:
