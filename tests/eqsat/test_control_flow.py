@@ -358,17 +358,22 @@ def test_specialize_fixes_given_inputs_and_settles_what_they_decide():
 
 
 def test_weights_only_bodies_read_move_into_them():
-    """w_then is read by the then branch alone, w_both by both, w_main outside too: only the first two move."""
+    """w_then is read by the then branch alone, w_both by both, w_main outside too: only the first two move.
+    w_large, read by both branches like every weight of a merged KV-cache decoder, stays shared: a copy in
+    each would double the file."""
     x = helper.make_tensor_value_info("x", FLOAT, [2, 3])
     weights = {
         name: np.full((2, 3), value, np.float32) for name, value in (("w_then", 2), ("w_both", 3), ("w_main", 4))
     }
+    weights["w_large"] = np.full((1024, 3), 0.5, np.float32)  # 12 KiB
 
     def branch(name, weight):
         nodes = [
             helper.make_node("Mul", ["x", weight], [f"{name}_a"]),
             helper.make_node("Add", [f"{name}_a", "w_both"], [f"{name}_b"]),
-            helper.make_node("Sub", [f"{name}_b", "w_main"], [f"{name}_out"]),
+            helper.make_node("Sub", [f"{name}_b", "w_main"], [f"{name}_c"]),
+            helper.make_node("ReduceSum", ["w_large"], [f"{name}_d"], keepdims=1),
+            helper.make_node("Add", [f"{name}_c", f"{name}_d"], [f"{name}_out"]),
         ]
         return helper.make_graph(nodes, name, [], [helper.make_tensor_value_info(f"{name}_out", FLOAT, [2, 3])])
 
@@ -383,7 +388,7 @@ def test_weights_only_bodies_read_move_into_them():
     moved.CopyFrom(model)
     assert localize_constants(moved) == 2
     onnx.checker.check_model(moved, full_check=True)
-    assert [t.name for t in moved.graph.initializer] == ["w_main"]
+    assert [t.name for t in moved.graph.initializer] == ["w_main", "w_large"]
     branches = {a.name: a.g for a in moved.graph.node[0].attribute}
     then, other = branches["then_branch"], branches["else_branch"]
     assert sorted(t.name for t in then.initializer) == ["w_both", "w_then"]
