@@ -19,10 +19,12 @@ from onnxsat.commands import command_modules
 from onnxsat.core import PASSES, Model, Pass, PassContext, PassResult, lossless
 from onnxsat.eqsat.optimizer import OptimizeOptions
 from onnxsat.errors import SettingsError, VerificationFailedError
+from onnxsat.metrics.budget import HeldOut, OutputScore, Score
 from onnxsat.options import RUN_SETTINGS, add_arguments, cli_fields, flag_name, from_arguments, pass_keys
 from onnxsat.passes import catalogue
 from onnxsat.pipelines.file import run_pipeline_file
 from onnxsat.pruning.prune import PruneOptions
+from onnxsat.quantization.report import QuantizeReport
 from onnxsat.runner import RunSettings, run
 from onnxsat.sparsity.sparsify import SparsifyOptions
 from onnxsat.surgery.graph_edit import copy_model
@@ -54,6 +56,17 @@ class RefusingPass(Pass, kind="test-refusing", register=False):
 
     def run(self, model: Model, context: PassContext) -> PassResult:
         return PassResult(model.proto, VerificationResult(False, error="refused on purpose"))
+
+
+@dataclass
+class OverBudgetPass(Pass, kind="test-over-budget", register=False):
+    """A pass whose result verifies but is over its budget on held-out data (not registered: used directly)."""
+
+    def run(self, model: Model, context: PassContext) -> PassResult:
+        score = Score((OutputScore("y", "top1", 0.8, 1.0),), 6, "agreement")
+        held = HeldOut("data (held out)", score, score, drop=0.1667, within_budget=False)
+        report = QuantizeReport(input="m.onnx", output=None, mode="static", max_drop=0.01, held_out=held)
+        return PassResult(model.proto, VerificationResult(True), report=report)
 
 
 @pytest.fixture
@@ -112,6 +125,23 @@ def test_the_runner_refuses_a_failing_result_writes_nothing_and_still_reports(mo
     assert caught.value.report.steps[0].ok is False  # type: ignore[attr-defined]
     forced = run(model_file, output, [("refuse", RefusingPass())], RunSettings(force=True), pipeline="p")
     assert forced.written and output.exists()
+
+
+@pytest.mark.parametrize("pipeline", [None, "p"])
+def test_a_result_over_its_budget_on_held_out_data_is_not_written_unless_forced(
+    model_file: Path, tmp_path: Path, pipeline: str | None
+) -> None:
+    """The held-out score is the budget's honest check: a compress result at 16.67% held-out drop under a 1%
+    budget had been written with a warning and exit code 0."""
+    output = tmp_path / "out.onnx"
+    where = "" if pipeline is None else re.escape("budget (test-over-budget): ")
+    message = where + re.escape("held-out drop 16.67% is over the budget (on 6 samples the search never used)")
+    with pytest.raises(VerificationFailedError, match=f"^{message}; nothing was written .*--force") as caught:
+        run(model_file, output, [("budget", OverBudgetPass())], RunSettings(), pipeline=pipeline)
+    assert not output.exists()
+    if pipeline is not None:
+        assert "OVER its budget" in caught.value.report.to_table()  # type: ignore[attr-defined]
+    assert run(model_file, output, [("budget", OverBudgetPass())], RunSettings(force=True), pipeline="p").written
 
 
 def test_later_passes_do_not_run_after_a_failure(model_file: Path, tmp_path: Path) -> None:

@@ -153,8 +153,18 @@ class PassResult:
     """The pass's own report object (:class:`Report`), if it has one."""
 
     @property
+    def over_budget(self) -> str:
+        """Why the result is outside its accuracy budget on data its search never used ("" when it is not):
+        that score is the budget's honest check, and a result that fails it is not written unless forced."""
+        held = getattr(self.report, "held_out", None)
+        if held is None or held.within_budget:
+            return ""
+        samples = held.score.samples
+        return f"held-out drop {held.drop:.2%} is over the budget (on {samples} samples the search never used)"
+
+    @property
     def ok(self) -> bool:
-        return self.verification is not None and self.verification.ok
+        return self.verification is not None and self.verification.ok and not self.over_budget
 
     @property
     def details(self) -> dict[str, Any]:

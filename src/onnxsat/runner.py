@@ -45,10 +45,12 @@ class StepRecord:
     kind: str
     seconds: float
     ok: bool
-    """The pass's own verification passed (for lossy passes: the result passes the checker and runs)."""
+    """The pass's own verification passed (for lossy passes: the result passes the checker and runs), and a
+    budgeted pass's result is inside its budget on held-out data."""
     notices: list[str] = field(default_factory=list)
     verification: dict[str, Any] | None = None
     details: dict[str, Any] = field(default_factory=dict)
+    over_budget: str = ""
 
 
 @dataclass
@@ -75,10 +77,12 @@ class PipelineReport(ReportBase):
     def to_table(self) -> str:
         lines = [f"pipeline {self.pipeline}: {self.input} -> {self.output}"]
         for step in self.steps:
-            status = "ok" if step.ok else "FAILED verification"
+            status = "ok" if step.ok else ("OVER its budget" if step.over_budget else "FAILED verification")
             lines.append(f"{step.place:<11} {step.kind:<20} {step.seconds:>8.2f} s  {status}")
             lines.extend(f"    {notice}" for notice in step.notices)
-            if not step.ok and step.verification:
+            if step.over_budget:
+                lines.append(f"    {step.over_budget}")
+            elif not step.ok and step.verification:
                 lines.append(f"    {_failure(step.verification)}")
         lines.extend(f"{place:<11} not run (an earlier pass failed)" for place in self.not_run)
         lines.append(f"written: {self.output}" if self.written else "nothing was written")
@@ -170,8 +174,15 @@ def run(
     if report_path is not None:
         model_io.write_text_atomic(report.to_json() + "\n", report_path)
     if not ok and not settings.force:
-        failed = next((place, step) for place, step, result in steps if not result.ok)
-        message = failed[1].refusal() if single is not None else f"{failed[0]} failed verification; nothing was written"
+        place, step, result = next(failed for failed in steps if not failed[2].ok)
+        if result.over_budget:
+            where = "" if single is not None else f"{place} ({step.kind}): "
+            message = (
+                f"{where}{result.over_budget}; nothing was written (give more --data, a looser --max-drop, or "
+                "--force to write it anyway)"
+            )
+        else:
+            message = step.refusal() if single is not None else f"{place} failed verification; nothing was written"
         error = VerificationFailedError(message)
         error.report = report  # type: ignore[attr-defined]
         raise error
@@ -203,6 +214,7 @@ def _record(place: str, step: Pass, result: PassResult, seconds: float) -> StepR
         result.notices,
         verification.to_dict() if verification is not None else None,
         result.details,
+        result.over_budget,
     )
 
 

@@ -58,14 +58,15 @@ def test_budget_search_on_real_inputs_with_the_metric_auto_chooses(name: str, tm
     np.savez(data, inputs=inputs)
     args = ["sparsify", str(path), "--max-drop", f"{BUDGET:.0%}", "--data", str(data), "--uniform-only"]
     shape = MODELS[name].shape_option  # verification's inputs: the catalogue's real batch shape
-    code = main([*args, "--input-shape", shape, "-o", str(out), "--report", str(report_path)])
-    assert code == 0
+    # a few held-out samples may put the result over the budget: --force writes it (exit 8) to check it all
+    code = main([*args, "--input-shape", shape, "-o", str(out), "--report", str(report_path), "--force"])
     report = json.loads(report_path.read_text())
     output = next(iter(report["metrics"]))
     assert report["metrics"][output]["metric"] == expected, report["metrics"]
     assert report["accuracy"]["drop"] <= BUDGET
     held = report["held_out"]
     assert held is not None and held["score"]["samples"] >= 1
+    assert code == (0 if held["within_budget"] else 8)
     # the written model scores on the search part exactly what the report says, by the registry's metric
     held_out = np.zeros(len(inputs), dtype=bool)
     held_out[np.random.default_rng(0).permutation(len(inputs))[: held["score"]["samples"]]] = True
@@ -158,8 +159,9 @@ def test_compress_on_real_inputs_writes_a_verified_model_or_says_nothing_pays(
     args += [*(["--input-shape", shape] if shape else []), "--max-drop", f"{BUDGET:.0%}", "--budget-minutes", "2"]
     code = main(args)
     err = capsys.readouterr().err
-    if code != 0:
-        assert "nothing written" in err and "Traceback" not in err and not out.exists()
+    if code != 0:  # nothing faster inside the budget, or the held-out part says the best is over it
+        assert ("nothing written" in err or "nothing was written" in err) and "Traceback" not in err
+        assert not out.exists()
         return
     report = json.loads(report_path.read_text())
     assert report["verification"]["ok"] and report["accuracy"]["drop"] <= BUDGET

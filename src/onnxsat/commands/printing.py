@@ -31,7 +31,7 @@ def run_and_print(
     """Run ``step`` from ``args.model`` to ``args.output`` and print its report; ``page`` builds the
     ``--html`` page from the report, ``after`` adds to a written report before it is printed (latency).
 
-    Returns 8 when a failing result was written because of ``--force``.
+    Returns 8 when a failing result (or one over its budget on held-out data) was written because of ``--force``.
     """
     if args.report:
         check_report_path(args.report, args.model, args.output)
@@ -48,13 +48,14 @@ def run_and_print(
         after(report)
     _emit(args, report, page)
     held = getattr(report, "held_out", None)
-    if held is not None and not held.within_budget:
-        message = f"held-out drop {held.drop:.2%} is over the budget (see the report's held-out line)"
+    over_budget = held is not None and not held.within_budget
+    if over_budget:
+        message = f"held-out drop {held.drop:.2%} is over the budget; the result was written because of --force"
         print(f"onnxsat: warning: {message}", file=sys.stderr)
     if not report.verification or not report.verification.ok:
         print("onnxsat: warning: verification failed; the result was written because of --force", file=sys.stderr)
         return VerificationFailedError.exit_code
-    return 0
+    return VerificationFailedError.exit_code if over_budget else 0
 
 
 def _emit(args: argparse.Namespace, report: Any, page: PageBuilder | None) -> None:
