@@ -28,8 +28,8 @@ from onnxsat.compress.recipe import CALIBRATION_LIMIT, Recipe
 from onnxsat.compress.report import CandidateRow, CompressReport, Contribution, mark_pareto
 from onnxsat.compress.search import MARGIN, PROBE_RATE, Evaluated, Search, SearchSettings
 from onnxsat.compress.timing import SideBySide, machine
-from onnxsat.data.model_input import batch_size_for, data_input, fitted_to_model, input_dims
-from onnxsat.data.sources import Dataset, load_dataset
+from onnxsat.data.model_input import batch_size_for, data_input, evaluation_data
+from onnxsat.data.sources import Dataset
 from onnxsat.eqsat.portable import portable_form
 from onnxsat.errors import SettingsError
 from onnxsat.external_data import with_data_loaded
@@ -216,16 +216,25 @@ def compress_model(
     return result, report
 
 
+RANDOM_SAMPLES = 64
+"""Seeded random samples ``--data random`` gives: a fifth held out still leaves a dozen to check on."""
+
+
 def _data(model: onnx.ModelProto, options: CompressOptions) -> tuple[Dataset, Dataset | None]:
     """(search data, held-out data): ``--data`` less its held-out part, or ``--data`` and ``--eval-data``."""
     if options.data is None:
-        raise SettingsError("compress needs --data: the accuracy budget is measured on it")
-    dims = input_dims(model, options.inputs.given, options.inputs.shapes)
+        raise SettingsError(
+            "compress needs --data: the accuracy budget is measured on it (`--data random` for seeded random "
+            "inputs, which measures agreement with the original on those alone)"
+        )
 
     def load(spec: str) -> Dataset:
-        dataset = load_dataset(spec, dims, limit=options.limit, mean=options.mean, std=options.std)
-        dataset = replace(dataset, labels=None) if options.fidelity else dataset
-        return fitted_to_model(model, dataset, options.inputs.given)
+        dataset = evaluation_data(
+            model, spec, options.inputs, limit=options.limit, mean=options.mean, std=options.std,
+            fidelity=options.fidelity, random_count=RANDOM_SAMPLES,
+        )  # fmt: skip
+        assert dataset is not None
+        return dataset
 
     dataset = load(options.data)
     if options.eval_data is not None:

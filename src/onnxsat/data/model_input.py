@@ -23,6 +23,11 @@ def data_input(model: onnx.ModelProto, given: Collection[str] = ()) -> onnx.Valu
     input of ``--stateful``): what calibration samples are fed to."""
     initializers = {t.name for t in model.graph.initializer}
     inputs = [v for v in model.graph.input if v.name not in initializers and v.name not in given]
+    if not inputs:
+        raise SettingsError(
+            "data is fed to one input, and --inputs gives every input of this model: leave the one the data "
+            "goes to out of FEEDS.npz"
+        )
     if len(inputs) != 1:
         names = ", ".join(v.name for v in inputs)
         raise SettingsError(
