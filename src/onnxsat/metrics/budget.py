@@ -38,7 +38,8 @@ def metric_option() -> Any:
         metavar="METRIC",
         help="how outputs are scored: auto (default: chosen per output), "
         + ", ".join(n for n in metric_names() if n != AUTO)
-        + ", or package.module:function",
+        + ", or package.module:function (map: IoU of dense maps such as segmentation masks; boxes are"
+        " detection's, F1 against the original's boxes)",
     )
 
 

@@ -3,8 +3,9 @@
 Targets are the constant weights of Conv, ConvTranspose, Gemm and MatMul, and of the fused forms
 ONNXSat writes for ONNX Runtime (``com.microsoft`` FusedConv, FusedGemm, FusedMatMul): floating-point
 initializers that are not graph inputs (a runtime may replace those, so zeros written there would not
-stick). A weight read by several nodes is one target. Graph order is kept: the triangular method grows
-its thresholds from the first target to the last.
+stick), and not a fixed transform of whole numbers (:func:`fixed_transform`). A weight read by several
+nodes is one target. Graph order is kept: the triangular method grows its thresholds from the first
+target to the last.
 
 ``channel_axis``/``groups`` say how an element maps to the input channel it multiplies, which the
 calibrated method needs: the activation norm of that channel scales the element's score.
@@ -17,6 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import onnx
+from onnx import numpy_helper
 
 from onnxsat.errors import SettingsError
 
@@ -25,6 +27,24 @@ CONV_OPS = frozenset({"Conv", "FusedConv"})
 GEMM_OPS = frozenset({"Gemm", "FusedGemm"})
 MATMUL_OPS = frozenset({"MatMul", "FusedMatMul"})
 DOMAINS = frozenset({"", "ai.onnx", "com.microsoft"})
+
+
+FIXED_CHECK_ELEMENTS = 4096
+"""Weights up to this size are checked for whole-number values (:func:`fixed_transform`); learned weights
+this small are rare, and larger fixed ones rarer still."""
+
+
+def fixed_transform(weight: onnx.TensorProto) -> bool:
+    """Whether a small weight holds whole numbers only: a fixed transform written into the graph (YOLOv8/11's
+    box decoder is a 1x1 Conv of the bin positions 0..15; an edge filter, a selection matrix), not a learned
+    weight. Zeroing half of YOLO's moved its boxes by up to 112 pixels, and zeros there save nothing."""
+    if int(np.prod(weight.dims, dtype=np.int64)) > FIXED_CHECK_ELEMENTS:
+        return False
+    try:
+        values = numpy_helper.to_array(weight)
+    except Exception:  # values in a data file not read here: taken as learned
+        return False
+    return bool(values.size) and bool(np.all(np.isfinite(values))) and bool(np.all(values == np.round(values)))
 
 
 @dataclass(frozen=True)
@@ -105,7 +125,7 @@ def _collect(
             weight = initializers.get(node.input[1])
             if weight is not None and weight.data_type in FLOAT_TYPES and weight.name not in found:
                 target = _target(node, weight)
-                if target is not None and target.size > 0:
+                if target is not None and target.size > 0 and not fixed_transform(weight):
                     found[weight.name] = dataclasses.replace(target, in_body=in_body)
         for attribute in node.attribute:
             subgraphs = [attribute.g] if attribute.type == onnx.AttributeProto.GRAPH else list(attribute.graphs)
