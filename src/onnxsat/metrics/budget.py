@@ -18,6 +18,7 @@ import numpy as np
 from onnxsat.errors import SettingsError
 from onnxsat.metrics.base import METRICS, VARIED_SAMPLES, Labels, Metric
 from onnxsat.metrics.custom import is_user_spec, user_metric
+from onnxsat.metrics.detection import exported_detector
 from onnxsat.metrics.selection import choose
 from onnxsat.options import option
 
@@ -138,11 +139,13 @@ class Budget:
         outputs: Sequence[str] = (),
         exclude: Collection[str] = (),
         confidence: float = 0.5,
+        metadata: Mapping[str, str] | None = None,
     ) -> None:
         """``outputs``: the scored outputs (default: all but ``exclude``, the fed-back state); ``metric``:
         a spec for all of them, or the choices of another budget (to score held-out data the same way);
         ``confidence``: how sure a candidate's ``Score.fits`` must be that its drop on data like these
-        samples is inside the budget (0.5: the drop on the samples themselves)."""
+        samples is inside the budget (0.5: the drop on the samples themselves); ``metadata``: the model's
+        (an exporter's description of its outputs)."""
         self.reference = dict(reference)
         self.labels = labels
         self.z = confidence_z(confidence)
@@ -158,12 +161,15 @@ class Budget:
         self.metrics: dict[str, Metric] = {}
         self.reasons: dict[str, str] = {}
         fixed = None if isinstance(metric, Mapping) else resolve(metric)
+        detector = exported_detector(metadata or {})
+        if fixed is not None and detector is not None and fixed.name == detector.name:
+            fixed = detector
         for name in names:
             output, axis = self.reference[name], batch_axes.get(name) or 0
             if isinstance(metric, Mapping):
                 self.metrics[name], self.reasons[name] = metric[name], "as on the search data"
             elif fixed is None:
-                choice = choose(name, output, axis)
+                choice = choose(name, output, axis, detector)
                 self.metrics[name], self.reasons[name] = choice.metric, f"auto: {choice.why}"
             else:
                 why_not = fixed.fits(output, axis)

@@ -12,7 +12,11 @@ the short axis first (``[4+C, A]``, YOLOv8 and later) every row after the box is
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import ast
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from functools import partial
+from typing import Any
 
 import numpy as np
 
@@ -39,6 +43,12 @@ MAX_DETECTIONS = 300
 class YoloLayout:
     channels_first: bool
     """``[4+C, A]`` (True) or ``[A, 5+C]`` (False)."""
+    classes: int | None = None
+    """How many rows after the box are class scores, when the exporter says so (:func:`exported_detector`);
+    the rows after them (an oriented box's angle, mask coefficients, keypoints) are no scores. None: all."""
+    table: bool = False
+    """A table of the boxes an export's own NMS kept, ``[K, 6+]``: x1, y1, x2, y2, score, class (then
+    mask coefficients or keypoints), as Ultralytics writes with NMS inside and YOLOv10 always."""
 
     @property
     def objectness(self) -> bool:
@@ -48,16 +58,26 @@ class YoloLayout:
         """One sample as ``[channels, anchors]``."""
         return sample if self.channels_first else sample.T
 
+    def scores(self, channels: np.ndarray) -> np.ndarray:
+        """The class-score rows (and objectness) of ``channels`` (``[..., channels, anchors]``)."""
+        return channels[..., 4:, :] if self.classes is None else channels[..., 4 : 4 + self.classes, :]
 
-def yolo_layout(output: np.ndarray) -> YoloLayout | None:
+
+def yolo_layout(output: np.ndarray, classes: int | None = None, table: bool = False) -> YoloLayout | None:
     """The layout of a YOLO-style output, or None when its samples are not ``[K, A]`` with K >= 5 the
-    short axis and every class score (and objectness) in [0, 1]."""
+    short axis and every class score (and objectness) in [0, 1]. ``classes``: the exporter's class count;
+    the output is then ``[4+classes+extra, A]``. ``table``: kept boxes, ``[K, 6+]`` with scores in [0, 1]."""
     shape = per_sample_shape(output)
+    if table:
+        fits = len(shape) == 2 and shape[1] >= 6 and unit_interval(np.asarray(output[..., 4], dtype=np.float64))
+        return YoloLayout(channels_first=False, table=True) if fits else None
     if len(shape) != 2 or min(shape) < 5 or shape[0] == shape[1]:
         return None
-    layout = YoloLayout(channels_first=shape[0] < shape[1])
+    layout = YoloLayout(channels_first=shape[0] < shape[1], classes=classes)
+    if classes is not None and not (layout.channels_first and shape[0] >= 4 + classes):
+        return None
     channels = np.moveaxis(output, 1, 2) if not layout.channels_first else output
-    return layout if unit_interval(np.asarray(channels[:, 4:, :], dtype=np.float64)) else None
+    return layout if unit_interval(np.asarray(layout.scores(channels), dtype=np.float64)) else None
 
 
 def boxes_in_pixels(output: np.ndarray, layout: YoloLayout) -> bool:
@@ -72,9 +92,14 @@ def boxes_in_pixels(output: np.ndarray, layout: YoloLayout) -> bool:
 def detections(sample: np.ndarray, layout: YoloLayout) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(boxes ``[M, 4]`` as x1, y1, x2, y2; scores ``[M]``; classes ``[M]``) after the threshold and
     class-wise NMS, best first."""
+    if layout.table:  # NMS done by the model: the rows above the threshold, best first
+        rows = np.asarray(sample, dtype=np.float64)
+        keep = np.flatnonzero(np.nan_to_num(rows[:, 4], nan=-1.0) >= CONFIDENCE)
+        keep = keep[np.argsort(-rows[keep, 4], kind="stable")]
+        return rows[keep, :4], rows[keep, 4], np.rint(rows[keep, 5]).astype(np.int64)
     channels = np.asarray(layout.channels(sample), dtype=np.float64)
     centre_x, centre_y, width, height = channels[:4]
-    classes = channels[5:] * channels[4] if layout.objectness else channels[4:]
+    classes = channels[5:] * channels[4] if layout.objectness else layout.scores(channels)
     best = np.argmax(classes, axis=0)
     score = classes[best, np.arange(classes.shape[1])]
     keep = np.flatnonzero(np.nan_to_num(score, nan=-1.0) >= CONFIDENCE)
@@ -132,18 +157,24 @@ def matched(reference: tuple[np.ndarray, ...], candidate: tuple[np.ndarray, ...]
     return count
 
 
-def _fits(reference: np.ndarray, batch_axis: int) -> str | None:
+def _fits(reference: np.ndarray, batch_axis: int, classes: int | None = None, table: bool = False) -> str | None:
     del batch_axis
-    if yolo_layout(reference) is None:
+    if yolo_layout(reference, classes, table) is None:
         shape = shape_text(per_sample_shape(reference))
         wanted = "YOLO-style [N, 4+classes, anchors] or [N, anchors, 5+classes] scores in [0, 1]"
+        if classes is not None:
+            wanted = f"[N, 4+{classes}(+more), anchors] with {classes} class-score rows in [0, 1] (the model's names)"
+        if table:
+            wanted = "a table of kept boxes [N, K, 6+] (x1, y1, x2, y2, score in [0, 1], class)"
         return f"needs {wanted}; per sample it is {shape}"
     return None
 
 
-def detection(reference: np.ndarray, candidate: np.ndarray, labels: Labels) -> Measure:
+def detection(
+    reference: np.ndarray, candidate: np.ndarray, labels: Labels, classes: int | None = None, table: bool = False
+) -> Measure:
     del labels  # class labels per image do not say where the boxes are: agreement with the original
-    layout = yolo_layout(reference)
+    layout = yolo_layout(reference, classes, table)
     assert layout is not None
     total_ref = total_cand = hits = 0
     for ref_sample, cand_sample in zip(reference, candidate, strict=True):
@@ -156,9 +187,9 @@ def detection(reference: np.ndarray, candidate: np.ndarray, labels: Labels) -> M
     return Measure(f1, {"precision": precision, "recall": recall, "boxes": float(total_ref)})
 
 
-def no_boxes(reference: np.ndarray) -> str | None:
+def no_boxes(reference: np.ndarray, classes: int | None = None, table: bool = False) -> str | None:
     """When the original finds no box in any sample: a candidate that never finds one agrees in full."""
-    layout = yolo_layout(reference)
+    layout = yolo_layout(reference, classes, table)
     if layout is None or len(reference) < VARIED_SAMPLES:
         return None
     if any(len(detections(sample, layout)[0]) for sample in reference):
@@ -166,7 +197,7 @@ def no_boxes(reference: np.ndarray) -> str | None:
     return f"finds no box in any of the {len(reference)} samples"
 
 
-register(
+DETECTION = register(
     Metric(
         "detection",
         "YOLO-style boxes after threshold 0.25 and NMS, matched at IoU 0.5 with the same class: F1",
@@ -175,3 +206,38 @@ register(
         blind_spot=no_boxes,
     )
 )
+
+ULTRALYTICS_TASKS = frozenset({"detect", "segment", "pose", "obb"})
+
+
+def exported_detector(metadata: Mapping[str, str]) -> Metric | None:
+    """``detection`` for the boxes of an Ultralytics export, from the metadata it writes (``task``,
+    ``names``, ``args``). Its raw ``[4+classes+extra, anchors]`` has rows after the class scores that are
+    no scores: an oriented-box model's angle row (0.8-0.9 rad, inside [0, 1]) was read as an 81st class,
+    the original "found" 75-80 boxes per image on it, and every quantized model lost them all. With NMS
+    inside, its output is a table of kept boxes, which had been scored as a dense map. None for other
+    models, and for oriented boxes with NMS inside (their table holds rotated boxes)."""
+    task = metadata.get("task")
+    if task not in ULTRALYTICS_TASKS:
+        return None
+    try:
+        names = ast.literal_eval(metadata.get("names", ""))
+        args = ast.literal_eval(metadata.get("args", "{}"))
+    except (ValueError, SyntaxError, MemoryError, RecursionError):
+        return None
+    if not isinstance(names, dict | list) or not names:
+        return None
+    if isinstance(args, dict) and args.get("nms"):
+        if task == "obb":
+            return None
+        layout: dict[str, Any] = {"table": True}
+        what = "the table of boxes its own NMS kept"
+    else:
+        layout, what = {"classes": len(names)}, f"the {len(names)} class rows its names give"
+    return replace(
+        DETECTION,
+        summary=f"{DETECTION.summary}; an Ultralytics {task} export: {what}",
+        measure=partial(detection, **layout),
+        fits=partial(_fits, **layout),
+        blind_spot=partial(no_boxes, **layout),
+    )

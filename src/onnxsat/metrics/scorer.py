@@ -61,6 +61,7 @@ class ModelScorer:
             outputs,
             set(self.state.values()),
             confidence,
+            {prop.key: prop.value for prop in original.metadata_props},
         )
         self.baseline = self.budget.baseline
 

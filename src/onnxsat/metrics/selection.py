@@ -5,6 +5,8 @@ The rules, first match wins, each with the reason the report prints:
 - other integer or boolean values: ``exact``;
 - one value per sample: ``binary`` (a probability or a logit);
 - named like an embedding (``embed``, ``hidden``, ``feature``, ``pooler``, ``vector``): ``cosine``;
+- the boxes of an Ultralytics export (its metadata names the task and the classes): ``detection`` over
+  those class rows only;
 - one score per class (``[N, C]``, ``[N, C, 1, 1]``): ``top1``;
 - ``[N, K, A]`` with a short axis of box coordinates in pixels then scores in [0, 1]: ``detection``;
 - ``[N, T, V]`` scores (not probabilities) over a vocabulary of 10,000 or more: ``tokens``;
@@ -41,9 +43,10 @@ class Choice:
     why: str
 
 
-def choose(name: str, reference: np.ndarray, batch_axis: int) -> Choice:
+def choose(name: str, reference: np.ndarray, batch_axis: int, detector: Metric | None = None) -> Choice:
     """The metric for output ``name`` of the original (``reference``, samples first; ``batch_axis``: where
-    the model had the batch), with the reason."""
+    the model had the batch), with the reason. ``detector``: the ``detection`` the model's exporter
+    describes (``detection.exported_detector``), taken for an output it fits."""
     shape = per_sample_shape(reference)
     text = shape_text(shape)
     if not np.issubdtype(reference.dtype, np.floating):
@@ -55,6 +58,8 @@ def choose(name: str, reference: np.ndarray, batch_axis: int) -> Choice:
     lowered = name.lower()
     if any(word in lowered for word in _EMBEDDING_NAMES):
         return Choice(METRICS["cosine"], f"named like an embedding ({name!r}, {text} per sample)")
+    if detector is not None and detector.fits(reference, batch_axis) is None:
+        return Choice(detector, f"the boxes of an Ultralytics export ({text} per sample)")
     if class_scores(reference) is not None:
         return Choice(METRICS["top1"], f"one score per class per sample ({text})")
     if len(shape) == 2:

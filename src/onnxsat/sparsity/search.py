@@ -68,6 +68,7 @@ class Evaluator:
         self.given = dict(given or {})
         self.state = dict(state or {})
         self.dataset = dataset
+        self.metadata = {prop.key: prop.value for prop in model.metadata_props}
         self.weights = {t.name: weights[t.name] for t in targets}
         excluded = set(self.given) | set(self.state)
         fed = onnx.ModelProto()
@@ -118,6 +119,7 @@ class Evaluator:
             self.scored,
             set(self.state.values()),
             self.confidence,
+            self.metadata,
         )
         self.baseline = self.budget.baseline
 
