@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+import numpy as np
 import onnx
 import pytest
 from pruning_helpers import Builder
@@ -126,3 +127,21 @@ def test_an_unknown_op_names_the_library_entry_to_add(tmp_path: Path, capfd: pyt
     library.write_text('{"Shrink": "next-no-process"}')
     assert cli_main(["prune", str(source), "-o", str(output), "--library", str(library)]) == 0
     assert [t.dims for t in onnx.load(str(output)).graph.initializer if t.name == "c2_w"] == [[2, 4, 3, 3]]
+
+
+def test_a_model_whose_matmuls_all_sit_in_bodies_is_refused_at_once(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """A merged KV-cache decoder holds every MatMul in its If's branches: prune said so after two minutes
+    in its normal form; the refusal now comes first and says where they are."""
+    from onnxsat.cli import main as cli_main
+    from tests.quantization.test_quantize_control_flow import merged_decoder_like
+
+    source = merged_decoder_like(tmp_path / "merged.onnx")
+    feeds = tmp_path / "flag.npz"
+    np.savez(feeds, use_cache=np.array(True))
+    assert cli_main(["prune", str(source), "-o", str(tmp_path / "p.onnx"), "--inputs", str(feeds)]) == 9
+    assert capfd.readouterr().err == (
+        "onnxsat: error: the model has no channel group that can be pruned (no Conv, Gemm or MatMul: 4 are inside"
+        " If/Loop/Scan bodies, which prune does not enter)\n"
+    )

@@ -169,14 +169,15 @@ def merged_decoder_like(path: Path) -> Path:
 @pytest.mark.parametrize("branch_taken", [True, False])
 def test_dynamic_mode_quantizes_matmuls_inside_bodies_with_the_rest(tmp_path: Path, branch_taken: bool) -> None:
     """Nothing was quantized in a merged decoder before; dynamic mode now quantizes both branches' MatMuls
-    (ORT's quantizer, told to enter subgraphs), which no search takes one by one, and says so."""
+    (ORT's quantizer, told to enter subgraphs), searched by name like the main graph's nodes."""
     source = merged_decoder_like(tmp_path / "merged.onnx")
     feeds = tmp_path / "flag.npz"
     np.savez(feeds, use_cache=np.array(branch_taken))
     code, report, out = quantize(source, tmp_path, "--mode", "dynamic", "--inputs", str(feeds), "--max-drop", "100%")
     assert code == 0 and report["verification"]["ok"]
     (trial,) = report["trials"]
-    assert trial["quantized"] == 4 and "4 inside control-flow bodies quantized with the rest" in trial["note"]
+    assert trial["quantized"] == 4 and trial["note"] == "4 inside control-flow bodies"
+    assert {row["node"] for row in report["nodes"]} == {"cached_in", "cached_out", "first_in", "first_out"}
     result = onnx.load(out)
     branches = {a.name: a.g for a in result.graph.node[-1].attribute}
     for body in branches.values():
@@ -188,6 +189,12 @@ def test_dynamic_mode_quantizes_matmuls_inside_bodies_with_the_rest(tmp_path: Pa
         want = ort.InferenceSession(str(source), providers=["CPUExecutionProvider"]).run(None, run)[0]
         got = ort.InferenceSession(str(out), providers=["CPUExecutionProvider"]).run(None, run)[0]
         assert np.corrcoef(got.ravel(), want.ravel())[0, 1] > 0.99
+    # a body's node is left in float by name, as a main-graph node is
+    args = ["--mode", "dynamic", "--inputs", str(feeds), "--max-drop", "100%", "--exclude", "cached_in"]
+    code, report, out = quantize(source, tmp_path, *args)
+    assert code == 0 and {row["node"]: row["quantized"] for row in report["nodes"]}["cached_in"] is False
+    cached = next(a.g for a in onnx.load(out).graph.node[-1].attribute if a.name == "then_branch")
+    assert [node.op_type for node in cached.node].count("MatMul") == 1
 
 
 def test_a_weight_a_body_reads_stays_after_its_node_is_quantized(tmp_path: Path) -> None:

@@ -28,6 +28,7 @@ from onnxsat.metrics import MetricSpec, metric_option
 from onnxsat.metrics.scorer import ModelScorer
 from onnxsat.normal_form import normal_form
 from onnxsat.options import float_list, option, percent
+from onnxsat.proto_fields import all_graphs
 from onnxsat.pruning.apply import apply_pruning
 from onnxsat.pruning.cost import counted_macs, parameter_count
 from onnxsat.pruning.graph import GraphIndex, node_label
@@ -249,6 +250,7 @@ def _prune_model(
     start = time.perf_counter()
     options.check()
     original = reference_run(model, options.inputs, base_dir=base_dir)  # an input ORT cannot run is said first
+    _check_roots_outside_bodies(model)
     report = PruneReport(input=source, output=None, criterion=options.criterion, mode=options.mode, rate=options.rate)
     start_from = _normalized(model, options, base_dir, report) if options.normalize else model
     work, index, forest = association_trees(start_from, options.library, base_dir)
@@ -358,6 +360,20 @@ def _group_report(group: ChannelGroup, plan: dict[int, tuple[float, str]], kept:
     count = len(kept[group.index]) if group.index in kept else group.channels
     roots = [r.node for r in group.roots]
     return GroupReport(group.index, roots, group.structure, group.channels, count, rate, status, group.kind)
+
+
+ROOT_OPS = frozenset({"Conv", "ConvTranspose", "Gemm", "MatMul"})
+
+
+def _check_roots_outside_bodies(model: onnx.ModelProto) -> None:
+    """Refuse at once a model whose Convs and MatMuls all sit inside If/Loop/Scan bodies, which channel
+    groups do not enter: a merged KV-cache decoder (every MatMul in its two branches) spent two minutes in
+    its normal form before the same answer."""
+    if any(node.op_type in ROOT_OPS for node in model.graph.node):
+        return
+    inside = sum(node.op_type in ROOT_OPS for body in all_graphs(model.graph) for node in body.node)
+    where = f": {inside} are inside If/Loop/Scan bodies, which prune does not enter" if inside else ""
+    raise SettingsError(f"the model has no channel group that can be pruned (no Conv, Gemm or MatMul{where})")
 
 
 def show_trees(

@@ -169,7 +169,7 @@ def quantize_model(
     model = with_data_loaded(model, base_dir)  # scored and timed from bytes, where a data file's path is lost
     prepared = _prepare(model, options, base_dir, report)
     defaults = _fed_defaults(prepared, options.inputs.given, report)
-    unknown = [name for name in options.exclude if name not in {n.name for n in prepared.graph.node}]
+    unknown = [name for name in options.exclude if name not in {n.name for n in all_nodes(prepared.graph)}]
     if unknown:
         raise SettingsError(f"--exclude {unknown[0]!r} names no node of the model")
     modes = _modes(prepared, options)
@@ -661,8 +661,11 @@ def _start_mode(
     nodes = [node.name for node in _mode_nodes(model, mode)]
     weighted = {n.name for n in _weighted_nodes(model)}
     inside = [n for n in _weighted_in_bodies(model) if n.op_type in mode.ops] if mode.bodies else []
+    unnamed = [n for n in inside if not n.name]  # no name to leave it in float by: quantized with the rest
     if inside:
-        trial.note = f"{len(inside)} inside control-flow bodies quantized with the rest (not searched one by one)"
+        trial.note = f"{len(inside)} inside control-flow bodies" + (
+            f", {len(unnamed)} of them unnamed, quantized with the rest" if unnamed else ""
+        )
     asked = {name: "asked (--exclude)" for name in options.exclude if name in nodes}
     excluded = dict(asked)
     speeds: dict[str, float] = {}
@@ -674,7 +677,7 @@ def _start_mode(
                 excluded[name] = f"slower quantized ({ratio:.2f}x alone)"
     searchable = [n for n in nodes if n not in excluded]
     slow_alone = len(excluded) > len(asked) and time_model is not None
-    if not searchable and not slow_alone and not inside:
+    if not searchable and not slow_alone and not unnamed:
         trial.error = EVERY_NODE_IN_FLOAT
         return None
 
@@ -695,7 +698,7 @@ def _start_mode(
 
     quantized, score = model, None
     try:
-        if searchable or inside:
+        if searchable or unnamed:
             quantized = build([])
             score = scorer.score(quantized)
     except RuntimeUnsupportedError as error:
@@ -723,11 +726,11 @@ def _start_mode(
         else:
             excluded = slow
             trial.note = _joined(trial.note, f"{nodes_text} slower alone kept in float: {measured}")
-    if not searchable and not inside:
+    if not searchable and not unnamed:
         trial.error = EVERY_NODE_IN_FLOAT
         return None
     candidate = Candidate(mode.name, quantized, dict(excluded), score, speeds=speeds, latency=latency)
-    return _Started(trial, candidate, searchable, build, len(nodes) + len(inside))
+    return _Started(trial, candidate, searchable, build, len(nodes) + len(unnamed))
 
 
 def _joined(*notes: str) -> str:
@@ -997,10 +1000,12 @@ def _decisions(model: onnx.ModelProto, chosen: Candidate, mode: QuantMode) -> li
 
 def _mode_nodes(model: onnx.ModelProto, mode: QuantMode) -> list[onnx.NodeProto]:
     """The nodes ``mode`` may quantize, and so its search may leave in float: those of its ops that read
-    float values (with a constant weight, for a mode that quantizes nothing else)."""
+    float values (with a constant weight, for a mode that quantizes nothing else), and for a mode that
+    enters bodies, the named weighted nodes there (ORT's quantizer leaves a body's node in float by name
+    too; one name may stand for a node in each branch of a merged decoder, on the same weight)."""
     weighted = {node.name for node in _weighted_nodes(model)} if mode.constant_weights_only else set()
     not_float = _typed_not_float(model)
-    return [
+    found = [
         node
         for node in model.graph.node
         if node.op_type in mode.ops
@@ -1009,6 +1014,13 @@ def _mode_nodes(model: onnx.ModelProto, mode: QuantMode) -> list[onnx.NodeProto]
         and node.input[0] not in not_float
         and (not mode.constant_weights_only or node.name in weighted)
     ]
+    if mode.bodies:
+        named = {node.name for node in found}
+        for node in _weighted_in_bodies(model):
+            if node.op_type in mode.ops and node.name and node.name not in named:
+                found.append(node)
+                named.add(node.name)
+    return found
 
 
 def _typed_not_float(model: onnx.ModelProto) -> set[str]:
