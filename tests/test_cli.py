@@ -770,15 +770,15 @@ def test_the_runtimes_own_warnings_stay_off_stderr_unless_debugging(
 def test_a_result_forced_out_over_its_held_out_budget_is_a_warning_and_exit_code_8(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """The runner writes a result over its budget on held-out data only with --force (see the pass core's
-    tests); the command then says so on stderr for every budgeted command, and exits 8 as for any forced
-    failure."""
+    """The runner writes a result the held-out data refutes only with --force (see the pass core's tests);
+    the command then says so on stderr for every budgeted command, and exits 8 as for any forced failure. A
+    drop over the budget within the held-out data's sampling error is written, with a warning that says so."""
     import argparse
     from types import SimpleNamespace
 
     from onnxsat.commands import printing
 
-    held = SimpleNamespace(drop=0.0223, within_budget=False)
+    held = SimpleNamespace(drop=0.0223, within_budget=False, refuted=True, score=SimpleNamespace(samples=6))
     report = SimpleNamespace(held_out=held, verification=SimpleNamespace(ok=True))
     monkeypatch.setattr(printing, "run_file", lambda *args, **kwargs: report)
     monkeypatch.setattr(printing, "_emit", lambda *args: None)
@@ -787,6 +787,9 @@ def test_a_result_forced_out_over_its_held_out_budget_is_a_warning_and_exit_code
     assert capsys.readouterr().err == (
         "onnxsat: warning: held-out drop 2.23% is over the budget; the result was written because of --force\n"
     )
+    held.refuted = False
+    assert printing.run_and_print(args, SimpleNamespace()) == 0
+    assert "within the sampling error of its 6 samples" in capsys.readouterr().err
     held.within_budget = True
     assert printing.run_and_print(args, SimpleNamespace()) == 0
     assert capsys.readouterr().err == ""

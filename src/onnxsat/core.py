@@ -154,13 +154,17 @@ class PassResult:
 
     @property
     def over_budget(self) -> str:
-        """Why the result is outside its accuracy budget on data its search never used ("" when it is not):
-        that score is the budget's honest check, and a result that fails it is not written unless forced."""
+        """Why the result is outside its accuracy budget on data its search never used, beyond that data's
+        sampling error ("" when it is not): that score is the budget's honest check, and a result it refutes
+        is not written unless forced."""
         held = getattr(self.report, "held_out", None)
-        if held is None or held.within_budget:
+        if held is None or not held.refuted:
             return ""
         samples = held.score.samples
-        return f"held-out drop {held.drop:.2%} is over the budget (on {samples} samples the search never used)"
+        return (
+            f"held-out drop {held.drop:.2%} is over the budget beyond its sampling error (on {samples} samples "
+            "the search never used)"
+        )
 
     @property
     def ok(self) -> bool:

@@ -77,7 +77,7 @@ class OptimizeReport(ReportBase):
             f"control flow: settled to the path constants decide: {settled}; bodies rewritten "
             f"{bodies['rewritten']} ({bodies['verified']} verified on their own, {bodies['unverifiable']} only "
             f"within the model), {bodies['nodes_before']} -> {bodies['nodes_after']} nodes inside bodies; "
-            f"weights moved into the bodies that alone read them: {self.control_flow['constants_moved_into_bodies']}"
+            f"weights moved into the bodies that read them: {self.control_flow['constants_moved_into_bodies']}"
         ]
         lines.extend(f"  body kept as it was: {reason}" for reason in bodies["refused"])
         return lines

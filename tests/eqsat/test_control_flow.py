@@ -360,7 +360,7 @@ def test_specialize_fixes_given_inputs_and_settles_what_they_decide():
 def test_weights_only_bodies_read_move_into_them():
     """w_then is read by the then branch alone, w_both by both, w_main outside too: only the first two move.
     w_large, read by both branches like every weight of a merged KV-cache decoder, stays shared: a copy in
-    each would double the file."""
+    each would add more than half the model's weight bytes."""
     x = helper.make_tensor_value_info("x", FLOAT, [2, 3])
     weights = {
         name: np.full((2, 3), value, np.float32) for name, value in (("w_then", 2), ("w_both", 3), ("w_main", 4))

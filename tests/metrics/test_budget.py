@@ -279,3 +279,23 @@ def test_labelled_data_the_original_gets_all_right_is_said_to_look_like_its_trai
     wrong_once = np.eye(4)[labels]
     wrong_once[0] = np.eye(4)[1]
     assert Budget({"logits": wrong_once}, {"logits": 0}, labels).blind_spots() == []
+
+
+def test_held_out_data_refutes_a_budget_only_beyond_its_sampling_error() -> None:
+    """2 of 397 held-out digits lost (0.504%) under a 0.5% budget, or 1 of 6 samples (16.67%) under 1%: the
+    samples cannot tell, and the result is written with a warning. A drop well past its error is refuted."""
+    from onnxsat.metrics.budget import HeldOut, OutputScore, Score
+
+    def held(drop: float, error: float, samples: int, max_drop: float) -> HeldOut:
+        score = Score((OutputScore("y", "top1", 1.0 - drop, 1.0, error=error),), samples, "agreement")
+        return HeldOut.of("held", score, score, max_drop, confidence=0.99)
+
+    flips = np.zeros(397)
+    flips[:2] = 1
+    digits = held(2 / 397, float(np.std(flips, ddof=1) / np.sqrt(397)), 397, 0.005)
+    assert not digits.within_budget and not digits.refuted
+    few = np.array([0, 0, 0, 0, 0, 1.0])
+    assert held(1 / 6, float(np.std(few, ddof=1) / np.sqrt(6)), 6, 0.01).refuted is False
+    pages = held(0.117, 0.01, 4, 0.01)  # IoU lost on every held-out page alike
+    assert pages.refuted and not pages.within_budget
+    assert held(0.0, 0.0, 10, 0.01).within_budget and HeldOut.of("h", pages.score, pages.score, None, 0.9).within_budget

@@ -203,7 +203,7 @@ def compress_model(
             batch_size=batch, threads=options.threads,
         )  # fmt: skip
         score = held.score(result)
-        report.held_out = HeldOut(held_data.name, held.baseline, score, score.drop, score.drop <= options.max_drop)
+        report.held_out = HeldOut.of(held_data.name, held.baseline, score, options.max_drop, options.confidence)
         if not report.held_out.within_budget:
             report.notes.append(
                 f"on the held-out data the drop is {score.drop:.2%}, over the {options.max_drop:.2%} budget: the "

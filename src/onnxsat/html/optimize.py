@@ -114,7 +114,7 @@ def _control_flow_section(page: Page, report: OptimizeReport) -> None:
             ("bodies left alone (one node, or an untyped capture)", bodies["skipped"]),
             ("nodes inside bodies, before", bodies["nodes_before"]),
             ("nodes inside bodies, after", bodies["nodes_after"]),
-            ("weights moved into the bodies that alone read them", flow["constants_moved_into_bodies"]),
+            ("weights moved into the bodies that read them", flow["constants_moved_into_bodies"]),
         ],
     )
     for reason in bodies["refused"]:

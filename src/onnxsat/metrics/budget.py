@@ -316,6 +316,18 @@ class HeldOut:
     score: Score
     drop: float
     within_budget: bool
+    refuted: bool = False
+    """The held-out data shows the result outside the budget beyond its own sampling error (the drop less
+    the standard errors of the budget's confidence is still over it): the result is not written unless
+    forced. A drop over the budget within that error (2 of 397 digits against 0.5%; 1 of 6 samples) cannot
+    tell, and is a warning."""
+
+    @classmethod
+    def of(cls, data: str, baseline: Score, score: Score, max_drop: float | None, confidence: float) -> HeldOut:
+        if max_drop is None:
+            return cls(data, baseline, score, score.drop, True)
+        least = max(o.drop - confidence_z(confidence) * o.error for o in score.outputs)
+        return cls(data, baseline, score, score.drop, score.drop <= max_drop, least > max_drop)
 
 
 def with_score_headlines(

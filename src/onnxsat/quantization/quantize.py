@@ -232,9 +232,7 @@ def quantize_model(
             threads=options.threads,
         )
         score = held.score(chosen.model)
-        drop = score.drop
-        within = options.max_drop is None or drop <= options.max_drop
-        report.held_out = HeldOut(held_out.name, held.baseline, score, drop, within)
+        report.held_out = HeldOut.of(held_out.name, held.baseline, score, options.max_drop, options.confidence)
     if defaults:  # the interface as given: the inputs the user fed keep their default values
         chosen.model = _with_initializers(chosen.model, defaults)
     report.latency = dict(chosen.latency)

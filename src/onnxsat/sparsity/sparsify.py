@@ -246,8 +246,8 @@ def sparsify_model(
         result = _search(evaluator, masks_at, targets, options, report)
         if held_out is not None:
             held = _evaluator(model, targets, weights, held_out, options, evaluator.budget.metrics)
-            drop, score = held.drop(result.masks)
-            report.held_out = HeldOut(held_out.name, held.baseline, score, drop, drop <= options.max_drop)
+            _, score = held.drop(result.masks)
+            report.held_out = HeldOut.of(held_out.name, held.baseline, score, options.max_drop, options.confidence)
         else:
             report.notes.append("no held-out score: the data has fewer than two samples (streams) or --holdout is 0")
     else:
