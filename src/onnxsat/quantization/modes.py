@@ -83,8 +83,8 @@ class QuantMode:
     activation-by-activation MatMuls of attention are never quantized, so a search has nothing to leave out."""
     bodies: bool = False
     """Whether it quantizes inside If/Loop/Scan bodies too (a merged KV-cache decoder holds every MatMul in
-    its two branches). Those nodes are quantized with the rest, never searched one by one: static mode
-    cannot, since ORT's calibration sees no body's tensors."""
+    its two branches). A named body node is searched and left in float by name like a main-graph node; an
+    unnamed one is quantized with the rest. Static mode cannot: ORT's calibration sees no body's tensors."""
 
     def apply(
         self,
