@@ -164,6 +164,43 @@ def test_weight_only_writes_4_bit_matmuls(tmp_path: Path) -> None:
     assert report["sizes"]["quantized"] < report["sizes"]["original"] / 4
 
 
+def test_weight_only_takes_gemms_and_logs_nothing(tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
+    """A PyTorch Linear on 2D input is a Gemm (transB), and the normal form fuses a 2D MatMul + Add into one:
+    ORT's MatMulNBits quantizer takes MatMuls alone, so weight-only mode splits them back. Importing that
+    quantizer configures the root logger at INFO; none of its lines may reach stderr."""
+    rng = np.random.default_rng(4)
+    graph = helper.make_graph(
+        [
+            helper.make_node("Gemm", ["x", "w1", "b1"], ["h"], name="fc1", transB=1),
+            helper.make_node("Relu", ["h"], ["r"], name="relu"),
+            helper.make_node("MatMul", ["r", "w2"], ["m"], name="fc2"),
+            helper.make_node("Add", ["m", "b2"], ["logits"], name="bias2"),
+        ],
+        "linear",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 128])],
+        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["N", 10])],
+        [
+            numpy_helper.from_array(rng.normal(size=(256, 128)).astype(np.float32) * 0.1, "w1"),
+            numpy_helper.from_array(np.zeros(256, np.float32), "b1"),
+            numpy_helper.from_array(rng.normal(size=(256, 10)).astype(np.float32) * 0.1, "w2"),
+            numpy_helper.from_array(np.zeros(10, np.float32), "b2"),
+        ],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, tmp_path / "linear.onnx")
+    code, report, out = quantize(tmp_path / "linear.onnx", tmp_path, "--mode", "weight-only", "--max-drop", "100%")
+    assert code == 0 and ops(out)["MatMulNBits"] == 2 and "Gemm" not in ops(out)
+    assert {row["node"] for row in report["nodes"] if row["quantized"]} == {"fc1", "fc2"}
+    assert "[INFO]" not in capfd.readouterr().err
+    x = rng.normal(size=(4, 128)).astype(np.float32)
+    assert np.corrcoef(runs(out, {"x": x})[0].ravel(), runs(tmp_path / "linear.onnx", {"x": x})[0].ravel())[0, 1] > 0.99
+    code, _, _ = quantize(
+        tmp_path / "linear.onnx", tmp_path, "--mode", "weight-only", "--exclude", "fc1", "--max-drop", "100%"
+    )
+    assert code == 0 and ops(out)["MatMulNBits"] == 1
+
+
 def test_an_opset_12_model_is_converted_for_per_channel_weights(tmp_path: Path) -> None:
     """ORT's quantizer writes DequantizeLinear with a per-channel axis, which ORT refuses below opset 13."""
     model = mlp(tmp_path / "old.onnx", opset=12)

@@ -1,4 +1,4 @@
-"""MatMulAddToGemm and MatMulToTransposeConvTranspose: structure and the same outputs."""
+"""MatMulAddToGemm, GemmToMatMulAdd and MatMulToTransposeConvTranspose: structure and the same outputs."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 from catalogue_checks import applied, assert_same_values, make_model, op_types
 from onnx import helper
 
-from onnxsat.surgery.surgeons.matmul import MatMulAddToGemm, MatMulToTransposeConvTranspose
+from onnxsat.surgery.surgeons.matmul import GemmToMatMulAdd, MatMulAddToGemm, MatMulToTransposeConvTranspose
 
 RNG = np.random.default_rng(0)
 W, B = RNG.normal(size=(6, 5)).astype(np.float32), RNG.normal(size=5).astype(np.float32)
@@ -69,3 +69,46 @@ def test_gemm_with_trans_b_and_bias_becomes_a_conv() -> None:
         {"wt": W.T.copy()},
     )
     assert not MatMulToTransposeConvTranspose().apply(skipped).changed
+
+
+@pytest.mark.parametrize(
+    "attrs", [{}, {"transB": 1}, {"transA": 1, "transB": 1}, {"alpha": 0.5, "beta": 2.0, "transB": 1}]
+)
+def test_gemm_becomes_matmul_and_add(attrs: dict) -> None:
+    a_shape = [6, 3] if attrs.get("transA") else [3, 6]
+    weight = W.T.copy() if attrs.get("transB") else W
+    model = make_model(
+        [helper.make_node("Gemm", ["x", "w", "b"], ["y"], name="fc", **attrs)],
+        {"x": a_shape},
+        {"y": None},
+        {"w": weight, "b": B},
+    )
+    result = applied(GemmToMatMulAdd(), model).model
+    assert [n.name for n in result.graph.node if n.op_type in ("MatMul", "Add")] == ["fc_MatMul", "fc_Add"]
+    assert "Gemm" not in op_types(result) and result.graph.node[-1].output[0] == "y"
+    weights = {t.name for t in result.graph.initializer}
+    assert ("w" in weights) == (
+        not attrs.get("transB") and attrs.get("alpha", 1.0) == 1.0
+    )  # a remade weight replaces it
+    assert_same_values(model, result, atol=1e-5)
+
+
+def test_a_gemm_weight_another_node_reads_is_kept() -> None:
+    model = make_model(
+        [
+            helper.make_node("Gemm", ["x", "w"], ["y"], transB=1),
+            helper.make_node("MatMul", ["x", "w"], ["z"]),
+        ],
+        {"x": [5, 5]},
+        {"y": None, "z": None},
+        {"w": RNG.normal(size=(5, 5)).astype(np.float32)},
+    )
+    result = applied(GemmToMatMulAdd(), model).model
+    assert op_types(result) == ["MatMul", "MatMul"] and "w" in {t.name for t in result.graph.initializer}
+    assert_same_values(model, result, atol=1e-5)
+
+
+def test_a_gemm_on_a_computed_weight_is_left_alone() -> None:
+    model = make_model([helper.make_node("Gemm", ["x", "v"], ["y"])], {"x": [3, 6], "v": [6, 5]}, {"y": None})
+    outcome = GemmToMatMulAdd().apply(model)
+    assert not outcome.changed and outcome.notice.endswith("nothing to split")

@@ -8,7 +8,7 @@ quantized model; which nodes to leave, and which mode, is decided by measurement
   (ORT then runs QLinearConv / QLinearMatMul on VNNI): what pays for convolution nets.
 - ``dynamic``: MatMul/Gemm weights int8, activations quantized per run (MatMulInteger): no calibration,
   what pays for transformer MatMuls; convolutions are left alone (ConvInteger is slow on CPU).
-- ``weight-only``: MatMul weights in 4 bits (MatMulNBits, blocks of 32): a smaller file and less memory
+- ``weight-only``: MatMul and Gemm weights in 4 bits (MatMulNBits, blocks of 32): a smaller file and less memory
   traffic for large MatMuls.
 """
 
@@ -17,7 +17,8 @@ from __future__ import annotations
 import logging
 import tempfile
 import warnings
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -30,6 +31,7 @@ from onnxsat.proto_fields import all_nodes, subgraph_captures
 from onnxsat.quantization.alone import quantize_alone
 from onnxsat.registry import Registry
 from onnxsat.surgery.graph_edit import remove_where
+from onnxsat.surgery.surgeons.matmul import GemmToMatMulAdd
 
 if TYPE_CHECKING:
     from onnxruntime.quantization import CalibrationDataReader
@@ -158,17 +160,38 @@ def _through_file(write: Callable[[Path], None]) -> onnx.ModelProto:
     """Run one of ORT's quantizers (they write files) and read back what it wrote."""
     with tempfile.TemporaryDirectory(prefix="onnxsat-quant-") as folder:
         target = Path(folder) / "quantized.onnx"
-        quiet = logging.getLogger().level
-        logging.getLogger().setLevel(logging.ERROR)  # ORT's quantizer logs advice on every call
-        try:
-            with warnings.catch_warnings():
-                # numpy's "invalid value encountered in divide" when a calibrated range is infinite (a
-                # decoder's -inf attention mask): the candidate's damage is measured and reported anyway
-                warnings.simplefilter("ignore", RuntimeWarning)
-                write(target)
-        finally:
-            logging.getLogger().setLevel(quiet)
+        with _quietly():
+            write(target)
         return onnx.load(str(target))
+
+
+@contextmanager
+def _quietly() -> Iterator[None]:
+    """ORT's quantizers log advice on every call, and numpy warns "invalid value encountered in divide"
+    when a calibrated range is infinite (a decoder's -inf attention mask): the candidate's damage is
+    measured and reported anyway. Both are kept off stderr while a quantizer runs."""
+    root = logging.getLogger()
+    level = root.level
+    root.setLevel(logging.ERROR)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            yield
+    finally:
+        root.setLevel(level)
+
+
+def _nbits_quantizer() -> type:
+    """ORT's MatMulNBitsQuantizer. Importing its module calls ``logging.basicConfig(level=INFO)``, which
+    would print every INFO line of every library to stderr from then on: the root logger is put back."""
+    root = logging.getLogger()
+    level, handlers = root.level, list(root.handlers)
+    from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
+
+    root.setLevel(level)
+    for handler in [h for h in root.handlers if h not in handlers]:
+        root.removeHandler(handler)
+    return MatMulNBitsQuantizer
 
 
 def _copy(model: onnx.ModelProto) -> onnx.ModelProto:
@@ -280,24 +303,30 @@ def _as_split_gemms(model: onnx.ModelProto, names: Sequence[str]) -> list[str]:
 
 
 WEIGHT_ONLY_BLOCK = 32
+WEIGHT_ONLY_OPS = ("MatMul", "Gemm")
+"""What weight-only mode quantizes. ORT's MatMulNBits quantizer takes MatMuls alone; a Gemm (a PyTorch
+Linear on 2D input, or a MatMul + Add ONNXSat's normal form fused) is split into MatMul + Add first."""
 
 
 def weight_only(
     model: onnx.ModelProto, exclude: Sequence[str], calibration: Calibration | None, only: Sequence[str] | None = None
 ) -> onnx.ModelProto:
     del calibration
-    from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
-
+    exclude = _as_split_gemms(model, [*exclude, *namesakes(model, WEIGHT_ONLY_OPS)])
     if only:  # ORT's list of nodes to include adds to its op types, it does not narrow them
-        exclude = [*exclude, *(n.name for n in all_nodes(model.graph) if n.op_type == "MatMul" and n.name not in only)]
-    quantizer = MatMulNBitsQuantizer(
-        _copy(model),
+        only = _as_split_gemms(model, only)
+        weighted = (n.name for n in all_nodes(model.graph) if n.op_type in WEIGHT_ONLY_OPS and n.name not in only)
+        exclude = [*exclude, *_as_split_gemms(model, list(weighted))]
+    split = GemmToMatMulAdd().apply(model)  # a copy: ORT's quantizer edits what it is given
+    quantizer = _nbits_quantizer()(
+        split.model,
         block_size=WEIGHT_ONLY_BLOCK,
         is_symmetric=True,
         accuracy_level=4,
-        nodes_to_exclude=[*exclude, *namesakes(model, ["MatMul"])],
+        nodes_to_exclude=exclude,
     )
-    quantizer.process()
+    with _quietly():
+        quantizer.process()
     return quantizer.model.model
 
 
@@ -327,8 +356,8 @@ MODES.register(
     "weight-only",
     QuantMode(
         "weight-only",
-        "4-bit MatMul weights in blocks of 32 (MatMulNBits)",
-        frozenset({"MatMul"}),
+        "4-bit MatMul/Gemm weights in blocks of 32 (MatMulNBits)",
+        frozenset(WEIGHT_ONLY_OPS),
         False,
         weight_only,
         constant_weights_only=True,

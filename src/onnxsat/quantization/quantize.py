@@ -468,7 +468,7 @@ def _modes(model: onnx.ModelProto, options: QuantizeOptions) -> list[QuantMode]:
         modes.append(MODES["static"])
     if (weighted | inside) & {"MatMul", "Gemm", "LSTM"}:
         modes.append(MODES["dynamic"])
-    if "MatMul" in weighted | inside and _largest_matmul(model) >= 2**20:
+    if {"MatMul", "Gemm"} & (weighted | inside) and _largest_matmul(model) >= 2**20:
         modes.append(MODES["weight-only"])
     return modes
 
@@ -552,7 +552,7 @@ def _weighted_nodes(model: onnx.ModelProto) -> list[onnx.NodeProto]:
 
 def _largest_matmul(model: onnx.ModelProto) -> int:
     sizes = {t.name: int(np.prod(t.dims)) for graph in all_graphs(model.graph) for t in graph.initializer}
-    matmuls = [n for n in [*_weighted_nodes(model), *_weighted_in_bodies(model)] if n.op_type == "MatMul"]
+    matmuls = [n for n in [*_weighted_nodes(model), *_weighted_in_bodies(model)] if n.op_type in ("MatMul", "Gemm")]
     return max((sizes.get(n.input[1], 0) for n in matmuls), default=0)
 
 

@@ -1,4 +1,5 @@
-"""Matrix products rewritten into the forms accelerators prefer: Gemm, or a 1x1 Conv."""
+"""Matrix products rewritten into the forms a consumer prefers: Gemm, a 1x1 Conv (accelerators), or a
+Gemm back as MatMul + Add (ONNX Runtime's 4-bit MatMulNBits quantizer takes MatMuls only)."""
 
 from __future__ import annotations
 
@@ -7,8 +8,10 @@ from dataclasses import dataclass
 
 import numpy as np
 import onnx
+from onnx import numpy_helper
 
-from onnxsat.surgery.graph_edit import constant_value, consumers, copy_model
+from onnxsat.proto_fields import subgraph_captures
+from onnxsat.surgery.graph_edit import constant_value, consumers, copy_model, initializers, remove_where
 from onnxsat.surgery.surgeon import Surgeon, SurgeryOutcome, register
 from onnxsat.surgery.surgeons._editing import Splice, attribute, inferred_shapes, static
 
@@ -65,6 +68,72 @@ class MatMulAddToGemm(Surgeon):
             return SurgeryOutcome(result, False, "no MatMul (2D weight) followed by Add (1D bias): nothing to fuse")
         splice.commit()
         return SurgeryOutcome(result, True, f"fused {fused} MatMul + Add pair(s) into Gemm")
+
+
+@register
+@dataclass
+class GemmToMatMulAdd(Surgeon):
+    """Split ``Gemm(A, B, C)`` with a constant 2D weight B into ``MatMul(A, B') + C'``.
+
+    ``B'`` is B transposed (``transB``) and scaled by alpha, a new weight (B itself goes when nothing else
+    reads it); ``C'`` is C scaled by beta (a constant, or a Mul when C is computed); ``transA`` becomes a
+    Transpose of A. Nodes are named ``<gemm>_MatMul`` and ``<gemm>_Add``, as ONNX Runtime's dynamic quantizer
+    names its own split, and the Gemm's output keeps its name. Exact up to float rounding order (and the
+    rounding of ``alpha * B``).
+    """
+
+    def apply(self, model: onnx.ModelProto) -> SurgeryOutcome:
+        result = copy_model(model)
+        graph = result.graph
+        weights = initializers(graph)
+        splice = Splice(result)
+        readers = consumers(graph)
+        kept = {item.name for item in [*graph.input, *graph.output]} | {
+            name for node in graph.node for name in subgraph_captures(node)
+        }
+        dropped: set[str] = set()
+        split = 0
+        for index, gemm in enumerate(graph.node):
+            if gemm.op_type != "Gemm" or gemm.domain not in ("", "ai.onnx") or gemm.input[1] not in weights:
+                continue
+            weight = numpy_helper.to_array(weights[gemm.input[1]])
+            if weight.ndim != 2 or weight.dtype.kind != "f":
+                continue
+            alpha, beta = float(attribute(gemm, "alpha", 1.0)), float(attribute(gemm, "beta", 1.0))
+            base, output = gemm.name or "Gemm", gemm.output[0]
+            nodes = []
+            a = gemm.input[0]
+            if attribute(gemm, "transA", 0):
+                a = splice.name(f"{a}_transposed")
+                nodes.append(splice.node("Transpose", [gemm.input[0]], a, f"{base}_Transpose", perm=[1, 0]))
+            b = gemm.input[1]
+            if attribute(gemm, "transB", 0) or alpha != 1.0:
+                value = (weight.T if attribute(gemm, "transB", 0) else weight) * np.asarray(alpha, weight.dtype)
+                b = splice.const(f"{gemm.input[1]}_MatMul", np.ascontiguousarray(value))
+                if readers.get(gemm.input[1], []) == [gemm] and gemm.input[1] not in kept:
+                    dropped.add(gemm.input[1])
+            bias = gemm.input[2] if len(gemm.input) > 2 and gemm.input[2] else None
+            product = splice.name(f"{output}_MatMul") if bias else output
+            nodes.append(splice.node("MatMul", [a, b], product, f"{base}_MatMul"))
+            if bias and beta != 1.0:
+                constant = constant_value(graph, bias)
+                if constant is not None:
+                    bias = splice.const(f"{bias}_scaled", constant * np.asarray(beta, constant.dtype))
+                else:
+                    scale = splice.const(f"{base}_beta", np.asarray(beta, weight.dtype))
+                    scaled = splice.name(f"{bias}_scaled")
+                    nodes.append(splice.node("Mul", [bias, scale], scaled, f"{base}_Mul"))
+                    bias = scaled
+            if bias:
+                nodes.append(splice.node("Add", [product, bias], output, f"{base}_Add"))
+            splice.after(index, *nodes)
+            splice.drop(index)
+            split += 1
+        if not split:
+            return SurgeryOutcome(result, False, "no Gemm with a constant 2D weight: nothing to split")
+        splice.commit()
+        remove_where(graph.initializer, lambda tensor: tensor.name in dropped)
+        return SurgeryOutcome(result, True, f"split {split} Gemm node(s) into MatMul + Add")
 
 
 @register
