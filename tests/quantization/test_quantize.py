@@ -201,6 +201,36 @@ def test_weight_only_takes_gemms_and_logs_nothing(tmp_path: Path, capfd: pytest.
     assert code == 0 and ops(out)["MatMulNBits"] == 1
 
 
+def test_dynamic_mode_on_gemms_sharing_a_weight(tmp_path: Path) -> None:
+    """RT-DETR's decoder applies one Linear (a Gemm, transB) at each of its six layers. ORT's dynamic quantizer
+    splits Gemms into MatMul + Add by transposing the weight in place, once per Gemm: the second reader saw
+    it transposed back and ORT refused the model ("Incompatible dimensions for matrix multiplication")."""
+    rng = np.random.default_rng(5)
+    graph = helper.make_graph(
+        [
+            helper.make_node("Gemm", ["x", "w", "b"], ["h1"], name="layer1", transB=1),
+            helper.make_node("Relu", ["h1"], ["r1"], name="relu"),
+            helper.make_node("Gemm", ["r1", "w", "b"], ["y"], name="layer2", transB=1),
+        ],
+        "shared",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 64])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 64])],
+        [
+            numpy_helper.from_array(rng.normal(size=(64, 64)).astype(np.float32) * 0.1, "w"),
+            numpy_helper.from_array(np.zeros(64, np.float32), "b"),
+        ],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, tmp_path / "shared.onnx")
+    code, _, out = quantize(
+        tmp_path / "shared.onnx", tmp_path, "--mode", "dynamic", "--no-node-timing", "--max-drop", "100%"
+    )
+    assert code == 0 and ops(out)["MatMulInteger"] == 2
+    x = rng.normal(size=(4, 64)).astype(np.float32)
+    assert np.corrcoef(runs(out, {"x": x})[0].ravel(), runs(tmp_path / "shared.onnx", {"x": x})[0].ravel())[0, 1] > 0.99
+
+
 def test_an_opset_12_model_is_converted_for_per_channel_weights(tmp_path: Path) -> None:
     """ORT's quantizer writes DequantizeLinear with a per-channel axis, which ORT refuses below opset 13."""
     model = mlp(tmp_path / "old.onnx", opset=12)

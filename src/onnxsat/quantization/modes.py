@@ -282,7 +282,7 @@ def dynamic(
     del calibration
     return _through_file(
         lambda target: quantize_dynamic(
-            _copy(model),
+            GemmToMatMulAdd().apply(model).model,  # a copy, split as ORT would, but keeping a weight other nodes read
             target,
             use_external_data_format=over_protobuf_limit(model),
             op_types_to_quantize=list(DYNAMIC_OPS),
@@ -295,9 +295,9 @@ def dynamic(
 
 
 def _as_split_gemms(model: onnx.ModelProto, names: Sequence[str]) -> list[str]:
-    """``names``, and for each Gemm among them the name ORT's dynamic quantizer gives it: it first splits
-    every Gemm into ``<name>_MatMul`` and ``<name>_Add``, then reads the node lists, so a Gemm named as
-    itself would be neither excluded nor alone quantized."""
+    """``names``, and for each Gemm among them the name its MatMul has once split (``<name>_MatMul``, by
+    ``GemmToMatMulAdd`` or by ORT's dynamic quantizer, which splits a body's Gemms itself), so that a Gemm
+    named as itself is excluded or alone quantized as asked."""
     gemms = {node.name for node in all_nodes(model.graph) if node.op_type == "Gemm"}
     return [alias for name in names for alias in ([name, f"{name}_MatMul"] if name in gemms else [name])]
 
