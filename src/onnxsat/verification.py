@@ -144,9 +144,8 @@ def session(
     model's large weights are not serialized with it: with ``weights_as_inputs`` (only at
     ``ORT_DISABLE_ALL``, where no optimization could treat them as constants) they become graph inputs
     the caller feeds from ``sess._onnxsat_fed``, which ORT reads in place; otherwise they are given as
-    external initializers, which ORT copies; a model over protobuf's 2 GiB is always given so, since it
-    cannot be serialized whole. ``weights`` are the arrays of stand-ins ``model`` already
-    has (from :func:`weights_apart`).
+    external initializers, which ORT copies; a model of 256 MiB or more is always given so (see ``_heavy``).
+    ``weights`` are the arrays of stand-ins ``model`` already has (from :func:`weights_apart`).
     ``settings`` (from ``onnxsat tune``) replace ``threads`` with their thread counts, execution mode
     and providers; ``level`` stays the caller's, since what a caller measures is often the level
     itself (pass ``settings.optimization_level`` for the tuned one).
@@ -172,7 +171,7 @@ def session(
     if weights is not None:
         light, shared = model, weights
     else:
-        light, shared = weights_apart(model) if lean or over_protobuf_limit(model) else (model, {})
+        light, shared = weights_apart(model) if lean or _heavy(model) else (model, {})
     fed = weights_as_inputs and level == ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     if shared and fed:
         light = _weights_as_inputs(light, shared, in_place=weights is None)  # a light copy made here is ours
@@ -183,6 +182,16 @@ def session(
     sess._onnxsat_fed = shared if fed else {}
     return sess
 
+
+def _heavy(model: onnx.ModelProto) -> bool:
+    """Whether ``model``'s weights travel apart to a session even when it is not lean: over protobuf's 2 GiB it
+    cannot be serialized whole, and from ``HEAVY_MODEL_BYTES`` on, serializing it costs more than the arrays
+    do (a 1.07 GB MLP: session creation peaked 2.9 GB above the model serialized, 2.1 GB with its weights
+    apart; ORT holds the same 1.9 GB after either)."""
+    return model.ByteSize() >= HEAVY_MODEL_BYTES if not over_protobuf_limit(model) else True
+
+
+HEAVY_MODEL_BYTES = 2**28
 
 SHARED_WEIGHT_BYTES = 2**20
 """In-memory weights at least this large are handed to ONNX Runtime in place, not serialized with the model."""

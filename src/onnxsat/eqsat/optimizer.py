@@ -34,6 +34,7 @@ from onnxsat.eqsat.rules import TARGETS, applicable, rulesets_for
 from onnxsat.eqsat.saturate import SaturationLimits, SaturationStats, egraph_size, saturate
 from onnxsat.eqsat.warm import WarmEGraph, warm_egraph
 from onnxsat.errors import SettingsError
+from onnxsat.external_data import inference_view
 from onnxsat.inputs import InputSpec
 from onnxsat.options import option
 from onnxsat.report import OptimizeReport, op_counts
@@ -131,10 +132,12 @@ def _return_freed_memory() -> None:
 
 
 def _shape_inferred(model: onnx.ModelProto) -> onnx.ModelProto | None:
-    """The model with inferred value types, or None when inference cannot run (custom ops, size)."""
+    """The model's structure with inferred value types (its large weights as graph inputs of their type and
+    dims, which is all inference reads of them: a whole model would be serialized, parsed and held again,
+    weights and all), or None when inference cannot run (custom ops)."""
     try:
         # data_prop: shapes computed by Shape -> Gather -> Concat -> Expand chains become known too
-        return onnx.shape_inference.infer_shapes(model, strict_mode=False, data_prop=True)
+        return onnx.shape_inference.infer_shapes(inference_view(model), strict_mode=False, data_prop=True)
     except Exception:  # inference is an aid to rule conditions, never a requirement
         return None
 

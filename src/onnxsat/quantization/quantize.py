@@ -37,7 +37,7 @@ from onnxsat.data.model_input import batch_size_for, data_input, evaluation_data
 from onnxsat.data.sources import Dataset
 from onnxsat.eqsat.portable import portable_form
 from onnxsat.errors import InvalidModelError, RuntimeUnsupportedError, SettingsError
-from onnxsat.external_data import inference_view, stored_bytes, with_data_loaded
+from onnxsat.external_data import inference_view, stored_bytes, structure_view, with_data_loaded
 from onnxsat.inputs import InputSpec, fixed_dim, random_inputs
 from onnxsat.latency import against_file_as_given, side_by_side
 from onnxsat.metrics import (
@@ -329,17 +329,19 @@ def _prepare(
         report.notes.append(f"quantized as given: {form.not_used}")
     elif form.folded:
         report.notes.append(f"normalised first: {form.folded} nodes folded away (ONNXSat optimize --target portable)")
-    named = onnx.ModelProto()
-    named.CopyFrom(prepared)
+    named = prepared
+    if prepared is model:  # as given: the caller's model is not to be changed (the optimized one is ours)
+        named = onnx.ModelProto()
+        named.CopyFrom(prepared)
+    del form, prepared  # one copy of the weights at a time
     if base_dir is not None:
         from onnx.external_data_helper import load_external_data_for_model
 
         load_external_data_for_model(named, str(base_dir))
     named, _ = normal_form(named, in_place=True)  # weights made as Constant nodes become initializers again
     named = _at_least_opset(named, PER_CHANNEL_OPSET, report)
-    upcast = Float16ToFloat32().apply(named)
-    if upcast.changed:
-        named = upcast.model
+    if Float16ToFloat32().apply(structure_view(named)).changed:  # asked first of the weightless structure:
+        named = Float16ToFloat32().apply(named).model  # a surgeon copies the model, weights and all
         report.notes.append(
             "the model computes in float16, which ONNX Runtime's quantizer cannot take: quantized from its float32 "
             "form (its inputs and outputs keep their types)"
