@@ -343,3 +343,13 @@ def test_commands_that_score_on_data_read_the_weights_from_any_folder(
     monkeypatch.chdir(elsewhere)
     code, err = run([command[0], external_cnn, "-o", tmp_path / "out.onnx", *command[1:], "--data", data], capfd)
     assert code == 0, err
+
+
+def test_given_bytes_are_the_file_and_its_data(external_cnn: Path, tmp_path: Path) -> None:
+    """Reports' "original" size is the model as the user gave it, not the normal form held in memory."""
+    model = onnx.load(str(external_cnn), load_external_data=False)
+    data = sum(p.stat().st_size for p in external_cnn.parent.iterdir() if p != external_cnn)
+    assert external_data.given_bytes(model, str(external_cnn)) == external_cnn.stat().st_size + data
+    model.doc_string = "restated"  # a model in memory differs from its file: the file counts
+    assert external_data.given_bytes(model, str(external_cnn)) == external_cnn.stat().st_size + data
+    assert external_data.given_bytes(model, "<memory>") == external_data.stored_bytes(model)

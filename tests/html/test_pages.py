@@ -147,6 +147,16 @@ def test_prune_page(seen: dict[str, dict[str, object]]) -> None:
     assert page["images"] == "2" and page["broken"] == "0"
 
 
+def test_a_lossy_page_claims_no_tolerance(pages: dict[str, Path]) -> None:
+    """A pruned model's outputs moved on purpose (by 2.2 on a Keras CNN): its page said "verification PASSED:
+    rtol 0.0001, atol 1e-05" beside them, each marked "ok"; the text report said what was checked."""
+    for name in ("prune", "sparsify", "quantize", "compress"):
+        text = pages[name].read_text()
+        assert "verification PASSED" in text and "rtol" not in text, name
+    assert ">changed<" in pages["prune"].read_text()
+    assert "rtol" in pages["optimize"].read_text()  # a lossless result is held to the tolerance
+
+
 def test_bench_pages(seen: dict[str, dict[str, object]]) -> None:
     prune = seen["bench_prune"]
     assert {"rate", "mode", "params", "MACs", "speedup", "rel. error"} <= headers(prune)

@@ -32,7 +32,7 @@ from onnxsat.data.model_input import batch_size_for, data_input, evaluation_data
 from onnxsat.data.sources import Dataset
 from onnxsat.eqsat.portable import portable_form
 from onnxsat.errors import SettingsError
-from onnxsat.external_data import with_data_loaded
+from onnxsat.external_data import given_bytes, with_data_loaded
 from onnxsat.inputs import InputSpec
 from onnxsat.latency import against_file_as_given
 from onnxsat.metrics import HeldOut, MetricSpec, check_confidence, check_spec, confidence_option, metric_option
@@ -120,6 +120,7 @@ def compress_model(
     options.check()
     report = CompressReport(input=source, output=None, max_drop=options.max_drop)
     original_run = reference_run(model, options.inputs, base_dir=base_dir)
+    given_size = given_bytes(model, source)
     model = with_data_loaded(model, base_dir)
     search_data, held_data = _data(model, options)
     given = options.inputs.given
@@ -211,7 +212,7 @@ def compress_model(
             )
     names = [output.name for output in model.graph.output]
     _, report.verification = check_lossy(original_run, result, names, "compression", None)
-    report.sizes = {"original": len(problem.model), "compressed": result.ByteSize()}
+    report.sizes = {"original": given_size, "compressed": result.ByteSize()}
     report.seconds = time.perf_counter() - start
     return result, report
 

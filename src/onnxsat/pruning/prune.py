@@ -22,7 +22,7 @@ from onnxsat.data.model_input import batch_size_for, data_input, evaluation_data
 from onnxsat.data.sources import Dataset, load_dataset
 from onnxsat.eqsat.portable import portable_form
 from onnxsat.errors import SettingsError
-from onnxsat.external_data import stored_bytes
+from onnxsat.external_data import given_bytes, stored_bytes
 from onnxsat.inputs import InputSpec, random_inputs
 from onnxsat.metrics import MetricSpec, metric_option
 from onnxsat.metrics.scorer import ModelScorer
@@ -249,6 +249,7 @@ def _prune_model(
 ) -> tuple[onnx.ModelProto, PruneReport]:
     start = time.perf_counter()
     options.check()
+    given_size = given_bytes(model, source)
     original = reference_run(model, options.inputs, base_dir=base_dir)  # an input ORT cannot run is said first
     _check_roots_outside_bodies(model)
     report = PruneReport(input=source, output=None, criterion=options.criterion, mode=options.mode, rate=options.rate)
@@ -280,7 +281,7 @@ def _prune_model(
     pruned_macs, why_pruned = counted_macs(pruned, options.inputs.dims(), base_dir)
     report.macs = {"original": original_macs, "pruned": pruned_macs}
     report.macs_unknown = why_original or why_pruned
-    report.sizes = {"original": stored_bytes(model), "pruned": stored_bytes(pruned)}
+    report.sizes = {"original": given_size, "pruned": stored_bytes(pruned)}
     if scored_on is not None:  # the verification's "changed by" figures then come from real samples too
         samples = _score(model, pruned, scored_on, options, report, base_dir)
         original = reference_run(model, samples, base_dir=base_dir)

@@ -37,7 +37,7 @@ from onnxsat.data.model_input import batch_size_for, data_input, evaluation_data
 from onnxsat.data.sources import Dataset
 from onnxsat.eqsat.portable import portable_form
 from onnxsat.errors import InvalidModelError, RuntimeUnsupportedError, SettingsError
-from onnxsat.external_data import inference_view, stored_bytes, structure_view, with_data_loaded
+from onnxsat.external_data import given_bytes, inference_view, stored_bytes, structure_view, with_data_loaded
 from onnxsat.inputs import InputSpec, fixed_dim, random_inputs
 from onnxsat.latency import against_file_as_given, side_by_side
 from onnxsat.metrics import (
@@ -161,6 +161,7 @@ def quantize_model(
     """Quantize ``model`` (left unchanged) as ``options`` say; return the result and its report."""
     start = time.perf_counter()
     options.check()
+    given_size = given_bytes(model, source)
     deadline = _now() + options.budget_minutes * 60
     report = QuantizeReport(input=source, output=None, mode=options.mode, max_drop=options.max_drop)
     report.confidence = options.confidence
@@ -242,7 +243,7 @@ def quantize_model(
         report.notes.append(line)
     names = [output.name for output in model.graph.output]
     _, report.verification = check_lossy(original_run, chosen.model, names, "quantization", base_dir)
-    report.sizes = {"original": stored_bytes(model), "quantized": stored_bytes(chosen.model)}
+    report.sizes = {"original": given_size, "quantized": stored_bytes(chosen.model)}
     report.seconds = time.perf_counter() - start
     return chosen.model, report
 
@@ -758,8 +759,10 @@ def _within_budget(
         best = _bisect([name for name, _ in ordered], budget, scorer, build, deadline)
     if best is None:
         late = f"; {OUT_OF_TIME}" if _now() >= deadline else ""
+        full = candidate.score
         trial.error = (
-            f"no subset of nodes fits the budget (every node quantized: drop {candidate.score.drop:.2%}){late}"
+            f"no subset of nodes fits the budget (every node quantized: drop {full.drop:.2%}, bound "
+            f"{full.bound:.2%} with its sampling error, against {budget:.2%}){late}"
         )
         return None
     ranked, damage = [name for name, _ in ordered], dict(ordered)

@@ -26,7 +26,7 @@ from onnxsat.data.model_input import (
 from onnxsat.data.outputs import check_state, parse_stateful
 from onnxsat.data.sources import Dataset, load_dataset
 from onnxsat.errors import SettingsError
-from onnxsat.external_data import stored_bytes, tensor_value
+from onnxsat.external_data import given_bytes, stored_bytes, tensor_value
 from onnxsat.inputs import InputSpec, random_inputs
 from onnxsat.metrics import (
     HeldOut,
@@ -189,6 +189,7 @@ def sparsify_model(
     """Prune ``model`` (left unchanged) as ``options`` say; return the result and its report."""
     start = time.perf_counter()
     options.check()
+    given_size = given_bytes(model, source)
     graph = model.graph
     check_state(options.state, [v.name for v in graph.input], [v.name for v in graph.output])
     model, lifted = lift_body_weights(model)
@@ -265,7 +266,7 @@ def sparsify_model(
     sparse = with_masks(model, result.masks, base_dir)
     names = [output.name for output in model.graph.output]
     reference, report.verification = check_lossy(original, sparse, names, "sparsity", base_dir)
-    report.sizes = {"original": stored_bytes(model), "pruned": stored_bytes(sparse)}
+    report.sizes = {"original": given_size, "pruned": stored_bytes(sparse)}
     if options.sparse_initializers and reference is not None:
         dense = sparse
         sparse = onnx.ModelProto()
