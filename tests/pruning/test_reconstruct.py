@@ -35,6 +35,32 @@ def test_sampled_rows_are_the_rows_of_the_whole_im2col(kernel: list[int], attrs:
     np.testing.assert_array_equal(reconstruction._rows(node, x, weight, pick), every[pick])
 
 
+@pytest.mark.parametrize("auto_pad", ["SAME_UPPER", "SAME_LOWER", "VALID"])
+@pytest.mark.parametrize("strides", [[1, 1], [2, 3]])
+def test_auto_pad_rows_times_the_weight_are_the_conv(auto_pad: str, strides: list[int]) -> None:
+    """jax2onnx writes auto_pad=SAME_UPPER on every Conv; reconstruction skipped them all (held-out digits
+    93.3% against 96.7% for the same net from Keras). Its im2col rows now pad as ONNX Runtime does."""
+    rng = np.random.default_rng(2)
+    x = rng.normal(size=(2, 3, 10, 9)).astype(np.float32)
+    weight = rng.normal(size=(4, 3, 3, 2)).astype(np.float32)
+    node = helper.make_node("Conv", ["x", "w"], ["y"], auto_pad=auto_pad, strides=strides)
+    graph = helper.make_graph(
+        [node],
+        "conv",
+        [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, list(x.shape))],
+        [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, None)],
+        [onnx.numpy_helper.from_array(weight, "w")],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    expected = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[
+        0
+    ]
+    rows = reconstruction._rows(node, x, weight)  # [N * outs, C * K]
+    got = (rows @ weight.reshape(4, -1).T.astype(np.float64)).reshape(2, *expected.shape[2:], 4)
+    np.testing.assert_allclose(np.moveaxis(got, -1, 1), expected, rtol=1e-4, atol=1e-4)
+    assert reconstruction._unsupported(node) is None
+
+
 def residual_model() -> onnx.ModelProto:
     """conv1 -> relu, read by conv2 and by a 1x1 shortcut (two leaves on one input) -> conv3 + shortcut ->
     relu -> conv4: leaves in sequence and side by side."""

@@ -104,8 +104,6 @@ def _unsupported(node: onnx.NodeProto) -> str | None:
     if node.op_type == "Conv":
         if attr(node, "group", 1) != 1:
             return "grouped Conv"
-        if attr(node, "auto_pad", "NOTSET") not in ("NOTSET", ""):
-            return "auto_pad"
         return None
     if node.op_type == "Gemm":
         if attr(node, "transA", 0) or attr(node, "alpha", 1.0) != 1.0 or attr(node, "beta", 1.0) != 1.0:
@@ -431,10 +429,30 @@ def _conv_geometry(node: onnx.NodeProto, x_shape: tuple[int, ...], weight: np.nd
     rank = len(kernel)
     strides = list(attr(node, "strides", [1] * rank))
     dilations = list(attr(node, "dilations", [1] * rank))
-    pads = list(attr(node, "pads", [0] * 2 * rank))
+    pads = _auto_pads(node, x_shape[2:], kernel, strides, dilations) or list(attr(node, "pads", [0] * 2 * rank))
     padded = [x_shape[2 + i] + pads[i] + pads[i + rank] for i in range(rank)]
     outs = [(padded[i] - dilations[i] * (kernel[i] - 1) - 1) // strides[i] + 1 for i in range(rank)]
     return kernel, strides, dilations, pads, outs
+
+
+def _auto_pads(
+    node: onnx.NodeProto, size: Sequence[int], kernel: list[int], strides: list[int], dilations: list[int]
+) -> list[int] | None:
+    """The explicit pads of a Conv's ``auto_pad`` (jax2onnx writes SAME_UPPER) for an input of spatial ``size``,
+    as ONNX defines them: SAME_* pads so the output is ceil(size / stride), the odd pixel at the end (UPPER)
+    or the start (LOWER); VALID pads nothing. None without auto_pad."""
+    mode = attr(node, "auto_pad", "NOTSET")
+    if mode in ("NOTSET", ""):
+        return None
+    if mode == "VALID":
+        return [0] * 2 * len(kernel)
+    begins, ends = [], []
+    for n, k, s, d in zip(size, kernel, strides, dilations, strict=True):
+        total = max(0, (-(-n // s) - 1) * s + (k - 1) * d + 1 - n)
+        small, large = total // 2, total - total // 2
+        begins.append(small if mode == "SAME_UPPER" else large)
+        ends.append(large if mode == "SAME_UPPER" else small)
+    return begins + ends
 
 
 def _row_count(node: onnx.NodeProto, x_shape: tuple[int, ...], weight: np.ndarray) -> int:
