@@ -283,3 +283,29 @@ def test_a_higher_confidence_keeps_the_drop_and_its_sampling_error_inside_the_bu
         bound = lost.mean() + (2.3263 if confidence == "0.99" else 0.0) * lost.std(ddof=1) / np.sqrt(len(lost))
         assert bound <= 0.05 + 1e-9
     assert found["0.99"]["overall"] < found["0.5"]["overall"]
+
+
+def test_kernels_stored_behind_a_transpose_are_pruned(tmp_path: Path) -> None:
+    """Keras' jax backend stores each kernel HWIO and transposes it for the Conv: the Conv reads no initializer,
+    so sparsify pruned only the Dense layer of a 12-Conv MobileNet. The constants are folded first."""
+    rng = np.random.default_rng(0)
+    hwio = rng.normal(size=(3, 3, 4, 8)).astype(np.float32)
+    graph = helper.make_graph(
+        [
+            helper.make_node("Transpose", ["kernel_hwio"], ["kernel"], perm=[3, 2, 0, 1]),
+            helper.make_node("Conv", ["x", "kernel"], ["y"], pads=[1, 1, 1, 1]),
+        ],
+        "keras_jax",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4, 8, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 8, 8, 8])],
+        [numpy_helper.from_array(hwio, "kernel_hwio")],
+    )
+    path = tmp_path / "k.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), path)
+    out, report = tmp_path / "s.onnx", tmp_path / "s.json"
+    assert main(["sparsify", str(path), "-o", str(out), "--sparsity", "0.5", "--report", str(report)]) == 0
+    written = json.loads(report.read_text())
+    assert any(note.startswith("normalised first: weights computed from constants") for note in written["notes"])
+    conv = next(n for n in onnx.load(out).graph.node if n.op_type == "Conv")
+    kernel = next(numpy_helper.to_array(t) for t in onnx.load(out).graph.initializer if t.name == conv.input[1])
+    assert kernel.shape == (8, 4, 3, 3) and (kernel == 0).mean() == pytest.approx(0.5, abs=0.01)

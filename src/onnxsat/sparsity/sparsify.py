@@ -25,6 +25,7 @@ from onnxsat.data.model_input import (
 )
 from onnxsat.data.outputs import check_state, parse_stateful
 from onnxsat.data.sources import Dataset, load_dataset
+from onnxsat.eqsat.portable import portable_form
 from onnxsat.errors import SettingsError
 from onnxsat.external_data import given_bytes, stored_bytes, tensor_value
 from onnxsat.inputs import InputSpec, random_inputs
@@ -183,6 +184,43 @@ def _zero_state(model: onnx.ModelProto, state: dict[str, str]) -> dict[str, np.n
     return feeds
 
 
+WEIGHT_FORMING_OPS = frozenset({"Transpose", "Reshape", "Cast", "Identity", "Squeeze", "Unsqueeze", "Flatten"})
+"""Ops an exporter may put between a stored kernel and the node that reads it as its weight."""
+
+
+def _computed_weights(model: onnx.ModelProto) -> int:
+    """How many Conv/ConvTranspose/Gemm/MatMul weights the graph computes from a constant by a layout op (Keras'
+    jax backend stores each kernel HWIO and transposes it for the Conv): no initializer to prune, until folded."""
+    graph = model.graph
+    constants = {t.name for t in graph.initializer} - {v.name for v in graph.input}
+    constants |= {o for n in graph.node if n.op_type == "Constant" for o in n.output}
+    producers = {o: n for n in graph.node for o in n.output}
+    weighted = ("Conv", "ConvTranspose", "Gemm", "MatMul")
+    count = 0
+    for node in graph.node:
+        if node.op_type in weighted and len(node.input) > 1 and node.input[1] in producers:
+            producer = producers[node.input[1]]
+            count += producer.op_type in WEIGHT_FORMING_OPS and bool(producer.input) and producer.input[0] in constants
+    return count
+
+
+def _weights_folded(
+    model: onnx.ModelProto, options: SparsifyOptions, base_dir: Path | None
+) -> tuple[onnx.ModelProto, list[str]]:
+    """The model to prune, and a note: its portable form (constants folded) when weights are computed from
+    constants and that form verifies; else the model as given."""
+    computed = _computed_weights(model)
+    if not computed:
+        return model, []
+    form = portable_form(model, options.inputs, base_dir)
+    if form.not_used is not None:
+        return model, [f"{computed} weights computed from constants are left as they are: {form.not_used}"]
+    return form.model, [
+        "normalised first: weights computed from constants (a Transpose of the stored kernel, as Keras' jax backend "
+        "writes them) folded so they can be pruned (ONNXSat optimize --target portable)"
+    ]
+
+
 def sparsify_model(
     model: onnx.ModelProto, options: SparsifyOptions, source: str = "<memory>", base_dir: Path | None = None
 ) -> tuple[onnx.ModelProto, SparsifyReport]:
@@ -192,6 +230,7 @@ def sparsify_model(
     given_size = given_bytes(model, source)
     graph = model.graph
     check_state(options.state, [v.name for v in graph.input], [v.name for v in graph.output])
+    model, normalised = _weights_folded(model, options, base_dir)
     model, lifted = lift_body_weights(model)
     original = reference_run(model, options.inputs, base_dir=base_dir)  # an input ORT cannot run is said first
     targets = select(sparsity_targets(model), options.exclude)
@@ -208,6 +247,7 @@ def sparsify_model(
     weights = {t.name: np.asarray(_initializer_value(model, t, base_dir)) for t in targets}
     dataset = _dataset(model, options)
     report = SparsifyReport(input=source, output=None, method=options.method, requested=options.sparsity)
+    report.notes += normalised
     if lifted:
         report.notes.append(
             f"{len(lifted)} weights inside If/Loop/Scan bodies moved to the main graph (read from there by name, "
