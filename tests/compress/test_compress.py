@@ -283,3 +283,25 @@ def test_a_group_never_pruned_is_reported_by_its_bound() -> None:
     line = compress_module._costly_line("c", 0.2, 0.99)
     assert line == "c: pruned alone at 50%, its drop bound is 20.00% (99% confidence), over the budget: never pruned"
     assert compress_module._costly_line("g", float("inf"), 0.99) == "g: pruned alone at 50%, it failed: never pruned"
+
+
+def test_a_model_nothing_can_prune_says_so() -> None:
+    """A jax2onnx ViT with a dynamic batch had no prunable group: compress searched the rest and never said
+    why pruning was missing from every candidate."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    from onnxsat.compress.report import CompressReport
+
+    weight = numpy_helper.from_array(np.ones((8, 4), np.float32), "w")
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["y"], name="head")],
+        "head_only",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 4])],
+        [weight],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    report = CompressReport(input="m.onnx", output=None, max_drop=0.01)
+    assert compress_module._groups(model, CompressOptions(), report) == []
+    (note,) = report.notes
+    assert note.startswith("pruning left out: no channel group can be pruned (") and "onnxsat prune" in note

@@ -251,7 +251,12 @@ def _groups(model: onnx.ModelProto, options: CompressOptions, report: CompressRe
     except Exception as error:  # pruning is one technique among three: a graph it cannot read is not fatal
         report.notes.append(f"pruning left out: its association trees failed ({type(error).__name__}: {error})")
         return []
-    return [group.roots[0].node for group in forest.groups if group.prunable]
+    prunable = [group.roots[0].node for group in forest.groups if group.prunable]
+    if not prunable and "prune" in options.techniques:  # said, not left for the user to wonder about
+        firsts = list(dict.fromkeys(g.reasons[0] if g.reasons else "a single channel" for g in forest.groups))
+        why = f" ({'; '.join(firsts[:2])}{'; ...' if len(firsts) > 2 else ''})" if firsts else ""
+        report.notes.append(f"pruning left out: no channel group can be pruned{why}; `onnxsat prune` says more")
+    return prunable
 
 
 def _latency_feeds(
