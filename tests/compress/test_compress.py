@@ -245,7 +245,7 @@ def test_the_workers_keep_the_runtimes_own_warnings_off_stderr(
 def test_a_speedup_inside_the_noise_writes_nothing() -> None:
     """On a model with nothing to compress, a 1.03x whose interval reaches below 1 is noise: written on one
     run and not the next, before. Only a speedup whose interval clears the original is written."""
-    from onnxsat.compress.compress import _pays
+    from onnxsat.compress.compress import _faster, _pays
     from onnxsat.compress.evaluate import Outcome
     from onnxsat.compress.search import Evaluated
 
@@ -254,7 +254,8 @@ def test_a_speedup_inside_the_noise_writes_nothing() -> None:
 
     assert not _pays(candidate(1.03, 0.99), 1000)
     assert _pays(candidate(1.03, 1.01), 1000)
-    assert _pays(candidate(0.99, 0.95, size=800), 1000)  # as fast and smaller
+    assert _pays(candidate(0.99, 0.95, size=800), 1000)  # as fast and smaller...
+    assert not _faster(candidate(0.99, 0.95, size=800))  # ...which the report says: written for its size
     assert not _pays(candidate(0.95, 0.90, size=800), 1000)
 
 
