@@ -428,6 +428,28 @@ def test_the_budget_search_stops_at_its_time_budget(
     assert code != 0
 
 
+def test_a_fit_that_leaves_nothing_quantized_is_no_fit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """LR-ASPP (random weights) dropped 53% fully quantized; the fewest nodes left in float that fit were 87 of 88,
+    and ORT's quantizer leaves a lone Add float: the user read "ONNX Runtime's quantizer left every node in float"."""
+    from types import SimpleNamespace
+
+    from onnxsat.quantization import quantize as quantize_module
+    from onnxsat.quantization.report import ModeTrial
+
+    model = onnx.load(mlp(tmp_path / "mlp.onnx"))
+    score = SimpleNamespace(drop=0.5273, bound=0.5426)
+    candidate = quantize_module.Candidate("static", model, {}, score)  # type: ignore[arg-type]
+    monkeypatch.setattr(quantize_module, "_damage", lambda *args: [("fc1", 1.0), ("fc2", 0.5)])
+    monkeypatch.setattr(quantize_module, "_bisect", lambda *args: (1, model, score))
+    trial = ModeTrial("static")
+    found = quantize_module._within_budget(model, candidate, ["fc1", "fc2"], 0.01, None, None, trial)  # type: ignore[arg-type]
+    assert found is None
+    assert trial.error == (
+        "no subset of nodes fits the budget (every node quantized: drop 52.73%, bound 54.26% with its sampling "
+        "error, against 1.00%): the fewest left in float that fit, 1 of 2, leave nothing quantized"
+    )
+
+
 def test_a_budget_search_cut_short_keeps_what_it_found(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Time runs out in the bisection, after a count that fits: that model is written, and the note says so."""
     from onnxsat.quantization import quantize as quantize_module

@@ -757,16 +757,21 @@ def _within_budget(
         # the estimate misled: measure every node alone
         ordered = _damage(model, candidate, nodes, scorer, build, len(nodes), _halfway(deadline))
         best = _bisect([name for name, _ in ordered], budget, scorer, build, deadline)
+    full = candidate.score
+    fully = f"every node quantized: drop {full.drop:.2%}, bound {full.bound:.2%} with its sampling error"
+    fully += f", against {budget:.2%}"
     if best is None:
         late = f"; {OUT_OF_TIME}" if _now() >= deadline else ""
-        full = candidate.score
-        trial.error = (
-            f"no subset of nodes fits the budget (every node quantized: drop {full.drop:.2%}, bound "
-            f"{full.bound:.2%} with its sampling error, against {budget:.2%}){late}"
-        )
+        trial.error = f"no subset of nodes fits the budget ({fully}){late}"
         return None
     ranked, damage = [name for name, _ in ordered], dict(ordered)
     count, quantized, score = best
+    if _integer_nodes(quantized) <= _integer_nodes(model):  # what is left alone, ORT leaves float (a lone Relu)
+        trial.error = (
+            f"no subset of nodes fits the budget ({fully}): the fewest left in float that fit, {count} of "
+            f"{len(ranked)}, leave nothing quantized"
+        )
+        return None
     # the bisection leaves the first ``count`` of the ranking in float, harmless ones too when it must reach them
     left = {n: f"in float for the budget: ranked {i + 1} of {len(ranked)} (damage {damage[n]:.3g})" for i, n in
             enumerate(ranked[:count])}  # fmt: skip
