@@ -64,6 +64,11 @@ def test_with_data_the_pruned_model_is_scored_on_a_part_calibration_never_saw() 
     assert plain_report.accuracy is not None and plain_report.accuracy.samples == len(
         load_dataset(DIGITS, [None, 1, 8, 8])
     )
+    # 18 points lost without the refit (0 with it): warned about, with what to do
+    assert report.collapsed is None and plain_report.collapsed is not None
+    assert plain_report.collapsed.startswith("logits: top1 fell from 99.83% to 81.58%")
+    assert "--reconstruct to refit what is kept" in plain_report.collapsed
+    assert f"warning: {plain_report.collapsed}" in plain_report.notes
     _, no_score = prune_model(model, PruneOptions(rate=0.5, reconstruct=True, data=DIGITS, holdout=0.0))
     assert no_score.accuracy is None and no_score.scored_on is None
 

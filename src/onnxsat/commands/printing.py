@@ -57,6 +57,9 @@ def run_and_print(
             f"{held.score.samples} samples: they can neither confirm nor refute it (give more --data)"
         )
         print(f"onnxsat: warning: {message}", file=sys.stderr)
+    collapsed = getattr(report, "collapsed", None)
+    if collapsed:
+        print(f"onnxsat: warning: {collapsed}", file=sys.stderr)
     if not report.verification or not report.verification.ok:
         print("onnxsat: warning: verification failed; the result was written because of --force", file=sys.stderr)
         return VerificationFailedError.exit_code

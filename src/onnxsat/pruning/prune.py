@@ -24,7 +24,7 @@ from onnxsat.eqsat.portable import portable_form
 from onnxsat.errors import SettingsError
 from onnxsat.external_data import given_bytes, stored_bytes
 from onnxsat.inputs import InputSpec, random_inputs
-from onnxsat.metrics import MetricSpec, metric_option
+from onnxsat.metrics import MetricSpec, collapse_warning, metric_option
 from onnxsat.metrics.scorer import ModelScorer
 from onnxsat.normal_form import normal_form
 from onnxsat.options import float_list, option, percent
@@ -330,6 +330,9 @@ def _score(
     report.scored_on, report.baseline = data.name, scorer.baseline
     report.metrics = scorer.budget.describe()
     report.accuracy = scorer.score(pruned)
+    advice = "a lower --rate" + ("" if options.reconstruct else ", --reconstruct to refit what is kept")
+    report.collapsed = collapse_warning(report.accuracy, advice + ", or `onnxsat compress` to search within a budget")
+    report.notes += [f"warning: {report.collapsed}"] if report.collapsed else []
     report.notes += scorer.budget.blind_spots()
     feeds = scorer.sample_feeds(VERIFY_SAMPLES)
     return InputSpec(options.inputs.shapes, feeds, f"the first {len(feeds[name])} samples of {data.name}")

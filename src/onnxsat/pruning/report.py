@@ -58,6 +58,8 @@ class PruneReport(ReportBase):
     metrics: dict[str, dict[str, str]] = field(default_factory=dict)
     baseline: Score | None = None
     accuracy: Score | None = None
+    collapsed: str | None = None
+    """Why the model pruned at the rate asked for no longer does its job (``collapse_warning``), if so."""
     reconstruction: list[LeafFit] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     verification: VerificationResult | None = None

@@ -31,6 +31,8 @@ class SparsifyReport(ReportBase):
     baseline: Score | None = None
     accuracy: Score | None = None
     held_out: HeldOut | None = None
+    collapsed: str | None = None
+    """Why the model made at the level asked for no longer does its job (``collapse_warning``), if so."""
     max_drop: float | None = None
     confidence: float = 0.5
     """How sure a level had to be to count as inside ``max_drop`` (see ``Score.bound``)."""

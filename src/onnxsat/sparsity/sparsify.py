@@ -35,6 +35,7 @@ from onnxsat.metrics import (
     MetricSpec,
     check_confidence,
     check_spec,
+    collapse_warning,
     confidence_option,
     metric_option,
 )
@@ -296,6 +297,8 @@ def sparsify_model(
         result = sparsity_masks(options.method, targets, weights, options.sparsity, norms)
         if dataset is not None:
             report.accuracy = evaluator.drop(result.masks)[1]
+            report.collapsed = collapse_warning(report.accuracy, "give --max-drop to search for the level it allows")
+            report.notes += [f"warning: {report.collapsed}"] if report.collapsed else []
         elif any(t.in_body for t in targets):
             report.notes.append(
                 "weights inside If/Loop/Scan bodies were pruned with no --data to show which branches run: "
