@@ -13,10 +13,12 @@ from rule_builders import Graph, assert_fired, assert_unchanged, optimized
 M = 4  # output channels / columns
 
 
-def conv_then(op: str, shape: tuple[int, ...], *, bias: bool, const_first: bool = False, dims: int = 2) -> Graph:
+def conv_then(
+    op: str, shape: tuple[int, ...], *, bias: bool, const_first: bool = False, dims: int = 2, batch: int | str = 2
+) -> Graph:
     """x -> Conv (M filters, kernel 3, padded) -> op with a constant of ``shape`` -> y."""
     g = Graph(seed=len(shape) + 3 * bias)
-    x = g.input("x", [2, 3] + [6] * dims)
+    x = g.input("x", [batch, 3] + [6] * dims)
     inputs = [x, g.weight("w", M, 3, *[3] * dims)] + ([g.weight("b", M)] if bias else [])
     conv = g.node("Conv", inputs, "conv", pads=[1] * (2 * dims))
     c = g.scale("s", *shape) if op == "Mul" else g.weight("s", *shape)
@@ -34,9 +36,11 @@ def conv_then(op: str, shape: tuple[int, ...], *, bias: bool, const_first: bool 
         ("Add", (M, 1, 1), True, True, 2, "Conv(bias)+Add(per channel) -> Conv"),
         ("Add", (1, M, 1, 1, 1), False, False, 3, "Conv+Add(per channel) -> Conv"),
         ("Add", (), False, True, 2, "Conv+Add(scalar) -> Conv"),
+        ("Sub", (1, M, 1, 1), True, False, 2, "Conv(bias)+Sub(per channel) -> Conv"),
+        ("Sub", (M, 1, 1), False, False, 2, "Conv+Sub(per channel) -> Conv"),
     ],
     ids=["mul_m11", "mul_1m11_bias_swapped", "mul_scalar_bias", "mul_1d", "add_m11_bias_swapped", "add_3d",
-         "add_scalar_swapped"],
+         "add_scalar_swapped", "sub_1m11_bias", "sub_m11"],
 )  # fmt: skip
 def test_conv_output_constant_folds_into_weights(
     op: str, shape: tuple[int, ...], bias: bool, const_first: bool, dims: int, rule: str
@@ -46,6 +50,26 @@ def test_conv_output_constant_folds_into_weights(
     assert_fired(trip, rule)
     assert op_types(trip.model) == Counter({"Conv": 1})
     check_and_compare(model, trip.model)
+
+
+@pytest.mark.parametrize("op", ["Add", "Mul"])
+def test_conv_output_constant_folds_with_a_dynamic_batch(op: str) -> None:
+    """Paddle2ONNX writes every Conv's bias as Conv -> Add([1, C, 1, 1]) with the batch dynamic: the sum keeps
+    the Conv's shape whatever the batch is, so it folds (and the BatchNormalization after it then does too)."""
+    model = conv_then(op, (1, M, 1, 1), bias=False, batch="N").model(["y"])
+    trip = optimized(model)
+    assert op_types(trip.model) == Counter({"Conv": 1})
+    check_and_compare(model, trip.model)
+
+
+def test_a_constant_minus_the_conv_output_is_kept() -> None:
+    """c - Conv(x) negates the convolution: no bias shift computes it."""
+    assert_unchanged(conv_then("Sub", (1, M, 1, 1), bias=True, const_first=True).model(["y"]))
+
+
+def test_a_constant_that_may_grow_a_dynamic_batch_is_kept() -> None:
+    """[2, M, 1, 1] against a batch of N: the sum has a batch of 2 when N is 1, so it is not the Conv's shape."""
+    assert_unchanged(conv_then("Add", (2, M, 1, 1), bias=True, batch="N").model(["y"]))
 
 
 @pytest.mark.parametrize(

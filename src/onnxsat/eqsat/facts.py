@@ -300,17 +300,32 @@ ELEMENTWISE_BINARY = frozenset({"Add", "Sub", "Mul", "Div"})
 
 
 def same_shape_operands(graph: onnx.GraphProto, facts: GraphFacts) -> list[tuple[str, str, int]]:
-    """(output, operand, rank) for each operand of a binary elementwise node with the output's known shape."""
-    pairs = []
+    """(output, operand, rank) for each operand of a binary elementwise node whose shape the output keeps: the
+    output's known shape is the operand's, or the other operand broadcasts into it without growing it (each of
+    its dims, aligned from the right, is 1 or the operand's known size). The second holds with a dynamic batch:
+    a Conv's per-channel [1, C, 1, 1] shift keeps [N, C, H, W] whatever N is (Paddle2ONNX writes every Conv bias
+    so, and its BatchNorm then stayed unfolded)."""
+    pairs: dict[tuple[str, str, int], None] = {}
     for node in graph.node:
         if node.op_type not in ELEMENTWISE_BINARY or node.domain not in ("", "ai.onnx") or len(node.input) != 2:
             continue
         shape = facts.shapes.get(node.output[0])
-        if shape is None or any(d < 0 for d in shape):
-            continue
-        operands = dict.fromkeys(node.input)
-        pairs.extend((node.output[0], name, len(shape)) for name in operands if facts.shapes.get(name) == shape)
-    return pairs
+        for operand, other in (node.input, tuple(reversed(node.input))):
+            mine = facts.shapes.get(operand)
+            if mine is None or (shape is not None and len(shape) != len(mine)):
+                continue
+            if (shape is not None and all(d >= 0 for d in shape) and mine == shape) or _kept(
+                mine, facts.shapes.get(other)
+            ):
+                pairs[(node.output[0], operand, len(mine))] = None
+    return list(pairs)
+
+
+def _kept(shape: tuple[int, ...], other: tuple[int, ...] | None) -> bool:
+    """Whether broadcasting ``other`` against ``shape`` leaves ``shape`` as it is."""
+    if other is None or len(other) > len(shape):
+        return False
+    return all(o == 1 or (o > 0 and o == d) for o, d in zip(reversed(other), reversed(shape), strict=False))
 
 
 EQUAL_CHECK_MAX_BYTES = 1 << 28
