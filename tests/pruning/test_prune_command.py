@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 from pathlib import Path
 
 import numpy as np
@@ -40,6 +41,20 @@ def test_prune_command_writes_and_prints(model_file: Path, capsys: pytest.Captur
     assert "relative L2 error" in change and "cosine" in change
     weights = {t.name: list(t.dims) for t in onnx.load(str(output)).graph.initializer}
     assert weights["c1_w"] == [6, 3, 3, 3]
+
+
+def test_latency_times_the_pruned_model_beside_the_original(
+    model_file: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Fewer MACs need not mean faster (a ShuffleNet pruned 25% ran 0.94x): --latency measures it."""
+    output, report = model_file.with_name("pruned.onnx"), model_file.with_name("report.json")
+    assert (
+        main(["prune", str(model_file), "-o", str(output), "--rate", "50%", "--latency", "--report", str(report)]) == 0
+    )
+    (line,) = [line for line in capsys.readouterr().out.splitlines() if line.startswith("latency under")]
+    assert line.startswith("latency under ORT_ENABLE_ALL (1 thread, median of 60 interleaved pairs): original ")
+    (timed,) = json.loads(report.read_text())["latency"]
+    assert timed["ort_level"] == "ORT_ENABLE_ALL" and timed["original_ms"] > 0 and timed["optimized_ms"] > 0
 
 
 def test_show_trees_needs_no_output(model_file: Path, capsys: pytest.CaptureFixture[str]) -> None:

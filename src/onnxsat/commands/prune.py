@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
-from onnxsat.commands.arguments import add_input_options, add_report_arguments
+from onnxsat.commands.arguments import add_input_options, add_report_arguments, input_spec
 from onnxsat.commands.printing import run_and_print
 from onnxsat.errors import SettingsError
 from onnxsat.html.prune import prune_page
+from onnxsat.latency import compare_latency
 from onnxsat.options import add_arguments, from_arguments
 from onnxsat.passes.prune import PrunePass
 from onnxsat.pruning.prune import PruneOptions, show_trees
+from onnxsat.pruning.report import PruneReport
 
 ORDER = 30
 
@@ -23,6 +26,9 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     parser.add_argument("-o", "--output", help="where to write the pruned model (not needed with --show-trees)")
     add_arguments(parser, PruneOptions)
     add_input_options(parser)
+    parser.add_argument(
+        "--latency", action="store_true", help="also time the original and the pruned model side by side (ORT all)"
+    )
     parser.add_argument("--show-trees", action="store_true", help="print the node association trees and stop")
     parser.add_argument("--trees-image", metavar="PATH", help="with --show-trees: also draw them (PNG, SVG)")
     add_report_arguments(parser)
@@ -35,4 +41,9 @@ def run(args: argparse.Namespace) -> int:
         return 0
     if args.output is None:
         raise SettingsError("give -o/--output for the pruned model (or --show-trees to only list the trees)")
-    return run_and_print(args, PrunePass(from_arguments(PruneOptions, args)), prune_page)
+
+    def add_latency(report: PruneReport) -> None:
+        if args.latency:
+            report.latency = [compare_latency(Path(args.model), Path(args.output), input_spec(args))]
+
+    return run_and_print(args, PrunePass(from_arguments(PruneOptions, args)), prune_page, after=add_latency)

@@ -67,6 +67,12 @@ def prune_page(report: PruneReport) -> Page:
             ["node", "relative error before", "after", "refitted"],
             [(f.node, f.error_before, f.error_after, f.accepted) for f in report.reconstruction],
         )
+    if report.latency:
+        page.heading("Latency, side by side")
+        page.table(
+            ["ORT level", "threads", "pairs", "original ms", "pruned ms", "speedup"],
+            [(x.ort_level, x.threads, x.pairs, x.original_ms, x.optimized_ms, x.speedup) for x in report.latency],
+        )
     for note in report.notes:
         page.paragraph(f"Note: {note}", note=True)
     add_verification(page, report.verification, "passes the checker, runs in ONNX Runtime")
