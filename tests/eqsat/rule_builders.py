@@ -96,10 +96,11 @@ class OpWeightedCost:
         return self.weights.get(node.op_type, 1.0)
 
 
-GUARD_PASSES = 8
+GUARD_PASSES = 12
 GUARD_ENODES = 3000
 """Bounds of the divergence guard in ``optimized``: the test models are tiny (a few hundred e-nodes) and reach
-their fixpoint in two or three passes; a diverging rule set quickly grows past any such bound."""
+their fixpoint in a few passes (a Transpose sinking below a chain of per-channel ops and folding them into a
+Conv takes two per op: nine for Sub, Mul, Add); a diverging rule set quickly grows past any such bound."""
 
 
 def simplify_to_fixpoint(encoded: EncodedModel, target: str) -> Counter[str]:

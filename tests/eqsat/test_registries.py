@@ -100,6 +100,7 @@ def test_registered_kernel_and_flag_names() -> None:
         "channel_vector",
         "scale_vector",
         "add_channel_bias",
+        "subtract_channel_bias",
         "scale_conv_input_channels",
         "conv_input_shift_bias",
         "scale_columns",
@@ -111,6 +112,7 @@ def test_registered_kernel_and_flag_names() -> None:
         "composed_slice_ends",
         "composed_slice_axes",
         "composed_slice_steps",
+        "transpose_constant",
     }
     assert {"scale_conv_weight", "scale_convtranspose_weight"} == FOLDING_KERNELS
     assert set(ATTRIBUTE_KERNELS) == {

@@ -15,6 +15,7 @@ from onnxsat.eqsat.rules.layout_sinking import has_layout_chain
 UNARY = "unary(layout) -> layout(unary)"
 SCALAR = "binary(layout, scalar) -> layout(binary)"
 BOTH = "binary(layout, layout) -> layout(binary)"
+BROADCAST = "binary(Transpose, constant) -> Transpose(binary)"
 NHWC, NCHW = [0, 2, 3, 1], [0, 3, 1, 2]
 
 
@@ -83,15 +84,20 @@ def test_transposes_that_do_not_cancel_compose_into_one() -> None:
     check_and_compare(model, trip.model)
 
 
-@pytest.mark.parametrize("case", ["per_channel_constant", "different_perms", "softmax_axis", "unequal_shapes"])
+@pytest.mark.parametrize(
+    "case", ["growing_constant", "input_operand", "different_perms", "softmax_axis", "unequal_shapes"]
+)
 def test_layout_ops_that_cannot_sink_stay(case: str) -> None:
-    """A constant with real extent, operands transposed differently or broadcast against each other,
-    and ops that depend on an axis (Softmax) keep their Transposes where they are."""
+    """A constant the Transpose's output broadcasts against (it would grow the result), an operand that is
+    no constant, operands transposed differently or broadcast against each other, and ops that depend on
+    an axis (Softmax) keep their Transposes where they are."""
     g = Graph()
-    x = g.input("x", [2, 3, 4])
+    x = g.input("x", [1, 3, 4] if case == "growing_constant" else [2, 3, 4])
     t = g.node("Transpose", [x], "t", perm=[0, 2, 1])
-    if case == "per_channel_constant":
-        u = g.node("Mul", [t, g.const("c", np.array([0.5, 0.7, 0.9], np.float32))], "u")
+    if case == "growing_constant":
+        u = g.node("Mul", [t, g.weight("c", 2, 1, 3)], "u")
+    elif case == "input_operand":
+        u = g.node("Mul", [t, g.input("c", [3])], "u")
     elif case == "different_perms":
         u = g.node("Add", [t, g.node("Transpose", [g.input("b", [4, 2, 3])], "tb", perm=[1, 0, 2])], "u")
     elif case == "unequal_shapes":
@@ -99,7 +105,7 @@ def test_layout_ops_that_cannot_sink_stay(case: str) -> None:
     else:
         u = g.node("Softmax", [t], "u", axis=-1)
     g.node("Transpose", [u], "y", perm=[0, 2, 1])
-    trip = assert_unchanged(g.model(["y"]), UNARY, SCALAR, BOTH)
+    trip = assert_unchanged(g.model(["y"]), UNARY, SCALAR, BOTH, BROADCAST)
     assert op_types(trip.model)["Transpose"] >= 2
 
 
@@ -126,4 +132,68 @@ def test_a_scalar_layout_output_times_a_one_element_vector_keeps_its_rank() -> N
     trip = optimized(model)
     assert_not_fired(trip, SCALAR)
     assert [d.dim_value for d in trip.model.graph.output[0].type.tensor_type.shape.dim] == [1]
+    check_and_compare(model, trip.model)
+
+
+def keras_conv_block(*affine: str, batch: int | str = "N") -> Graph:
+    """What Keras 3's jax and torch backends export for Conv -> BatchNorm -> ReLU -> Conv: every Conv wrapped in
+    NHWC<->NCHW Transposes, the BatchNorm as per-channel ops on [1,1,1,C] or [C] constants in NHWC."""
+    g = Graph()
+    x = g.node("Transpose", [g.input("x", [batch, 5, 5, 3])], "x_nchw", perm=NCHW)
+    conv = g.node("Conv", [x, g.weight("w1", 4, 3, 3, 3)], "c1", pads=[1, 1, 1, 1])
+    t = g.node("Transpose", [conv], "c1_nhwc", perm=NHWC)
+    for i, op in enumerate(affine):
+        shape = (1, 1, 1, 4) if i % 2 == 0 else (4,)
+        t = g.node(op, [t, g.scale(f"k{i}", *shape)], f"bn{i}")
+    t = g.node("Relu", [t], "r")
+    conv = g.node("Conv", [g.node("Transpose", [t], "r_nchw", perm=NCHW), g.weight("w2", 2, 4, 1, 1)], "c2")
+    g.node("Transpose", [conv], "y", perm=NHWC)
+    return g
+
+
+@pytest.mark.parametrize(
+    ("affine", "batch"),
+    [(("Mul", "Add"), "N"), (("Sub", "Mul", "Add"), "N"), (("Add", "Mul", "Add"), 2)],
+    ids=["jax_mul_add", "torch_sub_mul_add", "conv_bias_then_bn_static_batch"],
+)
+def test_transposes_sink_below_per_channel_constants_cancel_and_the_affine_folds_into_the_conv(
+    affine: tuple[str, ...], batch: int | str
+) -> None:
+    """The Transpose after the first Conv sinks below each per-channel op (its constant moved to [1,C,1,1]) and
+    the Relu, meets the one before the second Conv and cancels; the per-channel ops then fold into the first
+    Conv (``weight_folding``), with a dynamic batch too. What is left is the pair around the graph."""
+    model = keras_conv_block(*affine, batch=batch).model(["y"])
+    trip = optimized(model)
+    assert_fired(trip, BROADCAST, "Transpose+Transpose(inverse) -> input")
+    assert op_types(trip.model) == Counter({"Transpose": 2, "Conv": 2, "Relu": 1})
+    feeds = {"x": np.random.default_rng(1).normal(size=(2, 5, 5, 3)).astype(np.float32)}
+    check_and_compare(model, trip.model, feeds)
+
+
+def test_a_constant_moves_below_any_perm_and_either_operand_order() -> None:
+    """c' is c lined up with leading 1s and transposed by the inverse perm, for a perm that is no NHWC
+    swap, and with the constant as the first operand of a Sub and a Div."""
+    g = Graph()
+    t = g.node("Transpose", [g.input("x", [2, 3, 4])], "t", perm=[2, 0, 1])  # [4, 2, 3]
+    u = g.node("Sub", [g.weight("c", 2, 3), t], "u")
+    u = g.node("Div", [g.scale("d", 4, 1, 1), u], "v")
+    g.node("Transpose", [u], "y", perm=[1, 2, 0])
+    model = g.model(["y"])
+    trip = optimized(model)
+    assert_fired(trip, BROADCAST)
+    assert op_types(trip.model) == Counter({"Sub": 1, "Div": 1})
+    check_and_compare(model, trip.model)
+
+
+def test_a_transpose_that_meets_no_inverse_is_not_sunk() -> None:
+    """Sunk, the Transpose would cost the same and add a moved copy of the constant: the extractor keeps
+    the original where nothing cancels."""
+    g = Graph()
+    t = g.node("Transpose", [g.input("x", [2, 4, 3, 3])], "t", perm=NHWC)
+    g.node("Mul", [t, g.scale("c", 1, 1, 1, 4)], "y")
+    model = g.model(["y"])
+    trip = optimized(model)
+    assert_fired(trip, BROADCAST)
+    assert op_types(trip.model) == Counter({"Transpose": 1, "Mul": 1})
+    assert [i.name for i in trip.model.graph.initializer] == ["c"]
     check_and_compare(model, trip.model)

@@ -41,6 +41,7 @@ from onnxsat.eqsat.language import (
     out,
     pad_into_pool,
     parallel_pair,
+    permuted_constant,
     returns_input,
     same_shape,
     sole_use,
@@ -50,7 +51,7 @@ from onnxsat.eqsat.language import (
 )
 from onnxsat.eqsat.qdq import HELD_DOMAIN, held_nodes
 from onnxsat.eqsat.rules.attention import site_facts
-from onnxsat.eqsat.rules.layout_sinking import OP_KINDS
+from onnxsat.eqsat.rules.layout_sinking import OP_KINDS, permuted_constants
 from onnxsat.proto_fields import subgraph_captures
 
 _SPAN = bindings.PanicSpan()
@@ -72,6 +73,13 @@ def _call(name: str, *args: bindings.Lit | bindings.Call) -> bindings.Call:
 
 def _fact(expr: bindings.Call) -> bindings.ActionCommand:
     return bindings.ActionCommand(bindings.Expr_(_SPAN, expr))
+
+
+def _dims(dims: tuple[int, ...]) -> bindings.Call:
+    result = _call("DimsNil")
+    for dim in reversed(dims):
+        result = _call("DimsCons", _int(dim), result)
+    return result
 
 
 def _union(lhs: bindings.Call, rhs: bindings.Call) -> bindings.ActionCommand:
@@ -141,6 +149,7 @@ def declare_language(egraph: EGraph) -> None:
         same_shape(handle, handle, -1),
         foldable_batchnorm(handle, handle, Attrs.table(-1), Args.nil()),
         inverse_perms(Attrs.table(-1), Attrs.table(-1)),
+        permuted_constant(handle, handle, Attrs.table(-1), no_dims, -1),
         opset_at_least(-1),
         parallel_pair(handle, handle),
         pad_into_pool(handle),
@@ -180,10 +189,7 @@ class _Encoder:
         """Shape, element type, value flags and foldability of the tensor ``name`` (written as ``term``)."""
         facts = self.result.facts
         if name in facts.shapes:
-            dims = _call("DimsNil")
-            for dim in reversed(facts.shapes[name]):
-                dims = _call("DimsCons", _int(dim), dims)
-            self.commands.append(_fact(_call("HasShape", term, dims)))
+            self.commands.append(_fact(_call("HasShape", term, _dims(facts.shapes[name]))))
         if name in facts.types:
             self.commands.append(_fact(_call("HasType", term, _int(facts.types[name]))))
         for flag in facts.value_flags.get(name, ()):
@@ -234,6 +240,30 @@ class _Encoder:
         for outer, inner in inverse_permutations(self.attr_keys, self.result.attributes):
             self.commands.append(
                 _fact(_call("InversePerms", _call("AttrsTable", _int(outer)), _call("AttrsTable", _int(inner))))
+            )
+        static = self.constants | self.result.facts.foldable
+        static |= {
+            n.output[0] for n in graph.node if n.op_type == "Constant" and n.domain in ("", "ai.onnx") and n.output
+        }
+        for x, c, table, dims, rank in permuted_constants(
+            graph,
+            self.result.facts.shapes,
+            static,
+            self.attr_keys,
+            self.result.attributes,
+            domain_opset(self.result.model, ""),
+        ):
+            self.commands.append(
+                _fact(
+                    _call(
+                        "PermutedConstant",
+                        self.ref(x),
+                        self.ref(c),
+                        _call("AttrsTable", _int(table)),
+                        _dims(dims),
+                        _int(rank),
+                    )
+                )
             )
         self.commands += site_facts(self.result, self.args, self.ref)
         for output in graph.output:

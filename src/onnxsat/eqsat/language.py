@@ -162,7 +162,9 @@ found in Python at encode time (``facts.parallel_pairs``) so the merge rules joi
 same_shape = relation("SameShape", Tensor, Tensor, i64, egg_fn="SameShape")
 """Shape inference gives the output of a binary elementwise node (first) the same fully known shape, of
 this rank, as one of its operands (second). Computed in Python: a rule that joined two ``HasShape`` facts
-on a shared ``Dims`` makes egglog's join planner pair up every two tensors of equal shape."""
+on a shared ``Dims`` makes egglog's join planner pair up every two tensors of equal shape. ``layout_sinking``
+also asserts it for the binary node it writes below a Transpose, where an open dim (a dynamic batch) may
+remain: its constant operand has size 1 along every such dim, so the output keeps the operand's shape."""
 foldable_batchnorm = relation("FoldableBatchNorm", Tensor, Tensor, Attrs, Args, egg_fn="FoldableBatchNorm")
 """The first tensor is the output of an inference-mode BatchNormalization of the second, with these
 attributes and these static parameters (scale, bias, mean, var). A stage of its own (``bn_folding``):
@@ -190,6 +192,11 @@ attention_projection = relation(
 )
 """(merged output of an ``AttentionSite``, x, [Wq, Wk, Wv], [bq, bk, bv], K, 3H): its Q, K and V are
 ``x @ W + b`` with constant weights, so com.microsoft Attention with the weights side by side computes it too."""
+permuted_constant = relation("PermutedConstant", Tensor, Tensor, Attrs, Dims, i64, egg_fn="PermutedConstant")
+"""(x, c, Transpose attributes, dims, rank): ``c`` is the constant operand of a binary elementwise node whose
+other operand is ``x`` (of this rank), it broadcasts into ``x`` without growing it, and lined up with leading
+1s and transposed by the inverse of the attributes' perm it has these dims. Computed in Python at encode time
+(``layout_sinking.permuted_constants``): egglog cannot permute a shape list by a perm it cannot read."""
 op_kind = relation("OpKind", String, String, egg_fn="OpKind")
 """(op type, kind): the op belongs to a class a rule family treats alike (``layout_sinking.OP_KINDS``)."""
 opset_at_least = relation("OpsetAtLeast", i64, egg_fn="OpsetAtLeast")

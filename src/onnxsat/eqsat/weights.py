@@ -119,6 +119,14 @@ def add_channel_bias(args: list[np.ndarray | None], attrs: dict[str, onnx.Attrib
     return (base + shift.astype(np.float64).reshape(-1)).astype(weight.dtype)
 
 
+@weight_kernel("subtract_channel_bias")
+def subtract_channel_bias(args: list[np.ndarray | None], attrs: dict[str, onnx.AttributeProto]) -> np.ndarray:
+    """A convolution's bias (zeros when it has none) minus a per-channel constant, in the weight's dtype."""
+    bias, shift, weight = args
+    base = np.zeros(weight.shape[0]) if bias is None else bias.astype(np.float64)
+    return (base - shift.astype(np.float64).reshape(-1)).astype(weight.dtype)
+
+
 @weight_kernel("scale_conv_input_channels")
 def scale_conv_input_channels(args: list[np.ndarray | None], attrs: dict[str, onnx.AttributeProto]) -> np.ndarray:
     """Conv weight (M, C, k...) times a per-input-channel scale (C,): a BatchNormalization moved past it."""

@@ -3,11 +3,22 @@
     U(L(x))                        ==>  L(U(x))           U elementwise unary, L a layout op
     B(L(a), c), B(c, L(a))         ==>  L(B(a, c))        B elementwise binary, c a one-element constant
     B(L(a), L(b)), a and b of one shape  ==>  L(B(a, b))  the same L (attributes and shape inputs)
+    B(T(a), c), B(c, T(a))         ==>  T(B(a, c'))       T a Transpose, c a constant that broadcasts into
+                                                          T(a) without growing it, c' = c lined up with
+                                                          leading 1s and transposed by T's inverse perm
 
 with L one of Transpose, Reshape, Squeeze, Unsqueeze, Flatten: ops that move or relabel elements
 without computing. A converted TensorFlow model wraps every elementwise chain in an NHWC->NCHW
 Transpose and its inverse; once the first Transpose has sunk to the second, ``consecutive`` removes
 the pair (or composes the two into one), and a Reshape that has sunk to its inverse becomes a no-op.
+
+The Transpose rule is for Keras 3's jax and torch exports, which wrap every Conv in NHWC<->NCHW
+Transposes and write the BatchNormalization after it as Mul/Add (Sub) by [1,1,1,C] or [C] constants in
+NHWC: sunk below them, the constants become [1,C,1,1], the Transposes meet and cancel, and
+``weight_folding`` takes the per-channel affine into the Conv. The new constant is a derived tensor,
+computed at decode time (``transpose_constant``); its shape comes from a fact the encoder computes
+(``PermutedConstant``), and the sunk node gets the facts ``weight_folding`` needs of the original
+(its shape kept, ``SameShape``; one reader and float32, if the original had them).
 
 Both forms stay in the e-graph; on its own a sunk layout op costs the same, so the cost model picks
 the sunk form only where something cancelled. The new inner node keeps the shape of its input (the
@@ -16,9 +27,13 @@ rules require it known), so the cost model prices it like the original.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
+import numpy as np
 import onnx
 from egglog import Ruleset, String, eq, i64, ne, relation, rule, ruleset, union
 
+from onnxsat.eqsat.facts import FLAG_MAX_ELEMENTS
 from onnxsat.eqsat.language import (
     Args,
     Attrs,
@@ -28,12 +43,18 @@ from onnxsat.eqsat.language import (
     args_of,
     dims_of,
     has_shape,
+    is_float32,
     op_kind,
     out,
+    permuted_constant,
+    same_shape,
+    sole_use,
     static_args,
+    static_value,
 )
 from onnxsat.eqsat.rules.families import STANDARD, register_family
-from onnxsat.eqsat.rules.patterns import unique, value_flag
+from onnxsat.eqsat.rules.patterns import derived, unique, value_flag
+from onnxsat.eqsat.weights import weight_kernel
 from onnxsat.op_kinds import ELEMENTWISE_UNARY
 
 layout_sinking: Ruleset = ruleset(name="layout_sinking")
@@ -82,6 +103,12 @@ def _node(op: String, attrs: Attrs, inputs: Args, node_id: String) -> Tensor:
     return out(Node(op, "", attrs, inputs, Args.nil(), node_id, 1), 0)
 
 
+# An op whose output is in its input's own class (``y == z``: a Cast to its own type, an Add of zeros,
+# merged with their input by ``noop_removal``) is not sunk: it changes nothing, and each sinking would
+# write it again below the layout op, into a class holding it, one level deeper every iteration (the
+# Casts of Keras' torch exports grew the e-graph to 26,000 e-nodes in 30 iterations).
+
+
 @layout_sinking.register
 def _through_unary(
     y: Tensor,
@@ -105,6 +132,7 @@ def _through_unary(
         op_kind(l_op, String("layout")),
         static_args(u_rest),
         ne(x).to(z),
+        ne(y).to(z),
         has_shape(x, d),
         name="unary(layout) -> layout(unary)",
     ).then(union(y).with_(_node(l_op, l_attrs, Args.cons(sunk, l_rest), l_id)), has_shape(sunk, d))
@@ -217,6 +245,151 @@ def _through_binary(
         has_shape(b, d),
         name="binary(layout, layout) -> layout(binary)",
     ).then(union(y).with_(_node(l_op, l_attrs, Args.cons(sunk, l_rest), l_id)), has_shape(sunk, d))
+
+
+BROADCAST_MIN_OPSET = 7
+"""Before opset 7, Add/Mul/... broadcast only with ``broadcast=1`` and line operands up by an ``axis``
+attribute, not by trailing dims: the Transpose rule's shapes would be wrong, so it is left to later opsets."""
+
+
+def _perm(attrs: list[onnx.AttributeProto]) -> list[int] | None:
+    for attr in attrs:
+        if attr.name == "perm":
+            return [int(v) for v in attr.ints]
+    return None
+
+
+def permuted_constants(
+    graph: onnx.GraphProto,
+    shapes: dict[str, tuple[int, ...]],
+    static: set[str],
+    tables: dict[tuple[str, str, tuple[bytes, ...]], int],
+    attributes: list[list[onnx.AttributeProto]],
+    opset: int,
+) -> Iterator[tuple[str, str, int, tuple[int, ...], int]]:
+    """``(x, c, table, dims, rank)`` for the ``PermutedConstant`` facts: ``c`` is an operand of a binary
+    elementwise node of the main graph whose other operand is ``x``, and ``table`` a Transpose attribute
+    table with an explicit perm of ``x``'s rank.
+
+    ``c`` must be a possible constant (``static``: an initializer, a Constant, or foldable; the rule checks
+    that it is static), of known shape, at most ``FLAG_MAX_ELEMENTS`` elements (it is copied, transposed,
+    into the file), and line up with ``x`` without growing it: each of its dims, after leading 1s, is 1
+    or the known dim of ``x`` it faces. So ``B(x, c)`` has ``x``'s shape whatever an open dim of ``x``
+    (a dynamic batch) turns out to be, and so has ``B(a, c')`` below the Transpose. Shapes ``[]`` and
+    ``[1]`` are the one-element rule's."""
+    if opset < BROADCAST_MIN_OPSET:
+        return
+    by_rank: dict[int, list[tuple[int, list[int]]]] = {}
+    for (domain, op_type, _), index in tables.items():
+        perm = _perm(attributes[index]) if domain in ("", "ai.onnx") and op_type == "Transpose" else None
+        if perm is not None and sorted(perm) == list(range(len(perm))):
+            by_rank.setdefault(len(perm), []).append((index, perm))
+    binary = set(ELEMENTWISE_BINARY)
+    for node in graph.node:
+        if node.op_type not in binary or node.domain not in ("", "ai.onnx") or len(node.input) != 2:
+            continue
+        for x, c in (node.input, reversed(node.input)):
+            x_dims, c_dims = shapes.get(x), shapes.get(c)
+            if x == c or c not in static or x_dims is None or c_dims is None or not by_rank.get(len(x_dims)):
+                continue
+            if len(c_dims) > len(x_dims) or c_dims in ((), (1,)) or any(d < 1 for d in c_dims):
+                continue
+            if int(np.prod(c_dims, dtype=np.int64)) > FLAG_MAX_ELEMENTS:
+                continue
+            aligned = (1,) * (len(x_dims) - len(c_dims)) + tuple(c_dims)
+            if not all(want == 1 or want == have for want, have in zip(aligned, x_dims, strict=True)):
+                continue
+            for index, perm in by_rank[len(x_dims)]:
+                inverse = np.argsort(perm)
+                yield x, c, index, tuple(aligned[i] for i in inverse), len(x_dims)
+
+
+@weight_kernel("transpose_constant")
+def transpose_constant(args: list[np.ndarray | None], attrs: dict[str, onnx.AttributeProto]) -> np.ndarray:
+    """A constant that broadcast against a Transpose's output, moved to its input: lined up with leading 1s
+    to the perm's rank, then transposed by the inverse perm (NHWC [1,1,1,C] -> NCHW [1,C,1,1]). Exact."""
+    (value,) = args
+    assert value is not None
+    perm = [int(v) for v in attrs["perm"].ints]
+    aligned = value.reshape((1,) * (len(perm) - value.ndim) + value.shape)
+    return np.ascontiguousarray(np.transpose(aligned, np.argsort(perm)))
+
+
+sinkable_constant = relation("SinkableConstant", Tensor, Tensor, Tensor, Tensor)
+"""(y, z, a, c): ``y`` is a binary elementwise op of ``z = Transpose(a)`` and a constant ``c`` that a
+``PermutedConstant`` fact lines up with ``z`` under that Transpose's perm (either operand order)."""
+sunk_below = relation("SunkBelow", Tensor, Tensor)
+"""(inner, y): ``inner`` is the binary node written below the Transpose in place of ``y``."""
+
+
+@layout_sinking.register
+def _through_broadcast_candidates(
+    y: Tensor,
+    z: Tensor,
+    w: Tensor,
+    a: Tensor,
+    b_op: String,
+    b_attrs: Attrs,
+    l_attrs: Attrs,
+    b_id: String,
+    l_id: String,
+    d: Dims,
+    rank: i64,
+) -> object:
+    for operands in ((z, w), (w, z)):
+        yield rule(
+            eq(y).to(_node(b_op, b_attrs, args_of(*operands), b_id)),
+            op_kind(b_op, String("binary")),
+            eq(z).to(_node("Transpose", l_attrs, args_of(a), l_id)),
+            permuted_constant(z, w, l_attrs, d, rank),
+            static_value(w),
+            ne(a).to(z),
+            ne(y).to(z),
+            name=unique("binary(Transpose, constant) candidates"),
+        ).then(sinkable_constant(y, z, a, w))
+
+
+@layout_sinking.register
+def _through_broadcast(
+    y: Tensor,
+    z: Tensor,
+    a: Tensor,
+    c: Tensor,
+    b_op: String,
+    b_attrs: Attrs,
+    l_attrs: Attrs,
+    b_id: String,
+    l_id: String,
+    d: Dims,
+    moved_dims: Dims,
+    rank: i64,
+) -> object:
+    moved = derived("transpose_constant", args_of(c), l_attrs)
+    for operands, sunk_operands in (((z, c), (a, moved)), ((c, z), (moved, a))):
+        sunk = _node(b_op, b_attrs, args_of(*sunk_operands), b_id)
+        yield rule(
+            sinkable_constant(y, z, a, c),
+            eq(y).to(_node(b_op, b_attrs, args_of(*operands), b_id)),
+            eq(z).to(_node("Transpose", l_attrs, args_of(a), l_id)),
+            op_kind(b_op, String("binary")),
+            permuted_constant(z, c, l_attrs, moved_dims, rank),
+            has_shape(a, d),
+            name=unique("binary(Transpose, constant) -> Transpose(binary)"),
+        ).then(
+            union(y).with_(_node("Transpose", l_attrs, args_of(sunk), l_id)),
+            has_shape(sunk, d),
+            has_shape(moved, moved_dims),
+            same_shape(sunk, a, rank),
+            sunk_below(sunk, y),
+        )
+
+
+@layout_sinking.register
+def _sunk_node_facts(inner: Tensor, y: Tensor) -> object:
+    """The sunk node is read only by the Transpose above it, or by the next op once that sinks too: one
+    reader if ``y`` had one. Without it, the Add after a sunk Mul could not fold into the Conv."""
+    yield rule(sunk_below(inner, y), sole_use(y), name="sunk below Transpose: sole use").then(sole_use(inner))
+    yield rule(sunk_below(inner, y), is_float32(y), name="sunk below Transpose: float32").then(is_float32(inner))
 
 
 register_family(

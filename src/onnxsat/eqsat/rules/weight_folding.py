@@ -2,6 +2,8 @@
 
     Conv(x, W, b) * s    ==>  Conv(x, W * s, b * s)      s per output channel ([M,1,1], [1,M,1,1], or one value)
     Conv(x, W, b) + t    ==>  Conv(x, W, b + t)          t per output channel (the Conv+Add bias fusion)
+    Conv(x, W, b) - t    ==>  Conv(x, W, b - t)          t per output channel (a BatchNorm's mean, as
+                                                         Keras' torch backend writes it)
     Gemm(a, B, c) * s    ==>  Gemm(a, B * s, c * s)      s per column (one value, [N] or [1,N]); transB = 0
     Gemm(a, B, c) + t    ==>  Gemm(a, B, c + t)          when the sum keeps Gemm's [M,N] shape
     MatMul(x, W) * s     ==>  MatMul(x, W * s)           s per column, when the product keeps its shape
@@ -61,9 +63,16 @@ def _conv_output_constants(
         scaled = result("Conv", attrs, args_of(x, scaled_w, scaled_b) if has_bias else args_of(x, scaled_w), node_id)
         shifted_b = derived("add_channel_bias", args_of(bias, s, w), attrs)
         shifted = result("Conv", attrs, args_of(x, w, shifted_b), node_id)
+        lowered_b = derived("subtract_channel_bias", args_of(bias, s, w), attrs)
+        lowered = result("Conv", attrs, args_of(x, w, lowered_b), node_id)
         suffix = "(bias)" if has_bias else ""
-        for op, rewritten in (("Mul", scaled), ("Add", shifted)):
-            for operands in (args_of(conv, s), args_of(s, conv)):
+        commuting = (args_of(conv, s), args_of(s, conv))
+        for op, rewritten, orders in (
+            ("Mul", scaled, commuting),
+            ("Add", shifted, commuting),
+            ("Sub", lowered, (args_of(conv, s),)),
+        ):
+            for operands in orders:
                 common = (
                     eq(y).to(result(op, op_attrs, operands, op_id)),
                     sole_use(conv),
