@@ -8,7 +8,12 @@ import pytest
 from catalogue_checks import applied, assert_same_values, make_model, op_types
 from onnx import helper
 
-from onnxsat.surgery.surgeons.matmul import GemmToMatMulAdd, MatMulAddToGemm, MatMulToTransposeConvTranspose
+from onnxsat.surgery.surgeons.matmul import (
+    EinsumToMatMul,
+    GemmToMatMulAdd,
+    MatMulAddToGemm,
+    MatMulToTransposeConvTranspose,
+)
 
 RNG = np.random.default_rng(0)
 W, B = RNG.normal(size=(6, 5)).astype(np.float32), RNG.normal(size=5).astype(np.float32)
@@ -112,3 +117,51 @@ def test_a_gemm_on_a_computed_weight_is_left_alone() -> None:
     model = make_model([helper.make_node("Gemm", ["x", "v"], ["y"])], {"x": [3, 6], "v": [6, 5]}, {"y": None})
     outcome = GemmToMatMulAdd().apply(model)
     assert not outcome.changed and outcome.notice.endswith("nothing to split")
+
+
+@pytest.mark.parametrize(
+    ("equation", "x_shape", "w_shape", "ops"),
+    [
+        ("abc,cde->abde", [2, 5, 6], [6, 3, 4], ["MatMul", "Reshape"]),  # Keras EinsumDense: Q/K/V
+        ("abcd,cde->abe", [2, 5, 3, 4], [3, 4, 6], ["Reshape", "MatMul"]),  # and the output projection
+        ("bij,jk->bik", [2, 5, 6], [6, 4], ["MatMul"]),
+    ],
+)
+def test_einsum_that_is_a_matmul_becomes_one(equation: str, x_shape: list, w_shape: list, ops: list) -> None:
+    weight = RNG.normal(size=w_shape).astype(np.float32)
+    model = make_model(
+        [helper.make_node("Einsum", ["x", "w"], ["y"], equation=equation)], {"x": x_shape}, {"y": None}, {"w": weight}
+    )
+    result = applied(EinsumToMatMul(), model).model
+    assert op_types(result) == ops and "w" not in {t.name for t in result.graph.initializer}
+    assert_same_values(model, result, atol=1e-5)
+
+
+@pytest.mark.parametrize("equation", ["abc,dc->abd", "abc,cd->adb", "abc,cc->ab", "abc,cbd->ad"])
+def test_einsum_that_is_no_plain_matmul_is_left_alone(equation: str) -> None:
+    """The weight's contracted letters last, the output reordered, a trace, two contracted in another order."""
+    shapes = {"abc,dc->abd": [4, 6], "abc,cd->adb": [6, 4], "abc,cc->ab": [6, 6], "abc,cbd->ad": [6, 5, 4]}
+    model = make_model(
+        [helper.make_node("Einsum", ["x", "w"], ["y"], equation=equation)],
+        {"x": [2, 5, 6]},
+        {"y": None},
+        {"w": RNG.normal(size=shapes[equation]).astype(np.float32)},
+    )
+    assert not EinsumToMatMul().apply(model).changed
+
+
+def test_optimize_writes_einsum_projections_as_matmuls() -> None:
+    """Keras' jax backend exports every attention projection as an Einsum: no pass knew them (nothing quantized,
+    pruned or sparsified there). The optimizer writes them as MatMuls, checked against the original."""
+    from onnxsat.eqsat.optimizer import optimize_model
+
+    weight = RNG.normal(size=(6, 3, 4)).astype(np.float32)
+    model = make_model(
+        [helper.make_node("Einsum", ["x", "w"], ["y"], equation="abc,cde->abde")],
+        {"x": [2, 5, 6]},
+        {"y": None},
+        {"w": weight},
+    )
+    result, report = optimize_model(model)
+    assert "Einsum" not in op_types(result) and report.fusions["Einsum -> MatMul"] == 1
+    assert report.verification is not None and report.verification.ok

@@ -39,6 +39,7 @@ from onnxsat.inputs import InputSpec
 from onnxsat.options import option
 from onnxsat.report import OptimizeReport, op_counts
 from onnxsat.specialize import specialize
+from onnxsat.surgery.surgeons.matmul import EinsumToMatMul
 from onnxsat.verification import DEFAULT_RUN_TIMEOUT, Tolerance, reference_run, verify, weights_apart, weights_back
 
 _LIMITS = SaturationLimits()
@@ -129,6 +130,19 @@ def _return_freed_memory() -> None:
     gc.collect()  # the decoder's value cache is freed with it (the collector was paused while decoding)
     with suppress(OSError, AttributeError):
         ctypes.CDLL("libc.so.6").malloc_trim(0)
+
+
+def _einsums_as_matmuls(model: onnx.ModelProto) -> tuple[onnx.ModelProto, int]:
+    """``model`` with each Einsum on a constant weight that is a MatMul written as one (``EinsumToMatMul``:
+    Keras' EinsumDense, every projection of its attention), and how many: rules, the cost model, ORT's
+    quantizer, pruning and sparsity know MatMul; on a Keras attention classifier ORT ran the MatMul form
+    1.06-1.2x faster. Checked with the whole result against the original."""
+    if not any(node.op_type == "Einsum" for node in model.graph.node):
+        return model, 0  # a surgeon copies the model, weights and all
+    outcome = EinsumToMatMul().apply(model)
+    return outcome.model, sum(node.op_type == "Einsum" for node in model.graph.node) - sum(
+        node.op_type == "Einsum" for node in outcome.model.graph.node
+    )
 
 
 def _shape_inferred(model: onnx.ModelProto) -> onnx.ModelProto | None:
@@ -328,6 +342,7 @@ def optimize_model(
     working = model
     if options.specialize:
         working, report.specialised = specialize(model, options.inputs)
+    working, einsums = _einsums_as_matmuls(working) if options.target != "none" else (working, 0)
     feeds = {value.name: reference.feeds[value.name] for value in working.graph.input if value.name in reference.feeds}
     optimized, rewrites = _optimize_graph(working, feeds, options, base_dir, phases, control)
     control.bodies.nodes_before, control.bodies.nodes_after = body_nodes(model.graph), body_nodes(optimized.graph)
@@ -356,6 +371,8 @@ def optimize_model(
     report.nodes_before = dict(op_counts(model))
     report.nodes_after = dict(op_counts(optimized))
     report.fusions = dict(sum((r.fusions for r in rewrites), Counter(control.bodies.fusions)))
+    if einsums:
+        report.fusions["Einsum -> MatMul"] = einsums
     report.rule_matches = dict(sum((Counter(r.stats.rule_matches) for r in rewrites), Counter()))
     report.rule_seconds = [
         {

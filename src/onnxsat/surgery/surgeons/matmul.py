@@ -1,5 +1,6 @@
-"""Matrix products rewritten into the forms a consumer prefers: Gemm, a 1x1 Conv (accelerators), or a
-Gemm back as MatMul + Add (ONNX Runtime's 4-bit MatMulNBits quantizer takes MatMuls only)."""
+"""Matrix products rewritten into the forms a consumer prefers: Gemm, a 1x1 Conv (accelerators), a Gemm
+back as MatMul + Add (ONNX Runtime's 4-bit MatMulNBits quantizer takes MatMuls only), an Einsum that is a
+MatMul as one."""
 
 from __future__ import annotations
 
@@ -134,6 +135,85 @@ class GemmToMatMulAdd(Surgeon):
         splice.commit()
         remove_where(graph.initializer, lambda tensor: tensor.name in dropped)
         return SurgeryOutcome(result, True, f"split {split} Gemm node(s) into MatMul + Add")
+
+
+@register
+@dataclass
+class EinsumToMatMul(Surgeon):
+    """Rewrite ``Einsum(x, W)`` with a constant weight as a MatMul where the equation is one: ``x``'s last
+    letters are contracted with ``W``'s first, in the same order, and the output is ``x``'s other letters then
+    ``W``'s (Keras' EinsumDense: ``abc,cde->abde`` for attention's Q/K/V, ``abcd,cde->abe`` for its output).
+
+    ``x`` is reshaped to ``[..., K]`` (K the contracted size, 0 copying each leading dim, so a dynamic batch
+    stays dynamic), ``W`` becomes ``[K, N]`` and the product is reshaped back to the output's letters. ONNX
+    Runtime's quantizer, pruning and sparsity know MatMul; an Einsum no pass touched. Exact up to float
+    rounding order.
+    """
+
+    def apply(self, model: onnx.ModelProto) -> SurgeryOutcome:
+        result = copy_model(model)
+        graph = result.graph
+        weights = initializers(graph)
+        readers = consumers(graph)
+        kept = {item.name for item in [*graph.input, *graph.output]}
+        splice = Splice(result)
+        dropped: set[str] = set()
+        rewritten = 0
+        for index, node in enumerate(graph.node):
+            if node.op_type != "Einsum" or node.domain not in ("", "ai.onnx") or len(node.input) != 2:
+                continue
+            if node.input[1] not in weights or node.input[1] in kept:
+                continue
+            weight = numpy_helper.to_array(weights[node.input[1]])
+            equation = attribute(node, "equation", b"")
+            split = _matmul_letters(equation.decode() if isinstance(equation, bytes) else str(equation), weight.ndim)
+            if split is None or weight.dtype.kind != "f":
+                continue
+            kept_letters, contracted = split
+            size = math.prod(weight.shape[:contracted])
+            columns = weight.shape[contracted:]
+            base = node.name or "Einsum"
+            matrix = splice.const(f"{node.input[1]}_matrix", weight.reshape(size, math.prod(columns)))
+            nodes, rows = [], node.input[0]
+            if contracted != 1:
+                rows = splice.name(f"{base}_rows")
+                shape = splice.const(f"{base}_rows_shape", np.array([0] * kept_letters + [size], dtype=np.int64))
+                nodes.append(splice.node("Reshape", [node.input[0], shape], rows, f"{base}_Reshape_rows"))
+            product = node.output[0] if len(columns) == 1 else splice.name(f"{base}_product")
+            nodes.append(splice.node("MatMul", [rows, matrix], product, f"{base}_MatMul"))
+            if len(columns) != 1:
+                back = splice.const(f"{base}_out_shape", np.array([0] * kept_letters + list(columns), dtype=np.int64))
+                nodes.append(splice.node("Reshape", [product, back], node.output[0], f"{base}_Reshape_out"))
+            if readers.get(node.input[1], []) == [node]:
+                dropped.add(node.input[1])
+            splice.after(index, *nodes)
+            splice.drop(index)
+            rewritten += 1
+        if not rewritten:
+            return SurgeryOutcome(result, False, "no Einsum on a constant weight that is a MatMul: nothing to rewrite")
+        splice.commit()
+        remove_where(graph.initializer, lambda tensor: tensor.name in dropped)
+        return SurgeryOutcome(result, True, f"rewrote {rewritten} Einsum node(s) as MatMul")
+
+
+def _matmul_letters(equation: str, weight_rank: int) -> tuple[int, int] | None:
+    """(x's letters kept, W's letters contracted) when ``equation`` (``x,W->out``) is a MatMul as
+    ``EinsumToMatMul`` says, else None."""
+    equation = equation.replace(" ", "")
+    if "->" not in equation or "." in equation or equation.count(",") != 1:
+        return None
+    inputs, out = equation.split("->")
+    x, w = inputs.split(",")
+    if len(w) != weight_rank or len(set(x)) != len(x) or len(set(w)) != len(w) or len(set(out)) != len(out):
+        return None
+    contracted = [letter for letter in w if letter in x and letter not in out]
+    count = len(contracted)
+    if not count or w[:count] != "".join(contracted) or x[len(x) - count :] != w[:count]:
+        return None
+    kept = x[: len(x) - count]
+    if set(kept) & set(w) or out != kept + w[count:] or len(w) == count:
+        return None
+    return len(kept), count
 
 
 @register
