@@ -113,6 +113,16 @@ def test_a_gemm_weight_another_node_reads_is_kept() -> None:
     assert_same_values(model, result, atol=1e-5)
 
 
+def test_a_gemm_weight_a_feed_may_replace_is_not_remade() -> None:
+    """A transposed weight that is also a graph input (IR < 4 lists every initializer so) would become a copy no
+    feed reaches: that Gemm stays."""
+    model = make_model(
+        [helper.make_node("Gemm", ["x", "w"], ["y"], transB=1)], {"x": [3, 6]}, {"y": None}, {"w": W.T.copy()}
+    )
+    model.graph.input.append(helper.make_tensor_value_info("w", onnx.TensorProto.FLOAT, [5, 6]))
+    assert not GemmToMatMulAdd().apply(model).changed
+
+
 def test_a_gemm_on_a_computed_weight_is_left_alone() -> None:
     model = make_model([helper.make_node("Gemm", ["x", "v"], ["y"])], {"x": [3, 6], "v": [6, 5]}, {"y": None})
     outcome = GemmToMatMulAdd().apply(model)

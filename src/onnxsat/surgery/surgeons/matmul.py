@@ -71,6 +71,9 @@ class MatMulAddToGemm(Surgeon):
         return SurgeryOutcome(result, True, f"fused {fused} MatMul + Add pair(s) into Gemm")
 
 
+_FLOAT_TYPES = (onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.DOUBLE, onnx.TensorProto.BFLOAT16)
+
+
 @register
 @dataclass
 class GemmToMatMulAdd(Surgeon):
@@ -80,7 +83,8 @@ class GemmToMatMulAdd(Surgeon):
     reads it); ``C'`` is C scaled by beta (a constant, or a Mul when C is computed); ``transA`` becomes a
     Transpose of A. Nodes are named ``<gemm>_MatMul`` and ``<gemm>_Add``, as ONNX Runtime's dynamic quantizer
     names its own split, and the Gemm's output keeps its name. Exact up to float rounding order (and the
-    rounding of ``alpha * B``).
+    rounding of ``alpha * B``). A weight that is also a graph input (a feed may replace it) or lies in a data
+    file is not remade: its Gemm stays.
     """
 
     def apply(self, model: onnx.ModelProto) -> SurgeryOutcome:
@@ -89,18 +93,24 @@ class GemmToMatMulAdd(Surgeon):
         weights = initializers(graph)
         splice = Splice(result)
         readers = consumers(graph)
-        kept = {item.name for item in [*graph.input, *graph.output]} | {
-            name for node in graph.node for name in subgraph_captures(node)
-        }
+        inputs = {item.name for item in graph.input}
+        kept = (
+            inputs
+            | {item.name for item in graph.output}
+            | {name for node in graph.node for name in subgraph_captures(node)}
+        )
         dropped: set[str] = set()
         split = 0
         for index, gemm in enumerate(graph.node):
             if gemm.op_type != "Gemm" or gemm.domain not in ("", "ai.onnx") or gemm.input[1] not in weights:
                 continue
-            weight = numpy_helper.to_array(weights[gemm.input[1]])
-            if weight.ndim != 2 or weight.dtype.kind != "f":
+            stored = weights[gemm.input[1]]
+            if len(stored.dims) != 2 or stored.data_type not in _FLOAT_TYPES:
                 continue
             alpha, beta = float(attribute(gemm, "alpha", 1.0)), float(attribute(gemm, "beta", 1.0))
+            remade = bool(attribute(gemm, "transB", 0)) or alpha != 1.0
+            if remade and (gemm.input[1] in inputs or stored.data_location == onnx.TensorProto.EXTERNAL):
+                continue  # a weight a feed may replace stays what the node reads; one on disk is not read here
             base, output = gemm.name or "Gemm", gemm.output[0]
             nodes = []
             a = gemm.input[0]
@@ -108,7 +118,8 @@ class GemmToMatMulAdd(Surgeon):
                 a = splice.name(f"{a}_transposed")
                 nodes.append(splice.node("Transpose", [gemm.input[0]], a, f"{base}_Transpose", perm=[1, 0]))
             b = gemm.input[1]
-            if attribute(gemm, "transB", 0) or alpha != 1.0:
+            if remade:
+                weight = numpy_helper.to_array(stored)
                 value = (weight.T if attribute(gemm, "transB", 0) else weight) * np.asarray(alpha, weight.dtype)
                 b = splice.const(f"{gemm.input[1]}_MatMul", np.ascontiguousarray(value))
                 if readers.get(gemm.input[1], []) == [gemm] and gemm.input[1] not in kept:
@@ -121,7 +132,9 @@ class GemmToMatMulAdd(Surgeon):
                 if constant is not None:
                     bias = splice.const(f"{bias}_scaled", constant * np.asarray(beta, constant.dtype))
                 else:
-                    scale = splice.const(f"{base}_beta", np.asarray(beta, weight.dtype))
+                    scale = splice.const(
+                        f"{base}_beta", np.asarray(beta, onnx.helper.tensor_dtype_to_np_dtype(stored.data_type))
+                    )
                     scaled = splice.name(f"{bias}_scaled")
                     nodes.append(splice.node("Mul", [bias, scale], scaled, f"{base}_Mul"))
                     bias = scaled
