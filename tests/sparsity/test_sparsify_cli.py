@@ -309,6 +309,11 @@ def test_kernels_stored_behind_a_transpose_are_pruned(tmp_path: Path) -> None:
     conv = next(n for n in onnx.load(out).graph.node if n.op_type == "Conv")
     kernel = next(numpy_helper.to_array(t) for t in onnx.load(out).graph.initializer if t.name == conv.input[1])
     assert kernel.shape == (8, 4, 3, 3) and (kernel == 0).mean() == pytest.approx(0.5, abs=0.01)
+    # a name in the model as given that folding would remove keeps the model as given (here: nothing to prune)
+    code = main(
+        ["sparsify", str(path), "-o", str(tmp_path / "x.onnx"), "--sparsity", "0.5", "--exclude", "kernel_hwio"]
+    )
+    assert code != 0 and not (tmp_path / "x.onnx").exists()
 
 
 def test_a_level_that_breaks_the_model_is_warned_about(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

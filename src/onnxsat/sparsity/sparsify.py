@@ -216,6 +216,12 @@ def _weights_folded(
     form = portable_form(model, options.inputs, base_dir)
     if form.not_used is not None:
         return model, [f"{computed} weights computed from constants are left as they are: {form.not_used}"]
+    names = {t.name for t in form.model.graph.initializer} | {n.name for n in form.model.graph.node}
+    lost = [name for name in options.exclude if name not in names]
+    if lost:  # the user named what they see in their model
+        return model, [
+            f"{computed} weights computed from constants are left as they are: folding would lose {lost[0]!r}"
+        ]
     return form.model, [
         "normalised first: weights computed from constants (a Transpose of the stored kernel, as Keras' jax backend "
         "writes them) folded so they can be pruned (ONNXSat optimize --target portable)"
