@@ -175,3 +175,20 @@ def test_optimize_writes_einsum_projections_as_matmuls() -> None:
     result, report = optimize_model(model)
     assert "Einsum" not in op_types(result) and report.fusions["Einsum -> MatMul"] == 1
     assert report.verification is not None and report.verification.ok
+
+
+def test_an_einsum_weight_in_a_data_file_is_not_read() -> None:
+    """A large model's weights stay in their data file while it is optimized: the surgeon reads none of them."""
+    from onnx.external_data_helper import set_external_data
+
+    model = make_model(
+        [helper.make_node("Einsum", ["x", "w"], ["y"], equation="abc,cde->abde")],
+        {"x": [2, 5, 6]},
+        {"y": None},
+        {"w": RNG.normal(size=(6, 3, 4)).astype(np.float32)},
+    )
+    weight = model.graph.initializer[0]
+    set_external_data(weight, "weights.bin", offset=0, length=weight.ByteSize())
+    weight.ClearField("raw_data")
+    weight.data_location = onnx.TensorProto.EXTERNAL
+    assert not EinsumToMatMul().apply(model).changed

@@ -160,7 +160,7 @@ class EinsumToMatMul(Surgeon):
     ``x`` is reshaped to ``[..., K]`` (K the contracted size, 0 copying each leading dim, so a dynamic batch
     stays dynamic), ``W`` becomes ``[K, N]`` and the product is reshaped back to the output's letters. ONNX
     Runtime's quantizer, pruning and sparsity know MatMul; an Einsum no pass touched. Exact up to float
-    rounding order.
+    rounding order. A weight in a data file is not read here: its Einsum stays.
     """
 
     def apply(self, model: onnx.ModelProto) -> SurgeryOutcome:
@@ -177,6 +177,8 @@ class EinsumToMatMul(Surgeon):
                 continue
             if node.input[1] not in weights or node.input[1] in kept:
                 continue
+            if weights[node.input[1]].data_location == onnx.TensorProto.EXTERNAL:
+                continue  # in a data file, not read here
             weight = numpy_helper.to_array(weights[node.input[1]])
             equation = attribute(node, "equation", b"")
             split = _matmul_letters(equation.decode() if isinstance(equation, bytes) else str(equation), weight.ndim)
