@@ -143,11 +143,10 @@ class GemmToMatMulAdd(Surgeon):
             splice.after(index, *nodes)
             splice.drop(index)
             split += 1
-        if not split:
-            return SurgeryOutcome(result, False, "no Gemm with a constant 2D weight: nothing to split")
-        splice.commit()
-        remove_where(graph.initializer, lambda tensor: tensor.name in dropped)
-        return SurgeryOutcome(result, True, f"split {split} Gemm node(s) into MatMul + Add")
+        done = f"split {split} Gemm node(s) into MatMul + Add"
+        return _committed(
+            result, splice, dropped, done if split else None, "no Gemm with a constant 2D weight: nothing to split"
+        )
 
 
 @register
@@ -204,11 +203,21 @@ class EinsumToMatMul(Surgeon):
             splice.after(index, *nodes)
             splice.drop(index)
             rewritten += 1
-        if not rewritten:
-            return SurgeryOutcome(result, False, "no Einsum on a constant weight that is a MatMul: nothing to rewrite")
-        splice.commit()
-        remove_where(graph.initializer, lambda tensor: tensor.name in dropped)
-        return SurgeryOutcome(result, True, f"rewrote {rewritten} Einsum node(s) as MatMul")
+        done = f"rewrote {rewritten} Einsum node(s) as MatMul"
+        nothing = "no Einsum on a constant weight that is a MatMul: nothing to rewrite"
+        return _committed(result, splice, dropped, done if rewritten else None, nothing)
+
+
+def _committed(
+    result: onnx.ModelProto, splice: Splice, dropped: set[str], done: str | None, nothing: str
+) -> SurgeryOutcome:
+    """The outcome of a rewrite: the splice committed and the weights it replaced dropped, said by ``done``;
+    or, when it did nothing (``done`` None), the model unchanged, said by ``nothing``."""
+    if done is None:
+        return SurgeryOutcome(result, False, nothing)
+    splice.commit()
+    remove_where(result.graph.initializer, lambda tensor: tensor.name in dropped)
+    return SurgeryOutcome(result, True, done)
 
 
 def _matmul_letters(equation: str, weight_rank: int) -> tuple[int, int] | None:
