@@ -216,3 +216,31 @@ def test_a_weight_a_body_reads_stays_after_its_node_is_quantized(tmp_path: Path)
     session = ort.InferenceSession(str(out), providers=["CPUExecutionProvider"])
     x = np.zeros((1, 64), np.float32)
     np.testing.assert_array_equal(session.run(["side"], {"x": x, "flag": np.array(True)})[0], weight)
+
+
+def test_weight_only_lists_no_gemm_inside_a_body() -> None:
+    """Weight-only mode splits the main graph's Gemms into MatMul + Add for ORT's MatMulNBits quantizer, not a
+    body's: a Gemm in a body stays float, so it is neither searched nor reported as quantized there."""
+    from onnxsat.quantization.modes import MODES
+    from onnxsat.quantization.quantize import _mode_nodes
+
+    weight = numpy_helper.from_array(np.eye(4, dtype=np.float32), "bw")
+    body = helper.make_graph(
+        [helper.make_node("Gemm", ["x", "bw"], ["a_out"], name="body_gemm")],
+        "a",
+        [],
+        [helper.make_tensor_value_info("a_out", TensorProto.FLOAT, [1, 4])],
+        [weight],
+    )
+    graph = helper.make_graph(
+        [helper.make_node("If", ["flag"], ["y"], then_branch=body, else_branch=branch("b", "Relu", "x", [1, 4]))],
+        "g",
+        [
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4]),
+            helper.make_tensor_value_info("flag", TensorProto.BOOL, []),
+        ],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    assert [n.name for n in _mode_nodes(model, MODES["dynamic"])] == ["body_gemm"]  # ORT's dynamic splits it
+    assert _mode_nodes(model, MODES["weight-only"]) == []

@@ -87,6 +87,13 @@ class QuantMode:
     """Whether it quantizes inside If/Loop/Scan bodies too (a merged KV-cache decoder holds every MatMul in
     its two branches). A named body node is searched and left in float by name like a main-graph node; an
     unnamed one is quantized with the rest. Static mode cannot: ORT's calibration sees no body's tensors."""
+    body_ops: frozenset[str] | None = None
+    """The op types it quantizes inside bodies, where they differ from ``ops`` (weight-only splits the main
+    graph's Gemms into MatMul + Add, not a body's: there it takes MatMuls alone)."""
+
+    def in_bodies(self, op_type: str) -> bool:
+        """Whether a body's node of ``op_type`` is quantized in this mode."""
+        return self.bodies and op_type in (self.ops if self.body_ops is None else self.body_ops)
 
     def apply(
         self,
@@ -362,5 +369,6 @@ MODES.register(
         weight_only,
         constant_weights_only=True,
         bodies=True,
+        body_ops=frozenset({"MatMul"}),
     ),
 )
