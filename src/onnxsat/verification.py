@@ -188,7 +188,7 @@ def _heavy(model: onnx.ModelProto) -> bool:
     cannot be serialized whole, and from ``HEAVY_MODEL_BYTES`` on, serializing it costs more than the arrays
     do (a 1.07 GB MLP: session creation peaked 2.9 GB above the model serialized, 2.1 GB with its weights
     apart; ORT holds the same 1.9 GB after either)."""
-    return model.ByteSize() >= HEAVY_MODEL_BYTES if not over_protobuf_limit(model) else True
+    return over_protobuf_limit(model) or model.ByteSize() >= HEAVY_MODEL_BYTES
 
 
 HEAVY_MODEL_BYTES = 2**28

@@ -192,3 +192,33 @@ def test_an_einsum_weight_in_a_data_file_is_not_read() -> None:
     weight.ClearField("raw_data")
     weight.data_location = onnx.TensorProto.EXTERNAL
     assert not EinsumToMatMul().apply(model).changed
+
+
+def test_an_einsum_weight_a_body_reads_is_kept() -> None:
+    """The replaced weight goes only where nothing reads it any more: an If body reading it by name keeps it."""
+    body = helper.make_graph(
+        [helper.make_node("Identity", ["w"], ["b_out"])],
+        "then",
+        [],
+        [helper.make_tensor_value_info("b_out", onnx.TensorProto.FLOAT, [6, 4])],
+    )
+    graph = helper.make_graph(
+        [
+            helper.make_node("Einsum", ["x", "w"], ["y"], equation="bij,jk->bik"),
+            helper.make_node("If", ["flag"], ["z"], then_branch=body, else_branch=body),
+        ],
+        "einsum_and_body",
+        [
+            helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [2, 5, 6]),
+            helper.make_tensor_value_info("flag", onnx.TensorProto.BOOL, []),
+        ],
+        [
+            helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [2, 5, 4]),
+            helper.make_tensor_value_info("z", onnx.TensorProto.FLOAT, [6, 4]),
+        ],
+        [onnx.numpy_helper.from_array(RNG.normal(size=(6, 4)).astype(np.float32), "w")],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    result = applied(EinsumToMatMul(), model).model
+    assert "w" in {t.name for t in result.graph.initializer} and op_types(result) == ["MatMul", "If"]
+    onnx.checker.check_model(result, full_check=True)

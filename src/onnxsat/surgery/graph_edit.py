@@ -126,12 +126,14 @@ def remove_where(field: Any, drop: Callable[[Any], bool]) -> None:
             del field[index]
 
 
-def drop_unused_initializers(graph: onnx.GraphProto) -> None:
-    """Remove initializers no node, subgraph (at any depth) or graph output reads any more."""
+def drop_unused_initializers(graph: onnx.GraphProto, among: Iterable[str] | None = None) -> None:
+    """Remove initializers no node, subgraph (at any depth) or graph output reads any more; only those named in
+    ``among`` when given (the weights an edit replaced, leaving any other the model carries as it is)."""
     read = {name for node in graph.node for name in node.input} | {item.name for item in graph.output}
     for node in graph.node:
         read.update(_outer_reads(node))
-    remove_where(graph.initializer, lambda tensor: tensor.name not in read)
+    names = None if among is None else set(among)
+    remove_where(graph.initializer, lambda tensor: tensor.name not in read and (names is None or tensor.name in names))
 
 
 def _outer_reads(node: onnx.NodeProto) -> set[str]:

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 import numpy as np
 import onnx
-from onnx import helper, numpy_helper
+from onnx import TensorProto, helper, numpy_helper
 
 from onnxsat.inputs import fixed_dim
 from onnxsat.op_kinds import default_opset_version
@@ -21,6 +21,10 @@ from onnxsat.surgery.graph_edit import constant_value, producers, unique_name, u
 AXES_INPUT_SINCE = {"Squeeze": 13, "Unsqueeze": 13, "ReduceSum": 13, "ReduceMax": 18}
 
 Shape = list[int | str | None]
+
+
+FLOAT_TYPES = frozenset({TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.DOUBLE, TensorProto.BFLOAT16})
+"""The floating-point element types."""
 
 
 def inferred_value_infos(model: onnx.ModelProto, trust_outputs: bool = True) -> dict[str, onnx.ValueInfoProto]:

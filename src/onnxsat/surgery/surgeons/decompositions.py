@@ -26,10 +26,10 @@ from onnxsat.surgery.graph_edit import (
     used_names,
 )
 from onnxsat.surgery.surgeon import Surgeon, SurgeryError, SurgeryOutcome, register
+from onnxsat.surgery.surgeons._editing import FLOAT_TYPES
 from onnxsat.surgery.surgeons.shapes import static_dims, tensor_types
 
 _MS = "com.microsoft"
-_FLOATS = {TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.DOUBLE, TensorProto.BFLOAT16}
 _INT64_MAX = 2**63 - 1
 
 ERF_TANH_SCALE = 605 / 503
@@ -142,7 +142,7 @@ class ReplaceErfWithTanh(Surgeon):
             if node.op_type != "Erf" or node.domain not in DEFAULT_DOMAINS:
                 continue
             elem_type = _elem_type(types, node.input[0])
-            if elem_type not in _FLOATS:
+            if elem_type not in FLOAT_TYPES:
                 untyped += 1
                 continue
             count = len(replacements)
@@ -184,7 +184,7 @@ class DecomposeQuickGelu(Surgeon):
             if node.op_type != "QuickGelu" or node.domain != _MS:
                 continue
             elem_type = _elem_type(types, node.input[0])
-            if elem_type not in _FLOATS:
+            if elem_type not in FLOAT_TYPES:
                 continue
             emit = _Emitter(graph, _prefix(node), default_opset_version(result), taken)
             alpha = emit.constant("alpha", float(_attribute(node, "alpha", 1.702)), elem_type)

@@ -11,10 +11,15 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from onnxsat.proto_fields import subgraph_captures
-from onnxsat.surgery.graph_edit import constant_value, consumers, copy_model, initializers, remove_where
+from onnxsat.surgery.graph_edit import (
+    constant_value,
+    consumers,
+    copy_model,
+    drop_unused_initializers,
+    initializers,
+)
 from onnxsat.surgery.surgeon import Surgeon, SurgeryOutcome, register
-from onnxsat.surgery.surgeons._editing import Splice, attribute, inferred_shapes, static
+from onnxsat.surgery.surgeons._editing import FLOAT_TYPES, Splice, attribute, inferred_shapes, static
 
 
 @register
@@ -71,9 +76,6 @@ class MatMulAddToGemm(Surgeon):
         return SurgeryOutcome(result, True, f"fused {fused} MatMul + Add pair(s) into Gemm")
 
 
-_FLOAT_TYPES = (onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.DOUBLE, onnx.TensorProto.BFLOAT16)
-
-
 @register
 @dataclass
 class GemmToMatMulAdd(Surgeon):
@@ -92,20 +94,14 @@ class GemmToMatMulAdd(Surgeon):
         graph = result.graph
         weights = initializers(graph)
         splice = Splice(result)
-        readers = consumers(graph)
         inputs = {item.name for item in graph.input}
-        kept = (
-            inputs
-            | {item.name for item in graph.output}
-            | {name for node in graph.node for name in subgraph_captures(node)}
-        )
-        dropped: set[str] = set()
+        replaced: set[str] = set()
         split = 0
         for index, gemm in enumerate(graph.node):
             if gemm.op_type != "Gemm" or gemm.domain not in ("", "ai.onnx") or gemm.input[1] not in weights:
                 continue
             stored = weights[gemm.input[1]]
-            if len(stored.dims) != 2 or stored.data_type not in _FLOAT_TYPES:
+            if len(stored.dims) != 2 or stored.data_type not in FLOAT_TYPES:
                 continue
             alpha, beta = float(attribute(gemm, "alpha", 1.0)), float(attribute(gemm, "beta", 1.0))
             remade = bool(attribute(gemm, "transB", 0)) or alpha != 1.0
@@ -122,8 +118,7 @@ class GemmToMatMulAdd(Surgeon):
                 weight = numpy_helper.to_array(stored)
                 value = (weight.T if attribute(gemm, "transB", 0) else weight) * np.asarray(alpha, weight.dtype)
                 b = splice.const(f"{gemm.input[1]}_MatMul", np.ascontiguousarray(value))
-                if readers.get(gemm.input[1], []) == [gemm] and gemm.input[1] not in kept:
-                    dropped.add(gemm.input[1])
+                replaced.add(gemm.input[1])
             bias = gemm.input[2] if len(gemm.input) > 2 and gemm.input[2] else None
             product = splice.name(f"{output}_MatMul") if bias else output
             nodes.append(splice.node("MatMul", [a, b], product, f"{base}_MatMul"))
@@ -145,7 +140,7 @@ class GemmToMatMulAdd(Surgeon):
             split += 1
         done = f"split {split} Gemm node(s) into MatMul + Add"
         return _committed(
-            result, splice, dropped, done if split else None, "no Gemm with a constant 2D weight: nothing to split"
+            result, splice, replaced, done if split else None, "no Gemm with a constant 2D weight: nothing to split"
         )
 
 
@@ -166,16 +161,15 @@ class EinsumToMatMul(Surgeon):
         result = copy_model(model)
         graph = result.graph
         weights = initializers(graph)
-        readers = consumers(graph)
-        kept = {item.name for item in [*graph.input, *graph.output]}
+        inputs = {item.name for item in graph.input}
         splice = Splice(result)
-        dropped: set[str] = set()
+        replaced: set[str] = set()
         rewritten = 0
         for index, node in enumerate(graph.node):
             if node.op_type != "Einsum" or node.domain not in ("", "ai.onnx") or len(node.input) != 2:
                 continue
-            if node.input[1] not in weights or node.input[1] in kept:
-                continue
+            if node.input[1] not in weights or node.input[1] in inputs:
+                continue  # a weight a feed may replace stays what the node reads
             if weights[node.input[1]].data_location == onnx.TensorProto.EXTERNAL:
                 continue  # in a data file, not read here
             weight = numpy_helper.to_array(weights[node.input[1]])
@@ -198,25 +192,25 @@ class EinsumToMatMul(Surgeon):
             if len(columns) != 1:
                 back = splice.const(f"{base}_out_shape", np.array([0] * kept_letters + list(columns), dtype=np.int64))
                 nodes.append(splice.node("Reshape", [product, back], node.output[0], f"{base}_Reshape_out"))
-            if readers.get(node.input[1], []) == [node]:
-                dropped.add(node.input[1])
+            replaced.add(node.input[1])
             splice.after(index, *nodes)
             splice.drop(index)
             rewritten += 1
         done = f"rewrote {rewritten} Einsum node(s) as MatMul"
         nothing = "no Einsum on a constant weight that is a MatMul: nothing to rewrite"
-        return _committed(result, splice, dropped, done if rewritten else None, nothing)
+        return _committed(result, splice, replaced, done if rewritten else None, nothing)
 
 
 def _committed(
-    result: onnx.ModelProto, splice: Splice, dropped: set[str], done: str | None, nothing: str
+    result: onnx.ModelProto, splice: Splice, replaced: set[str], done: str | None, nothing: str
 ) -> SurgeryOutcome:
-    """The outcome of a rewrite: the splice committed and the weights it replaced dropped, said by ``done``;
-    or, when it did nothing (``done`` None), the model unchanged, said by ``nothing``."""
+    """The outcome of a rewrite: the splice committed and the weights it replaced dropped where nothing reads
+    them any more (another node, a body, a graph output), said by ``done``; or, when it did nothing (``done``
+    None), the model unchanged, said by ``nothing``."""
     if done is None:
         return SurgeryOutcome(result, False, nothing)
     splice.commit()
-    remove_where(result.graph.initializer, lambda tensor: tensor.name in dropped)
+    drop_unused_initializers(result.graph, among=replaced)
     return SurgeryOutcome(result, True, done)
 
 
