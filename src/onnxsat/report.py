@@ -29,6 +29,13 @@ class LatencyComparison:
     optimized_ms: float
     speedup: float  # median of per-pair ratios original/optimized
 
+    def line(self, result: str = "optimized") -> str:
+        """The comparison as a report line, the new model called ``result``."""
+        return (
+            f"latency under {self.ort_level} ({self.threads} thread, median of {self.pairs} interleaved pairs): "
+            f"original {self.original_ms:.3f} ms, {result} {self.optimized_ms:.3f} ms, speedup {self.speedup:.3f}x"
+        )
+
 
 @dataclass
 class OptimizeReport(ReportBase):
@@ -115,12 +122,7 @@ class OptimizeReport(ReportBase):
         lines.extend(self._rule_time_lines())
         lines.append("")
         lines.extend(self._verification_lines())
-        for lat in self.latency:
-            lines.append(
-                f"latency under {lat.ort_level} ({lat.threads} thread, median of {lat.pairs} interleaved pairs): "
-                f"original {lat.original_ms:.3f} ms, optimized {lat.optimized_ms:.3f} ms, "
-                f"speedup {lat.speedup:.3f}x"
-            )
+        lines.extend(lat.line() for lat in self.latency)
         return "\n".join(lines)
 
     def _rule_time_lines(self, shown: int = 5) -> list[str]:

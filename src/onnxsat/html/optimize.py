@@ -11,7 +11,7 @@ from onnxsat.html.graphs import add_comparison
 from onnxsat.html.page import Page
 from onnxsat.html.verification import add_verification
 from onnxsat.model_io import load_model
-from onnxsat.report import OptimizeReport
+from onnxsat.report import LatencyComparison, OptimizeReport
 
 
 def optimize_page(
@@ -70,11 +70,7 @@ def optimize_page(
         )
     add_verification(page, report.verification)
     if report.latency:
-        page.heading("Latency under ONNX Runtime")
-        page.table(
-            ["ORT level", "threads", "pairs", "original ms", "optimized ms", "speedup"],
-            [(x.ort_level, x.threads, x.pairs, x.original_ms, x.optimized_ms, x.speedup) for x in report.latency],
-        )
+        add_latency_table(page, "Latency under ONNX Runtime", report.latency, "optimized")
         page.figure(
             grouped_bars(
                 [x.ort_level for x in report.latency],
@@ -92,6 +88,16 @@ def optimize_page(
         titles = (Path(report.input).name, Path(report.output or "result").name)
         add_comparison(page, original, optimized, titles, report.fusions)
     return page
+
+
+def add_latency_table(page: Page, heading: str, latency: list[LatencyComparison], result: str) -> None:
+    """Side-by-side latencies (``onnxsat optimize --latency``, ``prune --latency``), the new model called
+    ``result``."""
+    page.heading(heading)
+    page.table(
+        ["ORT level", "threads", "pairs", "original ms", f"{result} ms", "speedup"],
+        [(x.ort_level, x.threads, x.pairs, x.original_ms, x.optimized_ms, x.speedup) for x in latency],
+    )
 
 
 def _control_flow_section(page: Page, report: OptimizeReport) -> None:

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from onnxsat.html.charts import grouped_bars, horizontal_bars
+from onnxsat.html.optimize import add_latency_table
 from onnxsat.html.page import Page
 from onnxsat.html.scores import add_scores
 from onnxsat.html.verification import add_verification
@@ -68,11 +69,7 @@ def prune_page(report: PruneReport) -> Page:
             [(f.node, f.error_before, f.error_after, f.accepted) for f in report.reconstruction],
         )
     if report.latency:
-        page.heading("Latency, side by side")
-        page.table(
-            ["ORT level", "threads", "pairs", "original ms", "pruned ms", "speedup"],
-            [(x.ort_level, x.threads, x.pairs, x.original_ms, x.optimized_ms, x.speedup) for x in report.latency],
-        )
+        add_latency_table(page, "Latency, side by side", report.latency, "pruned")
     for note in report.notes:
         page.paragraph(f"Note: {note}", note=True)
     add_verification(page, report.verification, "passes the checker, runs in ONNX Runtime")

@@ -60,9 +60,9 @@ class PruneReport(ReportBase):
     baseline: Score | None = None
     accuracy: Score | None = None
     collapsed: str | None = None
+    """Why the model pruned at the rate asked for no longer does its job (``collapse_warning``), if so."""
     latency: list[LatencyComparison] = field(default_factory=list)
     """The pruned model timed beside the original (``--latency``): fewer MACs need not mean faster."""
-    """Why the model pruned at the rate asked for no longer does its job (``collapse_warning``), if so."""
     reconstruction: list[LeafFit] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     verification: VerificationResult | None = None
@@ -132,12 +132,7 @@ class PruneReport(ReportBase):
                 f"verification {status}: {self.verification.error or 'passes the checker, runs in ONNX Runtime'}"
             )
             lines.extend(f"  {output.name}: {output.note}" for output in self.verification.outputs if output.note)
-        for lat in self.latency:
-            lines.append(
-                f"latency under {lat.ort_level} ({lat.threads} thread, median of {lat.pairs} interleaved pairs): "
-                f"original {lat.original_ms:.3f} ms, pruned {lat.optimized_ms:.3f} ms, speedup {lat.speedup:.3f}x"
-                + ("" if lat.speedup >= 1.0 else " (slower)")
-            )
+        lines.extend(lat.line("pruned") + ("" if lat.speedup >= 1.0 else " (slower)") for lat in self.latency)
         lines.append(f"seconds: {self.seconds:.2f}")
         return "\n".join(lines)
 
