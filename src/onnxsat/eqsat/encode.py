@@ -36,6 +36,7 @@ from onnxsat.eqsat.language import (
     has_type,
     inverse_perms,
     is_float32,
+    layer_norm_site,
     op_kind,
     opset_at_least,
     out,
@@ -154,6 +155,7 @@ def declare_language(egraph: EGraph) -> None:
         parallel_pair(handle, handle),
         pad_into_pool(handle),
         returns_input(handle, handle),
+        layer_norm_site(handle, Args.nil(), Attrs.none(), ""),
         op_kind("", ""),
         union(Tensor.ref(-3)).with_(Tensor.pure_key("", Attrs.none(), Args.nil(), 0, 0)),
     )
@@ -266,6 +268,7 @@ class _Encoder:
                 )
             )
         self.commands += site_facts(self.result, self.args, self.ref)
+        self.layer_norm_facts()
         for output in graph.output:
             if output.name in self.constants:  # an initializer returned as is needs a handle too
                 handle = _call("TensorRef", _int(self.result.tensor_id(output.name)))
@@ -274,6 +277,23 @@ class _Encoder:
         self.result.egraph._egraph.run_program(*self.commands)  # private handle: see the module docstring
         self.result.n_commands = len(self.commands)
         return self.result
+
+    def layer_norm_facts(self) -> None:
+        """``LayerNormSite`` facts for the written-out layer normalizations facts found; each fused node's
+        attributes (its ``epsilon``) go into the attribute table."""
+        node_ids = {position: node_id for node_id, position in self.result.node_position.items()}
+        for site in self.result.facts.layer_norm_sites:
+            key = len(self.result.attributes)
+            self.result.attributes.append([onnx.helper.make_attribute("epsilon", site.epsilon)])
+            inputs = self.args([site.x, site.scale, site.bias] if site.bias else [site.x, site.scale])
+            fact = _call(
+                "LayerNormSite",
+                self.ref(site.output),
+                inputs,
+                _call("AttrsTable", _int(key)),
+                _string(node_ids[site.position]),
+            )
+            self.commands.append(_fact(fact))
 
     def add_node(self, position: int, node: onnx.NodeProto) -> None:
         node_id = f"n{position}"

@@ -21,6 +21,7 @@ import onnx
 
 from onnxsat.eqsat.attention_sites import AttentionSite, attention_sites
 from onnxsat.eqsat.folding import evaluate_node
+from onnxsat.eqsat.layer_norm_sites import LayerNormSite, layer_norm_sites
 from onnxsat.eqsat.registry import register
 from onnxsat.eqsat.weights import constant_node_value
 from onnxsat.eqsat.window_pads import absorbable_pads
@@ -217,6 +218,8 @@ class GraphFacts:
     inference leaves a dim open (``shape_keepers``): ``Reshape(x, [-1, C, 1, 1])`` of an ``[N, C, 1, 1]`` x."""
     attention_sites: list[AttentionSite] = field(default_factory=list)
     """Scaled dot-product attentions a fused op can stand for (``attention_sites``)."""
+    layer_norm_sites: list[LayerNormSite] = field(default_factory=list)
+    """Layer normalizations written out elementwise that LayerNormalization computes (``layer_norm_sites``)."""
     equal_initializers: dict[str, str] = field(default_factory=dict)
     """Constant initializer name -> the first (by name) constant initializer with the same type, dims
     and bytes: duplicates the encoder writes as one term, so nodes that read them merge by hash-consing."""
@@ -270,6 +273,7 @@ def collect_facts(model: onnx.ModelProto, typed: onnx.ModelProto | None, base_di
     read_small = _small_constant_reader(graph, constants, base_dir)
     facts.absorbable_pads = list(absorbable_pads(graph, read_small, facts.sole_use, _opset(model)))
     facts.attention_sites = attention_sites(graph, facts, read_small, {t.name for t in constants})
+    facts.layer_norm_sites = layer_norm_sites(graph, facts, read_small, _opset(model))
     facts.equal_initializers = equal_initializers(constants, base_dir)
     return facts
 

@@ -199,6 +199,9 @@ other operand is ``x`` (of this rank), it broadcasts into ``x`` without growing 
 (``layout_sinking.permuted_constants``): egglog cannot permute a shape list by a perm it cannot read."""
 op_kind = relation("OpKind", String, String, egg_fn="OpKind")
 """(op type, kind): the op belongs to a class a rule family treats alike (``layout_sinking.OP_KINDS``)."""
+layer_norm_site = relation("LayerNormSite", Tensor, Args, Attrs, String, egg_fn="LayerNormSite")
+"""(output, [x, scale(, bias)], attributes with ``epsilon``, the fused node's id): a layer normalization written
+out elementwise, found in Python at encode time (``layer_norm_sites``), which one LayerNormalization computes."""
 opset_at_least = relation("OpsetAtLeast", i64, egg_fn="OpsetAtLeast")
 """The model imports the default domain at this version or later (asserted for each version up to its own)."""
 

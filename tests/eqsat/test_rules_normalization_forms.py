@@ -1,0 +1,117 @@
+"""Layer normalizations written out elementwise become LayerNormalization (layer_norm_sites.py,
+rules/normalization_forms.py): Flax's variance by moments and the definition's form, with or without a bias.
+Near misses keep every op, and every result computes what the original does (ORT, optimizations off)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from eqsat_helpers import check_and_compare, op_types
+from rule_builders import Graph, assert_fired, assert_unchanged, only_node, optimized
+
+FUSED = "elementwise layer norm -> LayerNormalization"
+D = 8
+
+
+def layer_norm(
+    *,
+    form: str = "moments",
+    opset: int = 18,
+    bias: bool = True,
+    axis: int = 2,
+    scale_shape: tuple[int, ...] = (D,),
+    eps_input: bool = False,
+    clamp: str = "Max",
+) -> Graph:
+    """x [B, 4, D] -> a written-out layer norm -> y; ``form`` "moments" (Flax), "mul" or "pow" (the definition)."""
+    g = Graph()
+    x = g.input("x", ["B", 4, D])
+
+    def mean(t: str, name: str) -> str:
+        if opset >= 18:
+            return g.node("ReduceMean", [t, g.ints(f"{name}_axes", [axis])], name, keepdims=1)
+        return g.node("ReduceMean", [t], name, axes=[axis], keepdims=1)
+
+    mu = mean(x, "mu")
+    c = g.node("Sub", [x, mu], "c")
+    if form == "moments":
+        m2 = mean(g.node("Mul", [x, x], "xx"), "m2")
+        var = g.node("Sub", [m2, g.node("Mul", [mu, mu], "mu2")], "var0")
+        if clamp == "Max":
+            var = g.node("Max", [var, g.const("zero", np.array(0.0, np.float32))], "var")
+        elif clamp == "Relu":
+            var = g.node("Relu", [var], "var")
+    elif form == "mul":
+        var = mean(g.node("Mul", [c, c], "cc"), "var")
+    else:
+        var = mean(g.node("Pow", [c, g.const("two", np.array(2.0, np.float32))], "cc"), "var")
+    eps = g.input("eps", []) if eps_input else g.const("eps", np.array(1e-5, np.float32))
+    s = g.node("Sqrt", [g.node("Add", [var, eps], "ve")], "s")
+    n = g.node("Div", [c, s], "n")
+    scaled = g.node("Mul", [g.scale("gamma", *scale_shape), n], "scaled")
+    if bias:
+        g.node("Add", [scaled, g.weight("beta", D)], "y")
+    else:
+        g.node("Identity", [scaled], "y")
+    return g
+
+
+@pytest.mark.parametrize(
+    ("form", "opset", "bias", "clamp"),
+    [
+        ("moments", 18, True, "Max"),
+        ("moments", 17, True, "Relu"),
+        ("moments", 23, False, "none"),
+        ("mul", 17, True, "Max"),
+        ("pow", 18, False, "Max"),
+    ],
+    ids=["flax_opset18", "moments_relu_opset17", "moments_unclamped_no_bias", "definition_mul", "definition_pow"],
+)
+def test_written_out_layer_norm_is_one_op(form: str, opset: int, bias: bool, clamp: str) -> None:
+    model = layer_norm(form=form, opset=opset, bias=bias, clamp=clamp).model(["y"], opset=opset)
+    trip = optimized(model)
+    assert_fired(trip, FUSED)
+    assert trip.model is not None
+    ops = op_types(trip.model)
+    assert ops["LayerNormalization"] == 1 and not ops["ReduceMean"] and not ops["Sqrt"], dict(ops)
+    node = only_node(trip.model, "LayerNormalization")
+    assert len(node.input) == (3 if bias else 2)
+    (epsilon,) = [a.f for a in node.attribute if a.name == "epsilon"]
+    assert epsilon == pytest.approx(1e-5)
+    rng = np.random.default_rng(3)
+    x = (rng.standard_normal((3, 4, D)) * 2 + 1).astype(np.float32)
+    check_and_compare(model, trip.model, {"x": x})
+
+
+def test_a_negative_axis_names_the_last_axis_too() -> None:
+    model = layer_norm(axis=-1).model(["y"], opset=18)
+    assert_fired(optimized(model), FUSED)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "opset"),
+    [
+        ({"axis": 1}, 18),  # a mean over another axis: not LayerNormalization(axis=-1)
+        ({"scale_shape": (1, 1, D)}, 18),  # ONNX Runtime's kernel takes a [D] scale only
+        ({"eps_input": True}, 18),  # epsilon is an attribute: it must be a constant
+        ({}, 16),  # LayerNormalization is standard from opset 17
+    ],
+    ids=["other_axis", "scale_not_1d", "eps_not_constant", "opset16"],
+)
+def test_near_misses_stay(kwargs: dict, opset: int) -> None:
+    model = layer_norm(form="mul", opset=opset, **kwargs).model(["y"], opset=opset)
+    assert_unchanged(model, FUSED)
+
+
+def test_a_variance_of_another_mean_stays() -> None:
+    """The variance must be taken around the same mean the numerator subtracts."""
+    g = Graph()
+    x = g.input("x", [2, 4, D])
+    mu = g.node("ReduceMean", [x], "mu", axes=[2], keepdims=1)
+    other = g.node("ReduceMean", [g.node("Neg", [x], "nx")], "other", axes=[2], keepdims=1)
+    c = g.node("Sub", [x, mu], "c")
+    c2 = g.node("Sub", [x, other], "c2")
+    var = g.node("ReduceMean", [g.node("Mul", [c2, c2], "cc")], "var", axes=[2], keepdims=1)
+    s = g.node("Sqrt", [g.node("Add", [var, g.const("eps", np.array(1e-5, np.float32))], "ve")], "s")
+    g.node("Mul", [g.node("Div", [c, s], "n"), g.scale("gamma", D)], "y")
+    assert_unchanged(g.model(["y"], opset=17), FUSED)
