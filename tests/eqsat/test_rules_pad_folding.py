@@ -10,6 +10,8 @@ import pytest
 from eqsat_helpers import check_and_compare, op_types
 from rule_builders import Graph, assert_fired, assert_unchanged, ints_attr, only_node, optimized
 
+from onnxsat.eqsat.optimizer import OptimizeOptions, optimize_model
+
 PAD_CONV = "Pad+Conv -> Conv"
 PAD_POOL = "Pad+AveragePool -> AveragePool"
 PAD_MAX = "Pad+MaxPool -> MaxPool"
@@ -222,3 +224,38 @@ def test_attribute_pad_of_old_opsets_folds(opset: int, consumer: str, pad_attrs:
 )
 def test_attribute_pad_that_cannot_move_is_kept(consumer: str, pads: list[int], pad_attrs: dict) -> None:
     assert_unchanged(attribute_padded(consumer, pads, **pad_attrs), PAD_CONV, PAD_POOL, PAD_MAX)
+
+
+def pads_from_sizes(batch: int | str) -> onnx.ModelProto:
+    """x [batch, 3, 6, 6] -> Pad(x, pads computed from x's sizes as PyTorch writes F.pad's: Shape, Gather, Sub,
+    Div, Concat, ConstantOfShape, Reshape, Transpose) -> Conv; the pads are [0, 0, 0, 0, 0, 0, 1, 1]."""
+    g = Graph()
+    x = g.input("x", [batch, 3, 6, 6])
+    size = g.node("Gather", [g.node("Shape", [x], "shape"), g.ints("two", [2])], "size")  # [6]
+    one = g.node("Div", [g.node("Sub", [size, g.ints("five", [5])], "sub"), g.ints("one", [1])], "div")  # [1]
+    ends = g.node("Concat", [g.ints("zero", [0]), one, g.ints("zero2", [0]), one], "ends", axis=0)
+    zeros = onnx.helper.make_tensor("v", onnx.TensorProto.INT64, [1], [0])
+    starts = g.node("ConstantOfShape", [g.ints("four", [4])], "starts", value=zeros)
+    pairs = g.node("Reshape", [g.node("Concat", [starts, ends], "all", axis=0), g.ints("shape2", [-1, 2])], "pairs")
+    pads = g.node("Reshape", [g.node("Transpose", [pairs], "t", perm=[1, 0]), g.ints("flat", [-1])], "pads")
+    p = g.node("Pad", [x, pads], "p")
+    g.node("Conv", [p, g.weight("w", 4, 3, 3, 3), g.weight("b", 4)], "y")
+    return g.model(["y"])
+
+
+def test_pads_computed_from_the_input_sizes_fold_too() -> None:
+    """The pads' value is known before the e-graph folds their chain (at decode time): the rule sees it."""
+    model = pads_from_sizes(1)
+    trip = optimized(model)
+    assert_fired(trip, PAD_CONV)
+    assert op_types(trip.model) == Counter({"Conv": 1})
+    assert ints_attr(only_node(trip.model, "Conv"), "pads") == [0, 0, 1, 1]
+    check_and_compare(model, trip.model)
+
+
+def test_pads_computed_from_sizes_of_a_dynamic_batch_fold_in_optimize() -> None:
+    """With a dynamic batch, the sizes read are the known ones (folded before encoding)."""
+    model = pads_from_sizes("N")
+    result, _ = optimize_model(model, OptimizeOptions(target="portable"))
+    assert op_types(result) == Counter({"Conv": 1})
+    check_and_compare(model, result)

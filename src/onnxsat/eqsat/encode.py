@@ -322,6 +322,8 @@ class _Encoder:
                 if facts.is_float32(name):
                     self.commands.append(_fact(_call("IsFloat32", handle)))
                 self.tensor_facts(name, handle)
+                if name in facts.computed_ints:  # its value, as a constant term rules can read
+                    self.commands.append(_union(handle, _call("TensorInts", _dims(facts.computed_ints[name]))))
 
 
 def encode(

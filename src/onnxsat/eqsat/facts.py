@@ -218,6 +218,9 @@ class GraphFacts:
     inference leaves a dim open (``shape_keepers``): ``Reshape(x, [-1, C, 1, 1])`` of an ``[N, C, 1, 1]`` x."""
     attention_sites: list[AttentionSite] = field(default_factory=list)
     """Scaled dot-product attentions a fused op can stand for (``attention_sites``)."""
+    computed_ints: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    """Node output -> its value, for the small 1-D int64 values computed from constants and known sizes
+    (``_small_ints``): the encoder writes each as a constant too, so rules that test a value see it."""
     layer_norm_sites: list[LayerNormSite] = field(default_factory=list)
     """Layer normalizations written out elementwise that LayerNormalization computes (``layer_norm_sites``)."""
     equal_initializers: dict[str, str] = field(default_factory=dict)
@@ -260,12 +263,18 @@ def collect_facts(model: onnx.ModelProto, typed: onnx.ModelProto | None, base_di
             facts.types[tensor.name] = int(tensor.data_type)
             if int(np.prod(tensor.dims, dtype=np.int64)) <= FLAG_MAX_ELEMENTS:
                 facts.value_flags[tensor.name] = _value_flags(lambda t=tensor: tensor_value(t, base_dir))
-    small_ints = _expand_shapes(model, facts, base_dir)
+    small_ints = _small_ints(model, facts, base_dir)
     for node in graph.node:
         if node.op_type == "Constant" and node.domain in ("", "ai.onnx") and node.output:
             facts.value_flags[node.output[0]] = _value_flags(lambda n=node: constant_node_value(n, base_dir))
         if _foldable(node, facts):
             facts.foldable.update(o for o in node.output if o)
+        if node.op_type != "Constant":
+            for name in node.output:
+                value = small_ints.get(name)
+                if value is not None and value.ndim == 1:
+                    facts.computed_ints[name] = tuple(int(v) for v in value)
+                    facts.value_flags[name] = _value_flags(lambda v=value: v)
     facts.parallel_pairs = parallel_pairs(model, facts)
     facts.same_shape = same_shape_operands(graph, facts)
     facts.returns_input = shape_keepers(graph, facts.shapes, small_ints)
@@ -427,18 +436,22 @@ def _gemm_key(node: onnx.NodeProto, shape: tuple[int, ...], weights: dict[str, t
 
 
 SHAPE_VALUE_OPS = frozenset(
-    {"Shape", "Expand", "Concat", "Gather", "Slice", "Unsqueeze", "Squeeze", "Cast", "Identity"}
+    {"Shape", "Expand", "Concat", "Gather", "Slice", "Unsqueeze", "Squeeze", "Cast", "Identity", "Reshape"}
+    | {"Transpose", "Flatten", "ConstantOfShape", "Add", "Sub", "Mul", "Div", "Neg", "Max", "Min", "Range"}
 )
-"""Ops through which small integer shape values are followed to learn the output shape of an Expand."""
+"""Ops through which small integer values are followed: shapes and the sizes exporters compute from them
+(PyTorch writes a Pad's pads as a dozen such nodes from the input's sizes)."""
+SMALL_INT_ELEMENTS = 16
 
 
-def _expand_shapes(model: onnx.ModelProto, facts: GraphFacts, base_dir: Path | None) -> dict[str, np.ndarray]:
-    """Output shapes of Expands whose target shape is computed from constants (ONNX's shape inference
-    leaves them open: an exporter's ``Expand(CastLike(0, x), Expand(Shape(W)[0:1], [1]))`` zero bias).
+def _small_ints(model: onnx.ModelProto, facts: GraphFacts, base_dir: Path | None) -> dict[str, np.ndarray]:
+    """Small int64 values computed from constants, by tensor name; on the way, the output shapes of Expands
+    whose target is one (shape inference leaves them open: an exporter's
+    ``Expand(CastLike(0, x), Expand(Shape(W)[0:1], [1]))`` zero bias).
 
-    Small integer values are followed from initializers, Constants and the shapes of static tensors
-    through shape-manipulating ops, each computed by ONNX Runtime like a constant fold; returns them
-    by tensor name.
+    Values are followed from initializers, Constants and the shapes of static tensors through
+    ``SHAPE_VALUE_OPS``, each computed by ONNX Runtime like a constant fold. The e-graph folds the same
+    nodes, but only when the extracted graph is decoded: rules that test a value (a Pad's pads) see it here.
     """
     values: dict[str, np.ndarray] = {}
     inputs = {v.name for v in model.graph.input} if model.ir_version >= 4 else set()
@@ -457,7 +470,7 @@ def _expand_shapes(model: onnx.ModelProto, facts: GraphFacts, base_dir: Path | N
             if value.dtype == np.int64 and value.size <= 16:
                 values[node.output[0]] = value
             continue
-        if node.op_type == "Expand" and len(node.input) == 2 and node.input[1] in values:
+        if node.op_type == "Expand" and len(node.input) == 2 and values.get(node.input[1], np.zeros((0, 0))).ndim == 1:
             source = facts.shapes.get(node.input[0])
             known = facts.shapes.get(node.output[0])
             if source is not None and all(d >= 0 for d in source) and (known is None or min(known, default=0) < 0):
@@ -479,7 +492,7 @@ def _expand_shapes(model: onnx.ModelProto, facts: GraphFacts, base_dir: Path | N
             (value,) = evaluate_node(node.op_type, "", list(node.attribute), operands, 1, model.opset_import)
         except Exception:  # ORT refuses the node: its shape simply stays unknown
             continue
-        if value.dtype == np.int64 and value.ndim <= 1 and value.size <= 16:
+        if value.dtype == np.int64 and value.ndim <= 2 and value.size <= SMALL_INT_ELEMENTS:
             values[node.output[0]] = value
     return values
 
