@@ -51,11 +51,11 @@ PORTABLE_SIMPLIFY = [
     "reassociation",
     "lrn_decomposition",
     "clamp_forms",
-    "normalization_forms",
+    "composite_forms",
 ]
 """The portable target's simplifying families in run order, as listed by hand before the registry."""
-OP_GATED = ("clamp_forms", "normalization_forms")
-"""Families for a Max and a ReduceMean, ops neither test graph below holds."""
+OP_GATED = ("clamp_forms", "composite_forms")
+"""Families for a Max, and a ReduceMean or an Erf: ops neither test graph below holds."""
 
 
 def _names(rulesets: tuple[Ruleset, ...]) -> list[str]:

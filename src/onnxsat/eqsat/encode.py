@@ -32,6 +32,7 @@ from onnxsat.eqsat.language import (
     attr_int,
     foldable,
     foldable_batchnorm,
+    gelu_site,
     has_shape,
     has_type,
     inverse_perms,
@@ -156,6 +157,7 @@ def declare_language(egraph: EGraph) -> None:
         pad_into_pool(handle),
         returns_input(handle, handle),
         layer_norm_site(handle, Args.nil(), Attrs.none(), ""),
+        gelu_site(handle, handle, ""),
         op_kind("", ""),
         union(Tensor.ref(-3)).with_(Tensor.pure_key("", Attrs.none(), Args.nil(), 0, 0)),
     )
@@ -268,7 +270,7 @@ class _Encoder:
                 )
             )
         self.commands += site_facts(self.result, self.args, self.ref)
-        self.layer_norm_facts()
+        self.composite_facts()
         for output in graph.output:
             if output.name in self.constants:  # an initializer returned as is needs a handle too
                 handle = _call("TensorRef", _int(self.result.tensor_id(output.name)))
@@ -278,10 +280,13 @@ class _Encoder:
         self.result.n_commands = len(self.commands)
         return self.result
 
-    def layer_norm_facts(self) -> None:
-        """``LayerNormSite`` facts for the written-out layer normalizations facts found; each fused node's
+    def composite_facts(self) -> None:
+        """``LayerNormSite`` and ``GeluSite`` facts for the written-out ops facts found; each fused layer norm's
         attributes (its ``epsilon``) go into the attribute table."""
         node_ids = {position: node_id for node_id, position in self.result.node_position.items()}
+        for gelu in self.result.facts.gelu_sites:
+            fact = _call("GeluSite", self.ref(gelu.output), self.ref(gelu.x), _string(node_ids[gelu.position]))
+            self.commands.append(_fact(fact))
         for site in self.result.facts.layer_norm_sites:
             key = len(self.result.attributes)
             self.result.attributes.append([onnx.helper.make_attribute("epsilon", site.epsilon)])

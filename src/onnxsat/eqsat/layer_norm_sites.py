@@ -1,4 +1,4 @@
-"""Layer normalizations written out elementwise, found for the ``normalization_forms`` rule family.
+"""Layer normalizations written out elementwise, found for the ``composite_forms`` rule family.
 
 Exporters that have no LayerNormalization op, or do not use it, write one as about a dozen nodes:
 

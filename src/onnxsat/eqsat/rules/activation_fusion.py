@@ -3,6 +3,7 @@
     Relu(Conv(...))          ==>  FusedConv(...,  activation="Relu")
     Clip(Conv(...), lo, hi)  ==>  FusedConv(...,  activation="Clip", activation_params=[lo, hi])
     Relu(Gemm(...))          ==>  FusedGemm(...,  activation="Relu")
+    GeluSite(y, x)           ==>  y = Gelu(x)  (com.microsoft, any opset: a GELU written out, ``gelu_sites``)
 
 Applies when the producer's output has no other reader and is not a graph output, the tensor is
 float32 (the type ORT's fused CPU kernels implement), and Clip's bounds, if given, are constants.
@@ -11,9 +12,20 @@ After BatchNormalization folding the folded Conv matches too, which gives Conv+B
 
 from __future__ import annotations
 
-from egglog import Ruleset, String, eq, rule, ruleset, union
+from egglog import Ruleset, String, eq, ne, rule, ruleset, union
 
-from onnxsat.eqsat.language import Args, Attrs, Node, Tensor, is_float32, out, sole_use, static_args
+from onnxsat.eqsat.language import (
+    Args,
+    Attrs,
+    Node,
+    Tensor,
+    args_of,
+    gelu_site,
+    is_float32,
+    out,
+    sole_use,
+    static_args,
+)
 from onnxsat.eqsat.rules.families import ORT_ONLY, register_family
 
 MICROSOFT = "com.microsoft"
@@ -53,6 +65,16 @@ def _fuse_activation(
             static_args(act_extra),
             name=f"{producer_op}+{act_op} -> {fused_op}",
         ).then(union(y).with_(out(fused, 0)))
+
+
+@activation_fusion.register
+def _gelu(y: Tensor, x: Tensor, node_id: String) -> object:
+    """ONNX Runtime fuses this form itself, but not once weight folding has moved its ``* 0.5`` away."""
+    fused = Node("Gelu", MICROSOFT, Attrs.none(), args_of(x), Args.nil(), node_id, 1)
+    site = gelu_site(y, x, node_id)
+    yield rule(site, ne(node_id).to(String("")), name="elementwise GELU -> com.microsoft::Gelu").then(
+        union(y).with_(out(fused, 0))
+    )
 
 
 register_family(activation_fusion, stage="simplify", order=130, targets=ORT_ONLY)

@@ -1,6 +1,7 @@
-"""Layer normalizations written out elementwise become LayerNormalization (layer_norm_sites.py,
-rules/normalization_forms.py): Flax's variance by moments and the definition's form, with or without a bias.
-Near misses keep every op, and every result computes what the original does (ORT, optimizations off)."""
+"""Ops written out elementwise become the one op (rules/composite_forms.py, rules/activation_fusion.py):
+layer norms (layer_norm_sites.py: Flax's variance by moments and the definition's form, with or without a
+bias) and GELUs (gelu_sites.py, in any grouping of the product). Near misses keep every op, and every result
+computes what the original does (ORT, optimizations off)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ from eqsat_helpers import check_and_compare, op_types
 from rule_builders import Graph, assert_fired, assert_unchanged, only_node, optimized
 
 FUSED = "elementwise layer norm -> LayerNormalization"
+GELU = "elementwise GELU -> Gelu"
+MS_GELU = "elementwise GELU -> com.microsoft::Gelu"
 D = 8
 
 
@@ -115,3 +118,54 @@ def test_a_variance_of_another_mean_stays() -> None:
     s = g.node("Sqrt", [g.node("Add", [var, g.const("eps", np.array(1e-5, np.float32))], "ve")], "s")
     g.node("Mul", [g.node("Div", [c, s], "n"), g.scale("gamma", D)], "y")
     assert_unchanged(g.model(["y"], opset=17), FUSED)
+
+
+def gelu(grouping: str = "x*a*half", *, scale: str = "div", half: float = 0.5, sqrt2: float = 2**0.5) -> Graph:
+    """x [2, 16] -> a written-out GELU -> y; ``grouping`` of the product of x, a = 1 + erf(.) and 0.5."""
+    g = Graph()
+    x = g.input("x", [2, 16])
+    if scale == "div":
+        inner = g.node("Div", [x, g.const("sqrt2", np.array(sqrt2, np.float32))], "inner")
+    else:
+        inner = g.node("Mul", [g.const("rsqrt2", np.array(1 / sqrt2, np.float32)), x], "inner")
+    a = g.node("Add", [g.const("one", np.array(1.0, np.float32)), g.node("Erf", [inner], "erf")], "a")
+    h = g.const("half", np.array(half, np.float32))
+    if grouping == "x*a*half":
+        g.node("Mul", [g.node("Mul", [x, a], "xa"), h], "y")
+    elif grouping == "a*half*x":
+        g.node("Mul", [x, g.node("Mul", [h, a], "ah")], "y")
+    else:  # a * (x * half)
+        g.node("Mul", [a, g.node("Mul", [x, h], "xh")], "y")
+    return g
+
+
+@pytest.mark.parametrize("grouping", ["x*a*half", "a*half*x", "a*(x*half)"])
+@pytest.mark.parametrize("scale", ["div", "mul"])
+def test_written_out_gelu_is_one_op(grouping: str, scale: str) -> None:
+    model = gelu(grouping, scale=scale).model(["y"], opset=20)
+    trip = optimized(model)
+    assert_fired(trip, GELU)
+    assert op_types(trip.model) == {"Gelu": 1}
+    x = np.linspace(-6, 6, 32, dtype=np.float32).reshape(2, 16)
+    check_and_compare(model, trip.model, {"x": x})
+
+
+def test_before_opset_20_the_ort_target_takes_microsoft_gelu_over_the_folded_half() -> None:
+    """Weight folding moves the 0.5 into the next MatMul's weights, which hid the GELU from ONNX Runtime."""
+    g = gelu()
+    g.node("MatMul", ["y", g.weight("w", 16, 4)], "z")
+    model = g.model(["z"], opset=17)
+    trip = optimized(model, target="ort")
+    assert_fired(trip, MS_GELU)
+    assert op_types(trip.model) == {"com.microsoft::Gelu": 1, "MatMul": 1}
+    check_and_compare(model, trip.model)
+    assert_unchanged(gelu().model(["y"], opset=17), GELU, MS_GELU)  # the portable target has no Gelu before 20
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [{"half": 0.6}, {"sqrt2": 1.5}],
+    ids=["not_half", "not_sqrt2"],
+)
+def test_gelu_near_misses_stay(kwargs: dict) -> None:
+    assert_unchanged(gelu(**kwargs).model(["y"], opset=20), GELU, MS_GELU, target="ort")

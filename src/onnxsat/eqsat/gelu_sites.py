@@ -1,0 +1,130 @@
+"""GELU written out elementwise (PyTorch's ``nn.GELU`` before opset 20, timm, Keras), found for the rules that
+offer it as one op.
+
+    x * 0.5 * (1 + Erf(x / sqrt(2)))        the product in any order and grouping, or x * (1/sqrt(2)) inside
+
+ONNX Runtime fuses this form into its com.microsoft Gelu itself, but only while the ``* 0.5`` is a node of
+its own; weight folding moves that factor into the next layer's weights (a MatMul's or a 1x1 Conv's), after
+which ORT runs the five ops unfused: ConvNeXt and PoolFormer came out 6-9% slower than they went in.
+Matched here once, in Python (the grouping varies, and each form would be its own long rule body); the rule
+families add Gelu (standard from opset 20) or com.microsoft Gelu as an equivalent term, and the extractor
+takes it over both the written-out and the folded forms. x must be float32; the constants are read, so
+the match is exact up to float32 rounding of sqrt(2).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+import onnx
+
+if TYPE_CHECKING:  # facts.py calls this module while collecting its facts
+    from onnxsat.eqsat.facts import GraphFacts
+
+Reader = Callable[[str], "np.ndarray | None"]
+ROUNDING = 1e-6
+"""Relative tolerance on sqrt(2) and 1/sqrt(2): exporters write them rounded to float32 (or from float64)."""
+
+
+@dataclass(frozen=True)
+class GeluSite:
+    """``output`` equals Gelu(x) (exact erf form)."""
+
+    output: str
+    x: str
+    position: int
+    """Position of the node that writes ``output``: the fused node takes its id."""
+
+
+class _Graph:
+    def __init__(self, graph: onnx.GraphProto, read: Reader) -> None:
+        self.producer = {name: (i, node) for i, node in enumerate(graph.node) for name in node.output if name}
+        self.readers: dict[str, list[onnx.NodeProto]] = {}
+        for node in graph.node:
+            for name in dict.fromkeys(node.input):
+                self.readers.setdefault(name, []).append(node)
+        self.read = read
+
+    def node(self, name: str, op_type: str) -> onnx.NodeProto | None:
+        found = self.producer.get(name)
+        if found is None or found[1].op_type != op_type or found[1].domain not in ("", "ai.onnx"):
+            return None
+        return found[1] if len(found[1].input) == 2 or op_type == "Erf" else None
+
+    def is_value(self, name: str, wanted: float, tolerance: float = 0.0) -> bool:
+        value = self.read(name)
+        if value is None or value.size != 1 or value.dtype.kind != "f":
+            return False
+        return abs(float(value.reshape(-1)[0]) - wanted) <= tolerance * abs(wanted)
+
+    def sole_reader(self, name: str, op_type: str) -> onnx.NodeProto | None:
+        nodes = self.readers.get(name, [])
+        if len(nodes) != 1 or nodes[0].op_type != op_type or nodes[0].domain not in ("", "ai.onnx"):
+            return None
+        return nodes[0] if len(nodes[0].input) == 2 else None
+
+
+def _other(node: onnx.NodeProto, name: str) -> str | None:
+    """The operand of a binary ``node`` that is not ``name`` (None when both are)."""
+    first, second = node.input
+    if first == name and second != name:
+        return second
+    if second == name and first != name:
+        return first
+    return None
+
+
+def _scaled_input(g: _Graph, name: str) -> str | None:
+    """x when ``name`` is x / sqrt(2) or x * (1/sqrt(2))."""
+    divide = g.node(name, "Div")
+    if divide is not None and g.is_value(divide.input[1], math.sqrt(2.0), ROUNDING):
+        return divide.input[0]
+    multiply = g.node(name, "Mul")
+    if multiply is not None:
+        for x, c in (multiply.input, reversed(multiply.input)):
+            if g.is_value(c, math.sqrt(0.5), ROUNDING):
+                return x
+    return None
+
+
+def _product_end(g: _Graph, one_plus: str, x: str) -> str | None:
+    """The output of the Muls that multiply ``one_plus`` = 1 + erf(...) by x and by 0.5, in any grouping."""
+    first = g.sole_reader(one_plus, "Mul")
+    if first is None:
+        return None
+    partner = _other(first, one_plus)
+    if partner == x:  # (x * a) * 0.5
+        last = g.sole_reader(first.output[0], "Mul")
+        return last.output[0] if last is not None and g.is_value(_other(last, first.output[0]) or "", 0.5) else None
+    if partner is not None and g.is_value(partner, 0.5):  # (a * 0.5) * x
+        last = g.sole_reader(first.output[0], "Mul")
+        return last.output[0] if last is not None and _other(last, first.output[0]) == x else None
+    half = g.node(partner or "", "Mul")  # a * (x * 0.5)
+    if half is not None and _other(half, x) is not None and g.is_value(_other(half, x) or "", 0.5):
+        return first.output[0]
+    return None
+
+
+def gelu_sites(graph: onnx.GraphProto, facts: GraphFacts, read: Reader) -> list[GeluSite]:
+    """Every written-out GELU of the main graph on float32 values, in graph order."""
+    if not any(node.op_type == "Erf" for node in graph.node):
+        return []
+    g = _Graph(graph, read)
+    sites = []
+    for node in graph.node:
+        if node.op_type != "Erf" or node.domain not in ("", "ai.onnx") or len(node.input) != 1:
+            continue
+        x = _scaled_input(g, node.input[0])
+        if x is None or facts.types.get(x) != onnx.TensorProto.FLOAT:
+            continue
+        add = g.sole_reader(node.output[0], "Add")
+        if add is None or not g.is_value(_other(add, node.output[0]) or "", 1.0):
+            continue
+        end = _product_end(g, add.output[0], x)
+        if end is not None:
+            sites.append(GeluSite(end, x, g.producer[end][0]))
+    return sites
