@@ -299,3 +299,21 @@ def test_held_out_data_refutes_a_budget_only_beyond_its_sampling_error() -> None
     pages = held(0.117, 0.01, 4, 0.01)  # IoU lost on every held-out page alike
     assert pages.refuted and not pages.within_budget
     assert held(0.0, 0.0, 10, 0.01).within_budget and HeldOut.of("h", pages.score, pages.score, None, 0.9).within_budget
+
+
+def test_metric_fidelity_is_auto_with_labels_ignored_in_every_budgeted_command() -> None:
+    from onnxsat.compress.compress import CompressOptions
+    from onnxsat.pruning.prune import PruneOptions
+    from onnxsat.quantization.quantize import QuantizeOptions
+    from onnxsat.sparsity.sparsify import SparsifyOptions
+
+    for options in (
+        QuantizeOptions(metric="fidelity"),
+        SparsifyOptions(metric="fidelity"),
+        PruneOptions(metric="fidelity"),
+    ):
+        options.check()
+        assert (options.metric, options.fidelity) == ("auto", True), type(options).__name__
+    compress = CompressOptions(data="digits", metric="fidelity")
+    compress.check()
+    assert (compress.metric, compress.fidelity) == ("auto", True)

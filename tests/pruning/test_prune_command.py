@@ -160,3 +160,16 @@ def test_a_model_whose_matmuls_all_sit_in_bodies_is_refused_at_once(
         "onnxsat: error: the model has no channel group that can be pruned (no Conv, Gemm or MatMul: 4 are inside"
         " If/Loop/Scan bodies, which prune does not enter)\n"
     )
+
+
+def test_metric_fidelity_scores_agreement_with_the_original_not_the_labels(tmp_path: Path) -> None:
+    """``--metric fidelity`` (the spelling the budgeted commands share) is ``--fidelity``: labels are ignored."""
+    from onnxsat.cli import main as cli_main
+    from onnxsat.zoo.digits_cnn import bundled_digits_cnn
+
+    out, report = tmp_path / "p.onnx", tmp_path / "r.json"
+    args = ["prune", str(bundled_digits_cnn()), "-o", str(out), "--rate", "0.25", "--data", "digits", "--limit", "64"]
+    assert cli_main([*args, "--metric", "fidelity", "--report", str(report)]) == 0
+    scored = json.loads(report.read_text())
+    assert "(fidelity)" in scored["scored_on"]
+    assert scored["baseline"]["kind"] == "agreement" and scored["baseline"]["value"] == 1.0

@@ -35,7 +35,15 @@ from onnxsat.errors import SettingsError
 from onnxsat.external_data import given_bytes, with_data_loaded
 from onnxsat.inputs import InputSpec
 from onnxsat.latency import against_file_as_given
-from onnxsat.metrics import HeldOut, MetricSpec, check_confidence, check_spec, confidence_option, metric_option
+from onnxsat.metrics import (
+    HeldOut,
+    MetricSpec,
+    check_confidence,
+    check_spec,
+    confidence_option,
+    metric_option,
+    with_fidelity,
+)
 from onnxsat.metrics.scorer import ModelScorer
 from onnxsat.options import float_list, option, percent
 from onnxsat.pruning.prune import association_trees
@@ -108,6 +116,7 @@ class CompressOptions:
         if unknown or not self.techniques:
             what = f"unknown technique {unknown[0]!r}" if unknown else "name at least one technique"
             raise SettingsError(f"--techniques: {what} (known: {', '.join(TECHNIQUES)})")
+        self.metric, self.fidelity = with_fidelity(self.metric, self.fidelity)
         check_spec(self.metric)
         check_confidence(self.confidence)
 

@@ -20,6 +20,7 @@ from onnxsat.metrics.budget import (
     confidence_option,
     metric_names,
     metric_option,
+    with_fidelity,
     with_score_headlines,
 )
 
@@ -39,5 +40,6 @@ __all__ = [
     "confidence_option",
     "metric_names",
     "metric_option",
+    "with_fidelity",
     "with_score_headlines",
 ]

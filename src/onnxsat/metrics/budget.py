@@ -23,6 +23,9 @@ from onnxsat.metrics.selection import choose
 from onnxsat.options import option
 
 AUTO = "auto"
+FIDELITY = "fidelity"
+"""``--metric fidelity``: agreement with the original's outputs, labels ignored (as ``--fidelity``), each
+output scored by the metric ``auto`` chooses for it."""
 
 MetricSpec = str | Callable[[np.ndarray, np.ndarray, Labels], float]
 """A built-in metric's name, ``auto``, ``module:function``, or (Python API) a function."""
@@ -37,11 +40,17 @@ def metric_option() -> Any:
     return option(
         AUTO,
         metavar="METRIC",
-        help="how outputs are scored: auto (default: chosen per output), "
+        help="how outputs are scored: auto (default: chosen per output), fidelity (as auto, labels ignored:"
+        " agreement with the original), "
         + ", ".join(n for n in metric_names() if n != AUTO)
         + ", or package.module:function (map: IoU of dense maps such as segmentation masks; boxes are"
         " detection's, F1 against the original's boxes)",
     )
+
+
+def with_fidelity(spec: MetricSpec, fidelity: bool) -> tuple[MetricSpec, bool]:
+    """(metric, fidelity) with ``--metric fidelity`` read as ``--metric auto --fidelity``."""
+    return (AUTO, True) if spec == FIDELITY else (spec, fidelity)
 
 
 def resolve(spec: MetricSpec) -> Metric | None:

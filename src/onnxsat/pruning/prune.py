@@ -24,7 +24,7 @@ from onnxsat.eqsat.portable import portable_form
 from onnxsat.errors import SettingsError
 from onnxsat.external_data import given_bytes, stored_bytes
 from onnxsat.inputs import InputSpec, random_inputs
-from onnxsat.metrics import MetricSpec, collapse_warning, metric_option
+from onnxsat.metrics import MetricSpec, check_spec, collapse_warning, metric_option, with_fidelity
 from onnxsat.metrics.scorer import ModelScorer
 from onnxsat.normal_form import normal_form
 from onnxsat.options import float_list, option, percent
@@ -87,6 +87,7 @@ class PruneOptions:
     from a part it never saw."""
     metric: MetricSpec = metric_option()
     metric_output: list[str] = option(default_factory=list, metavar="NAME", help="outputs the accuracy is scored on")
+    fidelity: bool = option(False, help="ignore labels: agreement with the original model")
     mean: Sequence[float] | None = option(
         None, type=float_list, help="per-channel mean subtracted from images scaled to [0, 1]"
     )
@@ -116,6 +117,8 @@ class PruneOptions:
             raise SettingsError(f"batch size must be at least 1, got {self.batch_size}")
         if not 0.0 <= self.holdout < 1.0:
             raise SettingsError(f"--holdout must be in [0%, 100%), got {self.holdout:.2%}")
+        self.metric, self.fidelity = with_fidelity(self.metric, self.fidelity)
+        check_spec(self.metric)
 
     @property
     def mode(self) -> str:
@@ -296,7 +299,13 @@ def _scoring_split(model: onnx.ModelProto, options: PruneOptions, calibrates: bo
     """(data to calibrate on, data to score on) from ``--data``, fitted to ``model``'s data input: a held-out
     part when calibration uses the data (none when ``--holdout`` leaves none), else all of it."""
     dataset = evaluation_data(
-        model, options.data, options.inputs, limit=options.limit, mean=options.mean, std=options.std
+        model,
+        options.data,
+        options.inputs,
+        limit=options.limit,
+        mean=options.mean,
+        std=options.std,
+        fidelity=options.fidelity,
     )
     assert dataset is not None
     if not calibrates:

@@ -48,6 +48,7 @@ from onnxsat.metrics import (
     check_spec,
     confidence_option,
     metric_option,
+    with_fidelity,
 )
 from onnxsat.metrics.scorer import ModelScorer
 from onnxsat.normal_form import normal_form
@@ -131,6 +132,7 @@ class QuantizeOptions:
             raise SettingsError(f"--latency-batch must be at least 1, got {self.latency_batch}")
         if not self.budget_minutes > 0:
             raise SettingsError(f"--budget-minutes must be positive, got {self.budget_minutes:g}")
+        self.metric, self.fidelity = with_fidelity(self.metric, self.fidelity)
         check_spec(self.metric)
         check_confidence(self.confidence)
 

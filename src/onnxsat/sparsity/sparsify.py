@@ -38,6 +38,7 @@ from onnxsat.metrics import (
     collapse_warning,
     confidence_option,
     metric_option,
+    with_fidelity,
 )
 from onnxsat.options import float_list, option, percent
 from onnxsat.proto_fields import all_nodes, bodies_of
@@ -121,6 +122,7 @@ class SparsifyOptions:
             raise SettingsError(f"--limit must be at least 1, got {self.limit}")
         if not 0.0 <= self.holdout < 1.0:
             raise SettingsError(f"--holdout must be in [0%, 100%), got {self.holdout:.2%}")
+        self.metric, self.fidelity = with_fidelity(self.metric, self.fidelity)
         check_spec(self.metric)
         check_confidence(self.confidence)
         parse_stateful(self.stateful)
