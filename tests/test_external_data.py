@@ -330,6 +330,7 @@ def test_external_constant_attribute_inside_folder_is_streamed_to_the_output(
     [
         ["prune", "--rate", "0.25"],
         ["quantize", "--no-node-timing", "--mode", "static", "--budget-minutes", "1"],
+        ["sparsify", "--max-drop", "50%"],
     ],
 )
 def test_commands_that_score_on_data_read_the_weights_from_any_folder(

@@ -25,6 +25,7 @@ from __future__ import annotations
 import copy
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 import onnx
@@ -59,11 +60,13 @@ class Evaluator:
         outputs: Sequence[str] = (),
         state: Mapping[str, str] | None = None,
         confidence: float = 0.5,
+        base_dir: Path | None = None,
     ) -> None:
         """``given``: the inputs the user fixed (``--inputs``), fed as they are with every batch;
         ``metric``/``outputs``: how and which outputs are scored (``--metric``, ``--metric-output``);
         ``state``: state inputs and the outputs fed back to them (``--stateful``); ``confidence``: how
-        sure a candidate must be to fit the budget (``Score.fits``)."""
+        sure a candidate must be to fit the budget (``Score.fits``); ``base_dir``: where the weights that
+        are not targets live when the model keeps them in a data file (every dynamo export does)."""
         self.confidence = confidence
         self.given = dict(given or {})
         self.state = dict(state or {})
@@ -85,7 +88,7 @@ class Evaluator:
                 fed.graph.input.append(onnx.helper.make_tensor_value_info(tensor.name, tensor.data_type, tensor.dims))
         del fed.graph.initializer[:]
         fed.graph.initializer.extend(kept)
-        self.session = session(fed, ort.GraphOptimizationLevel.ORT_ENABLE_ALL)
+        self.session = session(fed, ort.GraphOptimizationLevel.ORT_ENABLE_ALL, base_dir=base_dir)
         self.input_name = data_input(model, excluded).name
         self.batch_size = batch_size_for(model, batch_size, excluded)
         self.metric, self.scored = metric, outputs

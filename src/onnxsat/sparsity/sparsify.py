@@ -274,7 +274,7 @@ def sparsify_model(
     if dataset is not None:
         if options.max_drop is not None:  # the search never sees the held-out part
             dataset, held_out = dataset.split(options.holdout)
-        evaluator = _evaluator(model, targets, weights, dataset, options, options.metric)
+        evaluator = _evaluator(model, targets, weights, dataset, options, options.metric, base_dir)
         report.data, report.baseline = dataset.name, evaluator.baseline
         unreached = _unreached(evaluator, targets)
         if unreached:  # their pruning could not be measured: a branch the data never takes
@@ -295,7 +295,7 @@ def sparsify_model(
         report.confidence = options.confidence
         result = _search(evaluator, masks_at, targets, options, report)
         if held_out is not None:
-            held = _evaluator(model, targets, weights, held_out, options, evaluator.budget.metrics)
+            held = _evaluator(model, targets, weights, held_out, options, evaluator.budget.metrics, base_dir)
             _, score = held.drop(result.masks)
             report.held_out = HeldOut.of(held_out.name, held.baseline, score, options.max_drop, options.confidence)
         else:
@@ -371,11 +371,12 @@ def _evaluator(
     dataset: Dataset,
     options: SparsifyOptions,
     metric: MetricSpec | Mapping[str, Metric],
+    base_dir: Path | None,
 ) -> Evaluator:
     given = options.inputs.given
-    state, outputs = options.state, options.metric_output
+    state, outputs, confidence = options.state, options.metric_output, options.confidence
     return Evaluator(
-        model, targets, weights, dataset, metric, options.batch_size, given, outputs, state, options.confidence
+        model, targets, weights, dataset, metric, options.batch_size, given, outputs, state, confidence, base_dir
     )
 
 
