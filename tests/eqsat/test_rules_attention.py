@@ -40,9 +40,9 @@ FLOAT32_MIN = float(np.finfo(np.float32).min)
 class Form:
     """Which export variant of attention to build."""
 
-    mask: str = "none"  # none | additive | causal
+    mask: str = "none"  # none | additive | causal | padding ([B, 1, 1, S], broadcast over the queries)
     scale: str = "sqrt_both"  # sqrt_both | div_scores | none
-    key_chain: str = "reshape"  # reshape (the dynamo exporter's chain) | transpose
+    key_chain: str = "reshape"  # reshape (the dynamo exporter's chain) | transpose | heads_transposed (TorchScript)
     nan_guard: bool = True
     flatten: bool = False  # merge the heads into [B*S, H] (GPT-2) rather than [B, S, H]
     softmax_axis: int = -1
@@ -104,6 +104,8 @@ def attention_model(form: Form = Form(), seed: int = 0) -> onnx.ModelProto:
             helper.make_node("Transpose", ["k_flat"], ["k_flat_t"], perm=[0, 2, 1]),
             helper.make_node("Reshape", ["k_flat_t", "keys_t"], ["kT"]),
         ]
+    elif form.key_chain == "heads_transposed":  # K^T in one Transpose of the head split, as TorchScript writes SDPA
+        nodes.append(helper.make_node("Transpose", ["k_split"], ["kT"], perm=[0, 2, 3, 1]))
     else:
         nodes.append(helper.make_node("Transpose", [k4], ["kT"], perm=[0, 1, 3, 2]))
     q, k = q4, "kT"
@@ -118,8 +120,9 @@ def attention_model(form: Form = Form(), seed: int = 0) -> onnx.ModelProto:
     if form.scale == "div_scores":
         nodes.append(helper.make_node("Div", ["scores", "sqrt_d"], ["scores_scaled"]))
         scores = "scores_scaled"
-    if form.mask == "additive":
-        inputs.append(helper.make_tensor_value_info("mask", TensorProto.FLOAT, [B, 1, S, S]))
+    if form.mask in ("additive", "padding"):
+        mask_shape = [B, 1, S, S] if form.mask == "additive" else [B, 1, 1, S]
+        inputs.append(helper.make_tensor_value_info("mask", TensorProto.FLOAT, mask_shape))
         nodes.append(helper.make_node("Add", [scores, "mask"], ["masked"]))
         scores = "masked"
     elif form.mask == "causal":
@@ -183,6 +186,9 @@ FORMS = {
     "unscaled, flattened heads": Form(scale="none", flatten=True, mask="causal"),
     "unbiased projections": Form(mask="causal", biased=False),
     "grouped, rotated after the split": Form(mask="causal", grouped=True),
+    "TorchScript's SDPA: one Transpose for K, padding mask": Form(
+        key_chain="heads_transposed", mask="padding", nan_guard=False
+    ),
 }
 
 

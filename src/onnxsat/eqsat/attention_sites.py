@@ -72,6 +72,9 @@ class AttentionSite:
     projections: tuple[str, ...] = ()
     """(x, Wq, Wk, Wv, bq, bk, bv) when Q, K and V are ``x @ W + b`` of one [B, S, K] input with constant
     weights of one width: then com.microsoft Attention, which projects x itself, can stand for it too."""
+    bias_expand: tuple[int, ...] = ()
+    """The [1 or B, 1 or N, S, T] shape ``bias`` is expanded to when it broadcasts over the query positions
+    ([.., .., 1, T]: a padding mask, as PyTorch's TorchScript export of SDPA adds it); () when it has it."""
 
 
 Reader = Callable[[str], "np.ndarray | None"]
@@ -175,9 +178,30 @@ def _untransposed_key(g: _Graph, name: str) -> str | None:
     return inner.input[0] if flat == (b * n, t, d) else None
 
 
+def _heads_transposed_of(g: _Graph, name: str, heads: tuple[int, int, int, int]) -> str | None:
+    """The [B, T, N*D] tensor whose heads ``name`` holds as [B, N, D, T] in one Transpose (perm [0, 2, 3, 1] of
+    its Reshape to [B, T, N, D]: PyTorch's TorchScript export of scaled_dot_product_attention), or None."""
+    transpose = g.node(name, "Transpose")
+    if transpose is None or g.perm(transpose) != [0, 2, 3, 1]:
+        return None
+    reshape = g.node(transpose.input[0], "Reshape")
+    if reshape is None:
+        return None
+    b, n, t, d = heads
+    source, split = g.shape(reshape.input[0]), g.shape(reshape.output[0])
+    return reshape.input[0] if source == (b, t, n * d) and split == (b, t, n, d) else None
+
+
 def _is_attention_bias(mask: tuple[int, ...], scores: tuple[int, ...]) -> bool:
-    """The mask has the shape the fused op's ``attention_bias`` takes: [1 or B, 1 or N, S, T]."""
-    return len(mask) == 4 and mask[0] in (1, scores[0]) and mask[1] in (1, scores[1]) and mask[2:] == scores[2:]
+    """The mask has the shape the fused op's ``attention_bias`` takes, [1 or B, 1 or N, S, T], or is one
+    expanded to it (1 for S)."""
+    return (
+        len(mask) == 4
+        and mask[0] in (1, scores[0])
+        and mask[1] in (1, scores[1])
+        and mask[2] in (1, scores[2])
+        and mask[3] == scores[3]
+    )
 
 
 def _match(g: _Graph, position: int, softmax: onnx.NodeProto) -> AttentionSite | None:
@@ -215,7 +239,7 @@ def _match(g: _Graph, position: int, softmax: onnx.NodeProto) -> AttentionSite |
         readers = g.readers.get(probabilities, [])
     merged = _merged_output(g, probabilities, readers)
     head_shape = g.shape(q_heads)
-    if key is None or merged is None or head_shape is None or len(head_shape) != 4:
+    if merged is None or head_shape is None or len(head_shape) != 4:
         return None
     value, output, transpose_position, reshape_position = merged
     d, out_shape, v_heads = head_shape[3], g.shape(output), g.shape(value)
@@ -223,8 +247,13 @@ def _match(g: _Graph, position: int, softmax: onnx.NodeProto) -> AttentionSite |
         return None
     fused_shape = (b, s, n * v_heads[3])
     query = _heads_of(g, q_heads)
-    key3 = _heads_of(g, key) if g.shape(key) == (b, n, t, d) else None
     value3 = _heads_of(g, value)
+    if key is None:  # K^T in one Transpose of its head split: only the [B, T, N*D] form can be fed
+        key = key3 = _heads_transposed_of(g, k_source, (b, n, t, d))
+        if key is None or value3 is None:
+            return None
+    else:
+        key3 = _heads_of(g, key) if g.shape(key) == (b, n, t, d) else None
     key_regroup: tuple[int, ...] = ()
     if key3 is not None and value3 is not None:
         key, value = key3, value3
@@ -253,7 +282,13 @@ def _match(g: _Graph, position: int, softmax: onnx.NodeProto) -> AttentionSite |
         key_regroup=key_regroup,
         transpose=transpose_position,
         projections=projections,
+        bias_expand=_bias_expand(g.shape(bias), s) if bias else (),
     )
+
+
+def _bias_expand(mask: tuple[int, ...] | None, s: int) -> tuple[int, ...]:
+    assert mask is not None
+    return (*mask[:2], s, mask[3]) if mask[2] != s else ()
 
 
 def _projections(g: _Graph, qkv: tuple[str, str, str]) -> tuple[str, ...]:

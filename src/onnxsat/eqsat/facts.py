@@ -221,7 +221,7 @@ class GraphFacts:
     """Scaled dot-product attentions a fused op can stand for (``attention_sites``)."""
     computed_ints: dict[str, tuple[int, ...]] = field(default_factory=dict)
     """Node output -> its value, for the small 1-D int64 values computed from constants and known sizes
-    (``_small_ints``): the encoder writes each as a constant too, so rules that test a value see it."""
+    (``_small_values``): the encoder writes each as a constant too, so rules that test a value see it."""
     layer_norm_sites: list[LayerNormSite] = field(default_factory=list)
     """Layer normalizations written out elementwise that LayerNormalization computes (``layer_norm_sites``)."""
     gelu_sites: list[GeluSite] = field(default_factory=list)
@@ -266,7 +266,7 @@ def collect_facts(model: onnx.ModelProto, typed: onnx.ModelProto | None, base_di
             facts.types[tensor.name] = int(tensor.data_type)
             if int(np.prod(tensor.dims, dtype=np.int64)) <= FLAG_MAX_ELEMENTS:
                 facts.value_flags[tensor.name] = _value_flags(lambda t=tensor: tensor_value(t, base_dir))
-    small_ints = _small_ints(model, facts, base_dir)
+    small_values = _small_values(model, facts, base_dir)
     for node in graph.node:
         if node.op_type == "Constant" and node.domain in ("", "ai.onnx") and node.output:
             facts.value_flags[node.output[0]] = _value_flags(lambda n=node: constant_node_value(n, base_dir))
@@ -274,15 +274,15 @@ def collect_facts(model: onnx.ModelProto, typed: onnx.ModelProto | None, base_di
             facts.foldable.update(o for o in node.output if o)
         if node.op_type != "Constant":
             for name in node.output:
-                value = small_ints.get(name)
-                if value is not None and value.ndim == 1:
+                value = small_values.get(name)
+                if value is not None and value.ndim == 1 and value.dtype == np.int64:
                     facts.computed_ints[name] = tuple(int(v) for v in value)
                     facts.value_flags[name] = _value_flags(lambda v=value: v)
     facts.parallel_pairs = parallel_pairs(model, facts)
     facts.same_shape = same_shape_operands(graph, facts)
-    facts.returns_input = shape_keepers(graph, facts.shapes, small_ints)
+    facts.returns_input = shape_keepers(graph, facts.shapes, small_values)
     constants = [t for t in graph.initializer if t.name not in overridable and t.name not in facts.graph_outputs]
-    read_small = _small_constant_reader(graph, constants, base_dir)
+    read_small = _small_constant_reader(graph, constants, base_dir, small_values)
     facts.absorbable_pads = list(absorbable_pads(graph, read_small, facts.sole_use, _opset(model)))
     facts.attention_sites = attention_sites(graph, facts, read_small, {t.name for t in constants})
     facts.layer_norm_sites = layer_norm_sites(graph, facts, read_small, _opset(model))
@@ -296,9 +296,13 @@ def _opset(model: onnx.ModelProto) -> int:
 
 
 def _small_constant_reader(
-    graph: onnx.GraphProto, constants: list[onnx.TensorProto], base_dir: Path | None
+    graph: onnx.GraphProto,
+    constants: list[onnx.TensorProto],
+    base_dir: Path | None,
+    computed: dict[str, np.ndarray] | None = None,
 ) -> Callable[[str], np.ndarray | None]:
-    """Reads a constant of at most ``FLAG_MAX_ELEMENTS`` elements (initializer or Constant node) by name."""
+    """Reads a constant of at most ``FLAG_MAX_ELEMENTS`` elements (initializer or Constant node) by name, or a
+    small value ``computed`` from constants (``_small_values``)."""
     tensors = {t.name: t for t in constants if int(np.prod(t.dims, dtype=np.int64)) <= FLAG_MAX_ELEMENTS}
     nodes = {n.output[0]: n for n in graph.node if n.op_type == "Constant" and n.domain in ("", "ai.onnx")}
 
@@ -308,7 +312,7 @@ def _small_constant_reader(
         if name in nodes:
             value = constant_node_value(nodes[name], base_dir)
             return value if value.size <= FLAG_MAX_ELEMENTS else None
-        return None
+        return (computed or {}).get(name)
 
     return read
 
@@ -443,26 +447,41 @@ SHAPE_VALUE_OPS = frozenset(
     {"Shape", "Expand", "Concat", "Gather", "Slice", "Unsqueeze", "Squeeze", "Cast", "Identity", "Reshape"}
     | {"Transpose", "Flatten", "ConstantOfShape", "Add", "Sub", "Mul", "Div", "Neg", "Max", "Min", "Range"}
 )
-"""Ops through which small integer values are followed: shapes and the sizes exporters compute from them
-(PyTorch writes a Pad's pads as a dozen such nodes from the input's sizes)."""
-SMALL_INT_ELEMENTS = 16
+"""Ops through which small values are followed: shapes and the sizes exporters compute from them (PyTorch
+writes a Pad's pads as a dozen such nodes from the input's sizes). Other ops are followed when every input is
+a known small value (an attention's scale computed as ``1 / sqrt(sqrt(size))`` from a Shape)."""
+SMALL_VALUE_ELEMENTS = 16
 
 
-def _small_ints(model: onnx.ModelProto, facts: GraphFacts, base_dir: Path | None) -> dict[str, np.ndarray]:
-    """Small int64 values computed from constants, by tensor name; on the way, the output shapes of Expands
-    whose target is one (shape inference leaves them open: an exporter's
+def _is_small(value: np.ndarray) -> bool:
+    return value.dtype.kind in "biuf" and value.ndim <= 2 and value.size <= SMALL_VALUE_ELEMENTS
+
+
+def _followable(node: onnx.NodeProto) -> bool:
+    """A node whose output may be computed from known inputs: standard, deterministic, one output, no body."""
+    if node.op_type in SHAPE_VALUE_OPS:
+        return True
+    return node.op_type not in NONDETERMINISTIC_OPS and len(node.output) == 1 and not _has_subgraph(node.attribute)
+
+
+def _small_values(model: onnx.ModelProto, facts: GraphFacts, base_dir: Path | None) -> dict[str, np.ndarray]:
+    """Small values (at most ``SMALL_VALUE_ELEMENTS``) computed from constants, by tensor name; on the way,
+    the output shapes of Expands whose target is one (shape inference leaves them open: an exporter's
     ``Expand(CastLike(0, x), Expand(Shape(W)[0:1], [1]))`` zero bias).
 
-    Values are followed from initializers, Constants and the shapes of static tensors through
-    ``SHAPE_VALUE_OPS``, each computed by ONNX Runtime like a constant fold. The e-graph folds the same
-    nodes, but only when the extracted graph is decoded: rules that test a value (a Pad's pads) see it here.
+    Values are followed from initializers, Constants and the shapes of static tensors (see
+    ``SHAPE_VALUE_OPS``), each computed by ONNX Runtime like a constant fold. The e-graph folds the same
+    nodes, but only when the extracted graph is decoded: rules that test a value (a Pad's pads) and the
+    matchers that read one (an attention's scale) see it here.
     """
     values: dict[str, np.ndarray] = {}
     inputs = {v.name for v in model.graph.input} if model.ir_version >= 4 else set()
     for tensor in model.graph.initializer:
-        small = len(tensor.dims) <= 1 and int(np.prod(tensor.dims)) <= 16
-        if tensor.name not in inputs and small and tensor.data_type == onnx.TensorProto.INT64:
-            values[tensor.name] = tensor_value(tensor, base_dir)
+        small = len(tensor.dims) <= 2 and int(np.prod(tensor.dims)) <= SMALL_VALUE_ELEMENTS
+        if tensor.name not in inputs and small and tensor.data_type != onnx.TensorProto.STRING:
+            value = np.asarray(tensor_value(tensor, base_dir))
+            if _is_small(value):
+                values[tensor.name] = value
     for node in model.graph.node:
         if node.domain not in ("", "ai.onnx") or not node.output:
             continue
@@ -471,7 +490,7 @@ def _small_ints(model: onnx.ModelProto, facts: GraphFacts, base_dir: Path | None
                 value = np.asarray(constant_node_value(node, base_dir))
             except Exception:  # a Constant without a numeric value: nothing to follow
                 continue
-            if value.dtype == np.int64 and value.size <= 16:
+            if _is_small(value):
                 values[node.output[0]] = value
             continue
         if node.op_type == "Expand" and len(node.input) == 2 and values.get(node.input[1], np.zeros((0, 0))).ndim == 1:
@@ -481,23 +500,23 @@ def _small_ints(model: onnx.ModelProto, facts: GraphFacts, base_dir: Path | None
                 target = tuple(int(d) for d in values[node.input[1]])
                 with contextlib.suppress(ValueError):  # not broadcastable: ORT will say so at run time
                     facts.shapes[node.output[0]] = tuple(int(d) for d in np.broadcast_shapes(source, target))
-        if node.op_type not in SHAPE_VALUE_OPS:
+        if not _followable(node):
             continue
         if node.op_type == "Shape":
             dims = facts.shapes.get(node.input[0])
             if dims is None or any(d < 0 for d in dims):
                 continue
             operands: list[np.ndarray | None] = [np.zeros(dims, dtype=np.int8)]
-        elif all(name in values for name in node.input if name):
+        elif node.input and all(name in values for name in node.input if name):
             operands = [values[name] if name else None for name in node.input]
         else:
             continue
         try:
             (value,) = evaluate_node(node.op_type, "", list(node.attribute), operands, 1, model.opset_import)
-        except Exception:  # ORT refuses the node: its shape simply stays unknown
+        except Exception:  # ORT refuses the node: its value simply stays unknown
             continue
-        if value.dtype == np.int64 and value.ndim <= 2 and value.size <= SMALL_INT_ELEMENTS:
-            values[node.output[0]] = value
+        if _is_small(np.asarray(value)):
+            values[node.output[0]] = np.asarray(value)
     return values
 
 

@@ -917,7 +917,12 @@ def _error_jumps(
     reference.update({t: feeds[t] for t in pairs if t in scorer.feed_names})
     read = list(pairs.values())
     rounded = dict(zip(read, session(with_outputs(quantized, read), level).run(read, feeds), strict=True))
-    error = {t: _relative_error(reference[t], rounded[q]) for t, q in pairs.items()}
+    # A name the quantizer reused for another tensor (a shape that differs) tells nothing: left out, as unread.
+    error = {
+        t: _relative_error(reference[t], rounded[q])
+        for t, q in pairs.items()
+        if np.shape(reference[t]) == np.shape(rounded[q])
+    }
     damage = {}
     for name in nodes:
         sources, result = watched.get(name, ([], ""))

@@ -102,6 +102,7 @@ def _fuse_attention(
 
 Call = bindings.Call | bindings.Lit
 _SPAN = bindings.PanicSpan()
+_ABSENT = bindings.Call(_SPAN, "TensorAbsent", [])
 
 
 def _call(name: str, *args: Call) -> bindings.Call:
@@ -151,6 +152,9 @@ def site_facts(
             query = helpers.reshape(query, (b, s, hidden))
         key_term = helpers.reshape(ref(site.key), site.key_regroup) if site.key_regroup else ref(site.key)
         tail = args(["", "", site.bias] if site.bias else [])
+        if site.bias_expand:  # [.., .., 1, T] -> [.., .., S, T]
+            bias = helpers.expand(ref(site.bias), site.bias_expand)
+            tail = _call("ArgsCons", _ABSENT, _call("ArgsCons", _ABSENT, _call("ArgsCons", bias, _call("ArgsNil"))))
         inputs = _call("ArgsCons", query, _call("ArgsCons", key_term, _call("ArgsCons", ref(site.value), tail)))
         fact = _call(
             "AttentionSite",
@@ -208,6 +212,10 @@ class _Helpers:
         self.attributes.append([helper.make_attribute("perm", perm)])
         inputs = _call("ArgsCons", x, _call("ArgsNil"))
         return self.output(_node("Transpose", _call("AttrsTable", _int(key)), inputs, self.transpose_id), dims)
+
+    def expand(self, x: bindings.Call, dims: tuple[int, ...]) -> bindings.Call:
+        inputs = _call("ArgsCons", x, _call("ArgsCons", _call("TensorInts", _dims(dims)), _call("ArgsNil")))
+        return self.output(_node("Expand", _call("AttrsNone"), inputs, self.reshape_id), dims)
 
     def reshape(self, x: bindings.Call, dims: tuple[int, ...]) -> bindings.Call:
         inputs = _call("ArgsCons", x, _call("ArgsCons", _call("TensorInts", _dims(dims)), _call("ArgsNil")))
