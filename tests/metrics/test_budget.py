@@ -299,6 +299,10 @@ def test_held_out_data_refutes_a_budget_only_beyond_its_sampling_error() -> None
     pages = held(0.117, 0.01, 4, 0.01)  # IoU lost on every held-out page alike
     assert pages.refuted and not pages.within_budget
     assert held(0.0, 0.0, 10, 0.01).within_budget and HeldOut.of("h", pages.score, pages.score, None, 0.9).within_budget
+    # 4 of 400 samples lost is a 1% drop, though 397/400 - 393/400 is 0.010000000000000009 in float.
+    exact = Score((OutputScore("y", "top1", 393 / 400, 397 / 400),), 400, "accuracy")
+    assert exact.fits(0.01) and HeldOut.of("held", exact, exact, 0.01, confidence=0.9).within_budget
+    assert not Score((OutputScore("y", "top1", 392 / 400, 397 / 400),), 400, "accuracy").fits(0.01)
 
 
 def test_metric_fidelity_is_auto_with_labels_ignored_in_every_budgeted_command() -> None:

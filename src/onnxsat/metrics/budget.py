@@ -119,7 +119,7 @@ class Score:
 
     def fits(self, max_drop: float) -> bool:
         """Inside the budget at the budget's confidence (``bound``)."""
-        return self.bound <= max_drop
+        return within(self.bound, max_drop)
 
     @property
     def worst(self) -> OutputScore:
@@ -332,6 +332,16 @@ def _sum_of_squares(reference: np.ndarray, value: np.ndarray | None = None) -> f
     return total
 
 
+DROP_ROUNDING = 1e-9
+"""Drops are differences of fractions: 397/400 - 393/400 is 0.010000000000000009 in float, and 4 of 400
+samples is exactly a 1% budget."""
+
+
+def within(drop: float, max_drop: float) -> bool:
+    """``drop`` is at most ``max_drop``, up to the rounding of the fractions it is computed from."""
+    return drop <= max_drop + DROP_ROUNDING
+
+
 @dataclass
 class HeldOut:
     """The chosen model on data the search never used: the honest figure beside the search's."""
@@ -352,7 +362,7 @@ class HeldOut:
         if max_drop is None:
             return cls(data, baseline, score, score.drop, True)
         least = max(o.drop - confidence_z(confidence) * o.error for o in score.outputs)
-        return cls(data, baseline, score, score.drop, score.drop <= max_drop, least > max_drop)
+        return cls(data, baseline, score, score.drop, within(score.drop, max_drop), not within(least, max_drop))
 
 
 def with_score_headlines(
