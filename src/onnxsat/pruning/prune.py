@@ -45,6 +45,7 @@ from onnxsat.pruning.reconstruct import reconstruct
 from onnxsat.pruning.report import GroupReport, PruneReport
 from onnxsat.pruning.trees import ChannelGroup, Forest, build_groups, format_trees, render_trees
 from onnxsat.pruning.unfuse import fused_count, split_fused
+from onnxsat.quantized_already import quantized_note
 from onnxsat.verification import check_lossy, reference_run
 
 RANDOM_CALIBRATION_SAMPLES = 16
@@ -154,8 +155,9 @@ def association_trees(
     return work, index, build_groups(work, load_library(library), index)
 
 
-def _plan(forest: Forest, options: PruneOptions) -> dict[int, tuple[float, str]]:
-    """Per group: the rate to prune it at and its status (pruned, excluded, unprunable: why)."""
+def _plan(forest: Forest, options: PruneOptions, quantized: str = "") -> dict[int, tuple[float, str]]:
+    """Per group: the rate to prune it at and its status (pruned, excluded, unprunable: why); ``quantized``
+    ends the refusal of a model none of whose groups can be pruned (``quantized_note``)."""
     names = {name for g in forest.groups for r in g.roots for name in (r.node, r.weight)}
     for flag, given in (("--exclude", options.exclude), ("--rates", list(options.rates))):
         unknown = [name for name in given if name not in names]
@@ -178,7 +180,9 @@ def _plan(forest: Forest, options: PruneOptions) -> dict[int, tuple[float, str]]
         firsts = list(dict.fromkeys(g.reasons[0] if g.reasons else "a single channel" for g in forest.groups))
         more = f"; and {len(firsts) - 3} more" if len(firsts) > 3 else ""
         detail = f" ({'; '.join(firsts[:3])}{more})" if firsts else ""
-        raise SettingsError(f"the model has no channel group that can be pruned{detail}; see --show-trees")
+        raise SettingsError(
+            f"the model has no channel group that can be pruned{detail}" + (quantized or "; see --show-trees")
+        )
     if all(plan[g.index][1] == "excluded" for g in prunable):
         raise SettingsError("--exclude leaves no channel group to prune")
     return plan
@@ -258,7 +262,7 @@ def _prune_model(
     report = PruneReport(input=source, output=None, criterion=options.criterion, mode=options.mode, rate=options.rate)
     start_from = _normalized(model, options, base_dir, report) if options.normalize else model
     work, index, forest = association_trees(start_from, options.library, base_dir)
-    plan = _plan(forest, options)
+    plan = _plan(forest, options, quantized_note(model, "prune"))
     fused, left = fused_count(model), fused_count(work)
     if fused:
         report.notes.append(f"{fused - left} of {fused} ORT fused ops split into op + activation to be pruned")

@@ -23,7 +23,6 @@ from __future__ import annotations
 import math
 import tempfile
 import time
-from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -58,6 +57,7 @@ from onnxsat.quantization import node_speed
 from onnxsat.quantization.calibration import calibration_reader
 from onnxsat.quantization.modes import CALIBRATIONS, MODES, Calibration, QuantMode
 from onnxsat.quantization.report import ModeTrial, NodeDecision, QuantizeReport
+from onnxsat.quantized_already import QUANTIZED_OPS, quantized_note
 from onnxsat.surgery.graph_edit import consumers, drop_unused_initializers
 from onnxsat.surgery.surgeons.precision import Float16ToFloat32
 from onnxsat.verification import check_lossy, reference_run, run_model, session, with_outputs
@@ -460,13 +460,13 @@ def _modes(model: onnx.ModelProto, options: QuantizeOptions) -> list[QuantMode]:
             raise SettingsError(
                 f"nothing to quantize: the model has no {'/'.join(sorted(mode.ops))} node with a constant weight"
                 + _inside_bodies(model)
-                + _already_quantized(model)
+                + quantized_note(model, "quantize")
             )
         return [mode]
     if not weighted | inside:
         raise SettingsError(
             "nothing to quantize: the model has no Conv, MatMul, Gemm or LSTM node with a constant weight"
-            + _already_quantized(model)
+            + quantized_note(model, "quantize")
         )
     modes = []
     if weighted & {"Conv", "ConvTranspose"} or weighted & {"MatMul", "Gemm"}:
@@ -476,12 +476,6 @@ def _modes(model: onnx.ModelProto, options: QuantizeOptions) -> list[QuantMode]:
     if ({"MatMul", "Gemm"} & weighted or "MatMul" in inside) and _largest_matmul(model) >= 2**20:
         modes.append(MODES["weight-only"])
     return modes
-
-
-QUANTIZED_OPS = frozenset(
-    {"ConvInteger", "MatMulInteger", "QLinearConv", "QLinearMatMul", "MatMulNBits", "DynamicQuantizeLinear"}
-)
-"""Ops a quantizer leaves behind: a model holding them was quantized before it came here."""
 
 
 def _integer_nodes(model: onnx.ModelProto) -> int:
@@ -498,15 +492,6 @@ def _is_integer_op(op_type: str) -> bool:
         or op_type.startswith(("DynamicQuantize", "QLinear"))
         or "Integer" in op_type
     )
-
-
-def _already_quantized(model: onnx.ModelProto) -> str:
-    """What a refusal adds for a model some quantizer already made (its products are integer ops now)."""
-    found = Counter(node.op_type for node in all_nodes(model.graph) if node.op_type in QUANTIZED_OPS)
-    if not found:
-        return ""
-    ops = ", ".join(f"{count} {op}" for op, count in sorted(found.items()))
-    return f"; it is quantized already ({ops}): quantize its float original instead"
 
 
 def _inside_bodies(model: onnx.ModelProto) -> str:

@@ -42,6 +42,7 @@ from onnxsat.metrics import (
 )
 from onnxsat.options import float_list, option, percent
 from onnxsat.proto_fields import all_nodes, bodies_of
+from onnxsat.quantized_already import quantized_note
 from onnxsat.sparsity.bodies import lift_body_weights
 from onnxsat.sparsity.calibration import channel_norms
 from onnxsat.sparsity.methods import METHODS, MaskResult, check_sparsity, get_method, sparsity_masks
@@ -252,6 +253,7 @@ def sparsify_model(
         )
         raise SettingsError(
             f"the model has no prunable weights (Conv, ConvTranspose, Gemm or MatMul initializers){where}"
+            + quantized_note(model, "sparsify")
         )
     weights = {t.name: np.asarray(_initializer_value(model, t, base_dir)) for t in targets}
     dataset = _dataset(model, options)

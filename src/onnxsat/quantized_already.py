@@ -1,0 +1,48 @@
+"""Whether a model came here quantized already, said in a form each refusal can append.
+
+Users hand over what they have, and an int8 model is common: ONNX Runtime's QOperator form (QLinearConv,
+MatMulInteger...), its default QDQ form and every TFLite full-integer or dynamic-range conversion (integer
+weights behind DequantizeLinear). quantize, sparsify and prune find no float weight in such a model; the
+reason is that it is quantized, not that it has no Conv.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import onnx
+
+from onnxsat.proto_fields import all_nodes
+
+QUANTIZED_OPS = frozenset(
+    {"ConvInteger", "MatMulInteger", "QLinearConv", "QLinearMatMul", "MatMulNBits", "DynamicQuantizeLinear"}
+)
+"""Ops a quantizer leaves behind: a model holding them was quantized before it came here."""
+INTEGER_TYPES = frozenset(
+    {
+        onnx.TensorProto.INT8,
+        onnx.TensorProto.UINT8,
+        onnx.TensorProto.INT16,
+        onnx.TensorProto.UINT16,
+        onnx.TensorProto.INT4,
+        onnx.TensorProto.UINT4,
+    }
+)
+
+
+def quantized_parts(model: onnx.ModelProto) -> str:
+    """ "3 QLinearConv, 5 DequantizeLinear of integer weights" for a model some quantizer made; "" otherwise."""
+    integer_weights = {t.name for t in model.graph.initializer if t.data_type in INTEGER_TYPES}
+    found: Counter[str] = Counter()
+    for node in all_nodes(model.graph):
+        if node.op_type in QUANTIZED_OPS:
+            found[node.op_type] += 1
+        elif node.op_type == "DequantizeLinear" and node.input and node.input[0] in integer_weights:
+            found["DequantizeLinear of integer weights"] += 1
+    return ", ".join(f"{count} {op}" for op, count in sorted(found.items()))
+
+
+def quantized_note(model: onnx.ModelProto, verb: str) -> str:
+    """What a refusal adds for such a model: "; it is quantized already (...): {verb} its float original instead"."""
+    parts = quantized_parts(model)
+    return f"; it is quantized already ({parts}): {verb} its float original instead" if parts else ""

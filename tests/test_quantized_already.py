@@ -1,0 +1,67 @@
+"""A model quantized before it came here (QDQ: integer weights behind DequantizeLinear, as ORT's default form
+and TFLite int8 conversions write it) is refused by quantize, sparsify and prune with that reason, not only
+"no Conv with a constant weight"."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from onnxsat.cli import main
+from onnxsat.quantized_already import quantized_parts
+
+
+def qdq_conv(path: Path) -> Path:
+    rng = np.random.default_rng(0)
+    weight = rng.integers(-100, 100, size=(4, 3, 3, 3)).astype(np.int8)
+    graph = helper.make_graph(
+        [
+            helper.make_node("DequantizeLinear", ["w_q", "w_scale", "w_zero"], ["w"]),
+            helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1]),
+        ],
+        "qdq",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 8, 8])],
+        [
+            numpy_helper.from_array(weight, "w_q"),
+            numpy_helper.from_array(np.array(0.01, np.float32), "w_scale"),
+            numpy_helper.from_array(np.array(0, np.int8), "w_zero"),
+        ],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=9)
+    onnx.save(model, path)
+    return path
+
+
+def test_quantized_parts_name_integer_weights_and_integer_ops(tmp_path: Path) -> None:
+    model = onnx.load(qdq_conv(tmp_path / "q.onnx"))
+    assert quantized_parts(model) == "1 DequantizeLinear of integer weights"
+    model.graph.node.append(helper.make_node("QLinearConv", ["a"] * 8, ["b"]))
+    assert quantized_parts(model) == "1 DequantizeLinear of integer weights, 1 QLinearConv"
+    model.graph.initializer[0].CopyFrom(numpy_helper.from_array(np.zeros((4, 3, 3, 3), np.float32), "w_q"))
+    del model.graph.node[-1]
+    assert quantized_parts(model) == ""  # a float weight behind DequantizeLinear is no integer weight
+
+
+@pytest.mark.parametrize(
+    ("command", "verb"),
+    [
+        (["quantize"], "quantize"),
+        (["sparsify", "--sparsity", "0.3"], "sparsify"),
+        (["prune", "--rate", "0.3"], "prune"),
+    ],
+)
+def test_commands_say_the_model_is_quantized_already(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str], command: list[str], verb: str
+) -> None:
+    model = qdq_conv(tmp_path / "q.onnx")
+    out = tmp_path / "out.onnx"
+    code = main([command[0], str(model), "-o", str(out), *command[1:]])
+    err = capfd.readouterr().err
+    assert code != 0 and not out.exists()
+    assert f"it is quantized already (1 DequantizeLinear of integer weights): {verb} its float original instead" in err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
