@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 import onnx
+import pytest
 from pruning_helpers import Builder, assert_rate_zero_is_identity, kept, prune, run, shape_of, status
 
+from onnxsat.errors import SettingsError
 from onnxsat.pruning.graph import attr
 from onnxsat.pruning.prune import association_trees
 
@@ -280,19 +282,21 @@ def test_a_bias_computed_from_constants_is_unprunable_with_the_fix_named() -> No
 
 def test_a_shared_weight_copied_for_one_reader_is_a_graph_input_in_ir3() -> None:
     """IR versions before 4 list every initializer as a graph input; the copy made when two Convs share a
-    weight must be listed too, or the checker refuses the pruned model."""
+    bias must be listed too, or the checker refuses the pruned model."""
     rng = np.random.default_rng(0)
     weights = {
         "w0": rng.standard_normal((8, 3, 3, 3)),
         "w1": rng.standard_normal((8, 8, 3, 3)),
+        "w1b": rng.standard_normal((8, 8, 3, 3)),
+        "b": rng.standard_normal(8),
         "w2": rng.standard_normal((4, 8, 3, 3)),
     }
     nodes = [
-        onnx.helper.make_node("Conv", ["x", "w0"], ["c0"], "c0", pads=[1, 1, 1, 1]),
+        onnx.helper.make_node("Conv", ["x", "w0", "b"], ["c0"], "c0", pads=[1, 1, 1, 1]),
         onnx.helper.make_node("Relu", ["c0"], ["r0"]),
         onnx.helper.make_node("Conv", ["r0", "w1"], ["c1"], "c1", pads=[1, 1, 1, 1]),
         onnx.helper.make_node("Relu", ["c1"], ["r1"]),
-        onnx.helper.make_node("Conv", ["r1", "w1"], ["c2"], "c2", pads=[1, 1, 1, 1]),
+        onnx.helper.make_node("Conv", ["r1", "w1b", "b"], ["c2"], "c2", pads=[1, 1, 1, 1]),
         onnx.helper.make_node("Relu", ["c2"], ["r2"]),
         onnx.helper.make_node("Conv", ["r2", "w2"], ["y"], "c3", pads=[1, 1, 1, 1]),
     ]
@@ -305,3 +309,32 @@ def test_a_shared_weight_copied_for_one_reader_is_a_graph_input_in_ir3() -> None
     pruned, _ = prune(model, rate=0.5)  # checks the result with the full checker and runs it
     assert {t.name for t in pruned.graph.initializer} <= {v.name for v in pruned.graph.input}
     assert any("__pruned_" in t.name for t in pruned.graph.initializer)
+
+
+def test_a_weight_applied_twice_keeps_its_groups_whole() -> None:
+    """ALBERT runs one layer's weights in every layer. Pruning one application would write a sliced copy beside
+    the weight, and the "pruned" model had more parameters than the original (1.7x on an ALBERT export)."""
+    b = Builder()
+    first = b.conv("first", "x", 3, 8)
+    mid = b.conv("mid", b.node("Relu", [first], "r0"), 8, 8)
+    shared = b.random("shared_w", 8, 8, 3, 3)
+    a = b.node("Conv", [b.node("Relu", [mid], "r1"), shared], "a", pads=[1] * 4)
+    c = b.node("Conv", [b.node("Relu", [a], "r2"), shared], "c", pads=[1] * 4)
+    model = b.model([b.conv("last", b.node("Relu", [c], "r3"), 8, 4)])
+    pruned, report = prune(model, rate=0.5)
+    assert kept(report, "first") == 4  # a group no shared weight touches is pruned
+    for root in ("mid", "a", "c"):
+        assert "shared_w" in status(report, root) and "pruning would copy it" in status(report, root)
+    assert report.params["pruned"] <= report.params["original"]
+    assert sum(t.name.startswith("shared_w") for t in pruned.graph.initializer) == 1
+
+
+def test_one_weight_sliced_on_two_axes_in_one_group_stays_whole() -> None:
+    """y = Relu(x @ W) @ W: W is the root's (columns) and the leaf's (rows) weight in one group."""
+    b = Builder()
+    flat = b.node("Flatten", ["x"], "flat")
+    w = b.random("w", 192, 192)
+    hidden = b.node("Relu", [b.node("MatMul", [flat, w], "m1")], "h")
+    model = b.model([b.node("MatMul", [hidden, w], "m2")])
+    with pytest.raises(SettingsError, match=r"no channel group that can be pruned.*different axes"):
+        prune(model, rate=0.5)

@@ -284,6 +284,11 @@ def _prune_model(
         report.notes.extend(notes)
     report.groups = [_group_report(g, plan, kept) for g in forest.groups]
     report.params = {"original": parameter_count(model), "pruned": parameter_count(pruned)}
+    if report.params["pruned"] > report.params["original"]:  # small shared constants (biases) copied
+        report.notes.append(
+            f"the pruned model has {report.params['pruned'] - report.params['original']:,} parameters more than "
+            "the original: constants it sliced are shared with nodes it left whole, and were copied"
+        )
     original_macs, why_original = counted_macs(model, options.inputs.dims(), base_dir)
     pruned_macs, why_pruned = counted_macs(pruned, options.inputs.dims(), base_dir)
     report.macs = {"original": original_macs, "pruned": pruned_macs}

@@ -52,6 +52,7 @@ from __future__ import annotations
 import itertools
 import json
 import math
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -137,6 +138,29 @@ class ShapeEdit:
     node_index: int
     position: int
     parts: tuple[tuple[int, int], ...]
+
+
+def _shared_weights(group: ChannelGroup, readers: Counter[str]) -> list[str]:
+    """Why a group must stay whole because a weight it would slice (a root's or a leaf's) is also read by
+    nodes outside it: one weight applied several times (ALBERT runs one layer's weights in every layer).
+    Pruning one use would write a sliced copy beside the original, and the model would grow."""
+    weights = [s for s in group.slices if s.role in (ROOT, LEAF) and s.initializer]
+    inside = Counter(name for name, _ in {(s.initializer, s.node_index) for s in weights})
+    slicing: dict[str, dict[int, set[int]]] = {}  # initializer -> reading node -> the axes sliced there
+    for s in weights:
+        slicing.setdefault(s.initializer, {}).setdefault(s.node_index, set()).add(s.axis)
+    reasons = [
+        f"its weight {name!r} is also read by {readers[name] - count} node(s) outside the group (one weight used "
+        "several times): pruning would copy it, and the model would grow"
+        for name, count in sorted(inside.items())
+        if readers[name] > count
+    ]
+    reasons += [
+        f"its weight {name!r} is read by two nodes, its channels on different axes: pruning would copy it"
+        for name in sorted(inside)
+        if len({frozenset(a) for a in slicing[name].values()}) > 1 and readers[name] <= inside[name]
+    ]
+    return reasons
 
 
 @dataclass
@@ -1228,8 +1252,10 @@ class _Walk:
             for reason in self.spoiled.get(space, []):
                 if reason not in group.reasons:
                     group.reasons.append(reason)
+        readers = Counter(name for node in self.model.graph.node for name in dict.fromkeys(node.input))
         for group in by_rep.values():
             group.heads = group.heads and group.unit > 1
+            group.reasons.extend(_shared_weights(group, readers))
         group_of = {space: by_rep[self.find(space)].index for space in live}
         edits = [
             ShapeEdit(kind, node_index, position, tuple((group_of[s.space], s.block) for s in segments))
