@@ -594,3 +594,22 @@ def test_node_timing_reads_a_reshape_target_and_a_mode_is_timed_whole_too(
     assert speeds_of == {"conv1": 0.5, "conv2": 0.5, "pool": None, "fc": 0.5}  # every node, though slower alone
     (trial,) = report["trials"]
     assert trial["note"] == "3 nodes slower alone quantized anyway: the model ran 7.00x with them, 4.00x without"
+
+
+def test_histogram_calibrators_get_batches_of_one_size() -> None:
+    """ORT's entropy and percentile calibrators stack per-batch activations and refused 7 x 64 + 1 x 32 samples
+    with "inhomogeneous shape": the smaller last batch is left out for them, kept for MinMax."""
+    from onnxsat.data.sources import Dataset
+    from onnxsat.quantization.calibration import calibration_reader
+
+    data = Dataset(np.zeros((10, 3), np.float32), None, "ten")
+
+    def sizes(**kwargs: object) -> list[int]:
+        reader = calibration_reader("x", data, {}, np.float32, 4, **kwargs)  # type: ignore[arg-type]
+        return [len(batch["x"]) for batch in iter(reader.get_next, None)]
+
+    assert sizes() == [4, 4, 2]
+    assert sizes(equal_batches=True) == [4, 4]
+    assert sizes(fixed_batch=4) == [4, 4, 4]
+    assert calibration_reader("x", Dataset(np.zeros((3, 3), np.float32), None, "three"), {}, np.float32, 4,
+                              equal_batches=True).get_next()["x"].shape == (3, 3)  # fmt: skip

@@ -20,11 +20,14 @@ def calibration_reader(
     dtype: type,
     batch_size: int,
     fixed_batch: int | None = None,
+    equal_batches: bool = False,
 ) -> CalibrationDataReader:
     """A ``CalibrationDataReader`` over ``dataset`` in batches, the user's fixed inputs (``--inputs``)
     beside every batch, and the rows of the inputs given per sample. A model whose batch dim is fixed gets
     batches of exactly that size (the last one filled up by repeating its samples, which leaves the ranges
-    as they are)."""
+    as they are). ``equal_batches`` (ORT's entropy and percentile calibrators stack their per-batch
+    activations, and refuse batches of two sizes): a last, smaller batch is left out when a full one came
+    before it."""
     from onnxruntime.quantization import CalibrationDataReader
 
     step = fixed_batch or batch_size
@@ -34,7 +37,9 @@ def calibration_reader(
             self.batches: Iterator[dict[str, np.ndarray]] = self._batches()
 
         def _batches(self) -> Iterator[dict[str, np.ndarray]]:
-            for inputs, companions, _ in dataset.feed_batches(step):
+            for index, (inputs, companions, _) in enumerate(dataset.feed_batches(step)):
+                if equal_batches and index and len(inputs) < step:
+                    return
                 if fixed_batch is not None and len(inputs) < fixed_batch:
                     inputs = np.resize(inputs, (fixed_batch, *inputs.shape[1:]))
                 yield {**given, **companions, input_name: np.asarray(inputs).astype(dtype, copy=False)}

@@ -199,7 +199,9 @@ def quantize_model(
         dtype = onnx.helper.tensor_dtype_to_np_dtype(model_input.type.tensor_type.elem_type)
         fixed = fixed_dim(model_input.type.tensor_type.shape.dim[0]) if model_input.type.tensor_type.shape.dim else None
         calibration = Calibration(
-            lambda: calibration_reader(model_input.name, search, given, dtype, batch, fixed),
+            lambda: calibration_reader(
+                model_input.name, search, given, dtype, batch, fixed, equal_batches=options.calibration != "minmax"
+            ),
             options.calibration,
             Path(folder) / "ranges.json",
         )
