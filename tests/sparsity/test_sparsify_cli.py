@@ -329,3 +329,13 @@ def test_a_level_that_breaks_the_model_is_warned_about(tmp_path: Path, capsys: p
     assert json.loads(report.read_text())["collapsed"].startswith("logits: top1 fell from 100.00%")
     assert main([*args, "--sparsity", "0.05"]) == 0
     assert "warning" not in capsys.readouterr().err and json.loads(report.read_text())["collapsed"] is None
+
+
+def test_with_data_the_verification_figures_come_from_its_samples(tmp_path: Path) -> None:
+    """The report said the input came from the data while the "changed by" figures came from random inputs,
+    which a StandardScaler-fronted classifier saturates: "no element differs" beside labels that changed."""
+    out, report = tmp_path / "s.onnx", tmp_path / "r.json"
+    args = ["--sparsity", "0.6", "--data", "digits-test", "--sparse-initializers", "--report", str(report)]
+    assert main(["sparsify", str(bundled_digits_cnn()), "-o", str(out), *args]) == 0
+    notes = json.loads(report.read_text())["notes"]
+    assert any("verification compared the outputs on the first 16 samples of digits" in n for n in notes), notes
