@@ -613,3 +613,32 @@ def test_histogram_calibrators_get_batches_of_one_size() -> None:
     assert sizes(fixed_batch=4) == [4, 4, 4]
     assert calibration_reader("x", Dataset(np.zeros((3, 3), np.float32), None, "three"), {}, np.float32, 4,
                               equal_batches=True).get_next()["x"].shape == (3, 3)  # fmt: skip
+
+
+def test_slower_nodes_counts_the_nodes_the_mode_quantizes_not_only_constant_weights() -> None:
+    """A TFLite dynamic-range export keeps int8 weights behind DequantizeLinear: quantize searches its MatMuls
+    (they read float values), and compress, counting only constant weights, saw one node, slower, and never
+    tried the mode that ran 2.4x."""
+    from onnxsat.inputs import InputSpec
+    from onnxsat.quantization.quantize import slower_nodes
+
+    rng = np.random.default_rng(0)
+    graph = helper.make_graph(
+        [
+            helper.make_node("MatMul", ["x", "w1"], ["h"], name="first"),
+            helper.make_node("Relu", ["h"], ["r"]),
+            helper.make_node("DequantizeLinear", ["w2_q", "w2_scale"], ["w2"]),
+            helper.make_node("MatMul", ["r", "w2"], ["y"], name="second"),
+        ],
+        "dr8",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 64])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 32])],
+        [
+            numpy_helper.from_array(rng.normal(size=(64, 64)).astype(np.float32), "w1"),
+            numpy_helper.from_array(rng.integers(-100, 100, size=(64, 32)).astype(np.int8), "w2_q"),
+            numpy_helper.from_array(np.array(0.01, np.float32), "w2_scale"),
+        ],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=9)
+    _, count = slower_nodes(model, "static", InputSpec())
+    assert count == 2

@@ -1052,13 +1052,15 @@ def applicable_modes(model: onnx.ModelProto) -> list[str]:
 
 def slower_nodes(model: onnx.ModelProto, mode: str, inputs: InputSpec, threads: int = 1) -> tuple[tuple[str, ...], int]:
     """(nodes of ``model`` that run slower quantized in ``mode`` than in float, each timed alone on this
-    machine; how many weighted nodes the mode quantizes). Names are as quantization names them: what a
-    caller that quantizes elsewhere (compress's workers) should leave in float. Modes that are not timed
-    per node (weight-only) give none."""
+    machine; how many nodes the mode quantizes, as quantize searches them: those with a constant weight and
+    those reading float values, a MatMul whose weight is dequantized at run time for one). Names are as
+    quantization names them: what a caller that quantizes elsewhere (compress's workers) should leave in
+    float. Modes that are not timed per node (weight-only) give none."""
     options = QuantizeOptions(mode=mode, inputs=inputs, threads=threads)
     prepared = _prepare(model, options, None, QuantizeReport(input="<memory>", output=None, mode=mode, max_drop=None))
+    count = len(_mode_nodes(prepared, MODES[mode]))
     nodes = [n.name for n in _weighted_nodes(prepared) if n.op_type in MODES[mode].ops]
     if mode not in ("static", "dynamic"):
-        return (), len(nodes)
+        return (), count
     speeds = _node_speeds(prepared, nodes, mode, inputs.dims(), threads)
-    return tuple(sorted(name for name, ratio in speeds.items() if ratio < SLOWER)), len(nodes)
+    return tuple(sorted(name for name, ratio in speeds.items() if ratio < SLOWER)), count
