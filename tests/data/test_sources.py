@@ -359,7 +359,7 @@ BAD_INPUTS: dict[str, tuple[Case, str]] = {
     ),
     "text labels": (
         lambda t: (str(npz(t / "d.npz", inputs=np.ones((2, 2)), labels=np.array(["a", "b"]))), [1, 2], {}),
-        "not integers",
+        "not integer classes (--fidelity ignores them)",
     ),
     "negative labels": (
         lambda t: (str(npz(t / "d.npz", inputs=np.ones((2, 2)), labels=np.array([-1, 0]))), [1, 2], {}),
@@ -428,3 +428,10 @@ def test_images_for_a_dynamic_size_take_the_input_shape_asked_for(tmp_path: Path
     assert sized is not None and sized.inputs.shape == (3, 3, 16, 24)
     own = evaluation_data(model, folder, InputSpec())
     assert own is not None and own.inputs.shape == (3, 3, 30, 40)
+
+
+def test_labels_left_unread_may_hold_anything(tmp_path: Path) -> None:
+    """``--fidelity`` ignores labels: a scikit-learn classifier's string classes must not stop it."""
+    path = npz(tmp_path / "d.npz", inputs=np.ones((2, 2)), labels=np.array(["zero", "one"]))
+    dataset = load_dataset(str(path), [None, 2], labels=False)
+    assert dataset.labels is None and len(dataset) == 2

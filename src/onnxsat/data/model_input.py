@@ -91,7 +91,8 @@ def evaluation_data(
         return None
     if spec == "random":
         return random_dataset(model, limit or random_count, inputs)
-    dataset = load_dataset(spec, input_dims(model, inputs.given, inputs.shapes), limit=limit, mean=mean, std=std)
+    dims = input_dims(model, inputs.given, inputs.shapes)
+    dataset = load_dataset(spec, dims, limit=limit, mean=mean, std=std, labels=not fidelity)
     if fidelity:
         dataset = replace(dataset, labels=None, name=f"{dataset.name} (fidelity)")
     return fitted_to_model(model, dataset, inputs.given)

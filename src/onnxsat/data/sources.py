@@ -221,6 +221,7 @@ def load_dataset(
     mean: Sequence[float] | None = None,
     std: Sequence[float] | None = None,
     streams: bool = False,
+    labels: bool = True,
 ) -> Dataset:
     """Load ``spec`` ("digits" or a path) fitted to a model input of ``input_shape`` (batch dim first).
 
@@ -230,11 +231,15 @@ def load_dataset(
 
     ``streams``: sequences for a model that keeps state, from a ``.npz`` only: ``inputs`` ``[S, T, ...]``
     (each step one sample of the model's input), optional ``lengths`` ``[S]`` and ``labels`` ``[S, T]``;
-    ``limit`` then counts streams.
+    ``limit`` then counts streams. ``labels`` False: a ``.npz``'s labels are not read (``--fidelity`` ignores
+    them, whatever they hold: a scikit-learn classifier's string classes).
     """
     if limit is not None and limit < 1:
         raise DataError(f"{spec}: the sample limit must be at least 1, got {limit}")
-    dataset = _npz_streams(Path(spec), input_shape, limit) if streams else _load(spec, input_shape, limit, mean, std)
+    if streams:
+        dataset = _npz_streams(Path(spec), input_shape, limit)
+    else:
+        dataset = _load(spec, input_shape, limit, mean, std, labels)
     if len(dataset) == 0:
         raise DataError(f"{spec}: holds no samples")
     return dataset
@@ -259,6 +264,7 @@ def _load(
     limit: int | None,
     mean: Sequence[float] | None,
     std: Sequence[float] | None,
+    labels: bool = True,
 ) -> Dataset:
     """Dispatch on the spec: the digits name, then by what the path is."""
     if spec in (DIGITS, DIGITS_TEST, DIGITS_TRAIN):
@@ -287,7 +293,7 @@ def _load(
     if path.suffix.lower() == ".npz":
         if mean is not None or std is not None:
             raise DataError(f"{path}: mean/std apply to images only; a .npz's inputs are used as stored")
-        return _npz(path, input_shape, limit)
+        return _npz(path, input_shape, limit, labels)
     return _cifar([path], f"cifar10:{path}", _layout(path, input_shape, mean, std), limit)
 
 
@@ -528,15 +534,16 @@ def _normalize(images: np.ndarray, layout: _ImageLayout) -> np.ndarray:
     return np.ascontiguousarray(images, dtype=np.float32)
 
 
-def _npz(path: Path, input_shape: Sequence[int | str | None], limit: int | None) -> Dataset:
+def _npz(path: Path, input_shape: Sequence[int | str | None], limit: int | None, labels: bool = True) -> Dataset:
     """``inputs`` (floats as float32, integers as stored: token ids, bytes; checked against the model's
-    shape) and optional ``labels``."""
+    shape) and optional ``labels`` (left unread unless ``labels``)."""
     inputs, raw_labels, companions = _read_npz(path)
+    raw_labels = raw_labels if labels else None
     inputs = _numbers(inputs, path)
     require_shape(inputs.shape, input_shape, str(path))
-    labels = None if raw_labels is None else _checked_labels(raw_labels, len(inputs), str(path))
+    checked = None if raw_labels is None else _checked_labels(raw_labels, len(inputs), str(path))
     companions = {name: values[:limit] for name, values in companions.items()}
-    return Dataset(inputs[:limit], None if labels is None else labels[:limit], f"npz:{path}", companions=companions)
+    return Dataset(inputs[:limit], None if checked is None else checked[:limit], f"npz:{path}", companions=companions)
 
 
 COMPANION_PREFIX = "companion:"
@@ -631,7 +638,7 @@ def _checked_labels(values: object, count: int, where: str) -> np.ndarray:
         if not whole.all():
             raise DataError(f"{where}: labels must be whole numbers, found {labels[~whole][0]}")
     elif not np.issubdtype(labels.dtype, np.integer):
-        raise DataError(f"{where}: labels hold {labels.dtype} values, not integers")
+        raise DataError(f"{where}: labels hold {labels.dtype} values, not integer classes (--fidelity ignores them)")
     if count and labels.min() < 0:
         raise DataError(f"{where}: labels must be 0 or more, found {labels.min()}")
     return labels.astype(np.int64)

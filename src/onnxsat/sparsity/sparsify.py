@@ -168,7 +168,13 @@ def _dataset(model: onnx.ModelProto, options: SparsifyOptions) -> Dataset | None
         return random_dataset(model, options.limit or RANDOM_CALIBRATION_SAMPLES, options.inputs)
     dims = input_dims(model, excluded, options.inputs.shapes)
     dataset = load_dataset(
-        options.data, dims, limit=options.limit, mean=options.mean, std=options.std, streams=bool(options.state)
+        options.data,
+        dims,
+        limit=options.limit,
+        mean=options.mean,
+        std=options.std,
+        streams=bool(options.state),
+        labels=not options.fidelity,
     )
     if options.fidelity:
         dataset = replace(dataset, labels=None, name=f"{dataset.name} (fidelity)")
