@@ -121,6 +121,7 @@ def test_registered_kernel_and_flag_names() -> None:
     assert {"scale_conv_weight", "scale_convtranspose_weight"} == FOLDING_KERNELS
     assert set(ATTRIBUTE_KERNELS) == {
         "cast_to",
+        "tanh_approximation",
         "compose_perm",
         "gemm_flip_a",
         "gemm_flip_b",

@@ -169,3 +169,34 @@ def test_before_opset_20_the_ort_target_takes_microsoft_gelu_over_the_folded_hal
 )
 def test_gelu_near_misses_stay(kwargs: dict) -> None:
     assert_unchanged(gelu(**kwargs).model(["y"], opset=20), GELU, MS_GELU, target="ort")
+
+
+def tanh_gelu(cube: str = "pow") -> Graph:
+    """x [2, 16] -> 0.5 * x * (1 + tanh(sqrt(2/pi) * (x + 0.044715 * x^3))) -> y (``gelu_new``)."""
+    g = Graph()
+    x = g.input("x", [2, 16])
+    if cube == "pow":
+        cubed = g.node("Pow", [x, g.const("three", np.array(3.0, np.float32))], "cubed")
+    else:
+        cubed = g.node("Mul", [x, g.node("Mul", [x, x], "sq")], "cubed")
+    inner = g.node("Add", [x, g.node("Mul", [cubed, g.const("k", np.array(0.044715, np.float32))], "kc")], "inner")
+    scale = g.const("s", np.array((2 / np.pi) ** 0.5, np.float32))
+    t = g.node("Tanh", [g.node("Mul", [scale, inner], "scaled")], "t")
+    a = g.node("Add", [t, g.const("one", np.array(1.0, np.float32))], "a")
+    g.node("Mul", [g.node("Mul", [g.const("half", np.array(0.5, np.float32)), x], "hx"), a], "y")
+    return g
+
+
+@pytest.mark.parametrize("cube", ["pow", "mul"])
+def test_the_tanh_approximation_is_fast_gelu_or_tanh_gelu(cube: str) -> None:
+    model = tanh_gelu(cube).model(["y"], opset=17)
+    trip = optimized(model, target="ort")
+    assert op_types(trip.model) == {"com.microsoft::FastGelu": 1}
+    x = np.linspace(-6, 6, 32, dtype=np.float32).reshape(2, 16)
+    check_and_compare(model, trip.model, {"x": x})
+    model20 = tanh_gelu(cube).model(["y"], opset=20)
+    trip = optimized(model20)
+    assert op_types(trip.model) == {"Gelu": 1}
+    (attr,) = only_node(trip.model, "Gelu").attribute
+    assert (attr.name, attr.s) == ("approximate", b"tanh")
+    check_and_compare(model20, trip.model, {"x": x})

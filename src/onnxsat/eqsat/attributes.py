@@ -119,3 +119,9 @@ def cast_to(_: AttrList, __: AttrList, values: list[np.ndarray | None]) -> AttrL
     (target,) = values
     assert target is not None
     return [helper.make_attribute("to", int(np.asarray(target).reshape(-1)[0]))]
+
+
+@attribute_kernel("tanh_approximation")
+def tanh_approximation(_: AttrList, __: AttrList, values: list[np.ndarray | None]) -> AttrList:
+    """``approximate = "tanh"`` (a Gelu standing for its tanh approximation written out)."""
+    return [helper.make_attribute("approximate", "tanh")]

@@ -157,7 +157,7 @@ def declare_language(egraph: EGraph) -> None:
         pad_into_pool(handle),
         returns_input(handle, handle),
         layer_norm_site(handle, Args.nil(), Attrs.none(), ""),
-        gelu_site(handle, handle, ""),
+        gelu_site(handle, handle, 0, ""),
         op_kind("", ""),
         union(Tensor.ref(-3)).with_(Tensor.pure_key("", Attrs.none(), Args.nil(), 0, 0)),
     )
@@ -285,7 +285,8 @@ class _Encoder:
         attributes (its ``epsilon``) go into the attribute table."""
         node_ids = {position: node_id for node_id, position in self.result.node_position.items()}
         for gelu in self.result.facts.gelu_sites:
-            fact = _call("GeluSite", self.ref(gelu.output), self.ref(gelu.x), _string(node_ids[gelu.position]))
+            node_id = _string(node_ids[gelu.position])
+            fact = _call("GeluSite", self.ref(gelu.output), self.ref(gelu.x), _int(int(gelu.tanh)), node_id)
             self.commands.append(_fact(fact))
         for site in self.result.facts.layer_norm_sites:
             key = len(self.result.attributes)

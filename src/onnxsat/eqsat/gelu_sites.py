@@ -2,6 +2,8 @@
 offer it as one op.
 
     x * 0.5 * (1 + Erf(x / sqrt(2)))        the product in any order and grouping, or x * (1/sqrt(2)) inside
+    x * 0.5 * (1 + Tanh(sqrt(2/pi) * (x + 0.044715 * x^3)))     the tanh approximation (``gelu_new``), x^3 as
+                                                                Pow(x, 3) or x * x * x
 
 ONNX Runtime fuses this form into its com.microsoft Gelu itself, but only while the ``* 0.5`` is a node of
 its own; weight folding moves that factor into the next layer's weights (a MatMul's or a 1x1 Conv's), after
@@ -32,12 +34,13 @@ ROUNDING = 1e-6
 
 @dataclass(frozen=True)
 class GeluSite:
-    """``output`` equals Gelu(x) (exact erf form)."""
+    """``output`` equals Gelu(x): the exact erf form, or with ``tanh`` its tanh approximation."""
 
     output: str
     x: str
     position: int
     """Position of the node that writes ``output``: the fused node takes its id."""
+    tanh: bool = False
 
 
 class _Graph:
@@ -109,16 +112,51 @@ def _product_end(g: _Graph, one_plus: str, x: str) -> str | None:
     return None
 
 
+TANH_SCALE = math.sqrt(2.0 / math.pi)
+CUBIC = 0.044715
+
+
+def _cubed(g: _Graph, name: str) -> str | None:
+    """t when ``name`` is Pow(t, 3) or t * t * t (either grouping)."""
+    power = g.node(name, "Pow")
+    if power is not None:
+        return power.input[0] if g.is_value(power.input[1], 3.0) else None
+    product = g.node(name, "Mul")
+    if product is None:
+        return None
+    for single, square in (product.input, reversed(product.input)):
+        inner = g.node(square, "Mul")
+        if inner is not None and inner.input[0] == inner.input[1] == single:
+            return single
+    return None
+
+
+def _tanh_input(g: _Graph, name: str) -> str | None:
+    """x when ``name`` is sqrt(2/pi) * (x + 0.044715 * x^3), each product in either order."""
+    scaled = g.node(name, "Mul")
+    if scaled is None:
+        return None
+    for c, inner in (scaled.input, reversed(scaled.input)):
+        add = g.node(inner, "Add") if g.is_value(c, TANH_SCALE, ROUNDING) else None
+        for x, term in (add.input, reversed(add.input)) if add is not None else ():
+            cubic = g.node(term, "Mul")
+            for k, cube in (cubic.input, reversed(cubic.input)) if cubic is not None else ():
+                if g.is_value(k, CUBIC, ROUNDING) and _cubed(g, cube) == x:
+                    return x
+    return None
+
+
 def gelu_sites(graph: onnx.GraphProto, facts: GraphFacts, read: Reader) -> list[GeluSite]:
     """Every written-out GELU of the main graph on float32 values, in graph order."""
-    if not any(node.op_type == "Erf" for node in graph.node):
+    if not any(node.op_type in ("Erf", "Tanh") for node in graph.node):
         return []
     g = _Graph(graph, read)
     sites = []
     for node in graph.node:
-        if node.op_type != "Erf" or node.domain not in ("", "ai.onnx") or len(node.input) != 1:
+        if node.op_type not in ("Erf", "Tanh") or node.domain not in ("", "ai.onnx") or len(node.input) != 1:
             continue
-        x = _scaled_input(g, node.input[0])
+        tanh = node.op_type == "Tanh"
+        x = _tanh_input(g, node.input[0]) if tanh else _scaled_input(g, node.input[0])
         if x is None or facts.types.get(x) != onnx.TensorProto.FLOAT:
             continue
         add = g.sole_reader(node.output[0], "Add")
@@ -126,5 +164,5 @@ def gelu_sites(graph: onnx.GraphProto, facts: GraphFacts, read: Reader) -> list[
             continue
         end = _product_end(g, add.output[0], x)
         if end is not None:
-            sites.append(GeluSite(end, x, g.producer[end][0]))
+            sites.append(GeluSite(end, x, g.producer[end][0], tanh))
     return sites

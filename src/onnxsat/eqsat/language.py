@@ -202,9 +202,9 @@ op_kind = relation("OpKind", String, String, egg_fn="OpKind")
 layer_norm_site = relation("LayerNormSite", Tensor, Args, Attrs, String, egg_fn="LayerNormSite")
 """(output, [x, scale(, bias)], attributes with ``epsilon``, the fused node's id): a layer normalization written
 out elementwise, found in Python at encode time (``layer_norm_sites``), which one LayerNormalization computes."""
-gelu_site = relation("GeluSite", Tensor, Tensor, String, egg_fn="GeluSite")
-"""(output, x, the fused node's id): a GELU written out elementwise, found in Python at encode time
-(``gelu_sites``), which one Gelu computes."""
+gelu_site = relation("GeluSite", Tensor, Tensor, i64, String, egg_fn="GeluSite")
+"""(output, x, 1 for the tanh approximation else 0, the fused node's id): a GELU written out elementwise,
+found in Python at encode time (``gelu_sites``), which one Gelu computes."""
 opset_at_least = relation("OpsetAtLeast", i64, egg_fn="OpsetAtLeast")
 """The model imports the default domain at this version or later (asserted for each version up to its own)."""
 

@@ -3,7 +3,8 @@
     Relu(Conv(...))          ==>  FusedConv(...,  activation="Relu")
     Clip(Conv(...), lo, hi)  ==>  FusedConv(...,  activation="Clip", activation_params=[lo, hi])
     Relu(Gemm(...))          ==>  FusedGemm(...,  activation="Relu")
-    GeluSite(y, x)           ==>  y = Gelu(x)  (com.microsoft, any opset: a GELU written out, ``gelu_sites``)
+    GeluSite(y, x, tanh)     ==>  y = Gelu(x), or FastGelu(x) for the tanh approximation (com.microsoft, any
+                                  opset: a GELU written out, ``gelu_sites``)
 
 Applies when the producer's output has no other reader and is not a graph output, the tensor is
 float32 (the type ORT's fused CPU kernels implement), and Clip's bounds, if given, are constants.
@@ -70,11 +71,12 @@ def _fuse_activation(
 @activation_fusion.register
 def _gelu(y: Tensor, x: Tensor, node_id: String) -> object:
     """ONNX Runtime fuses this form itself, but not once weight folding has moved its ``* 0.5`` away."""
-    fused = Node("Gelu", MICROSOFT, Attrs.none(), args_of(x), Args.nil(), node_id, 1)
-    site = gelu_site(y, x, node_id)
-    yield rule(site, ne(node_id).to(String("")), name="elementwise GELU -> com.microsoft::Gelu").then(
-        union(y).with_(out(fused, 0))
-    )
+    for flag, op in ((0, "Gelu"), (1, "FastGelu")):
+        fused = Node(op, MICROSOFT, Attrs.none(), args_of(x), Args.nil(), node_id, 1)
+        site = gelu_site(y, x, flag, node_id)
+        yield rule(site, ne(node_id).to(String("")), name=f"elementwise GELU -> com.microsoft::{op}").then(
+            union(y).with_(out(fused, 0))
+        )
 
 
 register_family(activation_fusion, stage="simplify", order=130, targets=ORT_ONLY)

@@ -1,7 +1,7 @@
 """Ops written out elementwise offered as the one standard op that computes them.
 
     LayerNormSite(y, [x, g(, b)], {epsilon}, id)   ==>   y = LayerNormalization(x, g(, b), epsilon)   (opset 17+)
-    GeluSite(y, x, id)                             ==>   y = Gelu(x)                                  (opset 20+)
+    GeluSite(y, x, tanh, id)                       ==>   y = Gelu(x[, approximate="tanh"])            (opset 20+)
 
 The sites are found in Python when the graph is encoded (``layer_norm_sites`` and ``gelu_sites``: the forms
 matched and the conditions under which the op computes the same values are in their docstrings); the rules
@@ -17,7 +17,7 @@ from egglog import Ruleset, String, ne, rule, ruleset, union
 
 from onnxsat.eqsat.language import Args, Attrs, Tensor, args_of, gelu_site, layer_norm_site, opset_at_least
 from onnxsat.eqsat.rules.families import STANDARD, ModelOutline, register_family
-from onnxsat.eqsat.rules.patterns import result, unique
+from onnxsat.eqsat.rules.patterns import computed, result, unique
 
 composite_forms: Ruleset = ruleset(name="composite_forms")
 
@@ -33,16 +33,18 @@ def _layer_norm(y: Tensor, inputs: Args, attrs: Attrs, node_id: String) -> objec
 
 @composite_forms.register
 def _gelu(y: Tensor, x: Tensor, node_id: String) -> object:
-    yield rule(
-        gelu_site(y, x, node_id),
-        ne(node_id).to(String("")),
-        opset_at_least(20),
-        name=unique("elementwise GELU -> Gelu"),
-    ).then(union(y).with_(result("Gelu", Attrs.none(), args_of(x), node_id)))
+    tanh = computed("tanh_approximation", Attrs.none(), Attrs.none(), Args.nil())
+    for flag, attrs in ((0, Attrs.none()), (1, tanh)):
+        yield rule(
+            gelu_site(y, x, flag, node_id),
+            ne(node_id).to(String("")),
+            opset_at_least(20),
+            name=unique("elementwise GELU -> Gelu"),
+        ).then(union(y).with_(result("Gelu", attrs, args_of(x), node_id)))
 
 
 def _has_composites(outline: ModelOutline) -> bool:
-    return "ReduceMean" in outline.op_types or "Erf" in outline.op_types
+    return bool({"ReduceMean", "Erf", "Tanh"} & outline.op_types)
 
 
 register_family(composite_forms, stage="simplify", order=127, targets=STANDARD, applies=_has_composites)
