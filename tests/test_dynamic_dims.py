@@ -75,3 +75,43 @@ def test_zero_dims_are_dynamic_and_written_as_dynamic(tmp_path: Path, capsys: py
     assert declared(output) == [(0, ""), (3, ""), (0, ""), (0, "w")]
     assert not onnx.load(str(output)).graph.input[0].type.tensor_type.shape.dim[0].HasField("dim_value")
     assert main(["profile", str(source), "--input-shape", "x:1,3,4,4"]) == 0
+
+
+def audio_model(path: Path) -> Path:
+    """A clip [N, L] of dynamic length -> Conv1d (kernel 10, stride 5) -> Relu -> mean over time -> MatMul."""
+    rng = np.random.default_rng(0)
+    graph = helper.make_graph(
+        [
+            helper.make_node("Unsqueeze", ["clip", "one"], ["channels"]),
+            helper.make_node("Conv", ["channels", "w"], ["c"], strides=[5]),
+            helper.make_node("Relu", ["c"], ["r"]),
+            helper.make_node("ReduceMean", ["r"], ["m"], axes=[2], keepdims=0),
+            helper.make_node("MatMul", ["m", "fc"], ["logits"]),
+        ],
+        "audio",
+        [helper.make_tensor_value_info("clip", TensorProto.FLOAT, ["N", "L"])],
+        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["N", 4])],
+        [
+            numpy_helper.from_array(np.array([1], np.int64), "one"),
+            numpy_helper.from_array(rng.normal(size=(16, 1, 10)).astype(np.float32), "w"),
+            numpy_helper.from_array(rng.normal(size=(16, 4)).astype(np.float32), "fc"),
+        ],
+    )
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=9), path)
+    return path
+
+
+@pytest.mark.parametrize("command", [["sparsify", "--max-drop", "5%"], ["compress", "--techniques", "prune"]])
+def test_a_dynamic_length_is_sized_by_the_data(tmp_path: Path, capsys: pytest.CaptureFixture[str], command) -> None:
+    """The reference run took the clip's length as 1 (a Conv of kernel 10 cannot run on it) beside --data of
+    400-sample clips; the data's sizes are used where the user gave none."""
+    data = tmp_path / "clips.npz"
+    np.savez(data, inputs=np.random.default_rng(1).normal(size=(24, 400)).astype(np.float32))
+    out = tmp_path / "out.onnx"
+    args = [command[0], str(audio_model(tmp_path / "a.onnx")), "-o", str(out), "--data", str(data), *command[1:]]
+    code = main(
+        [*args, "--metric", "cosine"] + (["--max-drop", "5%", "--budget-minutes", "1"] * (command[0] == "compress"))
+    )
+    err = capsys.readouterr().err
+    assert "Invalid input shape" not in err and "dynamic dims were set to 1" not in err, err
+    assert code in (0, 9), err  # written, or no faster candidate (a one-line refusal), never the input refused

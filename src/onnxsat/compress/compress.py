@@ -28,7 +28,7 @@ from onnxsat.compress.recipe import CALIBRATION_LIMIT, Recipe
 from onnxsat.compress.report import CandidateRow, CompressReport, Contribution, mark_pareto
 from onnxsat.compress.search import MARGIN, PROBE_RATE, Evaluated, Search, SearchSettings
 from onnxsat.compress.timing import SideBySide, machine
-from onnxsat.data.model_input import batch_size_for, data_input, evaluation_data
+from onnxsat.data.model_input import batch_size_for, data_input, evaluation_data, sized_by_data
 from onnxsat.data.sources import Dataset
 from onnxsat.eqsat.portable import portable_form
 from onnxsat.errors import SettingsError
@@ -128,10 +128,11 @@ def compress_model(
     start = time.perf_counter()
     options.check()
     report = CompressReport(input=source, output=None, max_drop=options.max_drop)
+    search_data, held_data = _data(model, options)  # data that does not fit is said first
+    options = replace(options, inputs=sized_by_data(model, options.inputs, search_data))
     original_run = reference_run(model, options.inputs, base_dir=base_dir)
     given_size = given_bytes(model, source)
     model = with_data_loaded(model, base_dir)
-    search_data, held_data = _data(model, options)
     given = options.inputs.given
     input_name = data_input(model, given).name
     batch = batch_size_for(model, options.batch_size, given)

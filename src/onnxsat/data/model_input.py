@@ -174,3 +174,21 @@ def in_input_type(value: onnx.ValueInfoProto, dataset: Dataset) -> Dataset:
             f"{where}, but the data holds values from {inputs.min()} to {inputs.max()} (outside {low}-{high})"
         )
     return replace(dataset, inputs=inputs.astype(want))
+
+
+def sized_by_data(model: onnx.ModelProto, inputs: InputSpec, dataset: Dataset | None) -> InputSpec:
+    """``inputs`` with the data input's dynamic dims (past the batch) sized as the data's samples, when the
+    user gave no size for that input: the random inputs of the reference run, the verification and the
+    timings then have the data's sizes. A Conv1d audio model of dynamic length ran its reference at [1, 1]
+    beside 4,000-sample clips of data, and was refused for an input it never gets."""
+    if dataset is None or dataset.streams or not len(dataset.inputs):
+        return inputs
+    value = data_input(model, inputs.given)
+    dims = value.type.tensor_type.shape.dim if value.type.tensor_type.HasField("shape") else []
+    sample = dataset.inputs.shape[1:]
+    if value.name in inputs.shapes or len(dims) != len(sample) + 1:
+        return inputs
+    if all(fixed_dim(dim) is not None for dim in dims[1:]):
+        return inputs
+    shape = [fixed_dim(dims[0]) or 1, *(int(d) for d in sample)]
+    return replace(inputs, shapes={**inputs.shapes, value.name: shape})

@@ -24,7 +24,7 @@ import math
 import tempfile
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -32,7 +32,14 @@ import onnx
 import onnxruntime as ort
 
 from onnxsat import model_io
-from onnxsat.data.model_input import batch_size_for, data_input, evaluation_data, fitted_to_model, random_dataset
+from onnxsat.data.model_input import (
+    batch_size_for,
+    data_input,
+    evaluation_data,
+    fitted_to_model,
+    random_dataset,
+    sized_by_data,
+)
 from onnxsat.data.sources import Dataset
 from onnxsat.eqsat.portable import portable_form
 from onnxsat.errors import InvalidModelError, RuntimeUnsupportedError, SettingsError
@@ -168,6 +175,8 @@ def quantize_model(
     report = QuantizeReport(input=source, output=None, mode=options.mode, max_drop=options.max_drop)
     report.confidence = options.confidence
     given, model_input, dataset = _budget_data(model, options, report)  # data that does not fit is said first
+    if options.data is not None:  # random inputs sized like the user's data
+        options = replace(options, inputs=sized_by_data(model, options.inputs, dataset))
     original_run = reference_run(model, options.inputs, base_dir=base_dir)  # then an input ORT cannot run
     model = with_data_loaded(model, base_dir)  # scored and timed from bytes, where a data file's path is lost
     prepared = _prepare(model, options, base_dir, report)

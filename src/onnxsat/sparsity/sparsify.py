@@ -22,6 +22,7 @@ from onnxsat.data.model_input import (
     in_input_type,
     input_dims,
     random_dataset,
+    sized_by_data,
 )
 from onnxsat.data.outputs import check_state, parse_stateful
 from onnxsat.data.sources import Dataset, load_dataset
@@ -246,6 +247,8 @@ def sparsify_model(
     given_size = given_bytes(model, source)
     graph = model.graph
     check_state(options.state, [v.name for v in graph.input], [v.name for v in graph.output])
+    if options.data is not None:  # data that does not fit is said first, and sizes random inputs like it
+        options = replace(options, inputs=sized_by_data(model, options.inputs, _dataset(model, options)))
     model, normalised = _weights_folded(model, options, base_dir)
     model, lifted = lift_body_weights(model)
     original = reference_run(model, options.inputs, base_dir=base_dir)  # an input ORT cannot run is said first
