@@ -140,12 +140,17 @@ def _scaled(g: _Graph, name: str) -> tuple[str, float]:
         return name, factor
 
 
+def _split_under(g: _Graph, name: str, perm: list[int]) -> onnx.NodeProto | None:
+    """The Reshape that splits heads under ``name``, a Transpose of ``perm``, or None."""
+    transpose = g.node(name, "Transpose")
+    if transpose is None or g.perm(transpose) != perm:
+        return None
+    return g.node(transpose.input[0], "Reshape")
+
+
 def _heads_of(g: _Graph, name: str) -> str | None:
     """The [B, S, N*D] tensor that ``name`` ([B, N, S, D]) splits into heads, or None."""
-    transpose = g.node(name, "Transpose")
-    if transpose is None or g.perm(transpose) != [0, 2, 1, 3]:
-        return None
-    reshape = g.node(transpose.input[0], "Reshape")
+    reshape = _split_under(g, name, [0, 2, 1, 3])
     if reshape is None:
         return None
     source, split = g.shape(reshape.input[0]), g.shape(reshape.output[0])
@@ -181,10 +186,7 @@ def _untransposed_key(g: _Graph, name: str) -> str | None:
 def _heads_transposed_of(g: _Graph, name: str, heads: tuple[int, int, int, int]) -> str | None:
     """The [B, T, N*D] tensor whose heads ``name`` holds as [B, N, D, T] in one Transpose (perm [0, 2, 3, 1] of
     its Reshape to [B, T, N, D]: PyTorch's TorchScript export of scaled_dot_product_attention), or None."""
-    transpose = g.node(name, "Transpose")
-    if transpose is None or g.perm(transpose) != [0, 2, 3, 1]:
-        return None
-    reshape = g.node(transpose.input[0], "Reshape")
+    reshape = _split_under(g, name, [0, 2, 3, 1])
     if reshape is None:
         return None
     b, n, t, d = heads
