@@ -27,12 +27,13 @@ then gives NaN only for a NaN or infinite score, which finite inputs do not prod
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
 import onnx
+
+from onnxsat.eqsat.site_graph import Reader, SiteGraph
 
 if TYPE_CHECKING:  # facts.py calls this module while collecting its facts
     from onnxsat.eqsat.facts import GraphFacts
@@ -77,32 +78,13 @@ class AttentionSite:
     ([.., .., 1, T]: a padding mask, as PyTorch's TorchScript export of SDPA adds it); () when it has it."""
 
 
-Reader = Callable[[str], "np.ndarray | None"]
-
-
-class _Graph:
-    """The lookups the matcher needs: producers, attributes, shapes and small constants."""
+class _Graph(SiteGraph):
+    """The shared lookups, and the attributes, static shapes and scalars the matcher reads."""
 
     def __init__(self, graph: onnx.GraphProto, facts: GraphFacts, read: Reader, constants: set[str]) -> None:
-        self.producer: dict[str, tuple[int, onnx.NodeProto]] = {}
-        for position, node in enumerate(graph.node):
-            for name in node.output:
-                if name:
-                    self.producer[name] = (position, node)
-        self.readers: dict[str, list[onnx.NodeProto]] = {}
-        for node in graph.node:
-            for name in dict.fromkeys(node.input):
-                if name:
-                    self.readers.setdefault(name, []).append(node)
+        super().__init__(graph, read)
         self.facts = facts
-        self.read = read
         self.constants = constants
-
-    def node(self, name: str, op_type: str) -> onnx.NodeProto | None:
-        found = self.producer.get(name)
-        if found is None or found[1].op_type != op_type or found[1].domain not in ("", "ai.onnx"):
-            return None
-        return found[1]
 
     def shape(self, name: str) -> tuple[int, ...] | None:
         dims = self.facts.shapes.get(name)

@@ -17,17 +17,16 @@ the match is exact up to float32 rounding of sqrt(2).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-import numpy as np
 import onnx
+
+from onnxsat.eqsat.site_graph import Reader, SiteGraph
 
 if TYPE_CHECKING:  # facts.py calls this module while collecting its facts
     from onnxsat.eqsat.facts import GraphFacts
 
-Reader = Callable[[str], "np.ndarray | None"]
 ROUNDING = 1e-6
 """Relative tolerance on sqrt(2) and 1/sqrt(2): exporters write them rounded to float32 (or from float64)."""
 
@@ -43,34 +42,6 @@ class GeluSite:
     tanh: bool = False
 
 
-class _Graph:
-    def __init__(self, graph: onnx.GraphProto, read: Reader) -> None:
-        self.producer = {name: (i, node) for i, node in enumerate(graph.node) for name in node.output if name}
-        self.readers: dict[str, list[onnx.NodeProto]] = {}
-        for node in graph.node:
-            for name in dict.fromkeys(node.input):
-                self.readers.setdefault(name, []).append(node)
-        self.read = read
-
-    def node(self, name: str, op_type: str) -> onnx.NodeProto | None:
-        found = self.producer.get(name)
-        if found is None or found[1].op_type != op_type or found[1].domain not in ("", "ai.onnx"):
-            return None
-        return found[1] if len(found[1].input) == 2 or op_type == "Erf" else None
-
-    def is_value(self, name: str, wanted: float, tolerance: float = 0.0) -> bool:
-        value = self.read(name)
-        if value is None or value.size != 1 or value.dtype.kind != "f":
-            return False
-        return abs(float(value.reshape(-1)[0]) - wanted) <= tolerance * abs(wanted)
-
-    def sole_reader(self, name: str, op_type: str) -> onnx.NodeProto | None:
-        nodes = self.readers.get(name, [])
-        if len(nodes) != 1 or nodes[0].op_type != op_type or nodes[0].domain not in ("", "ai.onnx"):
-            return None
-        return nodes[0] if len(nodes[0].input) == 2 else None
-
-
 def _other(node: onnx.NodeProto, name: str) -> str | None:
     """The operand of a binary ``node`` that is not ``name`` (None when both are)."""
     first, second = node.input
@@ -81,7 +52,7 @@ def _other(node: onnx.NodeProto, name: str) -> str | None:
     return None
 
 
-def _scaled_input(g: _Graph, name: str) -> str | None:
+def _scaled_input(g: SiteGraph, name: str) -> str | None:
     """x when ``name`` is x / sqrt(2) or x * (1/sqrt(2))."""
     divide = g.node(name, "Div")
     if divide is not None and g.is_value(divide.input[1], math.sqrt(2.0), ROUNDING):
@@ -94,7 +65,7 @@ def _scaled_input(g: _Graph, name: str) -> str | None:
     return None
 
 
-def _product_end(g: _Graph, one_plus: str, x: str) -> str | None:
+def _product_end(g: SiteGraph, one_plus: str, x: str) -> str | None:
     """The output of the Muls that multiply ``one_plus`` = 1 + erf(...) by x and by 0.5, in any grouping."""
     first = g.sole_reader(one_plus, "Mul")
     if first is None:
@@ -116,7 +87,7 @@ TANH_SCALE = math.sqrt(2.0 / math.pi)
 CUBIC = 0.044715
 
 
-def _cubed(g: _Graph, name: str) -> str | None:
+def _cubed(g: SiteGraph, name: str) -> str | None:
     """t when ``name`` is Pow(t, 3) or t * t * t (either grouping)."""
     power = g.node(name, "Pow")
     if power is not None:
@@ -131,7 +102,7 @@ def _cubed(g: _Graph, name: str) -> str | None:
     return None
 
 
-def _tanh_input(g: _Graph, name: str) -> str | None:
+def _tanh_input(g: SiteGraph, name: str) -> str | None:
     """x when ``name`` is sqrt(2/pi) * (x + 0.044715 * x^3), each product in either order."""
     scaled = g.node(name, "Mul")
     if scaled is None:
@@ -150,7 +121,7 @@ def gelu_sites(graph: onnx.GraphProto, facts: GraphFacts, read: Reader) -> list[
     """Every written-out GELU of the main graph on float32 values, in graph order."""
     if not any(node.op_type in ("Erf", "Tanh") for node in graph.node):
         return []
-    g = _Graph(graph, read)
+    g = SiteGraph(graph, read)
     sites = []
     for node in graph.node:
         if node.op_type not in ("Erf", "Tanh") or node.domain not in ("", "ai.onnx") or len(node.input) != 1:

@@ -20,17 +20,19 @@ by moments equals the definition's in exact arithmetic; the Max only removes rou
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
 import onnx
 
+from onnxsat.eqsat.site_graph import Reader, SiteGraph
+
 if TYPE_CHECKING:  # facts.py calls this module while collecting its facts
     from onnxsat.eqsat.facts import GraphFacts
 
-Reader = Callable[[str], "np.ndarray | None"]
+NUMBERS = "biuf"
+"""A Max's zero and a Pow's exponent may be constants of any number type (Pow's exponent an integer)."""
 LAYER_NORM_MIN_OPSET = 17
 """LayerNormalization is standard ONNX from opset 17."""
 
@@ -49,24 +51,12 @@ class LayerNormSite:
     """Position of the node that writes ``output``: the fused node takes its id."""
 
 
-class _Graph:
+class _Graph(SiteGraph):
+    """The shared lookups, and the means, squares and deviations a layer norm is written with."""
+
     def __init__(self, graph: onnx.GraphProto, facts: GraphFacts, read: Reader, opset: int) -> None:
-        self.producer = {name: (i, node) for i, node in enumerate(graph.node) for name in node.output if name}
-        self.facts, self.read, self.opset = facts, read, opset
-
-    def node(self, name: str, *op_types: str) -> onnx.NodeProto | None:
-        found = self.producer.get(name)
-        if found is None or found[1].op_type not in op_types or found[1].domain not in ("", "ai.onnx"):
-            return None
-        return found[1]
-
-    def value(self, name: str) -> np.ndarray | None:
-        value = self.read(name)
-        return None if value is None or value.size != 1 else value
-
-    def is_value(self, name: str, wanted: float) -> bool:
-        value = self.value(name)
-        return value is not None and float(value.reshape(-1)[0]) == wanted
+        super().__init__(graph, read)
+        self.facts, self.opset = facts, opset
 
     def last_axis_mean(self, name: str) -> tuple[str, int] | None:
         """(x, D) when ``name`` is a ReduceMean of x over its last axis alone, of known size D, kept."""
@@ -93,7 +83,7 @@ class _Graph:
             return None
         if node.op_type == "Mul":
             return node.input[0] if node.input[0] == node.input[1] else None
-        return node.input[0] if self.is_value(node.input[1], 2.0) else None
+        return node.input[0] if self.is_value(node.input[1], 2.0, kinds=NUMBERS) else None
 
     def centered(self, name: str) -> tuple[str, str, int] | None:
         """(x, mu, D) when ``name`` is x - mu, mu x's mean over its last axis."""
@@ -116,7 +106,7 @@ def _variance_of(g: _Graph, var: str, x: str, mu: str) -> bool:
         var = g.producer[var][1].input[0]
     clamp = g.node(var, "Max")
     if clamp is not None:
-        kept = [a for a, zero in _operands(clamp) if g.is_value(zero, 0.0)]
+        kept = [a for a, zero in _operands(clamp) if g.is_value(zero, 0.0, kinds=NUMBERS)]
         if not kept:
             return False
         var = kept[0]
@@ -134,7 +124,7 @@ def _variance_of(g: _Graph, var: str, x: str, mu: str) -> bool:
     return g.square_of(moments.input[1]) == mu
 
 
-def _match(g: _Graph, divide: onnx.NodeProto, readers: dict[str, list[onnx.NodeProto]]) -> LayerNormSite | None:
+def _match(g: _Graph, divide: onnx.NodeProto) -> LayerNormSite | None:
     centered = g.centered(divide.input[0])
     sqrt = g.node(divide.input[1], "Sqrt")
     if centered is None or sqrt is None:
@@ -143,14 +133,14 @@ def _match(g: _Graph, divide: onnx.NodeProto, readers: dict[str, list[onnx.NodeP
     if g.facts.types.get(x) != onnx.TensorProto.FLOAT:
         return None
     shifted = g.node(sqrt.input[0], "Add")
-    found = [(v, e) for v, e in _operands(shifted) if g.value(e) is not None] if shifted is not None else []
+    found = [(v, e) for v, e in _operands(shifted) if g.single(e) is not None] if shifted is not None else []
     if not found or not _variance_of(g, found[0][0], x, mu):
         return None
-    epsilon = float(np.asarray(g.value(found[0][1])).reshape(-1)[0])
+    epsilon = float(np.asarray(g.single(found[0][1])).reshape(-1)[0])
 
     def following(name: str, op_type: str) -> tuple[onnx.NodeProto, str] | None:
         """The one reader of ``name``, if it is ``op_type`` with a ``[D]`` other operand."""
-        nodes = readers.get(name, [])
+        nodes = g.readers.get(name, [])
         if len(nodes) != 1 or nodes[0].op_type != op_type or nodes[0].domain not in ("", "ai.onnx"):
             return None
         for own, other in _operands(nodes[0]):
@@ -173,14 +163,10 @@ def layer_norm_sites(graph: onnx.GraphProto, facts: GraphFacts, read: Reader, op
     if opset < LAYER_NORM_MIN_OPSET or not any(node.op_type == "ReduceMean" for node in graph.node):
         return []
     g = _Graph(graph, facts, read, opset)
-    readers: dict[str, list[onnx.NodeProto]] = {}
-    for node in graph.node:
-        for name in dict.fromkeys(node.input):
-            readers.setdefault(name, []).append(node)
     sites = []
     for node in graph.node:
         if node.op_type == "Div" and node.domain in ("", "ai.onnx") and len(node.input) == 2:
-            site = _match(g, node, readers)
+            site = _match(g, node)
             if site is not None:
                 sites.append(site)
     return sites
