@@ -53,6 +53,20 @@ def parse_stateful(specs: Sequence[str] | Mapping[str, str] | None) -> dict[str,
     return pairs
 
 
+def first_feeds(
+    dataset: Dataset,
+    input_name: str,
+    given: Mapping[str, np.ndarray],
+    fixed_batch: int | None,
+    dtype: type,
+    count: int,
+) -> dict[str, np.ndarray]:
+    """The first ``count`` samples of ``dataset`` (exactly the model's batch when it fixes one), their
+    companions' rows and the given inputs, as one run's feeds (a check on real samples, not random ones)."""
+    samples, companions = dataset.first(fixed_batch or min(count, len(dataset.inputs)))
+    return {**given, **companions, input_name: samples.astype(dtype, copy=False)}
+
+
 class OutputRunner:
     """Runs one ONNX Runtime session over one dataset; :meth:`run` returns every output ``[N, ...]``."""
 

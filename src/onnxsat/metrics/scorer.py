@@ -16,7 +16,7 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 
-from onnxsat.data.outputs import OutputRunner
+from onnxsat.data.outputs import OutputRunner, first_feeds
 from onnxsat.data.sources import Dataset
 from onnxsat.metrics.base import Metric
 from onnxsat.metrics.budget import AUTO, Budget, MetricSpec, Score
@@ -83,8 +83,7 @@ class ModelScorer:
 
     def sample_feeds(self, count: int) -> dict[str, np.ndarray]:
         """The first ``count`` samples (exactly the model's batch when it fixes one) as one run's feeds."""
-        samples, companions = self.dataset.first(self.fixed_batch or min(count, len(self.dataset.inputs)))
-        return {**self.given, **companions, self.input_name: samples.astype(self.dtype, copy=False)}
+        return first_feeds(self.dataset, self.input_name, self.given, self.fixed_batch, self.dtype, count)
 
     def _runner(self, model: onnx.ModelProto) -> OutputRunner:
         sess = session(model, ort.GraphOptimizationLevel.ORT_ENABLE_ALL, threads=self.threads, base_dir=self.base_dir)

@@ -24,12 +24,12 @@ from onnxsat.data.model_input import (
     random_dataset,
     sized_by_data,
 )
-from onnxsat.data.outputs import check_state, parse_stateful
+from onnxsat.data.outputs import check_state, first_feeds, parse_stateful
 from onnxsat.data.sources import Dataset, load_dataset
 from onnxsat.eqsat.portable import portable_form
 from onnxsat.errors import SettingsError
 from onnxsat.external_data import given_bytes, stored_bytes, tensor_value
-from onnxsat.inputs import InputSpec, fixed_dim, random_inputs
+from onnxsat.inputs import InputSpec, random_inputs
 from onnxsat.metrics import (
     HeldOut,
     Metric,
@@ -327,7 +327,7 @@ def sparsify_model(
     report.span_fraction, report.notes = result.span_fraction, report.notes + result.notes
     sparse = with_masks(model, result.masks, base_dir)
     names = [output.name for output in model.graph.output]
-    checked_on = _data_samples(model, dataset, options)
+    checked_on = _data_samples(evaluator, options) if dataset is not None else None
     if checked_on is not None:  # the "changed by" figures from real samples, as the report says the input is
         original = reference_run(model, checked_on, base_dir=base_dir)
         report.notes.append(f"verification compared the outputs on {checked_on.source}, not on random inputs")
@@ -351,18 +351,17 @@ VERIFY_SAMPLES = 16
 """Samples of the data the verification's "changed by" figures are measured on."""
 
 
-def _data_samples(model: onnx.ModelProto, dataset: Dataset | None, options: SparsifyOptions) -> InputSpec | None:
-    """The first samples of ``--data`` as one run's feeds (None without data, or for streams): random inputs
-    can hide a change (pixels of noise saturate a StandardScaler+LogisticRegression, and it read "no element
-    differs" where labels changed on 3% of the data)."""
-    if dataset is None or dataset.streams or not len(dataset.inputs):
+def _data_samples(evaluator: Evaluator, options: SparsifyOptions) -> InputSpec | None:
+    """The first samples of ``--data`` as one run's feeds (None for streams): random inputs can hide a change
+    (pixels of noise saturate a StandardScaler+LogisticRegression, and it read "no element differs" where
+    labels changed on 3% of the data)."""
+    runner = evaluator.runner
+    if runner.dataset.streams:
         return None
-    value = data_input(model, options.inputs.given)
-    dims = value.type.tensor_type.shape.dim
-    fixed = fixed_dim(dims[0]) if dims else None
-    samples, companions = dataset.first(fixed or min(VERIFY_SAMPLES, len(dataset.inputs)))
-    feeds = {**options.inputs.given, **companions, value.name: samples}
-    return InputSpec(options.inputs.shapes, feeds, f"the first {len(samples)} samples of {dataset.name}")
+    given, fixed = runner.given, runner.fixed_batch
+    feeds = first_feeds(runner.dataset, runner.input_name, given, fixed, runner.dtype, VERIFY_SAMPLES)
+    samples = len(feeds[runner.input_name])
+    return InputSpec(options.inputs.shapes, feeds, f"the first {samples} samples of {runner.dataset.name}")
 
 
 def _unreached(evaluator: Evaluator, targets: list[SparsityTarget]) -> set[str]:
