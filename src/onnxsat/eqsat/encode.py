@@ -38,6 +38,7 @@ from onnxsat.eqsat.language import (
     inverse_perms,
     is_float32,
     layer_norm_site,
+    node_id_at,
     op_kind,
     opset_at_least,
     out,
@@ -283,10 +284,9 @@ class _Encoder:
     def composite_facts(self) -> None:
         """``LayerNormSite`` and ``GeluSite`` facts for the written-out ops facts found; each fused layer norm's
         attributes (its ``epsilon``) go into the attribute table."""
-        node_ids = {position: node_id for node_id, position in self.result.node_position.items()}
         for gelu in self.result.facts.gelu_sites:
-            node_id = _string(node_ids[gelu.position])
-            fact = _call("GeluSite", self.ref(gelu.output), self.ref(gelu.x), _int(int(gelu.tanh)), node_id)
+            fused_id = _string(node_id_at(gelu.position))
+            fact = _call("GeluSite", self.ref(gelu.output), self.ref(gelu.x), _int(int(gelu.tanh)), fused_id)
             self.commands.append(_fact(fact))
         for site in self.result.facts.layer_norm_sites:
             key = len(self.result.attributes)
@@ -297,14 +297,14 @@ class _Encoder:
                 self.ref(site.output),
                 inputs,
                 _call("AttrsTable", _int(key)),
-                _string(node_ids[site.position]),
+                _string(node_id_at(site.position)),
             )
             self.commands.append(_fact(fact))
 
     def add_node(self, position: int, node: onnx.NodeProto) -> None:
-        node_id = f"n{position}"
-        self.result.nodes[node_id] = node
-        self.result.node_position[node_id] = position
+        own_id = node_id_at(position)
+        self.result.nodes[own_id] = node
+        self.result.node_position[own_id] = position
         outputs = list(node.output)
         while outputs and not outputs[-1]:
             outputs.pop()
@@ -315,7 +315,7 @@ class _Encoder:
             self.attrs(node, domain_opset(self.result.model, node.domain)),
             self.args(list(node.input)),
             self.args(subgraph_captures(node)),
-            _string(node_id),
+            _string(own_id),
             _int(len(outputs)),
         )
         facts = self.result.facts

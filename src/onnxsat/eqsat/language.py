@@ -209,6 +209,12 @@ opset_at_least = relation("OpsetAtLeast", i64, egg_fn="OpsetAtLeast")
 """The model imports the default domain at this version or later (asserted for each version up to its own)."""
 
 
+def node_id_at(position: int) -> str:
+    """The id the encoder gives the node at ``position`` of the main graph (a fused node takes the id of the
+    node whose place it takes, so the decoder can restore its name)."""
+    return f"n{position}"
+
+
 def dims_of(*dims: i64Like) -> Dims:
     """Build a ``Dims`` list from integers or rule variables (rules and tests; the encoder uses commands)."""
     result = Dims.nil()

@@ -38,6 +38,7 @@ from onnxsat.eqsat.language import (
     dims_of,
     has_shape,
     has_type,
+    node_id_at,
     out,
 )
 from onnxsat.eqsat.rules.families import ORT_ONLY, register_family
@@ -134,7 +135,6 @@ def site_facts(
     sites, attributes = encoded.facts.attention_sites, encoded.attributes
     if not sites:
         return []
-    node_ids = {position: node_id for node_id, position in encoded.node_position.items()}
     inert = Tensor.ref(-2)
     encoded.egraph.register(
         attention_site(inert, Args.nil(), Attrs.none(), Dims.nil(), Dims.nil(), "", ""),
@@ -144,7 +144,7 @@ def site_facts(
     for site in sites:
         key = len(attributes)
         attributes.append(fused_attributes(site))
-        helpers = _Helpers(commands, attributes, node_ids[site.transpose], node_ids[site.reshape])
+        helpers = _Helpers(commands, attributes, node_id_at(site.transpose), node_id_at(site.reshape))
         query = ref(site.query)
         if site.query_merge:  # [B, N, S, D] -> [B, S, N, D] -> [B, S, N*D]
             b, s, hidden = site.fused_shape[0], site.fused_shape[1], site.num_heads * _head_size(encoded, site)
@@ -163,8 +163,8 @@ def site_facts(
             _call("AttrsTable", _int(key)),
             _dims(site.fused_shape),
             _dims(site.output_shape),
-            _string(node_ids[site.softmax]),
-            _string(node_ids[site.reshape]),
+            _string(node_id_at(site.softmax)),
+            _string(node_id_at(site.reshape)),
         )
         commands.append(_fact(fact))
         if site.projections:
