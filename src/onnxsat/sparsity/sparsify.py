@@ -247,8 +247,8 @@ def sparsify_model(
     given_size = given_bytes(model, source)
     graph = model.graph
     check_state(options.state, [v.name for v in graph.input], [v.name for v in graph.output])
-    if options.data is not None:  # data that does not fit is said first, and sizes random inputs like it
-        options = replace(options, inputs=sized_by_data(model, options.inputs, _dataset(model, options)))
+    dataset = _dataset(model, options)  # data that does not fit is said first, and sizes random inputs like it
+    options = replace(options, inputs=sized_by_data(model, options.inputs, dataset))
     model, normalised = _weights_folded(model, options, base_dir)
     model, lifted = lift_body_weights(model)
     original = reference_run(model, options.inputs, base_dir=base_dir)  # an input ORT cannot run is said first
@@ -265,7 +265,6 @@ def sparsify_model(
             + quantized_note(model, "sparsify")
         )
     weights = {t.name: np.asarray(_initializer_value(model, t, base_dir)) for t in targets}
-    dataset = _dataset(model, options)
     report = SparsifyReport(input=source, output=None, method=options.method, requested=options.sparsity)
     report.notes += normalised
     if lifted:
