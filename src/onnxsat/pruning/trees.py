@@ -144,22 +144,21 @@ def _shared_weights(group: ChannelGroup, readers: Counter[str]) -> list[str]:
     """Why a group must stay whole because a weight it would slice (a root's or a leaf's) is also read by
     nodes outside it: one weight applied several times (ALBERT runs one layer's weights in every layer).
     Pruning one use would write a sliced copy beside the original, and the model would grow."""
-    weights = [s for s in group.slices if s.role in (ROOT, LEAF) and s.initializer]
-    inside = Counter(name for name, _ in {(s.initializer, s.node_index) for s in weights})
     slicing: dict[str, dict[int, set[int]]] = {}  # initializer -> reading node -> the axes sliced there
-    for s in weights:
-        slicing.setdefault(s.initializer, {}).setdefault(s.node_index, set()).add(s.axis)
-    reasons = [
-        f"its weight {name!r} is also read by {readers[name] - count} node(s) outside the group (one weight used "
-        "several times): pruning would copy it, and the model would grow"
-        for name, count in sorted(inside.items())
-        if readers[name] > count
-    ]
-    reasons += [
-        f"its weight {name!r} is read by two nodes, its channels on different axes: pruning would copy it"
-        for name in sorted(inside)
-        if len({frozenset(a) for a in slicing[name].values()}) > 1 and readers[name] <= inside[name]
-    ]
+    for s in group.slices:
+        if s.role in (ROOT, LEAF) and s.initializer:
+            slicing.setdefault(s.initializer, {}).setdefault(s.node_index, set()).add(s.axis)
+    reasons = []
+    for name, nodes in sorted(slicing.items()):
+        if readers[name] > len(nodes):
+            reasons.append(
+                f"its weight {name!r} is also read by {readers[name] - len(nodes)} node(s) outside the group (one "
+                "weight used several times): pruning would copy it, and the model would grow"
+            )
+        elif len({frozenset(axes) for axes in nodes.values()}) > 1:
+            reasons.append(
+                f"its weight {name!r} is read by two nodes, its channels on different axes: pruning would copy it"
+            )
     return reasons
 
 
