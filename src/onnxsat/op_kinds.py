@@ -6,6 +6,11 @@ import onnx
 
 DEFAULT_DOMAINS = ("", "ai.onnx")
 """The standard ONNX domain's two spellings."""
+IEEE_FLOAT_TYPES = frozenset({onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.DOUBLE})
+"""float, float16, double: the float element types every float op takes at every opset (not bfloat16, which
+many gained only later)."""
+FLOAT_TYPES = IEEE_FLOAT_TYPES | {onnx.TensorProto.BFLOAT16}
+"""Every float element type a tensor of an ONNX model may have."""
 
 
 def qualified_op(domain: str, op_type: str, separator: str = "::") -> str:

@@ -58,6 +58,7 @@ from onnxsat.metrics import (
 )
 from onnxsat.metrics.scorer import ModelScorer
 from onnxsat.normal_form import normal_form
+from onnxsat.op_kinds import FLOAT_TYPES
 from onnxsat.options import float_list, option, percent
 from onnxsat.proto_fields import all_graphs, all_nodes, bodies_of
 from onnxsat.quantization import node_speed
@@ -304,8 +305,7 @@ def _hold_the_others(
     free = [v for v in model.graph.input if v.name not in initializers and v.name not in spec.given]
     if len(free) < 2:
         return dict(spec.given), spec
-    floats = (onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.DOUBLE, onnx.TensorProto.BFLOAT16)
-    fed = next((v for v in free if v.type.tensor_type.elem_type in floats), free[0])
+    fed = next((v for v in free if v.type.tensor_type.elem_type in FLOAT_TYPES), free[0])
     held = [v.name for v in free if v.name != fed.name]
     values = random_inputs(model, spec, seed=0)
     given = {**spec.given, **{name: values[name] for name in held}}

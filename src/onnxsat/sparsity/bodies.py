@@ -15,8 +15,9 @@ from collections.abc import Iterator
 
 import onnx
 
+from onnxsat.op_kinds import IEEE_FLOAT_TYPES
 from onnxsat.proto_fields import bodies_of
-from onnxsat.sparsity.targets import CONV_OPS, FLOAT_TYPES, GEMM_OPS, MATMUL_OPS
+from onnxsat.sparsity.targets import CONV_OPS, GEMM_OPS, MATMUL_OPS
 
 WEIGHT_OPS = CONV_OPS | GEMM_OPS | MATMUL_OPS | {"ConvTranspose"}
 
@@ -97,7 +98,7 @@ def _constant_tensor(node: onnx.NodeProto) -> onnx.TensorProto | None:
 
 
 def _is_weight(tensor: onnx.TensorProto) -> bool:
-    return tensor.data_type in FLOAT_TYPES and len(tensor.dims) >= 2 and not tensor.HasField("data_location")
+    return tensor.data_type in IEEE_FLOAT_TYPES and len(tensor.dims) >= 2 and not tensor.HasField("data_location")
 
 
 def _renamed(tensor: onnx.TensorProto, name: str, graph: onnx.GraphProto, counts: Counter[str]) -> onnx.TensorProto:

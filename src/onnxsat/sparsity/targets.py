@@ -21,8 +21,8 @@ import onnx
 from onnx import numpy_helper
 
 from onnxsat.errors import SettingsError
+from onnxsat.op_kinds import IEEE_FLOAT_TYPES
 
-FLOAT_TYPES = frozenset({onnx.TensorProto.FLOAT, onnx.TensorProto.DOUBLE, onnx.TensorProto.FLOAT16})
 CONV_OPS = frozenset({"Conv", "FusedConv"})
 GEMM_OPS = frozenset({"Gemm", "FusedGemm"})
 MATMUL_OPS = frozenset({"MatMul", "FusedMatMul"})
@@ -123,7 +123,7 @@ def _collect(
     for node in graph.node:
         if node.domain in DOMAINS and len(node.input) >= 2:
             weight = initializers.get(node.input[1])
-            if weight is not None and weight.data_type in FLOAT_TYPES and weight.name not in found:
+            if weight is not None and weight.data_type in IEEE_FLOAT_TYPES and weight.name not in found:
                 target = _target(node, weight)
                 if target is not None and target.size > 0 and not fixed_transform(weight):
                     found[weight.name] = dataclasses.replace(target, in_body=in_body)

@@ -20,11 +20,12 @@ from egglog import Ruleset, String, eq, rule, ruleset, union
 from onnxsat.eqsat.language import Attrs, Dims, Tensor, args_of, has_shape, has_type, opset_at_least
 from onnxsat.eqsat.rules.families import STANDARD, register_family
 from onnxsat.eqsat.rules.patterns import result, unique, value_flag
+from onnxsat.op_kinds import IEEE_FLOAT_TYPES
 
 clamp_forms: Ruleset = ruleset(name="clamp_forms")
 
-FLOAT_TYPES = (1, 10, 11)
-"""float, float16, double: the element types Clip and Relu take from opset 11 (and 6) on."""
+FLOAT_TYPES = sorted(IEEE_FLOAT_TYPES)
+"""The element types Clip and Relu take from opset 11 (and 6) on."""
 
 
 def _operand_orders(x: Tensor, c: Tensor) -> tuple[tuple[Tensor, Tensor], ...]:

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 import numpy as np
 import onnx
-from onnx import TensorProto, helper, numpy_helper
+from onnx import helper, numpy_helper
 
 from onnxsat.inputs import fixed_dim
 from onnxsat.op_kinds import default_opset_version
@@ -23,7 +23,6 @@ AXES_INPUT_SINCE = {"Squeeze": 13, "Unsqueeze": 13, "ReduceSum": 13, "ReduceMax"
 Shape = list[int | str | None]
 
 
-FLOAT_TYPES = frozenset({TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.DOUBLE, TensorProto.BFLOAT16})
 """The floating-point element types."""
 
 

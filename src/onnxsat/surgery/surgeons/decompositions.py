@@ -16,7 +16,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from onnxsat.op_kinds import DEFAULT_DOMAINS, default_opset_version
+from onnxsat.op_kinds import DEFAULT_DOMAINS, FLOAT_TYPES, default_opset_version
 from onnxsat.surgery.graph_edit import (
     constant_value,
     consumers,
@@ -26,7 +26,6 @@ from onnxsat.surgery.graph_edit import (
     used_names,
 )
 from onnxsat.surgery.surgeon import Surgeon, SurgeryError, SurgeryOutcome, register
-from onnxsat.surgery.surgeons._editing import FLOAT_TYPES
 from onnxsat.surgery.surgeons.shapes import static_dims, tensor_types
 
 _MS = "com.microsoft"

@@ -11,6 +11,7 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
+from onnxsat.op_kinds import FLOAT_TYPES
 from onnxsat.surgery.graph_edit import (
     constant_value,
     consumers,
@@ -19,7 +20,7 @@ from onnxsat.surgery.graph_edit import (
     initializers,
 )
 from onnxsat.surgery.surgeon import Surgeon, SurgeryOutcome, register
-from onnxsat.surgery.surgeons._editing import FLOAT_TYPES, Splice, attribute, inferred_shapes, static
+from onnxsat.surgery.surgeons._editing import Splice, attribute, inferred_shapes, static
 
 
 @register
