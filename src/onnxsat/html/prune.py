@@ -65,8 +65,8 @@ def prune_page(report: PruneReport) -> Page:
     if report.reconstruction:
         page.heading(f"Reconstruction on {report.data}")
         page.table(
-            ["node", "relative error before", "after", "refitted"],
-            [(f.node, f.error_before, f.error_after, f.accepted) for f in report.reconstruction],
+            ["node", "relative error before", "after", "refitted", "on samples not solved on"],
+            [(f.node, f.error_before, f.error_after, f.accepted, f.held_out) for f in report.reconstruction],
         )
     if report.latency:
         add_latency_table(page, "Latency, side by side", report.latency, "pruned")

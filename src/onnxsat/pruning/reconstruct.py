@@ -11,8 +11,9 @@ leaf also corrects what earlier refits left over. Rows are streamed into the nor
 ``X^T X`` and ``X^T Y`` (batch by batch, at most ``MAX_ROWS_PER_BATCH`` sampled rows each, seeded per
 leaf; a Conv's patches are gathered for the sampled rows only, and its targets kept for them only).
 A small ridge term (``RIDGE`` times the mean diagonal) keeps the solve stable when features are
-collinear or rows few. A refit is kept only when it lowers the node's error on the calibration data;
-the report lists both errors per leaf.
+collinear or rows few. A refit is kept only when it lowers the node's error on calibration samples it
+was not solved on (one in ``CHECK_EVERY``), then solved again on all of them; the report lists both errors
+per leaf, on those samples.
 
 ONNX Runtime runs every node of a graph whatever outputs are asked for, so the sessions here run
 sub-models, each of the nodes what it computes depends on. The targets ``Y`` of all leaves come from
@@ -49,6 +50,10 @@ ACTIVATION_BYTES = 2**28
 """Pruned-model activations held between leaves, so that each leaf's pass starts where the last stopped."""
 
 
+CHECK_EVERY = 5
+"""One sample in this many is kept out of each leaf's refit and judges it."""
+
+
 @dataclass
 class _Normal:
     """Running sums of the normal equations for ``[X, 1] @ [W; b] ~ Y``."""
@@ -56,6 +61,22 @@ class _Normal:
     xtx: np.ndarray
     xty: np.ndarray
     yty: float = 0.0
+    count: int = 0
+    """Rows added."""
+
+    @staticmethod
+    def empty(features: int, outputs: int) -> _Normal:
+        return _Normal(np.zeros((features, features)), np.zeros((features, outputs)))
+
+    def add(self, rows: np.ndarray, goal: np.ndarray) -> None:
+        if len(rows):
+            self.xtx += rows.T @ rows
+            self.xty += rows.T @ goal
+            self.yty += float(np.sum(goal * goal))
+            self.count += len(rows)
+
+    def plus(self, other: _Normal) -> _Normal:
+        return _Normal(self.xtx + other.xtx, self.xty + other.xty, self.yty + other.yty, self.count + other.count)
 
 
 @dataclass
@@ -345,13 +366,19 @@ def _refit(
     targets: list[_Target],
     base_dir: Path | None,
 ) -> LeafFit:
-    """Refit one leaf on its inputs (as the model refitted so far makes them) and targets, batch by batch."""
+    """Refit one leaf on its inputs (as the model refitted so far makes them) and targets, batch by batch.
+
+    Every ``CHECK_EVERY``-th sample's rows are set aside: the refit is solved on the others and judged on
+    them, so a refit that only interpolates its samples (a classifier head has one row per sample, often
+    fewer than its inputs) is not kept. Once kept, it is solved again on all the rows."""
     node = model.graph.node[leaf.node_index]
     weight, bias, bias_name = _weights(model, node, base_dir)
     fit_bias = bias is not None and _fits_bias(bias.size, weight.shape[leaf.out_axis])
     matrix = _as_matrix(node, weight)  # [features, outputs]
     constant = None if bias is None or fit_bias else float(bias.reshape(-1)[0])  # a scalar (checked in _leaf)
-    normal = None
+    fit: _Normal | None = None
+    check: _Normal | None = None
+    seen = 0
     for x, target in zip(inputs, targets, strict=True):  # inputs first: its pass ends before zip checks the lengths
         count = _row_count(node, x.shape, weight)
         if count != target.count:
@@ -362,24 +389,38 @@ def _refit(
             goal = goal - constant
         if fit_bias:
             rows = np.hstack([rows, np.ones((len(rows), 1))])
-        if normal is None:
-            normal = _Normal(np.zeros((rows.shape[1], rows.shape[1])), np.zeros((rows.shape[1], goal.shape[1])))
-        normal.xtx += rows.T @ rows
-        normal.xty += rows.T @ goal
-        normal.yty += float(np.sum(goal * goal))
-    assert normal is not None
+        if fit is None or check is None:
+            fit, check = _Normal.empty(rows.shape[1], goal.shape[1]), _Normal.empty(rows.shape[1], goal.shape[1])
+        row_index = target.pick if target.pick is not None else np.arange(count)
+        sample = seen + row_index // max(count // max(x.shape[0], 1), 1)
+        held = sample % CHECK_EVERY == CHECK_EVERY - 1
+        fit.add(rows[~held], goal[~held])
+        check.add(rows[held], goal[held])
+        seen += x.shape[0]
+    assert fit is not None and check is not None
     current = np.vstack([matrix, bias.reshape(1, -1)]) if fit_bias else matrix
-    diagonal = float(np.mean(np.diag(normal.xtx))) or 1.0
-    solved = np.linalg.solve(normal.xtx + RIDGE * diagonal * np.eye(len(normal.xtx)), normal.xty)
-    before, after = _error(normal, current), _error(normal, solved)
+    if check.count == 0 or check.yty == 0:  # too few samples to set any apart: judged on those it fits
+        solved = _solve(fit)
+        before, after, held_out = _error(fit, current), _error(fit, solved), False
+    else:
+        solved = _solve(fit)
+        before, after, held_out = _error(check, current), _error(check, solved), True
     accepted = after < before
     if accepted:
+        if held_out:
+            solved = _solve(fit.plus(check))
         new_weight = solved[:-1] if fit_bias else solved
         _write(model, node.input[1], _from_matrix(node, new_weight, weight.shape).astype(weight.dtype))
         if fit_bias:
             assert bias is not None
             _write(model, bias_name, solved[-1].reshape(bias.shape).astype(bias.dtype), node, 2)
-    return LeafFit(node_label(node), before, after, accepted)
+    return LeafFit(node_label(node), before, after, accepted, held_out)
+
+
+def _solve(normal: _Normal) -> np.ndarray:
+    """The ridge solution of the normal equations (``RIDGE`` times their mean diagonal added)."""
+    diagonal = float(np.mean(np.diag(normal.xtx))) or 1.0
+    return np.linalg.solve(normal.xtx + RIDGE * diagonal * np.eye(len(normal.xtx)), normal.xty)
 
 
 def _error(normal: _Normal, weights: np.ndarray) -> float:

@@ -30,12 +30,14 @@ class GroupReport:
 
 @dataclass
 class LeafFit:
-    """One leaf refitted by ``--reconstruct``: its relative output error on calibration data."""
+    """One leaf refitted by ``--reconstruct``: its relative output error before and after the refit, on
+    calibration samples the refit was not solved on (``held_out``), or on all of them when there were too few."""
 
     node: str
     error_before: float
     error_after: float
     accepted: bool
+    held_out: bool = True
 
 
 @dataclass
@@ -118,11 +120,13 @@ class PruneReport(ReportBase):
         if self.sizes:
             lines.append(_ratio_line("file bytes", self.sizes))
         if self.reconstruction:
-            lines.append(f"reconstruction on {self.data}:")
+            lines.append(f"reconstruction on {self.data} (errors on samples each refit was not solved on):")
             for fit in self.reconstruction:
                 verdict = "refitted" if fit.accepted else "kept (no gain)"
+                where = "" if fit.held_out else "  (too few samples: on those it was solved on)"
                 lines.append(
-                    f"  {fit.node[:44]:<46}relative error {fit.error_before:.4f} -> {fit.error_after:.4f}  {verdict}"
+                    f"  {fit.node[:44]:<46}relative error {fit.error_before:.4f} -> {fit.error_after:.4f}  "
+                    f"{verdict}{where}"
                 )
         lines += table_lines(self.scored_on, self.metrics, self.baseline, self.accuracy, None)
         lines.extend(f"note: {note}" for note in self.notes)
