@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
+import yaml
 
 from onnxsat.cli import main
 from onnxsat.compress import compress as compress_module
@@ -55,7 +56,10 @@ def test_the_chosen_model_is_inside_the_budget_and_measured_on_held_out_data(com
     assert fused[-1]["drop"] == 0.0
     assert any(row["pareto"] for row in report["candidates"])
     assert report["verification"]["ok"]
-    assert "search_data" not in report
+    assert "fit_data" not in report
+    # pruning refits on 200 of the 400 search digits, and candidates are scored on the other 200 alone
+    assert report["fitted_on"] == "digits-train (fit part): 200 samples, none of them scored"
+    assert report["accuracy"]["samples"] == 200 and report["data"].endswith("(scored part)")
     assert report["latency_where"] and report["evaluated_on"].startswith("local process pool")
     # the original above reads the weights as constants; the file as given has them as inputs, timed too
     assert report["latency"]["speedup_vs_file"] > 0 and report["latency"]["file_ms"] > 0
@@ -71,6 +75,8 @@ def test_the_recipe_replays_into_the_same_model(compressed: tuple[Path, dict], t
     replay = tmp_path / "replay.onnx"
     assert main(["run", str(recipe), "-o", str(replay)]) == 0
     assert onnx.load(replay).SerializeToString() == onnx.load(out).SerializeToString()
+    with np.load(out.with_name("small.recipe.npz")) as fitted:
+        assert len(fitted["inputs"]) == 200  # the fit part: the samples the recipe was built on, no others
 
 
 def test_the_html_page_has_the_pareto_plot(tmp_path: Path) -> None:
@@ -306,3 +312,47 @@ def test_a_model_nothing_can_prune_says_so() -> None:
     assert compress_module._groups(model, CompressOptions(), report) == []
     (note,) = report.notes
     assert note.startswith("pruning left out: no channel group can be pruned (") and "onnxsat prune" in note
+
+
+def _two_towers() -> onnx.ModelProto:
+    """Embeddings ``[N, 64]`` and, as CLIP's ``logits_per_image``, their similarities ``[N, N]``: an output
+    with no single batch axis, which only ``--metric-output`` keeps out of the score."""
+    rng = np.random.default_rng(0)
+    w1 = onnx.numpy_helper.from_array((rng.normal(size=(128, 256)) * 0.1).astype(np.float32), "w1")
+    w2 = onnx.numpy_helper.from_array((rng.normal(size=(256, 64)) * 0.1).astype(np.float32), "w2")
+    nodes = [
+        onnx.helper.make_node("MatMul", ["x", "w1"], ["h"]),
+        onnx.helper.make_node("Relu", ["h"], ["r"]),
+        onnx.helper.make_node("MatMul", ["r", "w2"], ["embeds"]),
+        onnx.helper.make_node("Transpose", ["embeds"], ["t"], perm=[1, 0]),
+        onnx.helper.make_node("MatMul", ["embeds", "t"], ["logits"]),
+    ]
+    float_tensor = onnx.TensorProto.FLOAT
+    graph = onnx.helper.make_graph(
+        nodes,
+        "towers",
+        [onnx.helper.make_tensor_value_info("x", float_tensor, ["n", 128])],
+        [
+            onnx.helper.make_tensor_value_info("embeds", float_tensor, ["n", 64]),
+            onnx.helper.make_tensor_value_info("logits", float_tensor, ["n", "n"]),
+        ],
+        [w1, w2],
+    )
+    return onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 17)], ir_version=8)
+
+
+def test_named_metric_outputs_reach_the_rebuild_and_the_replay(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """The chosen recipe is built again for the report, and by ``onnxsat run``; both quantize with no budget,
+    and scored every output there: "the chosen recipe could not be rebuilt" on CLIP after a whole search."""
+    monkeypatch.setattr(compress_module, "SideBySide", _SizeTimer)
+    monkeypatch.setattr(compress_module, "slower_nodes", lambda *args: ((), 2))  # no node measured slower
+    model_path, out = tmp_path / "towers.onnx", tmp_path / "c.onnx"
+    onnx.save(_two_towers(), model_path)
+    args = ["--data", "random", "--metric", "cosine", "--metric-output", "embeds", "--techniques", "quantize"]
+    assert main(["compress", str(model_path), "-o", str(out), "--max-drop", "5%", "--workers", "1", *args]) == 0
+    recipe = yaml.safe_load(out.with_name("c.recipe.yaml").read_text())
+    (quantize,) = recipe["passes"]
+    assert quantize["metric"] == "cosine" and quantize["metric_output"] == ["embeds"]
+    replay = tmp_path / "replay.onnx"
+    assert main(["run", str(out.with_name("c.recipe.yaml")), "-o", str(replay)]) == 0
+    assert onnx.load(replay).SerializeToString() == onnx.load(out).SerializeToString()

@@ -18,6 +18,7 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import onnx
@@ -36,6 +37,7 @@ from onnxsat.external_data import given_bytes, with_data_loaded
 from onnxsat.inputs import InputSpec
 from onnxsat.latency import against_file_as_given
 from onnxsat.metrics import (
+    AUTO,
     HeldOut,
     MetricSpec,
     check_confidence,
@@ -136,19 +138,28 @@ def compress_model(
     given = options.inputs.given
     input_name = data_input(model, given).name
     batch = batch_size_for(model, options.batch_size, given)
+    groups = _groups(model, options, report) if "prune" in options.techniques else []
+    modes = applicable_modes(model) if "quantize" in options.techniques else []
+    if not groups and not modes and "fuse" not in options.techniques:
+        raise SettingsError("nothing to compress: the model has no prunable channel group and nothing to quantize")
+    fit_data, scored_data = _fit_split(search_data, bool(groups), options, report)
     scorer = ModelScorer(
-        model, input_name, search_data, metric=options.metric, outputs=options.metric_output, given=given,
+        model, input_name, scored_data, metric=options.metric, outputs=options.metric_output, given=given,
         batch_size=batch, threads=options.threads, confidence=options.confidence,
     )  # fmt: skip
-    report.data, report.baseline = search_data.name, scorer.baseline
+    report.data, report.baseline = scored_data.name, scorer.baseline
+    if fit_data is not scored_data:
+        report.fitted_on = f"{fit_data.name}: {len(fit_data)} samples, none of them scored"
     report.confidence = options.confidence
     report.metric, report.metrics = scorer.baseline.metric, scorer.budget.describe()
     report.notes += scorer.budget.blind_spots()
+    scored_bytes = samples_npz(scored_data)
     problem = Problem(
         key=uuid.uuid4().hex,
         model=model.SerializeToString(),
-        data=samples_npz(search_data),
-        data_name=search_data.name,
+        data=scored_bytes,
+        data_name=scored_data.name,
+        fit_data=scored_bytes if fit_data is scored_data else samples_npz(fit_data),
         input_name=input_name,
         spec=options.inputs,
         metrics=scorer.budget.metrics,
@@ -158,10 +169,6 @@ def compress_model(
         calibration_limit=options.calibration_limit,
         confidence=options.confidence,
     )
-    groups = _groups(model, options, report) if "prune" in options.techniques else []
-    modes = applicable_modes(model) if "quantize" in options.techniques else []
-    if not groups and not modes and "fuse" not in options.techniques:
-        raise SettingsError("nothing to compress: the model has no prunable channel group and nothing to quantize")
     feeds = _latency_feeds(model, search_data, input_name, options)
     timer = SideBySide(model, feeds, options.threads)
     slow = _SlowNodes(options.inputs, options.threads)
@@ -191,8 +198,8 @@ def compress_model(
     chosen = steps[-1][0]
     report.contributions = [Contribution(label, e.speedup, e.outcome.drop, e.outcome.size) for e, label in steps]
     report.chosen, report.accuracy = chosen.recipe.label, chosen.outcome.score
-    report.recipe = chosen.recipe.passes(calibration_limit=options.calibration_limit)
-    report.search_data = search_data
+    report.recipe = chosen.recipe.passes(calibration_limit=options.calibration_limit, scoring=_scoring(options))
+    report.fit_data = fit_data
     assert chosen.timed is not None
     report.latency = {
         "original_ms": chosen.timed.original_ms,
@@ -233,6 +240,12 @@ def compress_model(
     return result, report
 
 
+def _scoring(options: CompressOptions) -> dict[str, Any]:
+    """The recipe's scoring keys the user set (a metric function of the Python API has no pipeline form)."""
+    metric = {"metric": options.metric} if isinstance(options.metric, str) and options.metric != AUTO else {}
+    return {**metric, **({"metric_output": list(options.metric_output)} if options.metric_output else {})}
+
+
 RANDOM_SAMPLES = 64
 """Seeded random samples ``--data random`` gives: a fifth held out still leaves a dozen to check on."""
 
@@ -257,6 +270,31 @@ def _data(model: onnx.ModelProto, options: CompressOptions) -> tuple[Dataset, Da
     if options.eval_data is not None:
         return dataset, load(options.eval_data)
     return dataset.split(options.holdout, options.seed)
+
+
+FIT_SHARE = 0.5
+"""Share of the search data pruning's reconstruction is fitted on (at most ``calibration_limit`` samples) when
+the search prunes; candidates are scored on the rest. A least-squares refit scored on its own samples looks
+better than it is: on a digits ResNet pruned 75-87%, 0.25 points better than the original on them and 3.3
+points worse on new samples."""
+
+
+def _fit_split(
+    search: Dataset, pruning: bool, options: CompressOptions, report: CompressReport
+) -> tuple[Dataset, Dataset]:
+    """(fit part, scored part) of the search data: disjoint when the search prunes, else both all of it
+    (quantization's calibration only sets ranges, and every sample scored tightens the budget's bound)."""
+    if not pruning:
+        return search, search
+    share = min(FIT_SHARE, options.calibration_limit / max(len(search), 1))
+    scored, fit = search.split(share, options.seed + 1)
+    if fit is None:
+        report.notes.append(
+            f"pruning refits on the {len(search)} search sample(s) it is scored on: too few to set some apart"
+        )
+        return search, search
+    base = search.name.removesuffix(" (search part)")
+    return replace(fit, name=f"{base} (fit part)"), replace(scored, name=f"{base} (scored part)")
 
 
 def _groups(model: onnx.ModelProto, options: CompressOptions, report: CompressReport) -> list[str]:

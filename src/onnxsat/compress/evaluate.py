@@ -1,4 +1,5 @@
-"""One candidate's evaluation: build its recipe and score it against the original on the search data.
+"""One candidate's evaluation: build its recipe on the fit samples and score it against the original on the
+scored ones.
 
 This is the unit of work the executor ships to a worker process or a Ray task, so everything it needs
 travels with it (the original as bytes, the search samples as arrays) and it touches nothing of the
@@ -38,9 +39,12 @@ class Problem:
     model: bytes
     """The original, serialized, every weight inside."""
     data: bytes
-    """The search samples as an ``.npz`` (``inputs``, and ``labels`` when there are): bytes, like the model,
-    so that Ray puts each in its object store once for all candidates."""
+    """The samples candidates are scored on, as an ``.npz`` (``inputs``, and ``labels`` when there are): bytes,
+    like the model, so that Ray puts each in its object store once for all candidates."""
     data_name: str
+    fit_data: bytes
+    """The samples pruning refits on and quantization calibrates on, in the same form. Disjoint from ``data``
+    when the search prunes: a least-squares refit scored on the samples it was fitted on looks better than it is."""
     input_name: str
     spec: InputSpec
     metrics: dict[str, Any]
@@ -94,7 +98,7 @@ class Outcome:
 @dataclass
 class _Prepared:
     original: onnx.ModelProto
-    data_path: Path
+    fit_path: Path
     scorer: ModelScorer
     folder: tempfile.TemporaryDirectory[str]
 
@@ -119,9 +123,9 @@ def _prepared(problem: Problem) -> _Prepared:
             old.folder.cleanup()
         _PREPARED.clear()
         folder = tempfile.TemporaryDirectory(prefix="onnxsat-compress-")
-        data_path = Path(folder.name) / "search.npz"
-        data_path.write_bytes(problem.data)
-        with np.load(data_path, allow_pickle=False) as arrays:
+        fit_path = Path(folder.name) / "fit.npz"
+        fit_path.write_bytes(problem.fit_data)
+        with np.load(io.BytesIO(problem.data), allow_pickle=False) as arrays:
             companions = companions_in(arrays)
             dataset = Dataset(arrays["inputs"], arrays.get("labels"), problem.data_name, companions=companions)
         original = onnx.load_from_string(problem.model)
@@ -135,7 +139,7 @@ def _prepared(problem: Problem) -> _Prepared:
             batch_size=problem.batch_size,
             confidence=problem.confidence,
         )
-        _PREPARED[problem.key] = _Prepared(original, data_path, scorer, folder)
+        _PREPARED[problem.key] = _Prepared(original, fit_path, scorer, folder)
     return _PREPARED[problem.key]
 
 
@@ -158,7 +162,7 @@ def evaluate(task: Task) -> Outcome:
         built = build(
             task.recipe,
             prepared.original,
-            str(prepared.data_path),
+            str(prepared.fit_path),
             task.problem.spec,
             quantize_settings=settings,
             calibration_limit=task.problem.calibration_limit,

@@ -15,7 +15,7 @@ nodes with no search and no timing: the same model, byte for byte.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -30,6 +30,10 @@ from onnxsat.quantization.quantize import QuantizeOptions, quantize_model
 CALIBRATION_LIMIT = 512
 """Samples of the search data pruning's reconstruction is fitted on (the first ones): enough for a least-
 squares refit of each layer, and it bounds the time one candidate takes on a large data set."""
+
+
+SCORING_KEYS = ("metric", "metric_output")
+"""Quantization's settings that choose what it scores: the same in a search and in a replay."""
 
 
 @dataclass(frozen=True)
@@ -79,9 +83,15 @@ class Recipe:
             parts.append("fuse")
         return " + ".join(parts) or "original"
 
-    def passes(self, data: str | None = None, calibration_limit: int = CALIBRATION_LIMIT) -> list[dict[str, Any]]:
+    def passes(
+        self,
+        data: str | None = None,
+        calibration_limit: int = CALIBRATION_LIMIT,
+        scoring: Mapping[str, Any] | None = None,
+    ) -> list[dict[str, Any]]:
         """The recipe as pipeline entries (``type`` and the pass's keys); ``data`` is the calibration data
-        (None: the pipeline's top-level ``data``)."""
+        (None: the pipeline's top-level ``data``); ``scoring``, the ``metric`` and ``metric_output`` keys
+        quantization reports its accuracy with (a model of several outputs may need them named)."""
         entries: list[dict[str, Any]] = []
         if self.prune:
             entries.append(
@@ -105,6 +115,7 @@ class Recipe:
                     "node_timing": False,
                     "holdout": 0.0,
                     **({"data": data} if data is not None else {}),
+                    **(scoring or {}),
                 }
             )
         if self.fuse:
@@ -135,8 +146,11 @@ def build(
     """``recipe`` applied to ``model`` with the same pass functions its pipeline runs. ``data`` is the
     calibration data (a spec ``load_dataset`` reads); ``quantize_settings`` (metric, outputs) are used by
     quantization's node search while ``recipe.quantize_budget`` is set, and ``spent`` says how much of the
-    budget the pruned model already uses."""
+    budget the pruned model already uses. Quantization scores its result even with no budget to search,
+    so the metric and its outputs go to it always."""
     notes: list[str] = []
+    settings = dict(quantize_settings or {})
+    scoring = {key: settings[key] for key in SCORING_KEYS if key in settings}
     if recipe.prune:
         options = PruneOptions(
             rate=0.0,
@@ -163,7 +177,7 @@ def build(
             holdout=0.0,
             data=data,
             inputs=inputs,
-            **((quantize_settings or {}) if searching else {}),
+            **(settings if searching else scoring),
         )
         model, quantize_report = quantize_model(model, options, base_dir=base_dir)
         base_dir = None

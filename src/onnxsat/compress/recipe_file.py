@@ -1,9 +1,9 @@
 """The chosen recipe written beside the compressed model: a pipeline file and the samples it calibrates on.
 
 ``onnxsat run OUT.recipe.yaml`` replays the recipe from the original model into the same model: pruning
-refits on the same samples (``OUT.recipe.npz``, the search data), quantization calibrates on them and
-leaves the same nodes in float, and nothing in the replay searches or times. Paths in the file are
-relative to its folder, so the three files move together.
+refits on the same samples (``OUT.recipe.npz``: the part of the search data set apart for fitting),
+quantization calibrates on them and leaves the same nodes in float, and nothing in the replay searches or
+times. Paths in the file are relative to its folder, so the three files move together.
 """
 
 from __future__ import annotations
@@ -27,12 +27,13 @@ def recipe_paths(output_path: str | Path) -> tuple[Path, Path]:
 
 
 def write_recipe(report: CompressReport, input_path: str | Path, output_path: str | Path, inputs: InputSpec) -> Path:
-    """Write the report's recipe and search data beside ``output_path``; returns the pipeline file's path."""
+    """Write the report's recipe and the samples it was fitted on beside ``output_path``; return the
+    pipeline file's path."""
     pipeline_path, data_path = recipe_paths(output_path)
     folder = pipeline_path.resolve().parent
-    dataset = report.search_data
+    dataset = report.fit_data
     if dataset is None:
-        raise ValueError("the report holds no search data (the model was not compressed)")
+        raise ValueError("the report holds no fit data (the model was not compressed)")
     write_bytes_atomic(samples_npz(dataset), data_path)
     pipeline: dict[str, object] = {
         "input_model": os.path.relpath(Path(input_path).resolve(), folder),

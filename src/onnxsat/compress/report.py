@@ -82,13 +82,14 @@ class CompressReport(ReportBase):
     verification: VerificationResult | None = None
     seconds: float = 0.0
     written: bool = False
-    search_data: Dataset | None = field(default=None, repr=False)
-    """The samples the search used, calibration included: written beside the recipe so it replays exactly
-    (not part of the JSON)."""
+    fitted_on: str | None = None
+    """The samples pruning refitted on and quantization calibrated on, when not those scored (``data``)."""
+    fit_data: Dataset | None = field(default=None, repr=False)
+    """Those samples: written beside the recipe so it replays exactly (not part of the JSON)."""
 
     def to_dict(self) -> dict[str, Any]:
-        data = asdict(replace(self, search_data=None))
-        data.pop("search_data")
+        data = asdict(replace(self, fit_data=None))
+        data.pop("fit_data")
         return with_score_headlines(data, self.baseline, self.accuracy, self.held_out)
 
     def summary(self) -> list[str]:
@@ -127,6 +128,8 @@ class CompressReport(ReportBase):
                 drop = f"drop {c.drop:.2%}" if c.drop is not None else ""
                 lines.append(f"  {c.step:<44}{c.speedup:>7.2f}x  {c.size:>10,} bytes  {drop}")
         lines += table_lines(self.data, self.metrics, self.baseline, self.accuracy, self.held_out)
+        if self.fitted_on:
+            lines.append(f"pruning refitted and quantization calibrated on {self.fitted_on}")
         if self.latency:
             lines.append(
                 f"latency (ORT all optimizations, {int(self.latency['threads'])} thread(s), batch "
