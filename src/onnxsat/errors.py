@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class OnnxSatError(Exception):
     """A problem with the user's input or settings: reported as one line, never a traceback."""
 
     exit_code = 1
+    report: Any = None
+    """What the command found before it stopped, when that is worth showing (a search's candidates): printed,
+    and written where ``--report`` and ``--html`` say, as a result's report would be."""
 
 
 class InputNotFoundError(OnnxSatError):

@@ -184,7 +184,7 @@ def run(
         else:
             message = step.refusal() if single is not None else f"{place} failed verification; nothing was written"
         error = VerificationFailedError(message)
-        error.report = report  # type: ignore[attr-defined]
+        error.report = report
         raise error
     return report
 

@@ -147,14 +147,24 @@ def test_the_time_budget_stops_the_search_between_batches(monkeypatch: pytest.Mo
 def test_a_budget_nothing_meets_writes_nothing_and_names_the_closest(
     tmp_path: Path, cnn_file: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """A net with random weights: removing any channel changes some output, so nothing is exact."""
+    """A net with random weights: removing any channel changes some output, so nothing is exact. What was
+    tried is still shown, and written where --report and --html say (it was lost before)."""
     out, data = tmp_path / "m.onnx", tmp_path / "data.npz"
+    report, page = tmp_path / "r.json", tmp_path / "r.html"
     np.savez(data, inputs=np.random.default_rng(0).standard_normal((16, 3, 64, 64)).astype(np.float32))
     args = ["compress", str(cnn_file), "-o", str(out), "--techniques", "prune", "--metric", "exact"]
-    code = main([*args, "--max-drop", "0%", "--data", str(data), "--workers", "2"])
-    err = capsys.readouterr().err.strip()
+    code = main([*args, "--max-drop", "0%", "--data", str(data), "--workers", "2", "--report", str(report)])
+    printed = capsys.readouterr()
+    err = printed.err.strip()
     assert code != 0 and not out.exists() and not out.with_name("m.recipe.yaml").exists()
     assert "no candidate fits the 0.00% budget (closest: prune" in err and "Traceback" not in err
+    written = json.loads(report.read_text())
+    assert not written["written"] and written["chosen"] is None and written["candidates"]
+    assert all(not row["within_budget"] for row in written["candidates"])
+    assert "(over the budget)" in printed.out and "chosen: nothing" in printed.out
+    pytest.importorskip("matplotlib")
+    main([*args, "--max-drop", "0%", "--data", str(data), "--workers", "2", "--html", str(page)])
+    assert "Every candidate" in page.read_text()
 
 
 @pytest.mark.parametrize(

@@ -1,5 +1,6 @@
 """Running a pass for the command line: check the report paths first, run through the runner, then
-print the report and write its JSON and HTML forms, also when verification refused the result."""
+print the report and write its JSON and HTML forms, also when verification refused the result or a search
+found nothing to write."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from typing import Any
 from onnxsat.api import run_file
 from onnxsat.commands.arguments import input_spec
 from onnxsat.core import Pass
-from onnxsat.errors import VerificationFailedError
+from onnxsat.errors import OnnxSatError, VerificationFailedError
 from onnxsat.extras import require
 from onnxsat.html import check_html_path, write_page
 from onnxsat.model_io import check_report_path, write_text_atomic
@@ -41,8 +42,9 @@ def run_and_print(
     inputs = input_spec(args)
     try:
         report = run_file(step, args.model, args.output, None, inputs, tolerance, args.force, run_timeout)
-    except VerificationFailedError as error:
-        _emit(args, error.report, page)  # type: ignore[attr-defined]
+    except OnnxSatError as error:
+        if error.report is not None:
+            _emit(args, error.report, page)
         raise
     if after is not None:
         after(report)

@@ -38,7 +38,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         report = run_pipeline(pipeline, args.force)
     except VerificationFailedError as error:
-        print(error.report.to_text())  # type: ignore[attr-defined]
+        print(error.report.to_text())
         raise
     print(report.to_text())
     if not report.ok:
