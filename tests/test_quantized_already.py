@@ -65,3 +65,38 @@ def test_commands_say_the_model_is_quantized_already(
     assert code != 0 and not out.exists()
     assert f"it is quantized already (1 DequantizeLinear of integer weights): {verb} its float original instead" in err
     assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+
+
+def test_static_quantization_leaves_the_nodes_in_qdq_form_alone(tmp_path: Path) -> None:
+    """A CNN ORT quantized in QDQ form but for its last layer, a common hand-over. Static quantization
+    quantized its Convs a second time, under the tensor names the first pass gave: a model the checker
+    refuses (duplicate output names). Only the float layer is quantized now."""
+    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, quantize_static
+
+    from onnxsat.quantization.modes import Calibration, static
+    from onnxsat.quantized_already import quantized_nodes
+    from onnxsat.zoo.digits_cnn import bundled_digits_cnn
+
+    samples = np.random.default_rng(0).random((8, 1, 8, 8)).astype(np.float32)
+
+    class Reader(CalibrationDataReader):
+        def __init__(self) -> None:
+            self.feeds = iter([{"input": samples[i : i + 1]} for i in range(len(samples))])
+
+        def get_next(self) -> dict[str, np.ndarray] | None:
+            return next(self.feeds, None)
+
+    model = onnx.load(bundled_digits_cnn())
+    assert model.graph.input[0].name == "input"
+    last = [n.name for n in model.graph.node if n.op_type in ("Gemm", "MatMul")][-1]
+    partial = tmp_path / "partial.onnx"
+    quantize_static(bundled_digits_cnn(), partial, Reader(), quant_format=QuantFormat.QDQ, nodes_to_exclude=[last])
+    given = onnx.load(partial)
+    already = quantized_nodes(given.graph)
+    assert {"conv1", "conv2", "fc1"} <= already and last not in already
+    result = static(given, [], Calibration(Reader, "minmax", tmp_path / "ranges.json"))
+    onnx.checker.check_model(result, full_check=True)
+    outputs = [name for node in result.graph.node for name in node.output]
+    assert len(outputs) == len(set(outputs))
+    weights = {node.input[1] for node in result.graph.node if node.name == last}
+    assert any(node.op_type == "DequantizeLinear" and node.output[0] in weights for node in result.graph.node)

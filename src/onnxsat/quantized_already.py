@@ -46,3 +46,11 @@ def quantized_note(model: onnx.ModelProto, verb: str) -> str:
     """What a refusal adds for such a model: "; it is quantized already (...): {verb} its float original instead"."""
     parts = quantized_parts(model)
     return f"; it is quantized already ({parts}): {verb} its float original instead" if parts else ""
+
+
+def quantized_nodes(graph: onnx.GraphProto) -> set[str]:
+    """Names of the nodes an earlier quantizer left in QDQ form: an output of theirs feeds a QuantizeLinear.
+    ORT's quantizer would quantize that output again under the names the earlier pass gave it (a model
+    with duplicate tensor names), and the node is quantized already: it is left as it is."""
+    quantized = {name for node in graph.node if node.op_type == "QuantizeLinear" for name in node.input[:1]}
+    return {node.name for node in graph.node if node.op_type != "DequantizeLinear" and quantized & set(node.output)}

@@ -48,6 +48,7 @@ from onnx import TensorProto, helper
 from onnxsat.eqsat.costs import disk_cache
 from onnxsat.eqsat.costs.microbench import MIN_IR_VERSION
 from onnxsat.eqsat.costs.signature import NodeSignature, TensorInfo
+from onnxsat.quantized_already import quantized_nodes
 from onnxsat.timing import LEVELS, round_order, timing_session
 
 log = logging.getLogger(__name__)
@@ -119,8 +120,9 @@ def node_key(node: onnx.NodeProto) -> str:
 def quantizable_nodes(model: onnx.ModelProto) -> list[onnx.NodeProto]:
     """Conv, ConvTranspose, MatMul and Gemm nodes (default domain) whose weight (input 1) is an fp32
     initializer: what the quantizer would quantize. A weight computed by other nodes is not: quantizing
-    it would need a Q/DQ of its own on every run."""
+    it would need a Q/DQ of its own on every run. Nodes in QDQ form already are not either."""
     weights = {t.name for t in model.graph.initializer if t.data_type == TensorProto.FLOAT}
+    already = quantized_nodes(model.graph)
     return [
         node
         for node in model.graph.node
@@ -128,6 +130,7 @@ def quantizable_nodes(model: onnx.ModelProto) -> list[onnx.NodeProto]:
         and node.domain in ("", "ai.onnx")
         and len(node.input) >= 2
         and node.input[1] in weights
+        and node.name not in already
     ]
 
 

@@ -231,7 +231,12 @@ def quantize_model(
         report.notes.append(f"{OUT_OF_TIME} ({options.budget_minutes:g} min), with the best model found by then")
     chosen = _choose(candidates, options, report)
     if _integer_nodes(chosen.model) <= _integer_nodes(prepared):
-        raise SettingsError(f"nothing was quantized: ONNX Runtime's quantizer left every node in float ({chosen.mode})")
+        trial = next((t for t in report.trials if t.mode == chosen.mode), None)
+        why = f"; {trial.note}" if trial is not None and trial.note else ""
+        raise SettingsError(
+            f"nothing was quantized: ONNX Runtime's quantizer left every node in float ({chosen.mode}{why})"
+            + quantized_note(prepared, "quantize")
+        )
     report.chosen = chosen.mode
     report.nodes = _decisions(prepared, chosen, MODES[chosen.mode])
     report.accuracy = chosen.score
