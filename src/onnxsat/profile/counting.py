@@ -36,12 +36,20 @@ with transcendental functions weighted by the cost of their vectorised approxima
   op's own MACs), so a Conv+Relu fusion shows the Relu's MACs as a reduction although
   the kernel still applies it in registers; Gelu, FastGelu 34 and BiasGelu 35 per output element;
   SkipLayerNormalization as LayerNormalization plus one add per element for each of skip and bias.
+- Quantized forms count as the float op they replace (onnx-tool has no rule for them), so a quantized
+  model's MACs compare with its original's: QLinearConv and ConvInteger as Conv; QLinearMatMul,
+  MatMulInteger and com.microsoft DynamicQuantizeMatMul, MatMulIntegerToFloat and MatMulNBits (K from its
+  attribute) as MatMul; QGemm as Gemm; QLinearAdd, QLinearMul, QLinearLeakyRelu, QLinearSigmoid,
+  QLinearSoftmax, QLinearAveragePool and QLinearGlobalAveragePool as their float ops; QLinearConcat 0.
+  QuantizeLinear and DequantizeLinear cost 2 per element, as above, and DynamicQuantizeLinear as QuantizeLinear
+  (its range is found on the way).
 - Anything else counts 0 and is listed in ``ModelProfile.uncounted_ops`` so a report can say so.
 
 **Parameters**: the elements of every initializer of the main graph, dense and sparse (a sparse
-initializer counts its dense size), whether or not a node reads it. A layer's parameters are the
-initializers it is the first node to read. The model is profiled in normal form (``onnxsat.normal_form``):
-a Constant node's tensor is an initializer, so weights exporters put in Constant nodes are parameters.
+initializer counts its dense size, MatMulNBits's packed 4-bit weight its K x N), whether or not a node
+reads it. A layer's parameters are the initializers it is the first node to read. The model is profiled
+in normal form (``onnxsat.normal_form``): a Constant node's tensor is an initializer, so weights exporters
+put in Constant nodes are parameters.
 The ``ai.onnx.ml`` operators (tree ensembles, linear models, SVMs, scalers: what scikit-learn, LightGBM
 and XGBoost exports hold) keep their weights in attributes: each number and string there is a
 parameter of its node, stored as the attribute holds it (4 bytes a float, 8 an integer).
@@ -92,6 +100,7 @@ _PER_ELEMENT: dict[str, int] = {
     **dict.fromkeys(("Less", "LessOrEqual", "Greater", "GreaterOrEqual", "Equal", "Round", "Floor", "NonZero"), 1),
     **dict.fromkeys(("And", "Or", "Not", "Xor"), 1),
     **dict.fromkeys(("Clip", "PRelu", "LeakyRelu", "QuantizeLinear", "DequantizeLinear", "ImageScaler"), 2),
+    "DynamicQuantizeLinear": 2,
     **{"HardSigmoid": 4, "HardSwish": 5, "Div": 4, "Reciprocal": 4, "InstanceNormalization": 7, "Sqrt": 24},
     **{"Exp": 32, "Sigmoid": 32, "Pow": 32, "LpNormalization": 33, "Gelu": 34, "Elu": 35, "Softmax": 36},
     **{"Sin": 39, "Cos": 39, "Log": 43, "Atan": 64, "Tanh": 76, "Softplus": 76, "LogSoftmax": 80},
@@ -99,7 +108,26 @@ _PER_ELEMENT: dict[str, int] = {
 }
 """onnx-tool's cost per output element (its ``op_mac`` times its ``ratio``) of elementwise-like ops."""
 
-_MICROSOFT_PER_ELEMENT = {"Gelu": 34, "FastGelu": 34, "BiasGelu": 35}
+_MICROSOFT_PER_ELEMENT = {
+    **{"Gelu": 34, "FastGelu": 34, "BiasGelu": 35},
+    **{"QLinearAdd": 1, "QLinearMul": 1, "QLinearLeakyRelu": 2, "QLinearSigmoid": 32, "QLinearSoftmax": 36},
+    "QLinearConcat": 0,
+}
+
+_STANDARD = frozenset(DEFAULT_DOMAINS)
+_INTEGER_FORMS: dict[str, tuple[frozenset[str], int, int, int | None]] = {
+    "QLinearConv": (_STANDARD, 0, 3, 8),
+    "ConvInteger": (_STANDARD, 0, 1, None),
+    "QLinearMatMul": (_STANDARD, 0, 3, None),
+    "MatMulInteger": (_STANDARD, 0, 1, None),
+    "QGemm": (frozenset({MICROSOFT}), 0, 3, 6),
+    "DynamicQuantizeMatMul": (frozenset({MICROSOFT}), 0, 1, 4),
+    "MatMulIntegerToFloat": (frozenset({MICROSOFT}), 0, 1, 6),
+    "MatMulNBits": (frozenset({MICROSOFT}), 0, 1, 5),
+}
+"""Quantized forms of Conv, MatMul and Gemm that ONNX Runtime's quantizer writes: (domains, data input,
+weight input, bias input or None). They count as the float op they replace, so a quantized model's MACs
+compare with its float original's; MatMulNBits's packed weight gives no K, its ``K`` attribute does."""
 
 FREE_OPS = frozenset(
     {
@@ -189,9 +217,10 @@ class ModelProfile:
 
 
 def parameter_count(model: onnx.ModelProto) -> int:
-    """Elements of every initializer of the main graph (a sparse one at its dense size), and the numbers
-    ``ai.onnx.ml`` nodes hold in attributes."""
-    dense = sum(math.prod(t.dims) for t in model.graph.initializer)
+    """Elements of every initializer of the main graph (a sparse one at its dense size, a 4-bit
+    MatMulNBits weight at its K x N), and the numbers ``ai.onnx.ml`` nodes hold in attributes."""
+    packed = _packed_elements(model)
+    dense = sum(packed.get(t.name, math.prod(t.dims)) for t in model.graph.initializer)
     in_attributes = sum(attribute_weights(node)[0] for node in model.graph.node)
     return dense + sum(math.prod(s.dims) for s in model.graph.sparse_initializer) + in_attributes
 
@@ -262,10 +291,21 @@ def profile_model(
     return ModelProfile(tuple(layers), parameter_count(model), shapes.inputs, shapes.method, tuple(sorted(uncounted)))
 
 
+def _packed_elements(model: onnx.ModelProto) -> dict[str, int]:
+    """Weights stored packed, by name: the elements they hold (MatMulNBits: K x N in bytes of 2 or more)."""
+    return {
+        node.input[1]: _int(node, "K", 0) * _int(node, "N", 0)
+        for node in model.graph.node
+        if node.op_type == "MatMulNBits" and node.domain == MICROSOFT and len(node.input) > 1
+    }
+
+
 def _weights(model: onnx.ModelProto) -> dict[str, tuple[int, int]]:
     """Initializer name -> (elements, bytes as stored)."""
+    packed = _packed_elements(model)
     weights = {
-        t.name: (math.prod(t.dims), _nbytes(TensorFacts(tuple(t.dims), t.data_type))) for t in model.graph.initializer
+        t.name: (packed.get(t.name, math.prod(t.dims)), _nbytes(TensorFacts(tuple(t.dims), t.data_type)))
+        for t in model.graph.initializer
     }
     for sparse in model.graph.sparse_initializer:
         values, indices = sparse.values, sparse.indices
@@ -324,6 +364,14 @@ def node_macs(node: onnx.NodeProto, shapes: Shapes) -> int | None:
 
     out = math.prod(shapes.tensors[node.output[0]].shape) if node.output and node.output[0] else 0
     op = node.op_type
+    if op in _INTEGER_FORMS and node.domain in _INTEGER_FORMS[op][0]:  # quantized forms count as their float op
+        _, data, weight, bias = _INTEGER_FORMS[op]
+        k = shape(weight)[1:] if op in ("QLinearConv", "ConvInteger") else shape(weight)[-2:-1]
+        if op == "QGemm" and _int(node, "transB", 0):
+            k = shape(weight)[-1:]
+        if op == "MatMulNBits":
+            k = (_int(node, "K", shape(data)[-1]),)
+        return out * math.prod(k) + (out if bias is not None and given(bias) else 0)
     if node.domain == MICROSOFT:
         if op in ("FusedConv", "FusedGemm"):
             op = op.removeprefix("Fused")
@@ -332,6 +380,10 @@ def node_macs(node: onnx.NodeProto, shapes: Shapes) -> int | None:
             return out * (a[-2] if _int(node, "transA", 0) else a[-1])
         elif op in _MICROSOFT_PER_ELEMENT:
             return out * _MICROSOFT_PER_ELEMENT[op]
+        elif op == "QLinearGlobalAveragePool":
+            return math.prod(shape(0)) + 4 * out
+        elif op == "QLinearAveragePool":
+            op = "AveragePool"
         elif op == "SkipLayerNormalization":
             return _layer_norm(shape(0), -1) + out * (1 + given(3))
         else:
