@@ -54,3 +54,13 @@ def quantized_nodes(graph: onnx.GraphProto) -> set[str]:
     with duplicate tensor names), and the node is quantized already: it is left as it is."""
     quantized = {name for node in graph.node if node.op_type == "QuantizeLinear" for name in node.input[:1]}
     return {node.name for node in graph.node if node.op_type != "DequantizeLinear" and quantized & set(node.output)}
+
+
+def runs_in_integers(model: onnx.ModelProto) -> bool:
+    """Whether ONNX Runtime may run part of ``model`` in integer kernels: it quantizes values (QDQ pairs, which
+    ORT fuses with the ops between them from its extended level on) or holds integer ops. Such a model's
+    outputs differ between optimization levels by rounding, by design."""
+    return any(
+        node.op_type in QUANTIZED_OPS or node.op_type == "QuantizeLinear" or node.op_type.startswith("QLinear")
+        for node in all_nodes(model.graph)
+    )
