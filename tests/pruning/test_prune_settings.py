@@ -186,7 +186,10 @@ def test_merge_axis_follows_or_refuses_the_channel_axis() -> None:
     assert merge_axis(["N", 64, 7, 7], ["N", 64, 49], 1) == (1, 1)
     assert merge_axis([1, 128, 256], [1, 128, 4, 64], 2) is None  # heads: split
     assert merge_axis([4, 8, 2], [32, 2], 1) is None  # merged with a dim before it
-    assert merge_axis([None, 8], [8], 1) is None
+    assert merge_axis([None, 8], [8], 1) == (0, 1)  # the element count makes the unknown dim 1
+    assert merge_axis([None, 8], [4, 2], 1) is None
+    assert merge_axis(["batch", 49, 64], ["batch", 7, 7, 64], 2) == (3, 1)  # the same tail after the channels
+    assert merge_axis(["b", 64, 7, 7], ["b", 64, 7, 7], 1) == (1, 1)
 
 
 def test_transformer_mlp_hidden_units_are_pruned() -> None:

@@ -9,7 +9,8 @@ from pruning_helpers import Builder, assert_rate_zero_is_identity, kept, prune, 
 
 from onnxsat.errors import SettingsError
 from onnxsat.pruning.graph import attr
-from onnxsat.pruning.prune import association_trees
+from onnxsat.pruning.layout import flatten_axis
+from onnxsat.pruning.prune import PruneOptions, association_trees, prune_model
 
 
 def groups_by_root(model: onnx.ModelProto) -> dict[str, object]:
@@ -338,3 +339,43 @@ def test_one_weight_sliced_on_two_axes_in_one_group_stays_whole() -> None:
     model = b.model([b.node("MatMul", [hidden, w], "m2")])
     with pytest.raises(SettingsError, match=r"no channel group that can be pruned.*different axes"):
         prune(model, rate=0.5)
+
+
+def linear_norm() -> onnx.ModelProto:
+    """timm's LinearNorm under a dynamic batch: ``bn(x.flatten(0, 1)).reshape_as(x)`` exports as MatMul ->
+    Flatten(axis=2) -> BatchNormalization -> Reshape(Shape(x)). Neither the flattened leading dims nor the
+    run-time target can be compared symbolically; both keep the channels in place."""
+    b = Builder()
+    matmul = b.node("MatMul", ["x", b.random("w1", 32, 64)], "m1")
+    flat = b.node("Flatten", [matmul], "flat", axis=2)
+    stats = [b.random("g", 64), b.random("beta", 64), b.random("mu", 64), b.const("var", np.ones(64, np.float32))]
+    norm = b.node("BatchNormalization", [flat, *stats], "bn")
+    back = b.node("Reshape", [norm, b.node("Shape", [matmul], "size")], "back")
+    out = b.node("MatMul", [b.node("Relu", [back], "act"), b.random("w2", 64, 16)], "m2")
+    return b.model([out], input_shape=["batch", 49, 32])
+
+
+def test_flatten_and_reshape_as_follow_channels_under_a_dynamic_batch() -> None:
+    model = linear_norm()
+    assert groups_by_root(model)["m1"].prunable
+    pruned, report = prune_model(model, PruneOptions(rate=0.5, normalize=False))
+    assert report.verification is not None and report.verification.ok
+    assert shape_of(pruned, "w1") == [32, 32] and shape_of(pruned, "w2") == [32, 16]
+    x = np.random.default_rng(0).normal(size=(3, 49, 32)).astype(np.float32)
+    assert run(pruned, {"x": x})[0].shape == (3, 49, 16)
+
+
+@pytest.mark.parametrize(
+    ("in_shape", "flatten_at", "axis", "expected"),
+    [
+        (["batch", "tokens", 64], 2, 2, (1, 1)),  # the channels lead the flattened dim
+        (["batch", 64, 7, 7], 1, 1, (1, 49)),  # a CNN's Flatten before its classifier
+        (["batch", 1, 64, 7], 1, 2, (1, 7)),  # only a dim of 1 before them
+        (["batch", 8, 64], 1, 2, None),  # merged with dims before them: their channels interleave
+        ([1, 64, 4, 4], 3, 1, (0, 4)),  # into dim 0, after only a dim of 1
+        ([2, 64, 4], 2, 1, None),  # into dim 0 after a batch of 2
+        (["batch", 64, "h"], 1, 1, None),  # a dynamic dim merged after them
+    ],
+)
+def test_flatten_axis(in_shape: list, flatten_at: int, axis: int, expected: tuple[int, int] | None) -> None:
+    assert flatten_axis(in_shape, flatten_at, axis) == expected

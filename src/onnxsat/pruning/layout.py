@@ -111,10 +111,10 @@ def merge_axis(in_shape: Sequence[Dim], out_shape: Sequence[Dim], axis: int) -> 
     """
     before = product(in_shape[:axis])
     size = in_shape[axis]
-    if before is None or not isinstance(size, int):
+    if not isinstance(size, int):
         return None
     for k in range(len(out_shape)):
-        if product(out_shape[:k]) != before or not isinstance(out_shape[k], int):
+        if before is None or product(out_shape[:k]) != before or not isinstance(out_shape[k], int):
             continue
         for end in range(axis + 1, len(in_shape) + 1):
             factor = int_product(in_shape[axis + 1 : end])
@@ -122,7 +122,36 @@ def merge_axis(in_shape: Sequence[Dim], out_shape: Sequence[Dim], axis: int) -> 
                 break
             if size * factor == out_shape[k]:
                 return k, factor
+    return _same_tail(in_shape, out_shape, axis)
+
+
+def _same_tail(in_shape: Sequence[Dim], out_shape: Sequence[Dim], axis: int) -> tuple[int, int] | None:
+    """``(k, 1)`` when output dim ``k`` is the channel dim and the dims after it hold as many elements as those
+    after the channel axis: a flat index is then ``rest * C * T + c * T + t`` on both sides, so each element
+    keeps its channel whatever the dims before are (``[tokens, C] -> [batch, 49, C]`` under a dynamic batch,
+    where the prefixes cannot be compared)."""
+    tail = int_product(in_shape[axis + 1 :])
+    if tail is None:
+        return None
+    for k in range(len(out_shape) - 1, -1, -1):
+        if out_shape[k] == in_shape[axis] and int_product(out_shape[k + 1 :]) == tail:
+            return k, 1
     return None
+
+
+def flatten_axis(in_shape: Sequence[Dim], flatten_at: int, axis: int) -> tuple[int, int] | None:
+    """Follow the channel axis through ``Flatten(axis=flatten_at)``: ``(out_axis, factor)`` or None.
+
+    Flatten's output is ``[prod(in[:flatten_at]), prod(in[flatten_at:])]`` whatever the dims are, so no output
+    shape is needed: the channels lead output dim 1 when they are the first dim from ``flatten_at`` on (dims
+    of 1 before them aside), or output dim 0 when only dims of 1 precede them. The dims merged after them must
+    be known (``factor``); the dims before may be symbolic (timm's LinearNorm flattens ``[batch, tokens, C]``
+    at axis 2 under a dynamic batch)."""
+    leading = in_shape[flatten_at:axis] if axis >= flatten_at else in_shape[:axis]
+    if any(dim != 1 for dim in leading):
+        return None
+    factor = int_product(in_shape[axis + 1 :] if axis >= flatten_at else in_shape[axis + 1 : flatten_at])
+    return (1 if axis >= flatten_at else 0, factor) if factor is not None else None
 
 
 def split_axis(in_shape: Sequence[Dim], out_shape: Sequence[Dim], axis: int) -> int | None:

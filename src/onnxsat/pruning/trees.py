@@ -62,7 +62,7 @@ import onnx
 
 from onnxsat.op_kinds import DEFAULT_DOMAINS, qualified_op
 from onnxsat.pruning.graph import GraphIndex, attr, node_label
-from onnxsat.pruning.layout import Layout, Segment, Split, merge_axis, normalize_axis, split_axis
+from onnxsat.pruning.layout import Layout, Segment, Split, flatten_axis, merge_axis, normalize_axis, split_axis
 from onnxsat.pruning.library import BUILTIN, NEXT_NO_PROCESS, NEXT_PROCESS, PRUNED, STOP_PROCESS
 
 ROOT = "root"
@@ -942,6 +942,13 @@ class _Walk:
         self, node_index: int, node: onnx.NodeProto, layout: Layout, in_shape: list[int | str | None] | None
     ) -> Layout | str:
         out_shape = self.shape(node.output[0])
+        if node.op_type == "Flatten" and in_shape is not None and layout.split is None:
+            at = attr(node, "axis", 1)
+            flattened = flatten_axis(in_shape, at + len(in_shape) if at < 0 else at, layout.axis)
+            if flattened is None:
+                return f"channel axis {layout.axis} of {in_shape} cannot be followed through Flatten"
+            out_axis, factor = flattened
+            return Layout(out_axis, layout.size * factor, tuple(s.scaled(factor) for s in layout.segments))
         if in_shape is None or out_shape is None:
             return "shapes unknown"
         merged = merge_axis(in_shape, out_shape, layout.axis)
@@ -950,6 +957,10 @@ class _Walk:
             return f"channel axis {layout.axis} of {in_shape} cannot be followed into {out_shape}"
         target = self.index.int_values(node.input[1]) if node.op_type == "Reshape" else None
         if node.op_type == "Reshape" and (target is None or len(target) != len(out_shape)):
+            if merged is not None:
+                moved = Layout(merged[0], layout.size * merged[1], tuple(s.scaled(merged[1]) for s in layout.segments))
+                if self.layouts.get(self.shape_source(node.input[1]) or "") == moved:
+                    return moved  # reshape_as(x): x is pruned alike, so the run-time target follows it
             if self.index.from_constants(node.input[1]) or not self.index.dynamic_inputs():
                 return "its target shape is computed at run time (fold it to a constant first: onnxsat optimize)"
             return (
@@ -976,6 +987,15 @@ class _Walk:
         elif entry != -1:
             return f"target entry {entry}"
         return moved
+
+    def shape_source(self, name: str) -> str | None:
+        """The tensor whose whole ``Shape`` is ``name`` (PyTorch's ``y.reshape_as(x)``, ``y.view(x.shape)``)."""
+        node = self.index.producers.get(name)
+        if node is None or node.op_type != "Shape" or node.domain not in DEFAULT_DOMAINS:
+            return None
+        if attr(node, "start", 0) != 0 or attr(node, "end") is not None:
+            return None
+        return node.input[0]
 
     def split_reshape(
         self,
