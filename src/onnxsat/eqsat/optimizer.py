@@ -36,6 +36,7 @@ from onnxsat.eqsat.warm import WarmEGraph, warm_egraph
 from onnxsat.errors import SettingsError
 from onnxsat.external_data import inference_view
 from onnxsat.inputs import InputSpec
+from onnxsat.op_kinds import DEFAULT_DOMAINS
 from onnxsat.options import option
 from onnxsat.report import OptimizeReport, op_counts
 from onnxsat.specialize import specialize
@@ -150,10 +151,30 @@ def _shape_inferred(model: onnx.ModelProto) -> onnx.ModelProto | None:
     dims, which is all inference reads of them: a whole model would be serialized, parsed and held again,
     weights and all), or None when inference cannot run (custom ops)."""
     try:
+        view = inference_view(model)
+        _as_standard_ops(view.graph)
         # data_prop: shapes computed by Shape -> Gather -> Concat -> Expand chains become known too
-        return onnx.shape_inference.infer_shapes(inference_view(model), strict_mode=False, data_prop=True)
+        return onnx.shape_inference.infer_shapes(view, strict_mode=False, data_prop=True)
     except Exception:  # inference is an aid to rule conditions, never a requirement
         return None
+
+
+_SHAPED_LIKE = {"FusedConv": ("Conv", 3), "FusedGemm": ("Gemm", 3)}
+"""com.microsoft ops a rewrite writes, and the standard op (and its inputs) whose output has their shape."""
+
+
+def _as_standard_ops(graph: onnx.GraphProto) -> None:
+    """In place, in an inference view: the fused ops a rewrite writes become the standard ops of their shapes.
+    ONNX's inference has no rule for com.microsoft ops, and every size after the first FusedConv was lost,
+    so a later round could not fold what the first had made known."""
+    for node in graph.node:
+        if node.domain == "com.microsoft" and node.op_type in _SHAPED_LIKE:
+            op, inputs = _SHAPED_LIKE[node.op_type]
+            kept = [a for a in node.attribute if not a.name.startswith("activation")]
+            node.op_type, node.domain = op, ""
+            del node.input[inputs:]
+            del node.attribute[:]
+            node.attribute.extend(kept)
 
 
 @dataclass
@@ -203,8 +224,9 @@ graph's search: the fuzz sample's graphs check twice as fast on the ready one (3
 22-node CNN saturates in 0.02 s instead of 0.6 s. But on a pushed e-graph egglog joins the parallel-product
 merges far more slowly once a graph has many of them: ViT-base's saturation took 27 s against 1.9 s fresh,
 a 4-layer BERT's 4.3 s against 1.8 s."""
-_ROUNDS = 3
-"""Rewrites of one graph: again after folding decided an If or Loop whose taken path was inlined."""
+_ROUNDS = 8
+"""Rewrites of one graph at most: again after folding decided an If or Loop whose taken path was inlined, or
+made sizes known that shape inference could not see before (``_static_shape_reads``)."""
 
 
 def _rewrite(
@@ -294,16 +316,47 @@ def _optimize_graph(
             model, typed, rewrite_standalone, control.bodies, options.tolerance, feeds, base_dir, options.run_timeout
         )
     rewrites: list[_Rewritten] = []
+    unfolded: set[str] = set()  # Shape nodes whose read dims were known after a round: the next must fold them
     for _ in range(_ROUNDS):
         warm = warm_egraph(options.target) if is_body or len(model.graph.node) <= WARM_GRAPH_NODES else None
         model, rewritten = _rewrite(model, typed, options, base_dir, phases, warm)
         rewrites.append(rewritten)
         model, settled = settle(model) if control.settles else (model, Settled())
-        if not settled:
+        if settled:
+            control.settled.update(settled.counts)
+            typed = _shape_inferred(model)  # the taken paths' nodes are the graph's own now: rewrite again
+            continue
+        if not any(node.op_type == "Shape" for node in model.graph.node):
             break
-        control.settled.update(settled.counts)
-        typed = _shape_inferred(model)  # the taken paths' nodes are the graph's own now: rewrite again
+        typed = _shape_inferred(model)
+        known = _static_shape_reads(model, typed)
+        if not known or known & unfolded:
+            break  # else a fold made sizes known that inference could not see before: rewrite again
+        unfolded = known
     return model, rewrites
+
+
+def _static_shape_reads(model: onnx.ModelProto, typed: onnx.ModelProto | None) -> set[str]:
+    """Outputs of the Shape nodes whose read dims are all known now: a rewrite folds them. Inference stops
+    at an op whose output size depends on a run-time value (a Pad whose pads a chain of Shape, Gather and Ceil
+    computes, as TF's "same" padding exports); once a round folds that chain, the next op's sizes become
+    known, and the chain after it folds in the next round (tf_efficientnet has five such chains in a row)."""
+    if typed is None:
+        return set()
+    dims = {
+        value.name: [d.dim_value if d.HasField("dim_value") else None for d in value.type.tensor_type.shape.dim]
+        for value in [*typed.graph.value_info, *typed.graph.input]
+        if value.type.tensor_type.HasField("shape")
+    }
+    found = set()
+    for node in model.graph.node:
+        if node.op_type != "Shape" or node.domain not in DEFAULT_DOMAINS or node.input[0] not in dims:
+            continue
+        shape = dims[node.input[0]]
+        bounds = {a.name: a.i for a in node.attribute if a.name in ("start", "end")}
+        if all(d is not None for d in shape[bounds.get("start", 0) : bounds.get("end", len(shape))]):
+            found.add(node.output[0])
+    return found
 
 
 def optimize_model(
