@@ -57,6 +57,24 @@ def test_latency_times_the_pruned_model_beside_the_original(
     assert timed["ort_level"] == "ORT_ENABLE_ALL" and timed["original_ms"] > 0 and timed["optimized_ms"] > 0
 
 
+def test_a_result_timed_slower_is_said_on_stderr(
+    model_file: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The report's "(slower)" was easy to miss: a pruned depthwise MobileNet ran 0.72x, exit 0, no warning."""
+    from onnxsat.commands import prune as prune_command
+    from onnxsat.report import LatencyComparison
+
+    def slow(*args: object, **kwargs: object) -> LatencyComparison:
+        return LatencyComparison("ORT_ENABLE_ALL", 1, 60, 1.0, 1.39, 0.72)
+
+    monkeypatch.setattr(prune_command, "compare_latency", slow)
+    output = model_file.with_name("pruned.onnx")
+    assert main(["prune", str(model_file), "-o", str(output), "--rate", "50%", "--latency"]) == 0
+    printed = capsys.readouterr()
+    assert "(slower)" in printed.out
+    assert "warning: the result runs slower than the original: 0.72x under ORT's full optimizations" in printed.err
+
+
 def test_show_trees_needs_no_output(model_file: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["prune", str(model_file), "--show-trees"]) == 0
     assert "c1 (Conv, root)" in capsys.readouterr().out

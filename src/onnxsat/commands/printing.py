@@ -16,6 +16,7 @@ from onnxsat.errors import OnnxSatError, VerificationFailedError
 from onnxsat.extras import require
 from onnxsat.html import check_html_path, write_page
 from onnxsat.model_io import check_report_path, write_text_atomic
+from onnxsat.report import LatencyComparison
 from onnxsat.verification import Tolerance
 
 PageBuilder = Callable[[Any], Any]
@@ -59,6 +60,9 @@ def run_and_print(
             f"{held.score.samples} samples: they can neither confirm nor refute it (give more --data)"
         )
         print(f"onnxsat: warning: {message}", file=sys.stderr)
+    slower = _slower(getattr(report, "latency", None))
+    if slower:
+        print(f"onnxsat: warning: {slower}", file=sys.stderr)
     collapsed = getattr(report, "collapsed", None)
     if collapsed:
         print(f"onnxsat: warning: {collapsed}", file=sys.stderr)
@@ -74,3 +78,23 @@ def _emit(args: argparse.Namespace, report: Any, page: PageBuilder | None) -> No
         write_text_atomic(report.to_json() + "\n", args.report)
     if args.html and page is not None:
         write_page(page(report), args.html)
+
+
+SLOWER = 0.97
+"""A measured speedup under this is said on stderr: side-by-side ratios vary by 1-2% on a quiet machine."""
+
+
+def _slower(latency: object) -> str:
+    """What to warn of when the written result was timed (``--latency``) slower than the original under ORT's
+    full optimizations: a pruned depthwise net can run slower with fewer channels, and the report's figure
+    alone is easy to miss."""
+    if not isinstance(latency, list):
+        return ""
+    for comparison in latency:
+        full = isinstance(comparison, LatencyComparison) and comparison.ort_level == "ORT_ENABLE_ALL"
+        if full and comparison.speedup < SLOWER:
+            return (
+                f"the result runs slower than the original: {comparison.speedup:.2f}x under ORT's full "
+                f"optimizations ({comparison.threads} thread); it was written as asked"
+            )
+    return ""
