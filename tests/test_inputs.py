@@ -293,3 +293,80 @@ def test_a_model_that_declares_no_shapes_runs_at_the_sizes_asked_for(
     np.savez(data, inputs=rng.standard_normal((20, 3, 8, 8)).astype(np.float32))
     budget = ["--sparsity", "0.5", "--max-drop", "50%", "--data", str(data), "--input-shape", "x:1,3,8,8"]
     assert main(["sparsify", str(source), "-o", str(out), *budget]) == 0
+
+
+def _decoder_with_past() -> onnx.ModelProto:
+    """optimum's decoder interface: ids ``[batch, seq]``, a past ``[batch, heads, past, dim]`` and a mask over
+    ``past_sequence_length + sequence_length``; the body only checks the sizes line up (Concat, then Add)."""
+    nodes = [
+        helper.make_node("Cast", ["input_ids"], ["ids"], to=TensorProto.FLOAT),
+        helper.make_node("Cast", ["attention_mask"], ["mask"], to=TensorProto.FLOAT),
+        helper.make_node("ReduceSum", ["past", "axes"], ["summed"], keepdims=0),  # [batch, past, ...]
+        helper.make_node("Slice", ["summed", "zero", "one", "two"], ["first"]),  # [batch, past, 1]
+        helper.make_node("Squeeze", ["first", "two"], ["per_step"]),  # [batch, past]
+        helper.make_node("Concat", ["per_step", "ids"], ["steps"], axis=1),  # [batch, past + seq]
+        helper.make_node("Add", ["steps", "mask"], ["y"]),
+    ]
+    weights = {"axes": [1], "zero": [0], "one": [1], "two": [2]}
+    graph = helper.make_graph(
+        nodes,
+        "decoder",
+        [
+            helper.make_tensor_value_info("input_ids", TensorProto.INT64, ["batch_size", "sequence_length"]),
+            helper.make_tensor_value_info("past", TensorProto.FLOAT, ["batch_size", 2, "past_sequence_length", 4]),
+            helper.make_tensor_value_info(
+                "attention_mask", TensorProto.INT64, ["batch_size", "past_sequence_length + sequence_length"]
+            ),
+        ],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(np.array(v, np.int64), k) for k, v in weights.items()],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+def test_a_dim_that_sums_named_dims_is_sized_as_their_sum() -> None:
+    """Every command's default run gave the mask 1 beside a past of 1 and a sequence of 1, and failed."""
+    from onnxsat.inputs import dim_expression, random_inputs
+
+    model = _decoder_with_past()
+    feeds = random_inputs(model)
+    assert feeds["attention_mask"].shape == (1, 2) and feeds["past"].shape == (1, 2, 1, 4)
+    given = random_inputs(model, InputSpec(shapes={"past": [3, 2, 5, 4], "input_ids": [3, 2]}))
+    assert given["attention_mask"].shape == (3, 7)
+    assert dim_expression("a + b * 2 + 3", {"a": 4, "b": 5}) == 17 and dim_expression("a - b", {}) is None
+    assert dim_expression("batch", {"batch": 2}) is None  # a plain name is no expression
+
+
+def test_given_arrays_that_disagree_on_a_name_leave_it_to_the_default() -> None:
+    """optimum's merged decoder declares its mask with the sequence length although it spans the past too:
+    a mask of 9 beside position ids of 1 sized the random ids 9, and the model could not run."""
+    from onnxsat.inputs import named_sizes
+
+    mask = helper.make_tensor_value_info("mask", TensorProto.INT64, ["batch", "seq"])
+    positions = helper.make_tensor_value_info("positions", TensorProto.INT64, ["batch", "seq"])
+    ids = helper.make_tensor_value_info("ids", TensorProto.INT64, ["batch", "seq"])
+    graph = helper.make_graph([helper.make_node("Identity", ["ids"], ["y"])], "g", [ids, mask, positions], [ids])
+    model = helper.make_model(graph)
+    spec = InputSpec(given={"mask": np.ones((4, 9), np.int64), "positions": np.zeros((4, 1), np.int64)})
+    assert named_sizes(model, spec) == {"batch": 4}
+
+
+def test_the_data_input_takes_the_batch_its_given_rows_fix() -> None:
+    """Rows given per sample (a past per sample beside --data's ids) ran the ids at batch 1: refused."""
+    from onnxsat.data.model_input import sized_by_data
+    from onnxsat.data.sources import Dataset
+
+    model = _decoder_with_past()
+    spec = InputSpec(given={"past": np.zeros((6, 2, 3, 4), np.float32), "attention_mask": np.ones((6, 5), np.int64)})
+    sized = sized_by_data(model, spec, Dataset(np.ones((6, 2), np.int64), None, "ids"))
+    assert sized.shapes["input_ids"] == [6, 2]
+
+
+def test_profile_sizes_inputs_from_the_names_given_and_suggests_sums() -> None:
+    from onnxsat.profile.shapes import ShapesUnknownError, fixed_input_shapes
+
+    model = _decoder_with_past()
+    with pytest.raises(ShapesUnknownError, match=r"--input-shape attention_mask:1,2 "):
+        fixed_input_shapes(model, {})
+    shapes = fixed_input_shapes(model, {"input_ids": [2, 3], "past": [2, 2, 4, 4]})
+    assert shapes["attention_mask"] == [2, 7]

@@ -261,19 +261,51 @@ def named_sizes(model: onnx.ModelProto, spec: InputSpec) -> dict[str, int]:
     declaring the same name must take the same size (an image beside 64 given class ids is 64 images, not
     one: a float model broadcasts one against 64, its quantized form does not)."""
     sizes: dict[str, int] = {}
+    torn: set[str] = set()
     for value in model.graph.input:
         shape = spec.given[value.name].shape if value.name in spec.given else spec.shapes.get(value.name)
         declared = declared_dims(value)
         if shape is None or declared is None or len(declared) != len(shape):
             continue
         for dim, size in zip(declared, shape, strict=True):
-            if dim.dim_param and fixed_dim(dim) is None:
-                sizes.setdefault(dim.dim_param, int(size))
-    return sizes
+            named = dim.dim_param and fixed_dim(dim) is None
+            if named and sizes.setdefault(dim.dim_param, int(size)) != int(size):
+                torn.add(dim.dim_param)
+    # Two given arrays that disagree on a name (optimum's merged decoder declares its attention mask with the
+    # sequence length although it spans the past too) say nothing reliable about it: the default is used.
+    return {name: size for name, size in sizes.items() if name not in torn}
 
 
 def _dynamic_size(dim: onnx.TensorShapeProto.Dimension, named: Mapping[str, int]) -> int:
-    return named.get(dim.dim_param, DEFAULT_DYNAMIC_DIM) if dim.dim_param else DEFAULT_DYNAMIC_DIM
+    """A dynamic dim's size: the one given for its name, else, for a sum or product of names and numbers
+    (``past_sequence_length + sequence_length``, as optimum declares attention masks), that expression of
+    theirs, else ``DEFAULT_DYNAMIC_DIM``."""
+    if not dim.dim_param:
+        return DEFAULT_DYNAMIC_DIM
+    if dim.dim_param in named:
+        return named[dim.dim_param]
+    value = dim_expression(dim.dim_param, named)
+    return value if value is not None and value > 0 else DEFAULT_DYNAMIC_DIM
+
+
+def dim_expression(text: str, named: Mapping[str, int]) -> int | None:
+    """``a + b * 2`` with each name's size (``DEFAULT_DYNAMIC_DIM`` when not given); None when ``text`` is no
+    sum of products of names and whole numbers."""
+    if "+" not in text and "*" not in text:
+        return None
+    total = 0
+    for term in text.split("+"):
+        product = 1
+        for factor in term.split("*"):
+            factor = factor.strip()
+            if factor.isdigit():
+                product *= int(factor)
+            elif factor.isidentifier():
+                product *= named.get(factor, DEFAULT_DYNAMIC_DIM)
+            else:
+                return None
+        total += product
+    return total
 
 
 def check_declared_shape(name: str, shape: list[int], declared: list[onnx.TensorShapeProto.Dimension] | None) -> None:

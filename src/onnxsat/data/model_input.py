@@ -15,7 +15,15 @@ import onnx
 
 from onnxsat.data.sources import Dataset, load_dataset
 from onnxsat.errors import DataError, SettingsError
-from onnxsat.inputs import DEFAULT_DYNAMIC_DIM, InputsLike, InputSpec, element_dtype, fixed_dim, random_inputs
+from onnxsat.inputs import (
+    DEFAULT_DYNAMIC_DIM,
+    InputsLike,
+    InputSpec,
+    element_dtype,
+    fixed_dim,
+    named_sizes,
+    random_inputs,
+)
 
 
 def data_input(model: onnx.ModelProto, given: Collection[str] = ()) -> onnx.ValueInfoProto:
@@ -190,5 +198,6 @@ def sized_by_data(model: onnx.ModelProto, inputs: InputSpec, dataset: Dataset | 
         return inputs
     if all(fixed_dim(dim) is not None for dim in dims[1:]):
         return inputs
-    shape = [fixed_dim(dims[0]) or 1, *(int(d) for d in sample)]
+    batch = fixed_dim(dims[0]) or named_sizes(model, inputs).get(dims[0].dim_param) or 1  # rows given per sample
+    shape = [batch, *(int(d) for d in sample)]
     return replace(inputs, shapes={**inputs.shapes, value.name: shape})

@@ -37,7 +37,9 @@ from onnxsat.inputs import (
     InputSpec,
     check_declared_shape,
     declared_dims,
+    dim_expression,
     fixed_dim,
+    named_sizes,
     random_inputs,
 )
 from onnxsat.op_kinds import default_opset_version
@@ -91,13 +93,14 @@ def fixed_input_shapes(model: onnx.ModelProto, given: Mapping[str, Sequence[int]
         )
     shapes: dict[str, list[int]] = {}
     missing: list[str] = []
+    named = named_sizes(model, InputSpec(shapes={name: list(dims) for name, dims in given.items()}))
     for value in inputs:
         declared = declared_dims(value)
         if value.name in given:
             shapes[value.name] = list(given[value.name])
             check_declared_shape(value.name, shapes[value.name], declared)
-        elif declared is not None and all(fixed_dim(d) is not None for d in declared):
-            shapes[value.name] = [d.dim_value for d in declared]
+        elif declared is not None and all(_known(d, named) is not None for d in declared):
+            shapes[value.name] = [_known(d, named) for d in declared]  # type: ignore[misc]
         else:
             missing.append(_suggestion(value.name, declared))
     if missing:
@@ -109,11 +112,30 @@ def fixed_input_shapes(model: onnx.ModelProto, given: Mapping[str, Sequence[int]
     return shapes
 
 
+def _known(dim: onnx.TensorShapeProto.Dimension, named: Mapping[str, int]) -> int | None:
+    """A dim's size: fixed, or named by a given shape, or a sum of such names; None otherwise."""
+    if fixed_dim(dim) is not None:
+        return dim.dim_value
+    if dim.dim_param in named:
+        return named[dim.dim_param]
+    terms = dim.dim_param.replace("*", "+").split("+") if dim.dim_param else []
+    if len(terms) > 1 and all(t.strip() in named or t.strip().isdigit() for t in terms):
+        return dim_expression(dim.dim_param, named)
+    return None
+
+
 def _suggestion(name: str, declared: list[onnx.TensorShapeProto.Dimension] | None) -> str:
-    """``name:1,3,224,224`` (dynamic dims as 1), or ``name:D1,D2,...`` when not even the rank is declared."""
+    """``name:1,3,224,224`` (dynamic dims as 1, a sum of them as that sum: optimum's attention mask spans
+    ``past_sequence_length + sequence_length``), or ``name:D1,D2,...`` when not even the rank is declared."""
     if declared is None:
         return f"{name}:D1,D2,..."
-    return f"{name}:" + ",".join(str(d.dim_value) if fixed_dim(d) is not None else "1" for d in declared)
+
+    def size(dim: onnx.TensorShapeProto.Dimension) -> int:
+        if fixed_dim(dim) is not None:
+            return dim.dim_value
+        return dim_expression(dim.dim_param, {}) or 1 if dim.dim_param else 1
+
+    return f"{name}:" + ",".join(str(size(d)) for d in declared)
 
 
 def resolve_shapes(
