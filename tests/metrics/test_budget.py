@@ -44,6 +44,8 @@ def yolo_like(count: int = 2) -> np.ndarray:
         ("sigmoid_0.tmp_0", RNG.uniform(size=(2, 1, 32, 32)), 0, "map"),
         ("seg", RNG.normal(size=(2, 5, 16, 16)), 0, "map"),
         ("last_hidden_state", RNG.normal(size=(2, 16, 32)), 0, "cosine"),
+        ("present.0.key", RNG.normal(size=(2, 4, 9, 32)), 0, "cosine"),  # a decoder's cache: not a map
+        ("present.1.value", RNG.uniform(size=(2, 4, 9, 32)), 0, "cosine"),
     ],
 )
 def test_auto_chooses_from_shape_values_and_name(name: str, output: np.ndarray, batch_axis: int, expected: str) -> None:

@@ -74,3 +74,33 @@ def test_streams_without_state_are_refused(tmp_path: Path) -> None:
     dataset = Dataset(np.zeros((1, 2, FEATURES), np.float32), None, "s", streams=True)
     with pytest.raises(SettingsError, match="--stateful"):
         OutputRunner(session(stateful(tmp_path / "c.onnx")), "x", dataset)
+
+
+def test_an_output_with_no_element_is_left_out_and_said(tmp_path: Path) -> None:
+    """optimum's merged seq2seq decoders return the encoder's cache empty on their cache branch: auto scoring
+    stopped at it ("no batch axis"). It is left out now, with a note; named with --metric-output, it is scored."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    from onnxsat.metrics.scorer import ModelScorer
+
+    nodes = [
+        helper.make_node("Relu", ["x"], ["y"]),
+        helper.make_node("Slice", ["x", "zero", "zero", "one"], ["empty"]),  # rows 0:0, [0, F]
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "empty_output",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", FEATURES])],
+        [helper.make_tensor_value_info(name, TensorProto.FLOAT, None) for name in ("y", "empty")],
+        [
+            onnx.numpy_helper.from_array(np.array([0], np.int64), "zero"),
+            onnx.numpy_helper.from_array(np.array([0], np.int64), "one"),
+        ],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    data = Dataset(np.random.default_rng(0).normal(size=(5, FEATURES)).astype(np.float32), None, "x")
+    scorer = ModelScorer(model, "x", data)
+    assert list(scorer.reference) == ["y"]
+    assert scorer.budget.blind_spots() == ["empty: no element on the data (an empty output), so it is not scored"]
+    assert scorer.score(model).drop == 0.0

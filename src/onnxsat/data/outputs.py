@@ -95,6 +95,10 @@ class OutputRunner:
             )
         check_state(self.state, list(inputs), self.outputs, input_name)
         self._hint = "" if scored or len(self.outputs) < 2 else "; name the outputs to score with --metric-output"
+        self._named = bool(scored)
+        self._empty: set[str] = set()
+        self.empty: list[str] = []
+        """Outputs the first runs gave no element, left out of the scores (unless named to be scored)."""
         if scored:
             self.outputs = [name for name in self.outputs if name in scored or name in self.state.values()]
         self._declared = {o.name: list(o.shape) for o in session.get_outputs()}
@@ -126,6 +130,9 @@ class OutputRunner:
             return self._streams(fixed)
         if self.batch_axes is None:
             self.batch_axes = self._find_batch_axes(fixed)
+            if not self._named:  # an output with no element has nothing to score (a merged decoder's unused
+                self.empty = [name for name in self.outputs if name in self._empty]  # cache): left out, and said
+                self.outputs = [name for name in self.outputs if name not in self._empty]
         step = self.batch_size if all(axis is not None for axis in self.batch_axes.values()) else 1
         gathered: dict[str, list[np.ndarray]] = {name: [] for name in self.outputs}
         for inputs, companions, _ in self.dataset.feed_batches(step):
@@ -146,6 +153,10 @@ class OutputRunner:
             two = self._run({**fixed, **rows(0, 2), self.input_name: data[:2].astype(self.dtype, copy=False)})
             axes: dict[str, int | None] = {}
             for name, a, b in zip(self.outputs, one, two, strict=True):
+                if a.size == 0 and b.size == 0 and name not in self.state.values():
+                    self._empty.add(name)
+                    axes[name] = None
+                    continue
                 grown = [i for i, (x, y) in enumerate(zip(a.shape, b.shape, strict=False)) if (x, y) == (1, 2)]
                 if (
                     a.ndim != b.ndim
@@ -159,6 +170,8 @@ class OutputRunner:
                 axes[name] = grown[0] if grown else None
             return axes
         probe = self._run({**fixed, **self.dataset.rows(0, 1), self.input_name: self._first_batch()})
+        state = set(self.state.values())
+        self._empty |= {n for n, v in zip(self.outputs, probe, strict=True) if v.size == 0 and n not in state}
         size = self.fixed_batch or 1
         return {
             name: self._guess_axis(name, value.shape, size) for name, value in zip(self.outputs, probe, strict=True)

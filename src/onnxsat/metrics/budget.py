@@ -174,6 +174,8 @@ class Budget:
         self.reference = dict(reference)
         self.labels = labels
         self.z = confidence_z(confidence)
+        self.empty_outputs: list[str] = []
+        """Outputs left unscored because the data gives them no element (set by the scorer that ran them)."""
         self._per_sample: dict[str, np.ndarray | None] = {}
         names = list(outputs) or [name for name in reference if name not in exclude]
         unknown = [name for name in names if name not in reference]
@@ -244,9 +246,12 @@ class Budget:
         """Warnings for the report: scored outputs whose agreement with the original cannot see damage,
         because the original gives (nearly) every sample of the data the same answer and there are no labels;
         with labels, outputs the original gets right on every sample, as on the data it was trained on."""
+        notes = [
+            f"{name}: no element on the data (an empty output), so it is not scored"
+            for name in self.empty_outputs
+        ]
         if self.labels is not None:
-            return self._perfect_on_labels()
-        notes = []
+            return notes + self._perfect_on_labels()
         for name, metric in self.metrics.items():
             same = metric.blind_spot(self.reference[name]) if metric.blind_spot is not None else None
             if same is not None:

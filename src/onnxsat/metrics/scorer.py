@@ -64,6 +64,7 @@ class ModelScorer:
             {prop.key: prop.value for prop in original.metadata_props},
         )
         self.baseline = self.budget.baseline
+        self.budget.empty_outputs = list(runner.empty)
 
     def outputs(self, candidate: onnx.ModelProto) -> dict[str, np.ndarray]:
         self.evaluations += 1

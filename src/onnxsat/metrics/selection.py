@@ -35,6 +35,9 @@ and export probabilities."""
 PROBABILITIES = "probabilities per step"
 _SEQUENCE_NAMES = ("logit", "ctc", "softmax", "prob")
 _EMBEDDING_NAMES = ("embed", "hidden", "feature", "pooler", "vector")
+_CACHE_NAMES = ("present", "past_key", "key_cache", "value_cache", "kv_cache")
+"""Names exporters give a decoder's key/value cache (optimum's ``present.0.key``): activations the next step
+reads, compared by direction like any hidden state, never as a map of values in [0, 1]."""
 
 
 @dataclass(frozen=True)
@@ -58,6 +61,8 @@ def choose(name: str, reference: np.ndarray, batch_axis: int, detector: Metric |
     lowered = name.lower()
     if any(word in lowered for word in _EMBEDDING_NAMES):
         return Choice(METRICS["cosine"], f"named like an embedding ({name!r}, {text} per sample)")
+    if any(word in lowered for word in _CACHE_NAMES):
+        return Choice(METRICS["cosine"], f"named like a key/value cache ({name!r}, {text} per sample)")
     if detector is not None and detector.fits(reference, batch_axis) is None:
         return Choice(detector, f"the boxes of an Ultralytics export ({text} per sample)")
     if class_scores(reference) is not None:
