@@ -247,8 +247,7 @@ class Budget:
         because the original gives (nearly) every sample of the data the same answer and there are no labels;
         with labels, outputs the original gets right on every sample, as on the data it was trained on."""
         notes = [
-            f"{name}: no element on the data (an empty output), so it is not scored"
-            for name in self.empty_outputs
+            f"{name}: no element on the data (an empty output), so it is not scored" for name in self.empty_outputs
         ]
         if self.labels is not None:
             return notes + self._perfect_on_labels()
