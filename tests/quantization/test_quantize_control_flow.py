@@ -218,9 +218,10 @@ def test_a_weight_a_body_reads_stays_after_its_node_is_quantized(tmp_path: Path)
     np.testing.assert_array_equal(session.run(["side"], {"x": x, "flag": np.array(True)})[0], weight)
 
 
-def test_weight_only_lists_no_gemm_inside_a_body() -> None:
-    """Weight-only mode splits the main graph's Gemms into MatMul + Add for ORT's MatMulNBits quantizer, not a
-    body's: a Gemm in a body stays float, so it is neither searched nor reported as quantized there."""
+def test_weight_only_lists_a_body_gemm_it_can_split() -> None:
+    """Weight-only mode splits Gemms into MatMul + Add for ORT's MatMulNBits quantizer; in a body only a plain
+    one (no transposes, alpha and beta 1), which needs no copy of its weight. A merged decoder's Linears are
+    such Gemms: before, none was quantized there. A transposed one stays float, neither searched nor reported."""
     from onnxsat.quantization.modes import MODES
     from onnxsat.quantization.quantize import _mode_nodes
 
@@ -243,4 +244,7 @@ def test_weight_only_lists_no_gemm_inside_a_body() -> None:
     )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     assert [n.name for n in _mode_nodes(model, MODES["dynamic"])] == ["body_gemm"]  # ORT's dynamic splits it
+    assert [n.name for n in _mode_nodes(model, MODES["weight-only"])] == ["body_gemm"]
+    gemm = next(a.g for a in model.graph.node[0].attribute if a.name == "then_branch").node[0]
+    gemm.attribute.append(helper.make_attribute("transB", 1))
     assert _mode_nodes(model, MODES["weight-only"]) == []

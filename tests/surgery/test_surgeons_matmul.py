@@ -222,3 +222,32 @@ def test_an_einsum_weight_a_body_reads_is_kept() -> None:
     result = applied(EinsumToMatMul(), model).model
     assert "w" in {t.name for t in result.graph.initializer} and op_types(result) == ["MatMul", "If"]
     onnx.checker.check_model(result, full_check=True)
+
+
+def test_gemms_inside_if_branches_are_split_too() -> None:
+    """A merged KV-cache decoder holds every Linear (HF's Conv1D: a plain Gemm) in its two branches, reading
+    weights of the main graph: 4-bit quantization, which takes MatMuls, quantized none of them."""
+    from onnxsat.proto_fields import all_nodes
+
+    def branch(name: str, attrs: dict) -> onnx.GraphProto:
+        weight = "wt" if attrs.get("transB") else "w"
+        gemm = helper.make_node("Gemm", ["x", weight, "b"], [f"{name}_y"], name="fc", **attrs)
+        out = helper.make_tensor_value_info(f"{name}_y", onnx.TensorProto.FLOAT, None)
+        return helper.make_graph([gemm], name, [], [out])
+
+    plain, transposed = branch("then", {}), branch("else", {"transB": 1})
+    model = make_model(
+        [helper.make_node("If", ["cond"], ["y"], then_branch=plain, else_branch=transposed)],
+        {"x": [3, 6]},
+        {"y": [3, W.shape[1]]},
+        {"w": W, "wt": W.T.copy(), "b": B, "cond": np.array(True)},
+    )
+    result = applied(GemmToMatMulAdd(), model).model
+    ops = {
+        graph.name: [n.op_type for n in graph.node]
+        for n in result.graph.node
+        for graph in (n.attribute[0].g, n.attribute[1].g)
+    }
+    assert ops == {"then": ["MatMul", "Add"], "else": ["Gemm"]}  # a transposed weight would need a copy: left
+    assert [n.name for n in all_nodes(result.graph) if n.op_type == "MatMul"] == ["fc_MatMul"]
+    assert_same_values(model, result, atol=1e-5)

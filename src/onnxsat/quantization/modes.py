@@ -32,7 +32,7 @@ from onnxsat.quantization.alone import quantize_alone
 from onnxsat.quantized_already import quantized_nodes
 from onnxsat.registry import Registry
 from onnxsat.surgery.graph_edit import remove_where
-from onnxsat.surgery.surgeons.matmul import GemmToMatMulAdd
+from onnxsat.surgery.surgeons.matmul import GemmToMatMulAdd, plain_gemm
 
 if TYPE_CHECKING:
     from onnxruntime.quantization import CalibrationDataReader
@@ -88,13 +88,13 @@ class QuantMode:
     """Whether it quantizes inside If/Loop/Scan bodies too (a merged KV-cache decoder holds every MatMul in
     its two branches). A named body node is searched and left in float by name like a main-graph node; an
     unnamed one is quantized with the rest. Static mode cannot: ORT's calibration sees no body's tensors."""
-    body_ops: frozenset[str] | None = None
-    """The op types it quantizes inside bodies, where they differ from ``ops`` (weight-only splits the main
-    graph's Gemms into MatMul + Add, not a body's: there it takes MatMuls alone)."""
+    body_node: Callable[[onnx.NodeProto], bool] | None = None
+    """Which of a body's nodes of its ops it quantizes, where not all (weight-only splits a body's Gemm into
+    MatMul + Add only when it is a plain product: no transposes, alpha and beta 1)."""
 
-    def in_bodies(self, op_type: str) -> bool:
-        """Whether a body's node of ``op_type`` is quantized in this mode."""
-        return self.bodies and op_type in (self.ops if self.body_ops is None else self.body_ops)
+    def in_bodies(self, node: onnx.NodeProto) -> bool:
+        """Whether this body node is quantized in this mode."""
+        return self.bodies and node.op_type in self.ops and (self.body_node is None or self.body_node(node))
 
     def apply(
         self,
@@ -358,6 +358,7 @@ MODES.register(
         dynamic,
         constant_weights_only=True,
         bodies=True,
+        body_node=lambda node: node.op_type != "Gemm" or plain_gemm(node),
     ),
 )
 MODES.register(
@@ -370,6 +371,6 @@ MODES.register(
         weight_only,
         constant_weights_only=True,
         bodies=True,
-        body_ops=frozenset({"MatMul"}),
+        body_node=lambda node: node.op_type != "Gemm" or plain_gemm(node),
     ),
 )

@@ -469,17 +469,18 @@ def _at_least_opset(model: onnx.ModelProto, opset: int, report: QuantizeReport) 
 def _modes(model: onnx.ModelProto, options: QuantizeOptions) -> list[QuantMode]:
     """The modes to try: the one asked for, or for ``auto`` those the model's weighted ops call for."""
     weighted = {node.op_type for node in _weighted_nodes(model)}
-    inside = {node.op_type for node in _weighted_in_bodies(model)}
+    inside = _weighted_in_bodies(model)
     if options.mode != AUTO_MODE:
         mode = MODES[options.mode]
-        if not weighted & mode.ops and not any(mode.in_bodies(op) for op in inside):
+        if not weighted & mode.ops and not any(mode.in_bodies(node) for node in inside):
             raise SettingsError(
                 f"nothing to quantize: the model has no {'/'.join(sorted(mode.ops))} node with a constant weight"
                 + _inside_bodies(model)
                 + quantized_note(model, "quantize")
             )
         return [mode]
-    if not weighted | inside:
+    inside_ops = {node.op_type for node in inside}
+    if not weighted | inside_ops:
         raise SettingsError(
             "nothing to quantize: the model has no Conv, MatMul, Gemm or LSTM node with a constant weight"
             + quantized_note(model, "quantize")
@@ -487,9 +488,10 @@ def _modes(model: onnx.ModelProto, options: QuantizeOptions) -> list[QuantMode]:
     modes = []
     if weighted & {"Conv", "ConvTranspose"} or weighted & {"MatMul", "Gemm"}:
         modes.append(MODES["static"])
-    if (weighted | inside) & {"MatMul", "Gemm", "LSTM"}:
+    if (weighted | inside_ops) & {"MatMul", "Gemm", "LSTM"}:
         modes.append(MODES["dynamic"])
-    if ({"MatMul", "Gemm"} & weighted or "MatMul" in inside) and _largest_matmul(model) >= 2**20:
+    bodies = any(MODES["weight-only"].in_bodies(node) for node in inside)
+    if ({"MatMul", "Gemm"} & weighted or bodies) and _largest_matmul(model) >= 2**20:
         modes.append(MODES["weight-only"])
     return modes
 
@@ -664,7 +666,7 @@ def _start_mode(
     2.02x with it quantized against 1.41x without."""
     nodes = [node.name for node in _mode_nodes(model, mode)]
     weighted = {n.name for n in _weighted_nodes(model)}
-    inside = [n for n in _weighted_in_bodies(model) if mode.in_bodies(n.op_type)]
+    inside = [n for n in _weighted_in_bodies(model) if mode.in_bodies(n)]
     unnamed = [n for n in inside if not n.name]  # no name to leave it in float by: quantized with the rest
     if inside:
         trial.note = f"{len(inside)} inside control-flow bodies" + (
@@ -1033,7 +1035,7 @@ def _mode_nodes(model: onnx.ModelProto, mode: QuantMode) -> list[onnx.NodeProto]
     if mode.bodies:
         named = {node.name for node in found}
         for node in _weighted_in_bodies(model):
-            if mode.in_bodies(node.op_type) and node.name and node.name not in named:
+            if mode.in_bodies(node) and node.name and node.name not in named:
                 found.append(node)
                 named.add(node.name)
     return found

@@ -12,12 +12,14 @@ import onnx
 from onnx import numpy_helper
 
 from onnxsat.op_kinds import FLOAT_TYPES
+from onnxsat.proto_fields import bodies_of
 from onnxsat.surgery.graph_edit import (
     constant_value,
     consumers,
     copy_model,
     drop_unused_initializers,
     initializers,
+    unique_name,
 )
 from onnxsat.surgery.surgeon import Surgeon, SurgeryOutcome, register
 from onnxsat.surgery.surgeons._editing import Splice, attribute, inferred_shapes, static
@@ -139,6 +141,7 @@ class GemmToMatMulAdd(Surgeon):
             splice.after(index, *nodes)
             splice.drop(index)
             split += 1
+        split += sum(_split_in_bodies(body, weights, splice.taken) for node in graph.node for body in bodies_of(node))
         done = f"split {split} Gemm node(s) into MatMul + Add"
         return _committed(
             result, splice, replaced, done if split else None, "no Gemm with a constant 2D weight: nothing to split"
@@ -200,6 +203,49 @@ class EinsumToMatMul(Surgeon):
         done = f"rewrote {rewritten} Einsum node(s) as MatMul"
         nothing = "no Einsum on a constant weight that is a MatMul: nothing to rewrite"
         return _committed(result, splice, replaced, done if rewritten else None, nothing)
+
+
+def plain_gemm(node: onnx.NodeProto) -> bool:
+    """A Gemm that is ``A @ B + C`` as written (no transposes, alpha and beta 1): it splits into MatMul + Add
+    reading the same weight, with no copy of it (inside a body, where a new weight has no place)."""
+    scaled = any(float(attribute(node, key, 1.0)) != 1.0 for key in ("alpha", "beta"))
+    return not scaled and not any(attribute(node, key, 0) for key in ("transA", "transB"))
+
+
+def _split_in_bodies(graph: onnx.GraphProto, outer: dict[str, onnx.TensorProto], taken: set[str]) -> int:
+    """In place, in an If, Loop or Scan body and those inside it: each plain Gemm (no transposes, alpha and
+    beta 1) of a constant 2D weight, the body's or the main graph's, as MatMul + Add reading the same weight,
+    named as in the main graph. A merged KV-cache decoder holds every Linear in its two branches; left as
+    Gemms, 4-bit quantization (which takes MatMuls) passed them all by. Others stay: a transposed or scaled
+    weight would need a copy of it."""
+    weights = {**outer, **initializers(graph)}
+    split = 0
+    nodes: list[onnx.NodeProto] = []
+    for node in graph.node:
+        for body in bodies_of(node):
+            split += _split_in_bodies(body, weights, taken)
+        stored = weights.get(node.input[1]) if node.op_type == "Gemm" and len(node.input) > 1 else None
+        if (
+            stored is None
+            or node.domain not in ("", "ai.onnx")
+            or not plain_gemm(node)
+            or len(stored.dims) != 2
+            or stored.data_type not in FLOAT_TYPES
+        ):
+            nodes.append(node)
+            continue
+        base, output = node.name or "Gemm", node.output[0]
+        bias = node.input[2] if len(node.input) > 2 and node.input[2] else None
+        product = unique_name(graph, f"{output}_MatMul", taken) if bias else output
+        # node names as ORT's dynamic quantizer gives its own split (a branch's twin may have the same)
+        nodes.append(onnx.helper.make_node("MatMul", node.input[:2], [product], name=f"{base}_MatMul"))
+        if bias:
+            nodes.append(onnx.helper.make_node("Add", [product, bias], [output], name=f"{base}_Add"))
+        split += 1
+    if split:
+        del graph.node[:]
+        graph.node.extend(nodes)
+    return split
 
 
 def _committed(
