@@ -63,10 +63,21 @@ class OptimizeReport(ReportBase):
     that clashed with an enclosing scope's)."""
     verification: VerificationResult | None = None
     latency: list[LatencyComparison] = field(default_factory=list)
+    sizes: dict[str, int] = field(default_factory=dict)
+    """``original`` (the file as given) and ``optimized`` bytes, external data included."""
     written: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+    def _size_line(self) -> list[str]:
+        if not self.sizes:
+            return []
+        before, after = self.sizes["original"], self.sizes["optimized"]
+        line = f"file size: {before:,} -> {after:,} bytes ({after / before:.0%})" if before else ""
+        if after > 1.05 * before and self.control_flow.get("constants_moved_into_bodies"):
+            line += "; weights several bodies read were copied into each (constants there, which ORT runs faster)"
+        return [line] if line else []
 
     def summary(self) -> list[str]:
         fused = ", ".join(f"{op} {count}" for op, count in sorted(self.fusions.items())) or "none"
@@ -111,6 +122,7 @@ class OptimizeReport(ReportBase):
             lines.append(f"dead nodes removed (no path to an output): {self.dead_nodes_removed}")
         lines.extend(f"specialised: {note}" for note in self.specialised)
         lines.extend(self._control_flow_lines())
+        lines.extend(self._size_line())
         graph = self.egraph
         lines.append("")
         lines.append(

@@ -120,3 +120,5 @@ def test_optimize_sums_the_branches_and_says_so() -> None:
     assert report.verification is not None and report.verification.ok
     assert report.fusions["parallel Conv branches -> Conv"] == 1
     assert [n.op_type for n in optimized.graph.node if n.op_type in ("Add", "BatchNormalization")] == []
+    assert 0 < report.sizes["optimized"] < report.sizes["original"]  # one 3x3 kernel for three branches' weights
+    assert "file size: " in report.to_table()

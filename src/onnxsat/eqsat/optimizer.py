@@ -34,7 +34,7 @@ from onnxsat.eqsat.rules import TARGETS, applicable, rulesets_for
 from onnxsat.eqsat.saturate import SaturationLimits, SaturationStats, egraph_size, saturate
 from onnxsat.eqsat.warm import WarmEGraph, warm_egraph
 from onnxsat.errors import SettingsError
-from onnxsat.external_data import inference_view
+from onnxsat.external_data import given_bytes, inference_view, stored_bytes
 from onnxsat.inputs import InputSpec
 from onnxsat.op_kinds import DEFAULT_DOMAINS
 from onnxsat.options import option
@@ -460,5 +460,6 @@ def optimize_model(
     if control.active:
         report.control_flow = control.to_dict(renamed)
     report.verification = result
+    report.sizes = {"original": given_bytes(model, source), "optimized": stored_bytes(optimized)}
     report.phases = phases.seconds
     return optimized, report
