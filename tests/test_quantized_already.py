@@ -71,30 +71,18 @@ def test_static_quantization_leaves_the_nodes_in_qdq_form_alone(tmp_path: Path) 
     """A CNN ORT quantized in QDQ form but for its last layer, a common hand-over. Static quantization
     quantized its Convs a second time, under the tensor names the first pass gave: a model the checker
     refuses (duplicate output names). Only the float layer is quantized now."""
-    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, quantize_static
-
     from onnxsat.quantization.modes import Calibration, static
     from onnxsat.quantized_already import quantized_nodes
     from onnxsat.zoo.digits_cnn import bundled_digits_cnn
-
-    samples = np.random.default_rng(0).random((8, 1, 8, 8)).astype(np.float32)
-
-    class Reader(CalibrationDataReader):
-        def __init__(self) -> None:
-            self.feeds = iter([{"input": samples[i : i + 1]} for i in range(len(samples))])
-
-        def get_next(self) -> dict[str, np.ndarray] | None:
-            return next(self.feeds, None)
+    from tests.ort_quantized import DigitsReader, statically_quantized_digits_cnn
 
     model = onnx.load(bundled_digits_cnn())
-    assert model.graph.input[0].name == "input"
     last = [n.name for n in model.graph.node if n.op_type in ("Gemm", "MatMul")][-1]
-    partial = tmp_path / "partial.onnx"
-    quantize_static(bundled_digits_cnn(), partial, Reader(), quant_format=QuantFormat.QDQ, nodes_to_exclude=[last])
+    partial = statically_quantized_digits_cnn(tmp_path / "partial.onnx", exclude=[last])
     given = onnx.load(partial)
     already = quantized_nodes(given.graph)
     assert {"conv1", "conv2", "fc1"} <= already and last not in already
-    result = static(given, [], Calibration(Reader, "minmax", tmp_path / "ranges.json"))
+    result = static(given, [], Calibration(DigitsReader, "minmax", tmp_path / "ranges.json"))
     onnx.checker.check_model(result, full_check=True)
     outputs = [name for node in result.graph.node for name in node.output]
     assert len(outputs) == len(set(outputs))

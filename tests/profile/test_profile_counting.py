@@ -203,25 +203,12 @@ def test_quantized_forms_count_as_the_float_ops_they_replace(tmp_path: Path) -> 
     MatMulNBits had no MAC rule: a quantized model profiled at 2,196 MACs against 494,346 for its original.
     Their Conv, Gemm and MatMul products now count as in the float model, and MatMulNBits's packed weight
     has K x N parameters."""
-    from onnxruntime.quantization import (
-        CalibrationDataReader,
-        QuantFormat,
-        matmul_nbits_quantizer,
-        quantize_dynamic,
-        quantize_static,
-    )
+    from onnxruntime.quantization import QuantFormat, matmul_nbits_quantizer, quantize_dynamic
 
     from onnxsat.zoo.digits_cnn import bundled_digits_cnn
+    from tests.ort_quantized import statically_quantized_digits_cnn
 
-    samples = np.random.default_rng(0).random((4, 1, 8, 8)).astype(np.float32)
     shape = {"input": [1, 1, 8, 8]}
-
-    class Reader(CalibrationDataReader):
-        def __init__(self) -> None:
-            self.feeds = iter([{"input": samples[i : i + 1]} for i in range(len(samples))])
-
-        def get_next(self) -> dict[str, np.ndarray] | None:
-            return next(self.feeds, None)
 
     def products(path: Path | str) -> dict[str, int]:
         kinds = {"Conv": "Conv", "QLinearConv": "Conv", "ConvInteger": "Conv", "Gemm": "Gemm", "QGemm": "Gemm"}
@@ -233,7 +220,7 @@ def test_quantized_forms_count_as_the_float_ops_they_replace(tmp_path: Path) -> 
         return found
 
     qop, dyn = tmp_path / "qop.onnx", tmp_path / "dyn.onnx"
-    quantize_static(bundled_digits_cnn(), qop, Reader(), quant_format=QuantFormat.QOperator)
+    statically_quantized_digits_cnn(qop, QuantFormat.QOperator)
     quantize_dynamic(bundled_digits_cnn(), dyn, op_types_to_quantize=["Conv", "MatMul", "Gemm"])
     float_products = products(bundled_digits_cnn())
     assert products(qop) == float_products  # biases folded into the quantized op count as in the float op

@@ -199,22 +199,9 @@ def test_a_quantized_model_is_tuned_against_ort_s_default(tmp_path: Path) -> Non
     """A QDQ model runs as integer kernels from ORT's extended level on, which round differently from ORT off
     by design. Every candidate was compared with ORT off, the default session too: tune refused every QDQ
     model, saying ORT's default "cannot run" it. They are compared with the default session now."""
-    import numpy as np
-    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, quantize_static
+    from tests.ort_quantized import statically_quantized_digits_cnn
 
-    from onnxsat.zoo.digits_cnn import bundled_digits_cnn
-
-    samples = np.random.default_rng(0).random((8, 1, 8, 8)).astype(np.float32)
-
-    class Reader(CalibrationDataReader):
-        def __init__(self) -> None:
-            self.feeds = iter([{"input": samples[i : i + 1]} for i in range(len(samples))])
-
-        def get_next(self) -> dict[str, np.ndarray] | None:
-            return next(self.feeds, None)
-
-    path = tmp_path / "qdq.onnx"
-    quantize_static(bundled_digits_cnn(), path, Reader(), quant_format=QuantFormat.QDQ)
+    path = statically_quantized_digits_cnn(tmp_path / "qdq.onnx")
     grid = [SessionSettings(graph_optimization_level=level, intra_op_num_threads=1) for level in ("basic", "all")]
     result = tune(path, {"input": [1, 1, 8, 8]}, rounds=2, warmup=0, grid=grid)
     assert result.default.status == "ok"
