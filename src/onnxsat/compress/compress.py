@@ -1,8 +1,9 @@
 """``onnxsat compress``: the fastest model inside an accuracy budget, searched over structured pruning,
 quantization and fusion together (see ``search`` for the strategy).
 
-The driver (this module) loads the data and sets part of it aside that the search never sees, fixes
-the metric on the original, starts the executor (a local process pool, or Ray), lets the search propose
+The driver (this module) loads the data and sets part of it aside that the search never sees, splits the
+rest into a part pruning refits on (and quantization calibrates on) and a part candidates are scored on,
+fixes the metric on the original, starts the executor (a local process pool, or Ray), lets the search propose
 candidates, times the ones inside the budget here, then measures the chosen recipe step by step side by
 side, scores it on the held-out part and verifies it. The recipe comes back as pipeline entries that
 ``onnxsat run`` replays into the same model.

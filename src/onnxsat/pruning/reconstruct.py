@@ -399,12 +399,10 @@ def _refit(
         seen += x.shape[0]
     assert fit is not None and check is not None
     current = np.vstack([matrix, bias.reshape(1, -1)]) if fit_bias else matrix
-    if check.count == 0 or check.yty == 0:  # too few samples to set any apart: judged on those it fits
-        solved = _solve(fit)
-        before, after, held_out = _error(fit, current), _error(fit, solved), False
-    else:
-        solved = _solve(fit)
-        before, after, held_out = _error(check, current), _error(check, solved), True
+    solved = _solve(fit)
+    held_out = check.count > 0 and check.yty > 0  # else too few samples to set any apart: judged on its own
+    judge = check if held_out else fit
+    before, after = _error(judge, current), _error(judge, solved)
     accepted = after < before
     if accepted:
         if held_out:
