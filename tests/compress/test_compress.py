@@ -75,8 +75,11 @@ def test_the_recipe_replays_into_the_same_model(compressed: tuple[Path, dict], t
     replay = tmp_path / "replay.onnx"
     assert main(["run", str(recipe), "-o", str(replay)]) == 0
     assert onnx.load(replay).SerializeToString() == onnx.load(out).SerializeToString()
-    with np.load(out.with_name("small.recipe.npz")) as fitted:
-        assert len(fitted["inputs"]) == 200  # the fit part: the samples the recipe was built on, no others
+    with np.load(out.with_name("small.recipe.npz")) as searched:
+        assert len(searched["inputs"]) == 400  # every search sample: quantization calibrates on them
+    if any(entry["type"] == "prune" for entry in report["recipe"]):
+        with np.load(out.with_name("small.recipe.fit.npz")) as fitted:
+            assert len(fitted["inputs"]) == 200  # the fit part, which pruning refits on, and nothing scored
 
 
 def test_the_html_page_has_the_pareto_plot(tmp_path: Path) -> None:

@@ -43,8 +43,11 @@ class Problem:
     like the model, so that Ray puts each in its object store once for all candidates."""
     data_name: str
     fit_data: bytes
-    """The samples pruning refits on and quantization calibrates on, in the same form. Disjoint from ``data``
-    when the search prunes: a least-squares refit scored on the samples it was fitted on looks better than it is."""
+    """The samples pruning refits on, in the same form. Disjoint from ``data`` when the search prunes and has
+    samples enough: a least-squares refit scored on the samples it was fitted on looks better than it is."""
+    calibration_data: bytes
+    """Every search sample (``data`` and ``fit_data`` together), which quantization calibrates on: ranges of
+    activations are no fit a candidate can be scored too kindly on, and fewer samples set them worse."""
     input_name: str
     spec: InputSpec
     metrics: dict[str, Any]
@@ -99,6 +102,7 @@ class Outcome:
 class _Prepared:
     original: onnx.ModelProto
     fit_path: Path
+    calibration_path: Path
     scorer: ModelScorer
     folder: tempfile.TemporaryDirectory[str]
 
@@ -123,8 +127,9 @@ def _prepared(problem: Problem) -> _Prepared:
             old.folder.cleanup()
         _PREPARED.clear()
         folder = tempfile.TemporaryDirectory(prefix="onnxsat-compress-")
-        fit_path = Path(folder.name) / "fit.npz"
+        fit_path, calibration_path = Path(folder.name) / "fit.npz", Path(folder.name) / "calibration.npz"
         fit_path.write_bytes(problem.fit_data)
+        calibration_path.write_bytes(problem.calibration_data)
         with np.load(io.BytesIO(problem.data), allow_pickle=False) as arrays:
             companions = companions_in(arrays)
             dataset = Dataset(arrays["inputs"], arrays.get("labels"), problem.data_name, companions=companions)
@@ -139,7 +144,7 @@ def _prepared(problem: Problem) -> _Prepared:
             batch_size=problem.batch_size,
             confidence=problem.confidence,
         )
-        _PREPARED[problem.key] = _Prepared(original, fit_path, scorer, folder)
+        _PREPARED[problem.key] = _Prepared(original, fit_path, calibration_path, scorer, folder)
     return _PREPARED[problem.key]
 
 
@@ -162,11 +167,12 @@ def evaluate(task: Task) -> Outcome:
         built = build(
             task.recipe,
             prepared.original,
-            str(prepared.fit_path),
+            str(prepared.calibration_path),
             task.problem.spec,
             quantize_settings=settings,
             calibration_limit=task.problem.calibration_limit,
             spent=lambda pruned: prepared.scorer.score(pruned).bound,
+            fit_data=str(prepared.fit_path),
         )
         score, distortion = prepared.scorer.judge(built.model)
     except OnnxSatError as error:

@@ -142,9 +142,11 @@ def build(
     calibration_limit: int = CALIBRATION_LIMIT,
     base_dir: Path | None = None,
     spent: Callable[[onnx.ModelProto], float] | None = None,
+    fit_data: str | None = None,
 ) -> Built:
     """``recipe`` applied to ``model`` with the same pass functions its pipeline runs. ``data`` is the
-    calibration data (a spec ``load_dataset`` reads); ``quantize_settings`` (metric, outputs) are used by
+    calibration data (a spec ``load_dataset`` reads), ``fit_data`` what pruning refits on when not the same
+    (the samples candidates are not scored on); ``quantize_settings`` (metric, outputs) are used by
     quantization's node search while ``recipe.quantize_budget`` is set, and ``spent`` says how much of the
     budget the pruned model already uses. Quantization scores its result even with no budget to search,
     so the metric and its outputs go to it always."""
@@ -156,7 +158,7 @@ def build(
             rate=0.0,
             rates=recipe.rates,
             reconstruct=True,
-            data=data,
+            data=fit_data or data,
             holdout=0.0,
             limit=calibration_limit,
             inputs=inputs,

@@ -1,9 +1,10 @@
-"""The chosen recipe written beside the compressed model: a pipeline file and the samples it calibrates on.
+"""The chosen recipe written beside the compressed model: a pipeline file and the samples it was built on.
 
-``onnxsat run OUT.recipe.yaml`` replays the recipe from the original model into the same model: pruning
-refits on the same samples (``OUT.recipe.npz``: the part of the search data set apart for fitting),
-quantization calibrates on them and leaves the same nodes in float, and nothing in the replay searches or
-times. Paths in the file are relative to its folder, so the three files move together.
+``onnxsat run OUT.recipe.yaml`` replays the recipe from the original model into the same model: quantization
+calibrates on the same samples (``OUT.recipe.npz``, every search sample), pruning refits on the same ones
+(``OUT.recipe.fit.npz``, the part set apart for it, when there is one), quantization leaves the same nodes in
+float, and nothing in the replay searches or times. Paths in the file are relative to its folder, so the
+files move together.
 """
 
 from __future__ import annotations
@@ -19,22 +20,30 @@ from onnxsat.inputs import InputSpec
 from onnxsat.model_io import write_bytes_atomic, write_text_atomic
 
 
-def recipe_paths(output_path: str | Path) -> tuple[Path, Path]:
-    """(pipeline file, data file) for a compressed model at ``output_path``."""
+def recipe_paths(output_path: str | Path) -> tuple[Path, Path, Path]:
+    """(pipeline file, data file, fit data file) for a compressed model at ``output_path``."""
     output = Path(output_path)
     stem = output.name[: -len(output.suffix)] if output.suffix else output.name
-    return output.with_name(f"{stem}.recipe.yaml"), output.with_name(f"{stem}.recipe.npz")
+    names = (f"{stem}.recipe.yaml", f"{stem}.recipe.npz", f"{stem}.recipe.fit.npz")
+    return output.with_name(names[0]), output.with_name(names[1]), output.with_name(names[2])
 
 
 def write_recipe(report: CompressReport, input_path: str | Path, output_path: str | Path, inputs: InputSpec) -> Path:
-    """Write the report's recipe and the samples it was fitted on beside ``output_path``; return the
-    pipeline file's path."""
-    pipeline_path, data_path = recipe_paths(output_path)
+    """Write the report's recipe and the samples it was built on beside ``output_path``; return the pipeline
+    file's path."""
+    pipeline_path, data_path, fit_path = recipe_paths(output_path)
     folder = pipeline_path.resolve().parent
-    dataset = report.fit_data
-    if dataset is None:
-        raise ValueError("the report holds no fit data (the model was not compressed)")
-    write_bytes_atomic(samples_npz(dataset), data_path)
+    if report.search_data is None:
+        raise ValueError("the report holds no search data (the model was not compressed)")
+    write_bytes_atomic(samples_npz(report.search_data), data_path)
+    passes = [dict(entry) for entry in report.recipe]
+    apart = report.fit_data is not None and any(entry["type"] == "prune" for entry in passes)
+    if apart:
+        assert report.fit_data is not None
+        write_bytes_atomic(samples_npz(report.fit_data), fit_path)
+        for entry in passes:
+            if entry["type"] == "prune":
+                entry["data"] = fit_path.name
     pipeline: dict[str, object] = {
         "input_model": os.path.relpath(Path(input_path).resolve(), folder),
         "output_model": Path(output_path).name,
@@ -44,11 +53,12 @@ def write_recipe(report: CompressReport, input_path: str | Path, output_path: st
         pipeline["inputs"] = os.path.relpath(Path(inputs.source).resolve(), folder)
     if inputs.shapes:
         pipeline["input_shapes"] = {name: list(dims) for name, dims in inputs.shapes.items()}
-    pipeline["passes"] = report.recipe
+    pipeline["passes"] = passes
     header = (
         f"# ONNXSat compress recipe: {report.chosen}\n"
         f"# `onnxsat run {pipeline_path.name}` rebuilds {Path(output_path).name} from {Path(input_path).name};\n"
-        f"# {data_path.name} holds the samples pruning and quantization calibrate on.\n"
+        f"# {data_path.name} holds the samples quantization calibrates on"
+        + (f", {fit_path.name} those pruning refits on.\n" if apart else " and pruning refits on.\n")
     )
     write_text_atomic(header + yaml.safe_dump(pipeline, sort_keys=False), pipeline_path)
     report.recipe_path = str(pipeline_path)

@@ -83,12 +83,16 @@ class CompressReport(ReportBase):
     seconds: float = 0.0
     written: bool = False
     fitted_on: str | None = None
-    """The samples pruning refitted on and quantization calibrated on, when not those scored (``data``)."""
+    """The samples pruning refitted on, when not those scored (``data``)."""
+    search_data: Dataset | None = field(default=None, repr=False)
+    """Every search sample, which quantization calibrated on (and pruning refitted on, with no ``fit_data``)."""
     fit_data: Dataset | None = field(default=None, repr=False)
-    """Those samples: written beside the recipe so it replays exactly (not part of the JSON)."""
+    """The part of them pruning refitted on, when set apart. Both are written beside the recipe so it replays
+    exactly (neither is part of the JSON)."""
 
     def to_dict(self) -> dict[str, Any]:
-        data = asdict(replace(self, fit_data=None))
+        data = asdict(replace(self, search_data=None, fit_data=None))
+        data.pop("search_data")
         data.pop("fit_data")
         return with_score_headlines(data, self.baseline, self.accuracy, self.held_out)
 
@@ -129,7 +133,7 @@ class CompressReport(ReportBase):
                 lines.append(f"  {c.step:<44}{c.speedup:>7.2f}x  {c.size:>10,} bytes  {drop}")
         lines += table_lines(self.data, self.metrics, self.baseline, self.accuracy, self.held_out)
         if self.fitted_on:
-            lines.append(f"pruning refitted and quantization calibrated on {self.fitted_on}")
+            lines.append(f"pruning refitted on {self.fitted_on}")
         if self.latency:
             lines.append(
                 f"latency (ORT all optimizations, {int(self.latency['threads'])} thread(s), batch "

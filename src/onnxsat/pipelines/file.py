@@ -4,8 +4,9 @@ A pipeline that fails in its fifth pass after minutes of saturation because of a
 wastes the user's time, so every key of every pass and surgeon is checked first, and each problem is
 one error naming the file and the place in it (``pipe.yaml: passes[2].surgeries[0]: ...``).
 
-Relative paths in the file (``input_model``, ``output_model``, ``report``, ``inputs``, and ``data`` when
-it is a file there) are read from the file's folder, so a pipeline and its model can move together.
+Relative paths in the file (``input_model``, ``output_model``, ``report``, ``inputs``, and ``data``, at the
+top or in a pass, when it is a file there) are read from the file's folder, so a pipeline and its model can
+move together.
 """
 
 from __future__ import annotations
@@ -149,9 +150,15 @@ def run_pipeline(pipeline: Pipeline, force: bool = False) -> PipelineReport:
     Raises :class:`VerificationFailedError` (with ``.report``) when a pass fails and nothing is forced.
     """
     settings = pipeline.settings
+    folder = pipeline.source.resolve().parent
     data = settings.data
-    if data is not None and (pipeline.source.resolve().parent / data).exists():
-        data = str(pipeline.source.resolve().parent / data)
+    if data is not None and (folder / data).exists():
+        data = str(folder / data)
+    for _, step in pipeline.steps:  # a pass's own data file, as the top-level one, is read from this folder
+        options = getattr(step, "options", None)
+        own = getattr(options, "data", None)
+        if isinstance(own, str) and (folder / own).exists():
+            options.data = str(folder / own)  # type: ignore[union-attr]
     run_settings = RunSettings(
         inputs=pipeline.inputs,
         tolerance=Tolerance(settings.rtol, settings.atol, settings.ort_rounding),
