@@ -283,8 +283,8 @@ the search prunes; candidates are scored on the rest. A least-squares refit scor
 better than it is: on a digits ResNet pruned 75-87%, 0.25 points better than the original on them and 3.3
 points worse on new samples."""
 FIT_SPLIT_MIN = 16
-"""Search samples below which none are set apart for the refit: a handful scored says too little to be worth
-halving (a layout detector's 4 pages: int8 at 1.27x inside the budget on 4, nothing fitted on 2)."""
+"""Search samples below which none are set apart for the refit: halving a handful (a layout detector's 4
+search pages) leaves too few scored for the budget's bound to say anything."""
 
 
 def _fit_split(
