@@ -56,11 +56,21 @@ def quantized_nodes(graph: onnx.GraphProto) -> set[str]:
     return {node.name for node in graph.node if node.op_type != "DequantizeLinear" and quantized & set(node.output)}
 
 
+def integer_op(op_type: str) -> bool:
+    """Whether ``op_type`` quantizes, dequantizes or computes in integers, as ORT's quantizer writes them: QDQ
+    pairs, ``DynamicQuantize*`` and ``*Integer*`` ops, ``QLinear*``, ``QGemm``, ``QAttention``,
+    ``QEmbedLayerNormalization`` and ``MatMulNBits``."""
+    return (
+        op_type in QUANTIZED_OPS
+        or op_type in ("QuantizeLinear", "DequantizeLinear", "QGemm", "QAttention", "QEmbedLayerNormalization")
+        or op_type.startswith(("DynamicQuantize", "QLinear"))
+        or "Integer" in op_type
+    )
+
+
 def runs_in_integers(model: onnx.ModelProto) -> bool:
     """Whether ONNX Runtime may run part of ``model`` in integer kernels: it quantizes values (QDQ pairs, which
     ORT fuses with the ops between them from its extended level on) or holds integer ops. Such a model's
-    outputs differ between optimization levels by rounding, by design."""
-    return any(
-        node.op_type in QUANTIZED_OPS or node.op_type == "QuantizeLinear" or node.op_type.startswith("QLinear")
-        for node in all_nodes(model.graph)
-    )
+    outputs differ between optimization levels by rounding, by design. A DequantizeLinear alone (integer
+    weights read as float) quantizes nothing at run time."""
+    return any(integer_op(node.op_type) and node.op_type != "DequantizeLinear" for node in all_nodes(model.graph))

@@ -65,7 +65,7 @@ from onnxsat.quantization import node_speed
 from onnxsat.quantization.calibration import calibration_reader
 from onnxsat.quantization.modes import CALIBRATIONS, MODES, Calibration, QuantMode
 from onnxsat.quantization.report import ModeTrial, NodeDecision, QuantizeReport
-from onnxsat.quantized_already import QUANTIZED_OPS, quantized_note
+from onnxsat.quantized_already import integer_op, quantized_note
 from onnxsat.surgery.graph_edit import consumers, drop_unused_initializers
 from onnxsat.surgery.surgeons.precision import Float16ToFloat32
 from onnxsat.verification import check_lossy, reference_run, run_model, session, with_outputs
@@ -497,19 +497,9 @@ def _modes(model: onnx.ModelProto, options: QuantizeOptions) -> list[QuantMode]:
 
 
 def _integer_nodes(model: onnx.ModelProto) -> int:
-    """Nodes that quantize, dequantize or compute in integers (a model from a QAT export has some already):
-    ORT's quantizer writes QDQ pairs, ``DynamicQuantize*`` and ``*Integer*`` ops, ``QLinear*``, ``QGemm``,
-    ``QAttention``, ``QEmbedLayerNormalization`` and ``MatMulNBits``."""
-    return sum(_is_integer_op(node.op_type) for node in all_nodes(model.graph))
-
-
-def _is_integer_op(op_type: str) -> bool:
-    return (
-        op_type in QUANTIZED_OPS
-        or op_type in ("QuantizeLinear", "DequantizeLinear", "QGemm", "QAttention", "QEmbedLayerNormalization")
-        or op_type.startswith(("DynamicQuantize", "QLinear"))
-        or "Integer" in op_type
-    )
+    """Nodes that quantize, dequantize or compute in integers (``integer_op``; a model from a QAT export has
+    some already)."""
+    return sum(integer_op(node.op_type) for node in all_nodes(model.graph))
 
 
 def _inside_bodies(model: onnx.ModelProto) -> str:
