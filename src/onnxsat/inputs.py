@@ -245,7 +245,7 @@ def random_inputs(model: onnx.ModelProto, inputs: InputsLike = None, seed: int =
                 f"--input-shape {value.name}:D1,D2,..."
             )
         else:
-            shape = [_dynamic_size(d, named) if fixed_dim(d) is None else d.dim_value for d in declared]
+            shape = [dynamic_size(d, named) if fixed_dim(d) is None else d.dim_value for d in declared]
         elements += int(np.prod(shape, dtype=object))
         if elements > MAX_INPUT_ELEMENTS:
             raise SettingsError(
@@ -276,7 +276,7 @@ def named_sizes(model: onnx.ModelProto, spec: InputSpec) -> dict[str, int]:
     return {name: size for name, size in sizes.items() if name not in torn}
 
 
-def _dynamic_size(dim: onnx.TensorShapeProto.Dimension, named: Mapping[str, int]) -> int:
+def dynamic_size(dim: onnx.TensorShapeProto.Dimension, named: Mapping[str, int]) -> int:
     """A dynamic dim's size: the one given for its name, else, for a sum or product of names and numbers
     (``past_sequence_length + sequence_length``, as optimum declares attention masks), that expression of
     theirs, else ``DEFAULT_DYNAMIC_DIM``."""
@@ -288,9 +288,9 @@ def _dynamic_size(dim: onnx.TensorShapeProto.Dimension, named: Mapping[str, int]
     return value if value is not None and value > 0 else DEFAULT_DYNAMIC_DIM
 
 
-def dim_expression(text: str, named: Mapping[str, int]) -> int | None:
-    """``a + b * 2`` with each name's size (``DEFAULT_DYNAMIC_DIM`` when not given); None when ``text`` is no
-    sum of products of names and whole numbers."""
+def dim_expression(text: str, named: Mapping[str, int], unnamed: int | None = DEFAULT_DYNAMIC_DIM) -> int | None:
+    """``a + b * 2`` with each name's size (``unnamed`` when not given; None there: the expression is unknown);
+    None when ``text`` is no sum of products of names and whole numbers."""
     if "+" not in text and "*" not in text:
         return None
     total = 0
@@ -300,8 +300,8 @@ def dim_expression(text: str, named: Mapping[str, int]) -> int | None:
             factor = factor.strip()
             if factor.isdigit():
                 product *= int(factor)
-            elif factor.isidentifier():
-                product *= named.get(factor, DEFAULT_DYNAMIC_DIM)
+            elif factor.isidentifier() and (factor in named or unnamed is not None):
+                product *= named.get(factor, unnamed)  # type: ignore[operator]
             else:
                 return None
         total += product

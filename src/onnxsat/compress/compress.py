@@ -2,7 +2,7 @@
 quantization and fusion together (see ``search`` for the strategy).
 
 The driver (this module) loads the data and sets part of it aside that the search never sees, splits the
-rest into a part pruning refits on (and quantization calibrates on) and a part candidates are scored on,
+rest into a part pruning refits on and a part candidates are scored on (quantization calibrates on both),
 fixes the metric on the original, starts the executor (a local process pool, or Ray), lets the search propose
 candidates, times the ones inside the budget here, then measures the chosen recipe step by step side by
 side, scores it on the held-out part and verifies it. The recipe comes back as pipeline entries that
@@ -149,13 +149,13 @@ def compress_model(
         batch_size=batch, threads=options.threads, confidence=options.confidence,
     )  # fmt: skip
     report.data, report.baseline = scored_data.name, scorer.baseline
-    if fit_data is not scored_data:
+    split = fit_data is not scored_data
+    if split:
         report.fitted_on = f"{fit_data.name}: {len(fit_data)} samples, none of them scored"
     report.confidence = options.confidence
     report.metric, report.metrics = scorer.baseline.metric, scorer.budget.describe()
     report.notes += scorer.budget.blind_spots()
     search_bytes = samples_npz(search_data)
-    split = fit_data is not scored_data
     problem = Problem(
         key=uuid.uuid4().hex,
         model=model.SerializeToString(),
@@ -302,8 +302,7 @@ def _fit_split(
         return search, search
     share = min(FIT_SHARE, options.calibration_limit / len(search))
     scored, fit = search.split(share, options.seed + 1)
-    if fit is None:
-        return search, search
+    assert fit is not None  # at least one sample of FIT_SPLIT_MIN or more
     base = search.name.removesuffix(" (search part)")
     return replace(fit, name=f"{base} (fit part)"), replace(scored, name=f"{base} (scored part)")
 

@@ -1,5 +1,5 @@
-"""One candidate's evaluation: build its recipe on the fit samples and score it against the original on the
-scored ones.
+"""One candidate's evaluation: build its recipe (pruning refits on the fit samples, quantization calibrates
+on every search sample) and score it against the original on the scored ones.
 
 This is the unit of work the executor ships to a worker process or a Ray task, so everything it needs
 travels with it (the original as bytes, the search samples as arrays) and it touches nothing of the

@@ -38,6 +38,7 @@ from onnxsat.inputs import (
     check_declared_shape,
     declared_dims,
     dim_expression,
+    dynamic_size,
     fixed_dim,
     named_sizes,
     random_inputs,
@@ -118,10 +119,7 @@ def _known(dim: onnx.TensorShapeProto.Dimension, named: Mapping[str, int]) -> in
         return dim.dim_value
     if dim.dim_param in named:
         return named[dim.dim_param]
-    terms = dim.dim_param.replace("*", "+").split("+") if dim.dim_param else []
-    if len(terms) > 1 and all(t.strip() in named or t.strip().isdigit() for t in terms):
-        return dim_expression(dim.dim_param, named)
-    return None
+    return dim_expression(dim.dim_param, named, unnamed=None) if dim.dim_param else None
 
 
 def _suggestion(name: str, declared: list[onnx.TensorShapeProto.Dimension] | None) -> str:
@@ -129,13 +127,8 @@ def _suggestion(name: str, declared: list[onnx.TensorShapeProto.Dimension] | Non
     ``past_sequence_length + sequence_length``), or ``name:D1,D2,...`` when not even the rank is declared."""
     if declared is None:
         return f"{name}:D1,D2,..."
-
-    def size(dim: onnx.TensorShapeProto.Dimension) -> int:
-        if fixed_dim(dim) is not None:
-            return dim.dim_value
-        return dim_expression(dim.dim_param, {}) or 1 if dim.dim_param else 1
-
-    return f"{name}:" + ",".join(str(size(d)) for d in declared)
+    sizes = [d.dim_value if fixed_dim(d) is not None else dynamic_size(d, {}) for d in declared]
+    return f"{name}:" + ",".join(map(str, sizes))
 
 
 def resolve_shapes(
