@@ -29,14 +29,13 @@ from onnxsat.eqsat.encode import encode
 from onnxsat.eqsat.extract import extract
 from onnxsat.eqsat.facts import count_dead_nodes
 from onnxsat.eqsat.frozen import freeze
-from onnxsat.eqsat.partial_shapes import fold_partial_shapes
+from onnxsat.eqsat.partial_shapes import fold_partial_shapes, static_shape_reads
 from onnxsat.eqsat.rules import TARGETS, applicable, rulesets_for
 from onnxsat.eqsat.saturate import SaturationLimits, SaturationStats, egraph_size, saturate
 from onnxsat.eqsat.warm import WarmEGraph, warm_egraph
 from onnxsat.errors import SettingsError
 from onnxsat.external_data import given_bytes, inference_view, stored_bytes
 from onnxsat.inputs import InputSpec
-from onnxsat.op_kinds import DEFAULT_DOMAINS
 from onnxsat.options import option
 from onnxsat.report import OptimizeReport, op_counts
 from onnxsat.specialize import specialize
@@ -346,34 +345,11 @@ def _optimize_graph(
         if not any(node.op_type == "Shape" for node in model.graph.node):
             break
         typed = _shape_inferred(model)
-        known = _static_shape_reads(model, typed)
+        known = static_shape_reads(model, typed)
         if not known or known & unfolded:
             break  # else a fold made sizes known that inference could not see before: rewrite again
         unfolded = known
     return model, rewrites
-
-
-def _static_shape_reads(model: onnx.ModelProto, typed: onnx.ModelProto | None) -> set[str]:
-    """Outputs of the Shape nodes whose read dims are all known now: a rewrite folds them. Inference stops
-    at an op whose output size depends on a run-time value (a Pad whose pads a chain of Shape, Gather and Ceil
-    computes, as TF's "same" padding exports); once a round folds that chain, the next op's sizes become
-    known, and the chain after it folds in the next round (tf_efficientnet has five such chains in a row)."""
-    if typed is None:
-        return set()
-    dims = {
-        value.name: [d.dim_value if d.HasField("dim_value") else None for d in value.type.tensor_type.shape.dim]
-        for value in [*typed.graph.value_info, *typed.graph.input]
-        if value.type.tensor_type.HasField("shape")
-    }
-    found = set()
-    for node in model.graph.node:
-        if node.op_type != "Shape" or node.domain not in DEFAULT_DOMAINS or node.input[0] not in dims:
-            continue
-        shape = dims[node.input[0]]
-        bounds = {a.name: a.i for a in node.attribute if a.name in ("start", "end")}
-        if all(d is not None for d in shape[bounds.get("start", 0) : bounds.get("end", len(shape))]):
-            found.add(node.output[0])
-    return found
 
 
 def optimize_model(

@@ -76,6 +76,23 @@ def _fold(node: onnx.NodeProto, vector: list[int], constants: dict[str, np.ndarr
     return None if np.any(picked < 0) else picked.astype(np.int64)
 
 
+def static_shape_reads(model: onnx.ModelProto, typed: onnx.ModelProto | None) -> set[str]:
+    """Outputs of the Shape nodes whose read dims are all known now: a rewrite folds them. Inference stops
+    at an op whose output size depends on a run-time value (a Pad whose pads a chain of Shape, Gather and Ceil
+    computes, as TF's "same" padding exports); once a round folds that chain, the next op's sizes become
+    known, and the chain after it folds in the next round (tf_efficientnet has five such chains in a row)."""
+    if typed is None:
+        return set()
+    dims = _known_dims(typed)
+    found = set()
+    for node in model.graph.node:
+        if node.op_type == "Shape" and node.domain in _DEFAULT_DOMAINS and node.input:
+            vector = _shape_vector(node, dims.get(node.input[0]))
+            if vector is not None and all(d >= 0 for d in vector):
+                found.add(node.output[0])
+    return found
+
+
 def _shape_vector(node: onnx.NodeProto, dims: list[int] | None) -> list[int] | None:
     """What ``Shape`` returns for an input of ``dims`` (-1 where unknown), its start and end applied."""
     if dims is None:
