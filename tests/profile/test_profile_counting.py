@@ -11,8 +11,10 @@ from onnx import TensorProto, helper, numpy_helper
 from profile_models import conv_relu, model, weight
 
 from onnxsat.errors import SettingsError
+from onnxsat.inputs import InputSpec
 from onnxsat.profile.counting import profile_model
 from onnxsat.profile.shapes import INFERENCE, ORT_RUN, ShapesUnknownError
+from onnxsat.profile.table import profile_table
 from onnxsat.pruning.cost import mac_count
 from onnxsat.zoo.synthetic import simple_classifier
 
@@ -149,7 +151,101 @@ def test_sequence_outputs_are_profiled_without_tensor_facts() -> None:
     )
     profile = profile_model(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8))
     assert [layer.op_type for layer in profile.layers] == ["ReduceSum", "Greater", "If"]
-    assert profile.layers[-1].output_shapes == () and "If" in profile.uncounted_ops
+    assert profile.layers[-1].output_shapes == ()
+    assert profile.uncounted_ops == ("SequenceConstruct", "SequenceEmpty")  # the branches' ops, not the If
+
+
+def _matmul_branch(name: str, width: int) -> onnx.GraphProto:
+    """A branch computing ``x @ w`` with its own [4, width] weight, after a Reshape to a target the model
+    is given at run time: shape inference cannot size what follows it, an ONNX Runtime run can."""
+    nodes = [
+        helper.make_node("Reshape", ["x", "target"], [f"{name}_x"]),
+        helper.make_node("MatMul", [f"{name}_x", f"{name}_w"], [f"{name}_y"]),
+        helper.make_node("ReduceSum", [f"{name}_y"], [f"{name}_out"], keepdims=0),
+    ]
+    out = helper.make_tensor_value_info(f"{name}_out", TensorProto.FLOAT, None)
+    return helper.make_graph(nodes, name, [], [out], [weight(f"{name}_w", 4, width)])
+
+
+def _if_model() -> onnx.ModelProto:
+    """A merged-decoder-like model: the whole computation is in an If's branches."""
+    node = helper.make_node(
+        "If", ["flag"], ["y"], "branches", then_branch=_matmul_branch("a", 8), else_branch=_matmul_branch("b", 2)
+    )
+    graph = helper.make_graph(
+        [node],
+        "g",
+        [
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 4]),
+            helper.make_tensor_value_info("target", TensorProto.INT64, [2]),
+            helper.make_tensor_value_info("flag", TensorProto.BOOL, [1]),
+        ],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+_IF_FEEDS = InputSpec(given={"target": np.array([3, 4], np.int64)})
+
+
+def test_an_if_counts_its_larger_branch_and_both_branches_weights() -> None:
+    """Each branch is run in the If's place to size its tensors: the whole model is counted."""
+    profile = profile_model(_if_model(), _IF_FEEDS)
+    (layer,) = profile.layers
+    assert layer.macs == 3 * 8 * 4 + 3 * 8  # the larger branch: MatMul [3,4]x[4,8], then its ReduceSum
+    assert layer.params == profile.params == 4 * 8 + 4 * 2  # each branch's own weight
+    assert profile.uncounted_ops == () and profile.unsized == 0 and profile.shape_method == ORT_RUN
+
+
+def test_without_onnxruntime_a_branch_s_unknown_sizes_count_zero_and_are_said() -> None:
+    profile = profile_model(_if_model(), _IF_FEEDS, allow_onnxruntime=False)
+    assert profile.layers[0].macs == 0
+    assert profile.unsized == 4  # each branch's MatMul and ReduceSum; the Reshape costs nothing anyway
+    assert "note: 4 nodes inside bodies counted as 0" in profile_table(profile, "m.onnx", 0)
+    assert profile.shape_method == INFERENCE
+
+
+def _loop_model(trips: onnx.TensorProto | None) -> onnx.ModelProto:
+    """A Loop adding ``x @ w`` to a carried value; its trip count a constant or a graph input."""
+    body = helper.make_graph(
+        [
+            helper.make_node("MatMul", ["carried", "w"], ["product"]),
+            helper.make_node("Add", ["product", "carried"], ["next"]),
+            helper.make_node("Identity", ["condition"], ["go_on"]),
+        ],
+        "body",
+        [
+            helper.make_tensor_value_info("i", TensorProto.INT64, []),
+            helper.make_tensor_value_info("condition", TensorProto.BOOL, []),
+            helper.make_tensor_value_info("carried", TensorProto.FLOAT, [2, 4]),
+        ],
+        [
+            helper.make_tensor_value_info("go_on", TensorProto.BOOL, []),
+            helper.make_tensor_value_info("next", TensorProto.FLOAT, [2, 4]),
+        ],
+    )
+    loop = helper.make_node("Loop", ["trips", "", "x"], ["y"], "loop", body=body)
+    inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4])]
+    if trips is None:
+        inputs.append(helper.make_tensor_value_info("trips", TensorProto.INT64, []))
+    initializers = [weight("w", 4, 4), *([trips] if trips is not None else [])]
+    graph = helper.make_graph(
+        [loop], "g", inputs, [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 4])], initializers
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+def test_a_loop_counts_its_body_times_a_constant_trip_count() -> None:
+    profile = profile_model(_loop_model(numpy_helper.from_array(np.array(5, np.int64), "trips")))
+    assert profile.layers[0].macs == 5 * (2 * 4 * 4 + 2 * 4)  # MatMul and Add, five times
+    assert profile.per_iteration == ()
+
+
+def test_a_loop_with_a_trip_count_given_at_run_time_counts_one_iteration_and_says_so() -> None:
+    profile = profile_model(_loop_model(None))
+    assert profile.layers[0].macs == 2 * 4 * 4 + 2 * 4
+    assert profile.per_iteration == ("loop",)
+    assert "note: loop counted for one iteration" in profile_table(profile, "m.onnx", 0)
 
 
 def test_a_scikit_learn_model_s_weights_in_attributes_are_parameters() -> None:

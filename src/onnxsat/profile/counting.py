@@ -3,7 +3,12 @@
 How each figure is counted
 --------------------------
 Shapes are static, at the input shapes the user fixed (see :mod:`onnxsat.profile.shapes`). Only the
-main graph's nodes are layers; a node holding subgraphs (If, Loop, Scan) counts its own outputs only.
+main graph's nodes are layers; a node holding subgraphs counts its bodies' MACs by the rules below: an
+If its larger branch (one runs per call: a merged decoder's whole model is in its branches), a Loop its
+body times its trip count when that is a constant, a Scan its body times the length of its first scanned
+input. A Loop whose trip count is computed at run time counts one iteration and is listed in
+``ModelProfile.per_iteration``; body nodes whose shapes inference cannot tell count 0 and are counted in
+``ModelProfile.unsized``.
 
 **MACs** follow onnx-tool 1.0 (``onnx_tool.Graph.profile``, a widely used ONNX profiler), so
 figures compare with published ones. onnx-tool counts "instructions": every elementwise op too,
@@ -15,7 +20,8 @@ with transcendental functions weighted by the cost of their vectorised approxima
 - Gemm: ``output elements x K`` (K from B, honouring transB) + output elements when C is given.
   MatMul: ``output elements x B's second-to-last dim``.
 - Per output element: Relu, Add, Sub, Mul, Mod, Min, Max, Neg, Abs, Ceil, Sign, CumSum, Hardmax,
-  comparisons and logic (Equal, Less, Greater, ..., And, Or, Not, Xor, Round, Floor, NonZero) 1;
+  comparisons and logic (Equal, Less, Greater, ..., And, Or, Not, Xor, IsNaN, IsInf, Round, Floor,
+  NonZero) 1;
   Clip, PRelu, LeakyRelu, QuantizeLinear, DequantizeLinear, ImageScaler 2; HardSigmoid 4;
   HardSwish 5; Div, Reciprocal 4; InstanceNormalization 7; Sqrt 24; Exp, Sigmoid, Pow 32;
   LpNormalization 33; Gelu 34; Elu 35; Softmax 36; Sin, Cos 39; Log 43; Atan 64; Tanh 76;
@@ -45,7 +51,7 @@ with transcendental functions weighted by the cost of their vectorised approxima
   (its range is found on the way).
 - Anything else counts 0 and is listed in ``ModelProfile.uncounted_ops`` so a report can say so.
 
-**Parameters**: the elements of every initializer of the main graph, dense and sparse (a sparse
+**Parameters**: the elements of every initializer of the main graph and its bodies, dense and sparse (a sparse
 initializer counts its dense size, MatMulNBits's packed 4-bit weight its K x N), whether or not a node
 reads it. A layer's parameters are the initializers it is the first node to read. The model is profiled
 in normal form (``onnxsat.normal_form``): a Constant node's tensor is an initializer, so weights exporters
@@ -81,24 +87,25 @@ Differences from onnx-tool (checked in ``tests/profile/test_onnx_tool.py``)
 from __future__ import annotations
 
 import math
-from collections import Counter
+from collections import Counter, defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
 import onnx
-from onnx import TensorProto
+from onnx import TensorProto, numpy_helper
 
 from onnxsat.inputs import InputsLike
 from onnxsat.normal_form import normal_form
 from onnxsat.op_kinds import DEFAULT_DOMAINS, qualified_op
-from onnxsat.profile.shapes import MICROSOFT, Shapes, TensorFacts, resolve_shapes
+from onnxsat.profile.shapes import INFERENCE, MICROSOFT, Shapes, TensorFacts, resolve_shapes
+from onnxsat.proto_fields import all_graphs, bodies_of
 
 _PER_ELEMENT: dict[str, int] = {
     **dict.fromkeys(
         ("Relu", "Add", "Sub", "Mul", "Mod", "Min", "Max", "Neg", "Abs", "Ceil", "Sign", "CumSum", "Hardmax"), 1
     ),
     **dict.fromkeys(("Less", "LessOrEqual", "Greater", "GreaterOrEqual", "Equal", "Round", "Floor", "NonZero"), 1),
-    **dict.fromkeys(("And", "Or", "Not", "Xor"), 1),
+    **dict.fromkeys(("And", "Or", "Not", "Xor", "IsNaN", "IsInf"), 1),
     **dict.fromkeys(("Clip", "PRelu", "LeakyRelu", "QuantizeLinear", "DequantizeLinear", "ImageScaler"), 2),
     "DynamicQuantizeLinear": 2,
     **{"HardSigmoid": 4, "HardSwish": 5, "Div": 4, "Reciprocal": 4, "InstanceNormalization": 7, "Sqrt": 24},
@@ -188,6 +195,10 @@ class ModelProfile:
     input_shapes: dict[str, list[int]]
     shape_method: str
     uncounted_ops: tuple[str, ...]
+    per_iteration: tuple[str, ...] = ()
+    """Loops counted for one iteration: their trip count is computed at run time."""
+    unsized: int = 0
+    """Body nodes counted 0 because shape inference cannot tell their shapes."""
 
     @property
     def macs(self) -> int:
@@ -213,14 +224,16 @@ class ModelProfile:
             "input_shapes": self.input_shapes,
             "shape_method": self.shape_method,
             "uncounted_ops": list(self.uncounted_ops),
+            "per_iteration": list(self.per_iteration),
+            "unsized_body_nodes": self.unsized,
         }
 
 
 def parameter_count(model: onnx.ModelProto) -> int:
-    """Elements of every initializer of the main graph (a sparse one at its dense size, a 4-bit
-    MatMulNBits weight at its K x N), and the numbers ``ai.onnx.ml`` nodes hold in attributes."""
+    """Elements of every initializer of the main graph and its bodies (a sparse one at its dense size, a
+    4-bit MatMulNBits weight at its K x N), and the numbers ``ai.onnx.ml`` nodes hold in attributes."""
     packed = _packed_elements(model)
-    dense = sum(packed.get(t.name, math.prod(t.dims)) for t in model.graph.initializer)
+    dense = sum(packed.get(t.name, math.prod(t.dims)) for t in _initializers(model))
     in_attributes = sum(attribute_weights(node)[0] for node in model.graph.node)
     return dense + sum(math.prod(s.dims) for s in model.graph.sparse_initializer) + in_attributes
 
@@ -260,7 +273,7 @@ def profile_model(
     weights = _weights(model)
     seen: set[str] = set()
     layers = []
-    uncounted: set[str] = set()
+    counter = _Counter(shapes, _constant_counts(model))
     for index, node in enumerate(model.graph.node):
         params, weight_bytes = attribute_weights(node)
         for name in _reads(node):
@@ -268,27 +281,104 @@ def profile_model(
                 seen.add(name)
                 params += weights[name][0]
                 weight_bytes += weights[name][1]
+        for body in bodies_of(node):  # each body's own weights are stored apart, even under the same names
+            for tensor in (t for graph in all_graphs(body) for t in graph.initializer):
+                params += math.prod(tensor.dims)
+                weight_bytes += _nbytes(TensorFacts(tuple(tensor.dims), tensor.data_type))
         outputs = [shapes.tensors[name] for name in node.output if name in shapes.tensors]
         output_bytes = 0 if node.op_type == "Constant" else sum(_nbytes(f) for f in outputs)
-        try:
-            macs = node_macs(node, shapes)
-        except KeyError:  # it reads or writes a sequence, map or optional value: no tensor rule applies
-            macs = None
-        if macs is None:
-            uncounted.add(qualified_op(node.domain, node.op_type, "."))
         layers.append(
             LayerProfile(
                 name=node.name or f"{node.op_type}_{index}",
                 op_type=node.op_type,
                 domain=node.domain,
-                macs=macs or 0,
+                macs=counter.macs(node),
                 params=params,
                 weight_bytes=weight_bytes,
                 output_bytes=output_bytes,
                 output_shapes=tuple(f.shape for f in outputs),
             )
         )
-    return ModelProfile(tuple(layers), parameter_count(model), shapes.inputs, shapes.method, tuple(sorted(uncounted)))
+    return ModelProfile(
+        tuple(layers),
+        parameter_count(model),
+        shapes.inputs,
+        shapes.method,
+        tuple(sorted(counter.uncounted)),
+        tuple(counter.per_iteration),
+        counter.unsized,
+    )
+
+
+_ANY_SHAPES = Shapes(defaultdict(lambda: TensorFacts((1,), TensorProto.FLOAT)), {}, INFERENCE)
+
+
+def _has_costly_rule(node: onnx.NodeProto) -> bool:
+    """Whether a MAC rule covers ``node`` and counts something (not a data move), whatever its sizes."""
+    try:
+        return bool(node_macs(node, _ANY_SHAPES))  # every tensor of one element
+    except (IndexError, KeyError):  # a rule reading a dim a one-element tensor does not have
+        return True
+
+
+class _Counter:
+    """MACs of nodes and of the bodies they hold, and what could not be counted on the way."""
+
+    def __init__(self, shapes: Shapes, constants: dict[str, int]) -> None:
+        self.shapes = shapes
+        self.constants = constants
+        self.uncounted: set[str] = set()
+        self.per_iteration: list[str] = []
+        self.unsized = 0
+
+    def macs(self, node: onnx.NodeProto, in_body: bool = False) -> int:
+        if node.domain in DEFAULT_DOMAINS and node.op_type in ("If", "Loop", "Scan"):
+            return self._control_flow(node)
+        try:
+            macs = node_macs(node, self.shapes)
+        except KeyError:  # a sequence, map or optional value, or (in a body) a shape inference left open
+            macs = None
+            if in_body and _has_costly_rule(node):  # sizes not known to shape inference
+                self.unsized += 1
+                return 0
+        if macs is None:
+            self.uncounted.add(qualified_op(node.domain, node.op_type, "."))
+        return macs or 0
+
+    def _body(self, graph: onnx.GraphProto) -> int:
+        return sum(self.macs(inner, in_body=True) for inner in graph.node)
+
+    def _control_flow(self, node: onnx.NodeProto) -> int:
+        bodies = {a.name: a.g for a in node.attribute if a.type == onnx.AttributeProto.GRAPH}
+        if node.op_type == "If":
+            return max(self._body(bodies["then_branch"]), self._body(bodies["else_branch"]))
+        body = self._body(bodies["body"])
+        if node.op_type == "Loop":
+            trips = self.constants.get(node.input[0]) if node.input and node.input[0] else None
+        else:
+            scanned = _int(node, "num_scan_inputs", 1)
+            axes = _attribute(node, "scan_input_axes", [0])
+            axis = axes[0] if isinstance(axes, list) and axes else 0
+            first = self.shapes.tensors.get(node.input[len(node.input) - scanned])
+            trips = first.shape[axis] if first is not None and first.shape else None
+        if trips is None:
+            self.per_iteration.append(node.name or node.op_type)
+            return body
+        return body * trips
+
+
+def _initializers(model: onnx.ModelProto) -> list[TensorProto]:
+    """Every initializer of the main graph and of its bodies (optimize may move weights into a body)."""
+    return [tensor for graph in all_graphs(model.graph) for tensor in graph.initializer]
+
+
+def _constant_counts(model: onnx.ModelProto) -> dict[str, int]:
+    """Integer scalars stored as initializers, by name: the trip counts a Loop may read."""
+    return {
+        tensor.name: int(numpy_helper.to_array(tensor).reshape(()))
+        for tensor in _initializers(model)
+        if tensor.data_type in (TensorProto.INT64, TensorProto.INT32) and math.prod(tensor.dims) == 1
+    }
 
 
 def _packed_elements(model: onnx.ModelProto) -> dict[str, int]:
@@ -301,7 +391,7 @@ def _packed_elements(model: onnx.ModelProto) -> dict[str, int]:
 
 
 def _weights(model: onnx.ModelProto) -> dict[str, tuple[int, int]]:
-    """Initializer name -> (elements, bytes as stored)."""
+    """Main-graph initializer name -> (elements, bytes as stored)."""
     packed = _packed_elements(model)
     weights = {
         t.name: (packed.get(t.name, math.prod(t.dims)), _nbytes(TensorFacts(tuple(t.dims), t.data_type)))

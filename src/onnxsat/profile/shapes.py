@@ -44,6 +44,7 @@ from onnxsat.inputs import (
     random_inputs,
 )
 from onnxsat.op_kinds import default_opset_version
+from onnxsat.proto_fields import all_graphs
 from onnxsat.verification import run_model, with_outputs
 
 MICROSOFT = "com.microsoft"
@@ -155,20 +156,71 @@ def resolve_shapes(
     _add_dropout_masks(model, facts)
     wanted = [name for node in model.graph.node for name in node.output if name]
     missing = [name for name in wanted if name not in facts]
-    if not missing:
+    branches = [(index, branch) for index, branch in _if_branches(model) if _unknown_in(branch, facts)]
+    if not missing and not branches:
         return Shapes(facts, inputs, INFERENCE)
     if not allow_onnxruntime:
+        if not missing:  # counting a branch's nodes is best effort; the main graph's shapes are all known
+            return Shapes(facts, inputs, INFERENCE)
         raise ShapesUnknownError(f"shape inference cannot tell the shape of {_listed(missing)}")
 
-    exposed = with_outputs(fixed, missing)
-    names = [o.name for o in exposed.graph.output]
-    arrays = run_model(exposed, random_inputs(fixed, spec), "model to learn its shapes", base_dir=base_dir)
-    for name, array in zip(names, arrays, strict=True):
-        if name in missing and isinstance(array, np.ndarray):  # not a sequence, map or optional: no tensor facts
+    feeds = random_inputs(fixed, spec)
+    if missing:
+        _read_off(with_outputs(fixed, missing), missing, feeds, facts, base_dir)
+    for index, branch in branches:  # the branch's nodes in the If's place, so a run can expose their outputs
+        _read_off(_with_branch_inlined(fixed, index, branch), _unknown_in(branch, facts), feeds, facts, base_dir)
+    return Shapes(facts, inputs, ORT_RUN)
+
+
+def _read_off(
+    model: onnx.ModelProto,
+    names: list[str],
+    feeds: dict[str, np.ndarray],
+    facts: dict[str, TensorFacts],
+    base_dir: Path | None,
+) -> None:
+    """One ONNX Runtime run of ``model`` exposing ``names``; their shapes and types go into ``facts``."""
+    exposed = with_outputs(model, names)
+    outputs = [o.name for o in exposed.graph.output]
+    arrays = run_model(exposed, feeds, "model to learn its shapes", base_dir=base_dir)
+    for name, array in zip(outputs, arrays, strict=True):
+        if name in names and isinstance(array, np.ndarray):  # not a sequence, map or optional: no tensor facts
             facts[name] = TensorFacts(
                 tuple(int(d) for d in array.shape), onnx.helper.np_dtype_to_tensor_dtype(array.dtype)
             )
-    return Shapes(facts, inputs, ORT_RUN)
+
+
+def _if_branches(model: onnx.ModelProto) -> list[tuple[int, onnx.GraphProto]]:
+    """(index, branch) of every main-graph If node's two branches: a merged decoder is one If."""
+    return [
+        (index, attribute.g)
+        for index, node in enumerate(model.graph.node)
+        if node.op_type == "If" and node.domain in ("", "ai.onnx")
+        for attribute in node.attribute
+        if attribute.type == onnx.AttributeProto.GRAPH
+    ]
+
+
+def _unknown_in(branch: onnx.GraphProto, facts: Mapping[str, TensorFacts]) -> list[str]:
+    return [name for node in branch.node for name in node.output if name and name not in facts]
+
+
+def _with_branch_inlined(model: onnx.ModelProto, index: int, branch: onnx.GraphProto) -> onnx.ModelProto:
+    """A copy of ``model`` that runs ``branch`` where the If at ``index`` was, whatever its condition, so
+    that one ONNX Runtime run can expose the branch's tensors (a body's tensors cannot be outputs)."""
+    inlined = onnx.ModelProto()
+    inlined.CopyFrom(model)
+    node = inlined.graph.node[index]
+    handover = [
+        onnx.helper.make_node("Identity", [inner.name], [outer], name=f"{outer}_from_branch")
+        for inner, outer in zip(branch.output, node.output, strict=True)
+        if outer and outer != inner.name  # a merger may name a branch's output as the If's
+    ]
+    nodes = [*inlined.graph.node[:index], *branch.node, *handover, *inlined.graph.node[index + 1 :]]
+    del inlined.graph.node[:]
+    inlined.graph.node.extend(nodes)
+    inlined.graph.initializer.extend(branch.initializer)
+    return inlined
 
 
 def _add_dropout_masks(model: onnx.ModelProto, facts: dict[str, TensorFacts]) -> None:
@@ -209,7 +261,7 @@ def _with_standard_twins(model: onnx.ModelProto) -> onnx.ModelProto:
     """A copy for shape inference with FusedConv/FusedGemm/plain FusedMatMul replaced by Conv/Gemm/MatMul."""
     twins = onnx.ModelProto()
     twins.CopyFrom(model)
-    for node in twins.graph.node:
+    for node in (node for graph in all_graphs(twins.graph) for node in graph.node):
         twin = _STANDARD_TWINS.get(node.op_type) if node.domain == MICROSOFT else None
         if twin is None or (node.op_type == "FusedMatMul" and _transposes(node)):
             continue
@@ -235,12 +287,15 @@ def _inferred(model: onnx.ModelProto) -> dict[str, TensorFacts]:
     except (onnx.shape_inference.InferenceError, onnx.checker.ValidationError):
         inferred = view  # inference is best effort; what it cannot tell is left to the ORT run
     facts: dict[str, TensorFacts] = {}
-    graph = inferred.graph
-    for value in [*graph.input, *graph.value_info, *graph.output]:
-        tensor_type = value.type.tensor_type
-        if not value.type.HasField("tensor_type") or not tensor_type.HasField("shape") or not tensor_type.elem_type:
-            continue
-        dims = tensor_type.shape.dim
-        if all(fixed_dim(d) is not None for d in dims):
-            facts[value.name] = TensorFacts(tuple(d.dim_value for d in dims), tensor_type.elem_type)
+    for graph in all_graphs(inferred.graph):  # body tensors too: names are unique across a model's graphs
+        for value in [*graph.input, *graph.value_info, *graph.output]:
+            tensor_type = value.type.tensor_type
+            if not value.type.HasField("tensor_type") or not tensor_type.HasField("shape") or not tensor_type.elem_type:
+                continue
+            dims = tensor_type.shape.dim
+            if value.name not in facts and all(fixed_dim(d) is not None for d in dims):
+                facts[value.name] = TensorFacts(tuple(d.dim_value for d in dims), tensor_type.elem_type)
+        if graph is not inferred.graph:  # a body's own weights (the main graph's are added by the caller)
+            for tensor in graph.initializer:
+                facts.setdefault(tensor.name, TensorFacts(tuple(tensor.dims), tensor.data_type))
     return facts

@@ -156,6 +156,11 @@ def _notes(profile: ModelProfile) -> list[str]:
     notes = []
     if profile.uncounted_ops:
         notes.append(f"note: no MAC rule for {', '.join(profile.uncounted_ops)}; counted as 0")
+    if profile.per_iteration:
+        loops = ", ".join(profile.per_iteration)
+        notes.append(f"note: {loops} counted for one iteration: the trip count is computed at run time")
+    if profile.unsized:
+        notes.append(f"note: {profile.unsized} nodes inside bodies counted as 0: their shapes are not known")
     read = sum(layer.params for layer in profile.layers)
     if read != profile.params:
         notes.append(f"note: params include {profile.params - read:,} elements of initializers no node reads")
