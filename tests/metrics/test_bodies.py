@@ -59,3 +59,41 @@ def test_sparsify_prunes_the_branch_the_data_takes_and_leaves_the_other_dense(tm
     for name in set(pruned) - {chosen}:  # the else branch's weights, never reached: untouched
         np.testing.assert_array_equal(pruned[name], numpy_helper.to_array(original_else))
     assert len(pruned) == 3 and np.count_nonzero(pruned[chosen] == 0) > 0
+
+
+def test_a_budget_scored_on_one_branch_says_the_other_was_not_measured(tmp_path: Path) -> None:
+    """A merged decoder's ``use_cache_branch`` set alike in every sample: quantization changes both branches,
+    and the data scores one."""
+    path = branches(tmp_path / "b.onnx")
+    feeds, data = tmp_path / "switch.npz", tmp_path / "data.npz"
+    np.savez(feeds, switch=np.array(True))
+    np.savez(data, inputs=np.random.default_rng(1).normal(size=(60, FEATURES)).astype(np.float32))
+    out, report = tmp_path / "out.onnx", tmp_path / "report.json"
+    args = [
+        "quantize",
+        str(path),
+        "--mode",
+        "dynamic",
+        "--max-drop",
+        "50%",
+        "--data",
+        str(data),
+        "--inputs",
+        str(feeds),
+    ]
+    assert main([*args, "-o", str(out), "--report", str(report), "--no-node-timing"]) == 0
+    notes = json.loads(report.read_text())["notes"]
+    assert any("sets switch alike, so only its then_branch was scored" in note for note in notes), notes
+
+
+def test_data_taking_both_branches_raises_no_such_note(tmp_path: Path) -> None:
+    from onnxsat.data.sources import Dataset
+    from onnxsat.metrics.scorer import untaken_branches
+
+    model = onnx.load(branches(tmp_path / "b.onnx"))
+    x = np.zeros((4, FEATURES), np.float32)
+    both = Dataset(x, None, "rows", companions={"switch": np.array([True, False, True, True])})
+    assert untaken_branches(model, {}, both) == []
+    one = Dataset(x, None, "rows", companions={"switch": np.array([False] * 4)})
+    (note,) = untaken_branches(model, {}, one)
+    assert "only its else_branch was scored; its then_branch was changed too" in note

@@ -431,10 +431,17 @@ def test_the_budget_search_stops_at_its_time_budget(
     monkeypatch.setattr(ModelScorer, "judge", judge_once)
     monkeypatch.setattr(quantize_module, "_now", lambda: 1e18 if judged else 0.0)
     args = ["--mode", "static", "--no-node-timing", "--metric", "snr", *DIGITS, "--max-drop", "0"]
-    code, _, out = quantize(bundled_digits_cnn(), tmp_path, *args)
+    code, report, out = quantize(bundled_digits_cnn(), tmp_path, *args)
     assert code != 0 and not out.exists() and len(judged) == 1
-    err = capsys.readouterr().err
+    captured = capsys.readouterr()
+    err = captured.err
     assert "the search stopped at --budget-minutes" in err
+    # the refusal still prints and writes what was measured: the mode tried and its most damaging nodes
+    assert report["written"] is False and report["chosen"] is None
+    (trial,) = report["trials"]
+    assert trial["mode"] == "static" and trial["error"].startswith("no subset of nodes fits the budget")
+    assert trial["worst"] and all(isinstance(damage, float) for _, damage in trial["worst"])
+    assert "most damaging nodes: " + trial["worst"][0][0] in captured.out
     assert "with its sampling error, against 0.00%" in err  # the drop alone (0.00% here, maybe) is not what fits
     code = main(["quantize", str(bundled_digits_cnn()), "-o", str(tmp_path / "o.onnx"), "--budget-minutes", "0"])
     assert code != 0
@@ -594,6 +601,18 @@ def test_node_timing_reads_a_reshape_target_and_a_mode_is_timed_whole_too(
     assert speeds_of == {"conv1": 0.5, "conv2": 0.5, "pool": None, "fc": 0.5}  # every node, though slower alone
     (trial,) = report["trials"]
     assert trial["note"] == "3 nodes slower alone quantized anyway: the model ran 7.00x with them, 4.00x without"
+
+    # a budget search after that: the note says what it made of the mode, not only what the mode was before
+    def one_more_in_float(model: onnx.ModelProto, full: quantize_module.Candidate, *_: object) -> object:
+        excluded = {**full.excluded, "fc": "in float for the budget"}
+        return quantize_module.Candidate(full.mode, full.model, excluded, full.score, {}, full.speeds)
+
+    monkeypatch.setattr(quantize_module, "_within_budget", one_more_in_float)
+    args = ["--mode", "static", "--data", "digits-test", "--metric", "snr", "--max-drop", "0%", "--holdout", "0"]
+    code, report, _ = quantize(path, tmp_path, *args)
+    assert code == 0, report
+    (trial,) = report["trials"]
+    assert trial["note"].endswith("4.00x without; then the budget left 1 more in float: 7.00x")
 
 
 def test_histogram_calibrators_get_batches_of_one_size() -> None:

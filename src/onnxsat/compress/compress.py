@@ -154,7 +154,7 @@ def compress_model(
         report.fitted_on = f"{fit_data.name}: {len(fit_data)} samples, none of them scored"
     report.confidence = options.confidence
     report.metric, report.metrics = scorer.baseline.metric, scorer.budget.describe()
-    report.notes += scorer.budget.blind_spots()
+    report.notes += scorer.blind_spots()
     search_bytes = samples_npz(search_data)
     problem = Problem(
         key=uuid.uuid4().hex,

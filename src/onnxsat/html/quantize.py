@@ -39,7 +39,7 @@ def quantize_page(report: QuantizeReport) -> Page:
                     f"{t.drop:.2%}" if t.drop is not None else "-",
                     f"{t.speedup:.2f}x" if t.speedup is not None else "-",
                     f"{t.seconds:.1f}",
-                    t.error or t.note,
+                    "; ".join(filter(None, [t.error or t.note, t.worst_text()])),
                 )
                 for t in report.trials
             ],

@@ -65,6 +65,12 @@ class ModelScorer:
         )
         self.baseline = self.budget.baseline
         self.budget.empty_outputs = list(runner.empty)
+        self._untaken = untaken_branches(original, self.given, dataset)
+
+    def blind_spots(self) -> list[str]:
+        """Warnings for the report: what agreement on this data cannot see (see ``Budget.blind_spots``),
+        and If branches no sample takes."""
+        return self.budget.blind_spots() + self._untaken
 
     def outputs(self, candidate: onnx.ModelProto) -> dict[str, np.ndarray]:
         self.evaluations += 1
@@ -97,3 +103,23 @@ class ModelScorer:
             state=self.state,
             scored=self.scored,
         )
+
+
+def untaken_branches(model: onnx.ModelProto, given: Mapping[str, np.ndarray], dataset: Dataset) -> list[str]:
+    """Notes on the main graph's If nodes steered by a model input (a merged decoder's ``use_cache_branch``)
+    that every sample sets alike: the data scores one branch, though a pass changes both."""
+    inputs = {value.name for value in model.graph.input}
+    notes = []
+    for node in model.graph.node:
+        if node.op_type != "If" or node.domain not in ("", "ai.onnx") or node.input[0] not in inputs:
+            continue
+        fed = given.get(node.input[0], dataset.companions.get(node.input[0]))
+        taken = {bool(v) for v in np.asarray(fed).ravel()} if fed is not None else set()
+        if len(taken) != 1:
+            continue
+        branch, other = ("then_branch", "else_branch") if taken.pop() else ("else_branch", "then_branch")
+        notes.append(
+            f"{node.name or 'If'}: every sample sets {node.input[0]} alike, so only its {branch} was scored; its "
+            f"{other} was changed too and its accuracy was not measured (give data that takes both)"
+        )
+    return notes

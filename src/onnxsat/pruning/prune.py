@@ -351,7 +351,7 @@ def _score(
     advice = "a lower --rate" + ("" if options.reconstruct else ", --reconstruct to refit what is kept")
     report.collapsed = collapse_warning(report.accuracy, advice + ", or `onnxsat compress` to search within a budget")
     report.notes += [f"warning: {report.collapsed}"] if report.collapsed else []
-    report.notes += scorer.budget.blind_spots()
+    report.notes += scorer.blind_spots()
     feeds = scorer.sample_feeds(VERIFY_SAMPLES)
     return InputSpec(options.inputs.shapes, feeds, f"the first {len(feeds[name])} samples of {data.name}")
 

@@ -76,6 +76,8 @@ SLOWER = 1.0
 NOT_SLOWER = 0.97
 """``auto`` writes nothing whose whole-model speedup is below this (ratio noise on this machine)."""
 RANDOM_SAMPLES = 32
+WORST_SHOWN = 5
+"""How many of a budget search's most damaging nodes its trial keeps for the report."""
 LATENCY_ROUNDS, LATENCY_WARMUP = 20, 3
 
 
@@ -201,7 +203,7 @@ def quantize_model(
     )
     report.data, report.baseline = search.name, scorer.baseline
     report.metric, report.metrics = scorer.baseline.metric, scorer.budget.describe()
-    report.notes += scorer.budget.blind_spots()
+    report.notes += scorer.blind_spots()
     feeds = _latency_feeds(prepared, search, model_input.name, given, options.latency_batch)
     timing_shapes = {**options.inputs.dims(), **{name: list(a.shape) for name, a in feeds.items()}}
     latency_batch = len(feeds[model_input.name])
@@ -229,14 +231,19 @@ def quantize_model(
         )
     if _now() >= deadline:
         report.notes.append(f"{OUT_OF_TIME} ({options.budget_minutes:g} min), with the best model found by then")
-    chosen = _choose(candidates, options, report)
-    if _integer_nodes(chosen.model) <= _integer_nodes(prepared):
-        trial = next((t for t in report.trials if t.mode == chosen.mode), None)
-        why = f"; {trial.note}" if trial is not None and trial.note else ""
-        raise SettingsError(
-            f"nothing was quantized: ONNX Runtime's quantizer left every node in float ({chosen.mode}{why})"
-            + quantized_note(prepared, "quantize")
-        )
+    try:
+        chosen = _choose(candidates, options, report)
+        if _integer_nodes(chosen.model) <= _integer_nodes(prepared):
+            trial = next((t for t in report.trials if t.mode == chosen.mode), None)
+            why = f"; {trial.note}" if trial is not None and trial.note else ""
+            raise SettingsError(
+                f"nothing was quantized: ONNX Runtime's quantizer left every node in float ({chosen.mode}{why})"
+                + quantized_note(prepared, "quantize")
+            )
+    except SettingsError as error:  # the modes tried and what they measured are printed, and written with --report
+        report.seconds = time.perf_counter() - start
+        error.report = report
+        raise
     report.chosen = chosen.mode
     report.nodes = _decisions(prepared, chosen, MODES[chosen.mode])
     report.accuracy = chosen.score
@@ -622,6 +629,9 @@ def _search_modes(
             searched.latency = time_model(searched.model)
             _record(trial, searched, start.total)
             candidates.append(searched)
+            left = len(searched.excluded) - len(full.excluded)
+            if trial.note:  # it spoke of the mode before the search: say what the search made of it
+                trial.note += f"; then the budget left {left} more in float: {searched.speedup or 0.0:.2f}x"
         trial.evaluations += scorer.evaluations - evaluations
         trial.seconds += time.perf_counter() - clock
     return candidates
@@ -755,6 +765,7 @@ def _within_budget(
     full = candidate.score
     fully = f"every node quantized: drop {full.drop:.2%}, bound {full.bound:.2%} with its sampling error"
     fully += f", against {budget:.2%}"
+    trial.worst = ordered[:WORST_SHOWN]
     if best is None:
         late = f"; {OUT_OF_TIME}" if _now() >= deadline else ""
         trial.error = f"no subset of nodes fits the budget ({fully}){late}"

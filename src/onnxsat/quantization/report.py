@@ -41,6 +41,14 @@ class ModeTrial:
     """Why the mode gave no usable model (nothing to quantize, budget missed, ORT refused it)."""
     note: str = ""
     """What whole-model timing decided over the node timings (nodes slower alone, quantized anyway or not)."""
+    worst: list[tuple[str, float]] = field(default_factory=list)
+    """The most damaging nodes of a mode searched for the budget, with their damage: why it missed it, or what
+    the search left in float first."""
+
+    def worst_text(self) -> str:
+        """``most damaging nodes: a (0.3), b (0.1)``, or nothing when the mode was not searched."""
+        shown = ", ".join(f"{name} ({damage:.3g})" for name, damage in self.worst)
+        return f"most damaging nodes: {shown}" if shown else ""
 
 
 @dataclass
@@ -96,6 +104,8 @@ class QuantizeReport(ReportBase):
                 lines.append(
                     f"{t.mode:<13}{t.quantized:>10}{t.kept:>6}{drop:>9}{speed:>9}{t.seconds:>9.1f}  {t.error or t.note}"
                 )
+                if t.worst:
+                    lines.append(f"{'':<13}{t.worst_text()}")
         if self.nodes:
             kept = [n for n in self.nodes if not n.quantized]
             lines.append("")
