@@ -6,6 +6,7 @@ from pathlib import Path
 
 import numpy as np
 import onnx
+import onnxruntime as ort
 import pytest
 from onnx import helper, numpy_helper
 from pruning_helpers import Builder, assert_rate_zero_is_identity, prune, run, shape_of
@@ -26,7 +27,8 @@ def attention_model(heads: int = 4, qkv: str = "separate", target: str = "litera
 
     ``qkv``: ``separate`` projections (BERT), one fused projection cut by a ``split`` on the channel axis
     (GPT-2), or reshaped to [B, S, 3, E] and picked by ``gather`` (ViT). ``target="computed"`` builds
-    Q's Reshape target at run time (Shape -> Slice -> Concat).
+    Q's Reshape target at run time (Shape -> Slice -> Concat); ``"computed -1"`` writes its head count as -1
+    (``view(*q.shape[:2], -1, D)``, as recent transformers models write it).
     """
     d = E // heads
     b = Builder()
@@ -51,13 +53,12 @@ def attention_model(heads: int = 4, qkv: str = "separate", target: str = "litera
                 for i, n in enumerate("qkv")
             )
     q_target = split_heads
-    if target == "computed":
+    if target in ("computed", "computed -1"):
         shape = b.node("Shape", [q], "q_shape")
         starts, ends = b.const("zero", np.array([0], dtype=np.int64)), b.const("two", np.array([2], dtype=np.int64))
         batch_seq = b.node("Slice", [shape, starts, ends], "q_batch_seq")
-        q_target = b.node(
-            "Concat", [batch_seq, b.const("heads_d", np.array([heads, d], dtype=np.int64))], "q_target", axis=0
-        )
+        heads_d = np.array([heads if target == "computed" else -1, d], dtype=np.int64)
+        q_target = b.node("Concat", [batch_seq, b.const("heads_d", heads_d)], "q_target", axis=0)
     q = b.node("Transpose", [b.node("Reshape", [q, q_target], "q_heads")], "q_t", perm=[0, 2, 1, 3])
     k = b.node("Transpose", [b.node("Reshape", [k, split_heads], "k_heads")], "k_t", perm=[0, 2, 3, 1])
     v = b.node("Transpose", [b.node("Reshape", [v, split_heads], "v_heads")], "v_t", perm=[0, 2, 1, 3])
@@ -170,16 +171,66 @@ def test_reconstruction_refits_the_output_projection() -> None:
     assert run(pruned)[0].shape == (B, S, E)
 
 
-def test_a_reshape_target_computed_at_run_time_keeps_the_heads_whole() -> None:
+def test_a_reshape_target_computed_at_run_time_prunes_whole_heads() -> None:
+    """PyTorch's ``q.view(*q.shape[:2], H, D)`` under dynamic sizes: the target is a Concat of sizes read off a
+    Shape and a constant [H, D]. The head count is edited in that constant, in a Concat of Q's own."""
     model = attention_model(4, target="computed")
-    _, _, forest = association_trees(model)
-    q = next(g for g in forest.groups if [r.node for r in g.roots] == ["q"])
-    assert not q.prunable and "its target shape is computed at run time" in q.reasons[0]
-    for root in ("k", "v"):  # their partner heads are not followed: they stay whole too
-        group = next(g for g in forest.groups if [r.node for r in g.roots] == [root])
-        assert not group.prunable and "which no root produces" in group.reasons[0]
-    _, report = prune(model, rate=0.5)  # the MLP is still pruned
-    assert next(g.kept for g in report.groups if g.roots == ["fc1"]) == 16
+    group = head_group(model)
+    assert group.prunable and group.heads and group.channels == 4
+    pruned, _ = prune(model, rate=0.5)
+    q_target = next(n for n in pruned.graph.node if n.name == "q_heads").input[1]
+    concat = next(n for n in pruned.graph.node if q_target in n.output)
+    values = {t.name: numpy_helper.to_array(t).tolist() for t in pruned.graph.initializer}
+    assert concat.op_type == "Concat" and values[concat.input[1]] == [2, E // 4]
+    assert run(pruned)[0].shape == (B, S, E)
+
+
+def test_a_run_time_target_with_minus_one_heads_needs_no_edit() -> None:
+    """``view(*q.shape[:2], -1, D)``: inference cannot size the heads; the -1 is the channel dim over D, and
+    stays -1 in the pruned model, where it now makes fewer heads."""
+    model = attention_model(4, target="computed -1")
+    group = head_group(model)
+    assert group.prunable and group.heads and group.channels == 4
+    pruned, _ = prune(model, rate=0.5)
+    q_target = next(n for n in pruned.graph.node if n.name == "q_heads").input[1]
+    concat = next(n for n in pruned.graph.node if q_target in n.output)
+    values = {t.name: numpy_helper.to_array(t).tolist() for t in pruned.graph.initializer}
+    assert values[concat.input[1]] == [-1, E // 4]
+    assert reshape_target(pruned, "k_heads") == [B, S, 2, E // 4]
+    assert run(pruned)[0].shape == (B, S, E)
+
+
+def test_a_run_time_target_shared_by_several_reshapes_gets_one_copy_each() -> None:
+    """The normal form merges equal run-time targets into one Concat; each Reshape pruned by its own group
+    must get a target of its own (here Q's heads and an unrelated MLP reshape read the same Concat)."""
+    from onnxsat.pruning.apply import apply_pruning
+    from onnxsat.pruning.trees import Forest, ShapeEdit
+
+    b = Builder()
+    shape = b.node("Shape", ["x"], "x_shape")
+    batch_seq = b.node("Slice", [shape, b.const("zero", np.array([0])), b.const("two", np.array([2]))], "lead")
+    target = b.node("Concat", [batch_seq, b.const("heads_d", np.array([4, E // 4]))], "target", axis=0)
+    first = b.node("Reshape", ["x", target], "first")
+    second = b.node("Reshape", ["x", target], "second")
+    model = b.model([first, second], input_shape=[B, S, E])
+    edit = ShapeEdit("concat-piece", 3, 0, ((0, 1),), slot=1)  # "first": 4 heads -> 3
+    applied = apply_pruning(model, Forest([], [edit]), {})
+    assert applied.model.graph.node[3].input[1] == "target"  # nothing pruned: nothing copied
+    forest = Forest([_one_group()], [edit])
+    result = apply_pruning(model, forest, {0: np.array([0, 1, 2])}).model
+    readers = {n.name: n.input[1] for n in result.graph.node if n.op_type == "Reshape"}
+    assert readers["second"] == "target" and readers["first"] != "target"
+    values = {t.name: numpy_helper.to_array(t).tolist() for t in result.graph.initializer}
+    own = next(n for n in result.graph.node if readers["first"] in n.output)
+    assert values[own.input[1]] == [3, E // 4] and values["heads_d"] == [4, E // 4]
+    order = [n.name for n in result.graph.node]
+    assert order.index(own.name) < order.index("first")  # the copy is placed before its reader
+    onnx.checker.check_model(result)
+
+
+def _one_group() -> ChannelGroup:
+    """A bare group of four channels with no slices: only the shape edit names it."""
+    return ChannelGroup(index=0, roots=[], channels=4)
 
 
 def test_a_computed_reshape_target_folded_by_onnxsat_optimize_is_handled() -> None:
@@ -278,18 +329,40 @@ def test_transformer_exports_lose_half_their_heads(name: str) -> None:
     onnx.checker.check_model(pruned)
 
 
-def test_a_target_computed_from_a_dynamic_input_size_names_the_way_to_fold_it(tmp_path: Path) -> None:
-    """With a dynamic batch, plain folding cannot make the target a constant: the reason says to fix the
-    sizes first, and doing so makes the heads prunable."""
-    from onnxsat.cli import main
-
+def test_heads_are_pruned_under_a_dynamic_batch_and_the_result_keeps_it() -> None:
+    """A target computed from a dynamic input size cannot be folded; the heads are pruned through it all the
+    same, and the pruned model still takes any batch."""
     model = attention_model(4, target="computed")
     model.graph.input[0].type.tensor_type.shape.dim[0].dim_param = "batch"
-    _, _, forest = association_trees(model)
-    q = next(g for g in forest.groups if [r.node for r in g.roots] == ["q"])
-    assert "from the input's dynamic size" in q.reasons[0] and "--specialize" in q.reasons[0]
-    source, folded = tmp_path / "dynamic.onnx", tmp_path / "folded.onnx"
-    onnx.save(model, source)
-    shape = f"x:{B},{S},{E}"
-    assert main(["optimize", str(source), "-o", str(folded), "--input-shape", shape, "--specialize"]) == 0
-    assert head_group(onnx.load(folded)).prunable
+    for tensor in model.graph.initializer:  # K's, V's and the merge's literal targets copy the batch (0)
+        if tensor.name in ("split_heads", "merge_heads"):
+            value = numpy_helper.to_array(tensor).copy()
+            value[0] = 0
+            tensor.CopyFrom(numpy_helper.from_array(value, tensor.name))
+    group = head_group(model)
+    assert group.prunable and group.heads and group.channels == 4
+    pruned, report = prune_model(model, PruneOptions(rate=0.5))
+    assert report.verification is not None and report.verification.ok
+    assert pruned.graph.input[0].type.tensor_type.shape.dim[0].dim_param == "batch"
+    x = np.random.default_rng(0).normal(size=(3, S, E)).astype(np.float32)
+    session = ort.InferenceSession(pruned.SerializeToString(), providers=["CPUExecutionProvider"])
+    assert session.run(None, {"x": x})[0].shape == (3, S, E)
+
+
+def test_a_dim_inference_leaves_symbolic_is_read_as_a_broadcast_one_from_two_runs() -> None:
+    """An attention mask expanded at run time to ``[batch, 1, S]``: inference cannot tell its dim 1 is a 1;
+    two runs at different dynamic sizes can, and tell it from the batch, which changes with them."""
+    from onnxsat.pruning.graph import GraphIndex
+
+    b = Builder()
+    batch = b.node(
+        "Slice", [b.node("Shape", ["x"], "x_shape"), b.const("z", np.array([0])), b.const("o", np.array([1]))], "n"
+    )
+    one = b.node("Max", [b.const("one", np.array([1])), b.const("zero", np.array([0]))], "one_at_run_time")
+    size = b.node("Concat", [batch, one, b.const("s", np.array([S]))], "mask_size", axis=0)
+    mask = b.node("Expand", [b.const("row", np.zeros((1, 1, S), np.float32)), size], "mask")
+    model = b.model([b.node("Add", ["x", mask], "masked")], input_shape=[B, S, S])
+    model.graph.input[0].type.tensor_type.shape.dim[0].dim_param = "batch"
+    index = GraphIndex(model)
+    assert not isinstance(index.shape(mask)[1], int)  # inference does not follow Max
+    assert index.broadcast_dim(mask, 1) and index.broadcast_dim(mask, 2) is False and not index.broadcast_dim(mask, 0)

@@ -13,7 +13,7 @@ from pruning_helpers import Builder, kept, prune, shape_of, status
 
 from onnxsat.api import prune as prune_file
 from onnxsat.errors import SettingsError, VerificationFailedError
-from onnxsat.pruning.layout import merge_axis
+from onnxsat.pruning.layout import merge_axis, sized_by_target, split_axis
 from onnxsat.pruning.library import BUILTIN, load_library
 from onnxsat.pruning.prune import PruneOptions, association_trees, parse_rates, prune_model, show_trees
 from onnxsat.pruning.trees import format_trees, render_trees
@@ -190,6 +190,20 @@ def test_merge_axis_follows_or_refuses_the_channel_axis() -> None:
     assert merge_axis([None, 8], [4, 2], 1) is None
     assert merge_axis(["batch", 49, 64], ["batch", 7, 7, 64], 2) == (3, 1)  # the same tail after the channels
     assert merge_axis(["b", 64, 7, 7], ["b", 64, 7, 7], 1) == (1, 1)
+    # heads merged back where inference names the batch and sequence apart: the same tail after the channels
+    assert merge_axis(["u1", "u2", 4, 32], ["u3", "u4", 128], 2) == (2, 32)
+
+
+def test_split_axis_and_run_time_targets() -> None:
+    """``[B, S, 128] -> [B, S, 4, 32]`` with the batch and sequence inferred under other names: the split is
+    read from the tail after the channels; a run-time target's ``-1`` before a constant inner size is the
+    head count."""
+    assert split_axis(["u1", "u2", 128], ["u1", "u8", 4, 32], 2) == 2
+    assert split_axis(["u1", "u2", 128], ["u1", "u8", 4, 16], 2) is None  # 64 is not 128
+    assert split_axis(["u1", "u2", 128, 3], ["u1", 4, 32, 3], 2) == 1  # the tail decides where the split is
+    assert sized_by_target(["b", "s", 128], ["b", "s", "unk", 32], [None, None, -1, 32], 2) == ["b", "s", 4, 32]
+    assert sized_by_target(["b", "s", 128], ["b", "unk", "h", 32], [None, -1, 4, 32], 2) == ["b", "unk", 4, 32]
+    assert sized_by_target(["b", "s", 128], ["b", "s", "unk", 48], [None, None, -1, 48], 2)[2] == "unk"
 
 
 def test_transformer_mlp_hidden_units_are_pruned() -> None:

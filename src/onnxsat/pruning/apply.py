@@ -23,6 +23,7 @@ import onnx
 from onnx import numpy_helper
 
 from onnxsat.external_data import tensor_value
+from onnxsat.node_order import sort_graph
 from onnxsat.pruning.trees import ChannelSlice, Forest
 
 Key = tuple[int, int]
@@ -69,6 +70,7 @@ def apply_pruning(
     uses = _uses(graph)
     applied = Applied(result)
     replaced: set[str] = set()
+    builders: dict[int, onnx.NodeProto] = {}  # Reshape index -> its own copy of the Concat building its target
     for (node_index, slot), by_axis in sorted(drops.items()):
         node = graph.node[node_index]
         name = node.input[slot]
@@ -95,11 +97,16 @@ def apply_pruning(
                 if attribute.name == "split":
                     attribute.ints[edit.position] -= removed
             continue
-        # "reshape", "split" and "sizes": an entry of input 1 (the Reshape target, the Split sizes) or 3 (Resize)
-        slot = 3 if edit.kind == "sizes" else 1
+        if edit.kind == "concat-piece":  # a Reshape target built at run time: its Concat's constant input
+            node = _own_target_builder(graph, edit.node_index, builders, uses)
+        # "reshape", "split", "sizes", "concat-piece": entry ``position`` of input ``slot`` (the Reshape target,
+        # the Split sizes, a Resize's sizes, the Concat's constant input)
+        slot = edit.slot
         target = np.asarray(tensor_value(initializers[node.input[slot]], base_dir)).copy()
         target[edit.position] -= removed
         _store(graph, initializers, uses, node, slot, target, replaced)
+    if builders:  # the copies were appended: put each before its Reshape
+        sort_graph(graph)
     _drop_unused(graph, replaced)
     if result.ir_version < 4:
         _list_new_initializers_as_inputs(graph)
@@ -187,3 +194,28 @@ def _reinferred(model: onnx.ModelProto) -> onnx.ModelProto:
         return onnx.shape_inference.infer_shapes(model, strict_mode=False)
     except Exception:  # best effort: ONNX Runtime needs no value_info
         return model
+
+
+def _own_target_builder(
+    graph: onnx.GraphProto, reshape_index: int, builders: dict[int, onnx.NodeProto], uses: dict[str, int]
+) -> onnx.NodeProto:
+    """The Concat building a Reshape's target at run time, copied for that Reshape alone on first need: equal
+    targets of several Reshapes may be one Concat (the normal form merges them), each pruned by its own group.
+    The copy is appended; the caller sorts the nodes once all edits are made."""
+    if reshape_index in builders:
+        return builders[reshape_index]
+    reshape = graph.node[reshape_index]
+    source = next(n for n in graph.node if reshape.input[1] in n.output)
+    own = onnx.NodeProto()
+    own.CopyFrom(source)
+    own.name = f"{source.name or 'Concat'}_for_{reshape.name or reshape_index}"
+    del own.output[:]
+    own.output.append(f"{reshape.input[1]}_for_{reshape.name or reshape_index}")
+    graph.node.append(own)
+    own = graph.node[-1]  # the graph holds a copy: edits go to it
+    for name in own.input:
+        uses[name] = uses.get(name, 0) + 1
+    uses[reshape.input[1]] -= 1
+    reshape.input[1] = own.output[0]
+    builders[reshape_index] = own
+    return own

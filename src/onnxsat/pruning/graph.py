@@ -14,8 +14,8 @@ import onnx
 import onnxruntime as ort
 
 from onnxsat.external_data import has_external_data, inference_view, tensor_value
-from onnxsat.inputs import declared_dims, fixed_dim, random_inputs
-from onnxsat.op_kinds import default_opset_version
+from onnxsat.inputs import declared_dims, dim_expression, fixed_dim, random_inputs
+from onnxsat.op_kinds import DEFAULT_DOMAINS, default_opset_version
 from onnxsat.proto_fields import bodies_of
 from onnxsat.pruning.layout import Dim
 
@@ -56,6 +56,7 @@ class GraphIndex:
         self.opset = default_opset_version(model)
         self.shapes = infer_shapes(model)
         self._run_ranks: dict[str, int] | None = None
+        self._run_ones: dict[str, set[int]] | None = None
         self._values: dict[str, np.ndarray] = {}
 
     def is_constant(self, name: str) -> bool:
@@ -88,6 +89,59 @@ class GraphIndex:
         if not name or name not in self.constants:
             return None
         return [int(v) for v in self.value(name).reshape(-1)]
+
+    def broadcast_dim(self, name: str, axis: int) -> bool:
+        """Whether dim ``axis`` of ``name`` is a fixed 1 (it broadcasts): as inferred, or, where inference
+        left it symbolic (an attention mask expanded to ``[batch, 1, seq, seq]`` at run time), 1 in two runs
+        at different dynamic sizes (:func:`run_ones`, made on first need)."""
+        shape = self.shape(name)
+        if shape is not None and 0 <= axis < len(shape) and shape[axis] == 1:
+            return True
+        if self._run_ones is None:
+            on_disk = has_external_data(self.model)  # ONNX Runtime cannot run its bytes without the data
+            self._run_ones = {} if on_disk else run_ones(self.model, self.shapes)
+        return axis in self._run_ones.get(name, set())
+
+    def target_entries(self, name: str) -> list[int | None] | None:
+        """A shape vector entry by entry (a Reshape target): constant entries as ints, entries computed at run
+        time None (PyTorch's ``view(x.size(0), -1, 4, 32)``: a Concat of a size read off a Shape and
+        constants). None when it is neither a constant nor such a Concat of pieces of known lengths."""
+        values = self.int_values(name)
+        if values is not None:
+            return values
+        node = self.producers.get(name)
+        if (
+            node is None
+            or node.op_type != "Concat"
+            or node.domain not in DEFAULT_DOMAINS
+            or attr(node, "axis") not in (0, -1)
+        ):
+            return None
+        entries: list[int | None] = []
+        for piece in node.input:
+            values = self.int_values(piece)
+            shape = self.shape(piece)
+            if values is None and (shape is None or len(shape) != 1 or not isinstance(shape[0], int)):
+                return None
+            entries += values if values is not None else [None] * int(shape[0])  # type: ignore[index]
+        return entries
+
+    def target_piece(self, name: str, position: int) -> tuple[int, int] | None:
+        """(input slot, offset in it) of the constant input of the Concat computing shape vector ``name`` that
+        holds its entry ``position``: what a shape edit changes when the vector is built at run time. None
+        when that entry is not in a constant input."""
+        node = self.producers.get(name)
+        if node is None or node.op_type != "Concat":
+            return None
+        start = 0
+        for slot, piece in enumerate(node.input):
+            shape = self.shape(piece)
+            if not shape or not isinstance(shape[0], int):
+                return None
+            if start <= position < start + shape[0]:
+                return (slot, position - start) if self.int_values(piece) is not None else None
+            start += shape[0]
+        return None
 
     def from_constants(self, name: str) -> bool:
         """``name`` is computed by nodes reading constants alone (constant folding would make it one)."""
@@ -155,6 +209,62 @@ def run_ranks(model: onnx.ModelProto, shapes: dict[str, list[Dim]]) -> dict[str,
     except Exception:  # any refusal means: no ranks from running
         return {}
     return {name: value.ndim for name, value in zip(names, values, strict=True) if isinstance(value, np.ndarray)}
+
+
+ONES_PROBE_SIZES = (2, 3)
+"""Every dynamic input dim takes each of these sizes in turn (a sum of names, their sum) for :func:`run_ones`."""
+
+
+def run_ones(model: onnx.ModelProto, shapes: dict[str, list[Dim]]) -> dict[str, set[int]]:
+    """The dims that are 1 in two ONNX Runtime runs with every dynamic input dim at a different size above 1,
+    by tensor, for the main-graph tensors whose inferred shape has a dim that is not a known int: such a
+    dim is a fixed 1, not a size that happened to be 1. Best effort: a model that does not run at those
+    sizes, or needs given inputs, tells nothing."""
+    names = [
+        name
+        for node in model.graph.node
+        for name in node.output
+        if name and any(not isinstance(d, int) for d in shapes.get(name) or [None])
+    ]
+    if not names:
+        return {}
+    probe = onnx.ModelProto()
+    probe.CopyFrom(model)
+    outputs = {value.name for value in probe.graph.output}
+    probe.graph.output.extend(onnx.helper.make_empty_tensor_value_info(name) for name in names if name not in outputs)
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    options.log_severity_level = 3
+    ones: dict[str, set[int]] | None = None
+    try:
+        session = ort.InferenceSession(probe.SerializeToString(), options, providers=["CPUExecutionProvider"])
+        for size in ONES_PROBE_SIZES:
+            values = session.run(names, random_inputs(model, _every_dynamic_dim_at(model, size)))
+            found = {
+                name: {axis for axis, dim in enumerate(value.shape) if dim == 1}
+                for name, value in zip(names, values, strict=True)
+                if isinstance(value, np.ndarray)
+            }
+            ones = found if ones is None else {n: ones[n] & found[n] for n in ones if n in found}
+    except Exception:  # any refusal means: nothing learnt from running
+        return {}
+    return ones or {}
+
+
+def _every_dynamic_dim_at(model: onnx.ModelProto, size: int) -> dict[str, list[int]]:
+    """Input shapes with every dynamic dim at ``size`` (a dim declared as a sum of names: that sum)."""
+    weights = {t.name for t in model.graph.initializer}
+    shapes = {}
+    for value in model.graph.input:
+        declared = declared_dims(value)
+        if value.name in weights or declared is None:
+            continue
+        named = {d.dim_param: size for d in declared if d.dim_param.isidentifier()}
+        shapes[value.name] = [
+            d.dim_value if fixed_dim(d) is not None else dim_expression(d.dim_param, named, size) or size
+            for d in declared
+        ]
+    return shapes
 
 
 def _dim(dim: onnx.TensorShapeProto.Dimension) -> Dim:

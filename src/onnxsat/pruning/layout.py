@@ -126,16 +126,23 @@ def merge_axis(in_shape: Sequence[Dim], out_shape: Sequence[Dim], axis: int) -> 
 
 
 def _same_tail(in_shape: Sequence[Dim], out_shape: Sequence[Dim], axis: int) -> tuple[int, int] | None:
-    """``(k, 1)`` when output dim ``k`` is the channel dim and the dims after it hold as many elements as those
-    after the channel axis: a flat index is then ``rest * C * T + c * T + t`` on both sides, so each element
-    keeps its channel whatever the dims before are (``[tokens, C] -> [batch, 49, C]`` under a dynamic batch,
-    where the prefixes cannot be compared)."""
-    tail = int_product(in_shape[axis + 1 :])
-    if tail is None:
+    """``(k, factor)`` when output dim ``k`` is the channel dim times the ``factor`` of the next few input dims,
+    and the dims after it hold as many elements as the input dims after those: a flat index is then
+    ``rest * C * F * T + c * F * T + f * T + t`` on both sides, so each element keeps its channel whatever the
+    dims before are (``[tokens, C] -> [batch, 49, C]`` under a dynamic batch, or attention heads merged back,
+    ``[batch, seq, 4, 32] -> [batch, seq, 128]``, where inference names the batch and sequence apart)."""
+    size = in_shape[axis]
+    if not isinstance(size, int):
         return None
-    for k in range(len(out_shape) - 1, -1, -1):
-        if out_shape[k] == in_shape[axis] and int_product(out_shape[k + 1 :]) == tail:
-            return k, 1
+    for end in range(axis + 1, len(in_shape) + 1):
+        factor, tail = int_product(in_shape[axis + 1 : end]), int_product(in_shape[end:])
+        if factor is None:
+            break
+        if tail is None:
+            continue
+        for k in range(len(out_shape) - 1, -1, -1):
+            if out_shape[k] == size * factor and int_product(out_shape[k + 1 :]) == tail:
+                return k, factor
     return None
 
 
@@ -158,19 +165,44 @@ def split_axis(in_shape: Sequence[Dim], out_shape: Sequence[Dim], axis: int) -> 
     """The output dim ``k`` when a reshape splits the channel dim into ``out[k] x out[k + 1]``, else None.
 
     Both parts must be known ints above 1, and the dims before them must hold exactly the input dims
-    before ``axis`` (``[B, S, 256] -> [B, S, 4, 64]``: ``k = 2``).
+    before ``axis`` (``[B, S, 256] -> [B, S, 4, 64]``: ``k = 2``), or, where those cannot be compared (a
+    dynamic batch and sequence that shape inference names apart), the dims after them as many elements as
+    those after the channel axis: a flat index is ``rest * C * T + c * T + t`` on both sides, so channel
+    ``c`` lands at ``(c // inner, c % inner)`` whatever the dims before are.
     """
-    before = product(in_shape[:axis])
     size = in_shape[axis]
-    if before is None or not isinstance(size, int):
+    if not isinstance(size, int):
         return None
+    before, tail = product(in_shape[:axis]), int_product(in_shape[axis + 1 :])
     for k in range(len(out_shape) - 1):
         outer, inner = out_shape[k], out_shape[k + 1]
         if not (isinstance(outer, int) and isinstance(inner, int) and outer > 1 and inner > 1):
             continue
-        if outer * inner == size and product(out_shape[:k]) == before:
+        if outer * inner != size:
+            continue
+        if before is not None and product(out_shape[:k]) == before:
+            return k
+        if tail is not None and int_product(out_shape[k + 2 :]) == tail:
             return k
     return None
+
+
+def sized_by_target(in_shape: list[Dim], out_shape: list[Dim], target: list[int | None], axis: int) -> list[Dim]:
+    """A Reshape's output shape with the sizes its run-time target tells where inference lost them: its
+    constant entries, and a ``-1`` just before a constant inner size that splits the channel dim
+    (``view(*x.shape[:2], -1, 32)`` on ``[B, S, 128]``: 4). That ``-1`` is the channel dim over the inner
+    size when the entries before it are the input's sizes before the channels (read off a Shape of the
+    batch and sequence, as exporters write them); pruning's verification runs the result, which a wrong
+    reading would fail."""
+    sized = [
+        t if not isinstance(d, int) and t is not None and t > 0 else d for d, t in zip(out_shape, target, strict=True)
+    ]
+    size, tail, k = in_shape[axis], int_product(in_shape[axis + 1 :]), axis  # the split keeps the dims before
+    if k + 1 < len(sized) and target[k] == -1 and not isinstance(sized[k], int) and isinstance(size, int):
+        inner = sized[k + 1]
+        if isinstance(inner, int) and inner > 1 and size % inner == 0 and int_product(sized[k + 2 :]) == tail:
+            sized[k] = size // inner
+    return sized
 
 
 def normalize_axis(axis: int, rank: int) -> int | None:

@@ -62,7 +62,16 @@ import onnx
 
 from onnxsat.op_kinds import DEFAULT_DOMAINS, qualified_op
 from onnxsat.pruning.graph import GraphIndex, attr, node_label
-from onnxsat.pruning.layout import Layout, Segment, Split, flatten_axis, merge_axis, normalize_axis, split_axis
+from onnxsat.pruning.layout import (
+    Layout,
+    Segment,
+    Split,
+    flatten_axis,
+    merge_axis,
+    normalize_axis,
+    sized_by_target,
+    split_axis,
+)
 from onnxsat.pruning.library import BUILTIN, NEXT_NO_PROCESS, NEXT_PROCESS, PRUNED, STOP_PROCESS
 
 ROOT = "root"
@@ -133,11 +142,15 @@ class ShapeEdit:
 
     kind: str
     """``reshape`` or ``split`` (input 1 of the node, entry ``position``), ``sizes`` (a Resize's input 3),
-    ``group`` (the attribute) or ``split-attribute`` (entry ``position`` of a Split's ``split`` attribute,
-    before opset 13)."""
+    ``group`` (the attribute), ``split-attribute`` (entry ``position`` of a Split's ``split`` attribute,
+    before opset 13), or ``concat-piece``: a Reshape target built at run time by a Concat, whose constant
+    input ``slot`` holds the entry at ``position`` (the Reshape at ``node_index`` gets its own Concat)."""
     node_index: int
     position: int
     parts: tuple[tuple[int, int], ...]
+    slot: int = 1
+    """The node input holding the entry: 1 for a Reshape target or Split sizes, 3 for Resize sizes, the
+    Concat's input for ``concat-piece``."""
 
 
 def _shared_weights(group: ChannelGroup, readers: Counter[str]) -> list[str]:
@@ -536,7 +549,7 @@ class _Walk:
             return f"channels do not start at a block boundary of {inner}"
         segments = tuple(Segment(s.space, s.offset // inner, s.block // inner, s.count) for s in layout.segments)
         if split.outer_entry is not None:
-            self.add_edit("reshape", split.node_index, split.outer_entry, segments)
+            self.target_edit(split.node_index, split.outer_entry, segments)
         self.resolved.add(split.node_index)
         self.layouts[name] = Layout(layout.axis, layout.size // inner, segments)
         return ""
@@ -848,7 +861,7 @@ class _Walk:
             for mine, theirs in zip(sections[0], section, strict=True):
                 self.tie(mine.space, theirs.space)
         if split.inner_entry is not None:
-            self.add_edit("reshape", split.node_index, split.inner_entry, sections[0])
+            self.target_edit(split.node_index, split.inner_entry, sections[0])
         self.resolved.add(split.node_index)
         return sections
 
@@ -951,11 +964,15 @@ class _Walk:
             return Layout(out_axis, layout.size * factor, tuple(s.scaled(factor) for s in layout.segments))
         if in_shape is None or out_shape is None:
             return "shapes unknown"
+        target = self.index.int_values(node.input[1]) if node.op_type == "Reshape" else None
+        if node.op_type == "Reshape" and target is None:  # built at run time: its constant entries may do
+            target = self.index.target_entries(node.input[1])
+            if target is not None and len(target) == len(out_shape):
+                out_shape = sized_by_target(in_shape, out_shape, target, layout.axis)
         merged = merge_axis(in_shape, out_shape, layout.axis)
         split_at = split_axis(in_shape, out_shape, layout.axis) if merged is None else None
         if merged is None and (split_at is None or node.op_type == "Flatten"):
             return f"channel axis {layout.axis} of {in_shape} cannot be followed into {out_shape}"
-        target = self.index.int_values(node.input[1]) if node.op_type == "Reshape" else None
         if node.op_type == "Reshape" and (target is None or len(target) != len(out_shape)):
             if merged is not None:
                 moved = Layout(merged[0], layout.size * merged[1], tuple(s.scaled(merged[1]) for s in layout.segments))
@@ -980,10 +997,15 @@ class _Walk:
         entry = target[out_axis]
         if not allow_zero and any(v == 0 and i == layout.axis and i != out_axis for i, v in enumerate(target)):
             return "copies the channel dim into another axis"
+        if entry is None:
+            return "its target's channel entry is computed at run time"
         if entry == 0 and not allow_zero:
             return moved if out_axis == layout.axis and factor == 1 else "target copies a dim that changes"
         if entry > 0:
-            self.add_edit("reshape", node_index, out_axis, moved.segments)
+            unfit = self.uneditable(node, out_axis)
+            if unfit:
+                return unfit
+            self.target_edit(node_index, out_axis, moved.segments)
         elif entry != -1:
             return f"target entry {entry}"
         return moved
@@ -997,11 +1019,25 @@ class _Walk:
             return None
         return node.input[0]
 
+    def uneditable(self, node: onnx.NodeProto, position: int) -> str:
+        """Why entry ``position`` of a Reshape's target cannot be edited, or "": a constant target can, and one
+        built at run time where that entry is a one-element constant of its Concat."""
+        name = node.input[1]
+        if self.index.is_constant(name) or self.index.target_piece(name, position) is not None:
+            return ""
+        return f"entry {position} of its run-time target is not a constant of its own"
+
+    def target_edit(self, node_index: int, position: int, segments: tuple[Segment, ...]) -> None:
+        """Record an edit of entry ``position`` of a Reshape's target: ``reshape`` when the target is a constant,
+        ``concat-piece`` when a Concat builds it at run time (see :meth:`uneditable`)."""
+        constant = self.index.is_constant(self.model.graph.node[node_index].input[1])
+        self.add_edit("reshape" if constant else "concat-piece", node_index, position, segments)
+
     def split_reshape(
         self,
         node_index: int,
         layout: Layout,
-        target: list[int],
+        target: list[int | None],
         at: int,
         out_shape: list[int | str | None],
         allow_zero: int,
@@ -1011,11 +1047,15 @@ class _Walk:
             not allow_zero and any(v == 0 and i == layout.axis for i, v in enumerate(target))
         ):
             return "its target copies the channel dim"
-        if any(v < -1 for v in target[at : at + 2]):
+        if any(v is None or v < -1 for v in target[at : at + 2]):
             return f"target entries {target[at : at + 2]}"
         inner = out_shape[at + 1]
         assert isinstance(inner, int)
-        entries = [position if target[position] > 0 else None for position in (at, at + 1)]
+        node = self.model.graph.node[node_index]
+        entries = [position if (target[position] or 0) > 0 else None for position in (at, at + 1)]
+        unfit = next((self.uneditable(node, p) for p in entries if p is not None and self.uneditable(node, p)), "")
+        if unfit:
+            return unfit
         return Layout(at, layout.size, layout.segments, Split(at + 1, inner, node_index, entries[0], entries[1]))
 
     def axes(self, node: onnx.NodeProto, rank: int | None) -> list[int] | None:
@@ -1205,7 +1245,7 @@ class _Walk:
                 continue
             shape = self.shape(name)
             size = shape[other_axis] if shape is not None else None
-            if size == 1:
+            if size == 1 or (not isinstance(size, int) and self.index.broadcast_dim(name, other_axis)):
                 continue
             if size != first.size:
                 return self.spoil(layouts, f"{node.op_type} {label!r}: operand {name!r} has unknown size {size}")
@@ -1276,10 +1316,14 @@ class _Walk:
             group.heads = group.heads and group.unit > 1
             group.reasons.extend(_shared_weights(group, readers))
         group_of = {space: by_rep[self.find(space)].index for space in live}
-        edits = [
-            ShapeEdit(kind, node_index, position, tuple((group_of[s.space], s.block) for s in segments))
-            for kind, node_index, position, segments in self.edits
-        ]
+        edits = []
+        for kind, node_index, position, segments in self.edits:
+            parts = tuple((group_of[s.space], s.block) for s in segments)
+            slot = 3 if kind == "sizes" else 1
+            if kind == "concat-piece":  # the target entry, found in its Concat's constant input
+                target = self.model.graph.node[node_index].input[1]
+                slot, position = self.index.target_piece(target, position) or (1, position)
+            edits.append(ShapeEdit(kind, node_index, position, parts, slot))
         return Forest(list(by_rep.values()), edits)
 
 
