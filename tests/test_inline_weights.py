@@ -116,6 +116,8 @@ def test_optimize_leaves_weights_on_disk_and_writes_one_file(tmp_path: Path) -> 
     np.testing.assert_allclose(
         run_model(written, feeds, "result")[0], run_model(original, feeds, "original")[0], rtol=1e-5, atol=1e-5
     )
+    # the weights read in place are the file's own bytes: its size counts them once (it read twice as large)
+    assert report.sizes["original"] == path.stat().st_size
 
 
 def test_report_gives_saturation_time_per_rule_family(tmp_path: Path) -> None:

@@ -119,14 +119,19 @@ def given_bytes(model: onnx.ModelProto, source: str) -> int:
     path = Path(source)
     if not path.is_file():
         return stored_bytes(model)
-    return path.stat().st_size + _external_bytes(model)
+    return path.stat().st_size + _external_bytes(model, path)
 
 
-def _external_bytes(model: onnx.ModelProto) -> int:
+def _external_bytes(model: onnx.ModelProto, own_file: Path | None = None) -> int:
+    """Bytes external tensors refer to, but those in ``own_file``: a large one-file model's weights read
+    lazily are references to the model file itself, whose size already counts them."""
+    own = own_file.resolve() if own_file is not None else None
     external = 0
     for tensor in iter_tensors(model):
         if is_external(tensor):
             entries = {entry.key: entry.value for entry in tensor.external_data}
+            if own is not None and (own.parent / entries.get("location", "")).resolve() == own:
+                continue
             length = entries.get("length")
             external += int(length) if length is not None else (expected_nbytes(tensor) or 0)
     return external
