@@ -9,6 +9,7 @@ which is what a user fixing it by hand would set.
 from __future__ import annotations
 
 import functools
+from pathlib import Path
 
 import onnx
 import onnxruntime as ort
@@ -51,3 +52,19 @@ def lower_ir_version(model: onnx.ModelProto) -> str | None:
     before, model.ir_version = model.ir_version, readable
     newest = f"the newest ONNX Runtime {ort.__version__} loads"
     return f"IR version {before} read as {readable}, {newest} (its opsets need no newer)"
+
+
+def file_ir_version(path: Path) -> int | None:
+    """The IR version a model file declares, read from its first field (``ir_version``, field 1, where every
+    writer puts it) without parsing the rest; None when the file does not start with it."""
+    with open(path, "rb") as stream:
+        head = stream.read(11)
+    if not head or head[0] != 0x08:  # field 1, varint
+        return None
+    value, shift = 0, 0
+    for byte in head[1:]:
+        value |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return value
+        shift += 7
+    return None

@@ -23,7 +23,7 @@ from onnxsat.inputs import InputsLike, random_inputs
 from onnxsat.model_io import load_model
 from onnxsat.normal_form import with_restated_inputs
 from onnxsat.report import LatencyComparison
-from onnxsat.timing import ratios_to, time_rounds, timing_session
+from onnxsat.timing import ratios_to, readable_form, time_rounds, timing_session
 
 if TYPE_CHECKING:
     from onnxsat.runtime.tune import SessionSettings
@@ -45,7 +45,7 @@ def compare_latency(
     ``settings`` (from ``onnxsat tune``) replace ``threads`` in both sessions, as in ``verify.session``.
     """
     feeds = random_inputs(load_model(original), inputs)
-    sessions = [timing_session(path, level, threads, settings) for path in (Path(original), Path(optimized))]
+    sessions = [timing_session(readable_form(Path(p)), level, threads, settings) for p in (original, optimized)]
     runners = [lambda sess=sess: sess.run(None, feeds) for sess in sessions]
     before, after = time_rounds(runners, pairs, warmup)
     return LatencyComparison(

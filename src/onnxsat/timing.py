@@ -43,6 +43,7 @@ import onnxruntime as ort
 
 from onnxsat import model_io
 from onnxsat.external_data import has_external_data
+from onnxsat.ir_version import file_ir_version, runtime_ir_version
 from onnxsat.verification import session
 
 if TYPE_CHECKING:  # verify.session takes them; runtime.tune (above this module) defines them
@@ -84,6 +85,16 @@ def load_whole(path: str | Path) -> onnx.ModelProto:
         onnx.load_external_data_for_model(model, str(model_io.model_folder(path)))
     model_io.check_model(model)
     return model
+
+
+def readable_form(path: Path) -> Path | onnx.ModelProto:
+    """What a session should load for the model file ``path``: the file, or, when it declares an IR version
+    newer than ONNX Runtime reads (``onnx.helper`` stamps its newest), the model with its IR version lowered,
+    as every command reads it (:func:`load_whole`)."""
+    declared = file_ir_version(path)
+    if declared is None or declared <= runtime_ir_version():
+        return path
+    return load_whole(path)
 
 
 def describe_inputs(feeds: Mapping[str, np.ndarray]) -> str:

@@ -61,6 +61,7 @@ from onnxsat.timing import (
     noise_band,
     noise_verdict,
     ratios_to,
+    readable_form,
     time_rounds,
 )
 from onnxsat.verification import Tolerance, compare_outputs, reference_run, session, tidy_ort_message
@@ -325,10 +326,11 @@ def tune(
     integer = runs_in_integers(model)
     timed: list[Candidate] = []
     runners = []
+    readable = readable_form(path)
     for candidate in [default, noise, *candidates]:
         try:
             settings = candidate.settings
-            sess = session(path, settings.optimization_level, settings=settings)
+            sess = session(readable, settings.optimization_level, settings=settings)
             outputs = sess.run(None, reference.feeds)
         except Exception as error:  # ORT raises several unrelated exception types
             candidate.status = "skipped"
