@@ -66,6 +66,7 @@ from onnxsat.quantization.calibration import calibration_reader
 from onnxsat.quantization.modes import CALIBRATIONS, MODES, Calibration, QuantMode
 from onnxsat.quantization.report import ModeTrial, NodeDecision, QuantizeReport
 from onnxsat.quantized_already import integer_op, quantized_note
+from onnxsat.runtime.isolated import crash_in_child, has_control_flow
 from onnxsat.surgery.graph_edit import consumers, drop_unused_initializers
 from onnxsat.surgery.surgeons.precision import Float16ToFloat32
 from onnxsat.verification import check_lossy, reference_run, run_model, session, with_outputs
@@ -966,6 +967,9 @@ def _check_loads(model: onnx.ModelProto, mode: str, feeds: Mapping[str, np.ndarr
     except InvalidModelError as error:
         raise RuntimeUnsupportedError(f"the {mode} model fails the checker: {str(error)[:200]}") from None
     run_model(model, feeds, f"{mode} model")  # as verification will: ORT's optimizations off, its inputs
+    crash = crash_in_child(model, feeds) if has_control_flow(model) else None  # scoring loads it in-process
+    if crash:
+        raise RuntimeUnsupportedError(f"the {mode} model: {crash}")
 
 
 def _latency_feeds(
