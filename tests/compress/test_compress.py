@@ -147,6 +147,24 @@ def test_the_time_budget_stops_the_search_between_batches(monkeypatch: pytest.Mo
         compress_model(onnx.load(bundled_digits_cnn()), options)
 
 
+def test_the_fused_original_is_tried_even_when_the_time_budget_is_out(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A search whose stages used up the budget (a diffusion UNet's two quantized candidates took it all)
+    still fuses the best it has: lossless, one optimize run, and it may be all that fits."""
+    monkeypatch.setattr(compress_module, "SideBySide", _SizeTimer)
+
+    def out_of_time(self: Search) -> bool:
+        self.stopped_early = True
+        return False
+
+    monkeypatch.setattr(Search, "_time_left", out_of_time)
+    options = CompressOptions(data="digits-train", limit=200, workers=1, techniques=["prune", "fuse"])
+    try:
+        _, report = compress_model(onnx.load(bundled_digits_cnn()), options)
+    except SettingsError as error:  # the fused net may be no smaller, so no faster by this timer
+        report = error.report
+    assert [(row.stage, row.label) for row in report.candidates] == [("fuse", "fuse")]
+
+
 def test_a_budget_nothing_meets_writes_nothing_and_names_the_closest(
     tmp_path: Path, cnn_file: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -128,9 +128,13 @@ class Search:
             self._quantized(sorted(self._inside(pruned), key=lambda e: -e.speedup)[:QUANTIZE_BASES])
         if settings.groups and self._time_left():
             self._refine(settings.groups)
-        if settings.fuse and self._time_left():
+        if settings.fuse:
             # The original fused too: lossless, it is inside any budget, and beats a best so far that is slower.
-            fused = self.batch("fuse", [replace(self._best.recipe, fuse=True), Recipe(fuse=True)])
+            # Past the deadline the best so far is still fused (lossless and one optimize run, a fraction of a
+            # search): a search whose candidates all missed the budget then writes at least the fused original.
+            both = self._time_left() or self._best.recipe == Recipe()
+            recipes = [replace(self._best.recipe, fuse=True), *([Recipe(fuse=True)] if both else [])]
+            fused = self.batch("fuse", list(dict.fromkeys(recipes)))
             self._time(fused)
         self._final()
         return self._best
