@@ -12,7 +12,12 @@ The rules, first match wins, each with the reason the report prints:
 - ``[N, T, V]`` scores (not probabilities) over a vocabulary of 10,000 or more: ``tokens``;
 - ``[N, T, C]`` whose rows are probabilities or log-probabilities, whose time axis came before the batch
   (``[T, N, C]``, as CTC models export), or named like logits: ``sequence``;
-- maps ``[N, C, H, W]``, or ``[N, H, W]`` of probabilities: ``map``;
+- maps ``[N, C, H, W]`` (or ``[N, H, W]`` of probabilities) that show classes: class probabilities per
+  pixel, five channels or more (segmentation logits), a name like a mask or scores, or one channel of
+  values mostly near 0 or 1 (a text detector's probability map): ``map``;
+- other maps (an image, a diffusion model's latents or noise, a depth map): ``snr``, the error's energy
+  against the image's, since the best class of R, G and B or a threshold at 0.5 of a grey image means
+  nothing;
 - anything else: ``cosine``.
 """
 
@@ -35,6 +40,14 @@ and export probabilities."""
 PROBABILITIES = "probabilities per step"
 _SEQUENCE_NAMES = ("logit", "ctc", "softmax", "prob")
 _EMBEDDING_NAMES = ("embed", "hidden", "feature", "pooler", "vector")
+_MAP_NAMES = ("seg", "mask", "logit", "class", "prob", "label", "sigmoid", "softmax", "score", "heatmap")
+"""Names of outputs that hold per-pixel classes or scores (PP-OCR's ``sigmoid_0.tmp_0``)."""
+MAP_CLASSES = 5
+"""From this many channels on, a map is read as per-pixel class scores (VOC 21, Cityscapes 19); fewer may
+be an image's channels (3) or a latent's (4)."""
+DECIDED_SHARE = 0.75
+"""A one-channel map in [0, 1] is a probability map when at least this share of its values lies below 0.1
+or above 0.9; an image's grey levels fill the middle."""
 _CACHE_NAMES = ("present", "past_key", "key_cache", "value_cache", "kv_cache")
 """Names exporters give a decoder's key/value cache (optimum's ``present.0.key``): activations the next step
 reads, compared by direction like any hidden state, never as a map of values in [0, 1]."""
@@ -78,10 +91,27 @@ def choose(name: str, reference: np.ndarray, batch_axis: int, detector: Metric |
         if why is not None:
             return Choice(METRICS["sequence"], f"{why} ({text} per sample)")
         if unit_interval(np.asarray(reference, dtype=np.float64)) and map_shape(reference) is not None:
-            return Choice(METRICS["map"], f"a map of values in [0, 1] per sample ({text})")
+            return _map_or_image(lowered, reference, f"a map of values in [0, 1] per sample ({text})", text)
     elif len(shape) == 3 and map_shape(reference) is not None:
-        return Choice(METRICS["map"], f"{shape[0]}-channel maps per sample ({text})")
+        return _map_or_image(lowered, reference, f"{shape[0]}-channel maps per sample ({text})", text)
     return Choice(METRICS["cosine"], f"no specific metric fits {text} per sample")
+
+
+def _map_or_image(lowered: str, reference: np.ndarray, why: str, text: str) -> Choice:
+    """``map`` for a map that shows classes (see the module doc), ``snr`` for an image-like one."""
+    shape = map_shape(reference)
+    assert shape is not None
+    values = np.asarray(reference, dtype=np.float64).reshape(len(reference), shape[0], -1)
+    channels = shape[0]
+    if any(word in lowered for word in _MAP_NAMES) or channels >= MAP_CLASSES:
+        return Choice(METRICS["map"], why)
+    if channels > 1 and values.min() >= 0 and np.allclose(values.sum(axis=1), 1.0, atol=_ROW_TOLERANCE):
+        return Choice(METRICS["map"], f"class probabilities per pixel ({text} per sample)")
+    if channels == 1 and unit_interval(values):
+        decided = np.count_nonzero((values < 0.1) | (values > 0.9)) / values.size
+        if decided >= DECIDED_SHARE:
+            return Choice(METRICS["map"], f"a probability map, {decided:.0%} of it near 0 or 1 ({text} per sample)")
+    return Choice(METRICS["snr"], f"an image-like map ({text} per sample): its error against its energy")
 
 
 def _sequence_reason(name: str, reference: np.ndarray, batch_axis: int) -> str | None:
