@@ -167,3 +167,35 @@ def test_a_mode_no_faster_fully_quantized_is_not_searched(tmp_path: Path, monkey
         == "not searched: with every node quantized it runs 1.50x, no faster than static (2.00x), which fits the budget"
     )
     assert dynamic["speedup"] == 1.5 and dynamic["evaluations"] == 1 and dynamic["seconds"] > 0
+
+
+def test_rows_that_are_no_samples_are_said_with_the_way_to_one_batch(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A graph net's node features ``x [N, F]`` read through an edge list: one row of x does not run beside the
+    whole edge list, so its first axis is no batch. That is said (it read "ONNX Runtime cannot run the model on
+    the data"), with the sizes that make the whole one batch."""
+    rng = np.random.default_rng(0)
+    graph = helper.make_graph(
+        [
+            helper.make_node("Gather", ["x", "edges"], ["neighbours"], axis=0),
+            helper.make_node("MatMul", ["neighbours", "w"], ["y"]),
+        ],
+        "graph_net",
+        [
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 8]),
+            helper.make_tensor_value_info("edges", TensorProto.INT64, ["E"]),
+        ],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["E", 16])],
+        [numpy_helper.from_array(rng.normal(size=(8, 16)).astype(np.float32), "w")],
+    )
+    path, feeds = tmp_path / "gnn.onnx", tmp_path / "feeds.npz"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), path)
+    np.savez(feeds, x=rng.normal(size=(10, 8)).astype(np.float32), edges=np.array([9, 3, 0, 5, 7, 1]))
+    code, _, out = quantize(path, tmp_path, "--inputs", str(feeds))
+    err = capsys.readouterr().err
+    assert code != 0 and not out.exists() and "Traceback" not in err
+    assert "the first axis of 'x' (10 rows) is not a batch of samples" in err
+    assert "--input-shape x:10,8 --input-shape edges:6 --specialize" in err or (
+        "--input-shape edges:6 --input-shape x:10,8 --specialize" in err
+    )

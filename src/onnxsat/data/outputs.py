@@ -149,8 +149,12 @@ class OutputRunner:
         data = self.dataset.inputs
         if self.fixed_batch is None and len(data) >= 2:
             rows = self.dataset.rows
-            one = self._run({**fixed, **rows(0, 1), self.input_name: data[:1].astype(self.dtype, copy=False)})
-            two = self._run({**fixed, **rows(0, 2), self.input_name: data[:2].astype(self.dtype, copy=False)})
+            try:
+                one = self._run({**fixed, **rows(0, 1), self.input_name: data[:1].astype(self.dtype, copy=False)})
+                two = self._run({**fixed, **rows(0, 2), self.input_name: data[:2].astype(self.dtype, copy=False)})
+            except RuntimeUnsupportedError as error:
+                self._refuse_rows_that_are_no_samples(fixed, error)
+                raise
             axes: dict[str, int | None] = {}
             for name, a, b in zip(self.outputs, one, two, strict=True):
                 if a.size == 0 and b.size == 0 and name not in self.state.values():
@@ -176,6 +180,23 @@ class OutputRunner:
         return {
             name: self._guess_axis(name, value.shape, size) for name, value in zip(self.outputs, probe, strict=True)
         }
+
+    def _refuse_rows_that_are_no_samples(self, fixed: Mapping[str, np.ndarray], error: Exception) -> None:
+        """When one row of the data does not run but all of them together do, the first axis is no batch (a
+        graph net's nodes, indexed by an edge list given beside them): say so, and how to make the whole one
+        batch (sizes fixed, the model's batch is then all the rows), not that the data is wrong."""
+        data = self.dataset.inputs
+        whole = {**fixed, **self.dataset.rows(0, len(data)), self.input_name: data.astype(self.dtype, copy=False)}
+        try:
+            self._run(whole)
+        except RuntimeUnsupportedError:
+            return  # the whole does not run either: the error stands
+        sizes = " ".join(f"--input-shape {n}:{','.join(map(str, v.shape))}" for n, v in whole.items())
+        raise DataError(
+            f"the first axis of {self.input_name!r} ({len(data)} rows) is not a batch of samples: one row does not "
+            f"run beside the other inputs, all {len(data)} together do ({error}); fix the sizes first, so that the "
+            f"whole is the model's one batch: onnxsat optimize MODEL -o FIXED.onnx {sizes} --specialize"
+        ) from None
 
     def _first_batch(self) -> np.ndarray:
         size = self.fixed_batch or 1
