@@ -188,6 +188,10 @@ FOLD_MAX_ELEMENTS = 1 << 24
 FOLD_MAX_GROWTH = 1 << 20
 """How many more elements a folded output may hold than its node's inputs together, so that folding an
 Expand or a ConstantOfShape cannot blow up the file (the value then stays computed at run time)."""
+FOLD_MAX_COPY = 1 << 16
+"""The most elements a fold may produce from a weight that other nodes read too: the weight stays, so the
+fold stores a second copy of it (a tied embedding's ``Transpose`` for the output head doubled a language
+model's file); ONNX Runtime folds such a node when it loads the model anyway."""
 FLAG_MAX_ELEMENTS = 4096
 """Constants up to this size get value flags (``zeros``, ``ones``...): small enough to look at."""
 
@@ -617,6 +621,9 @@ def _foldable(node: onnx.NodeProto, facts: GraphFacts) -> bool:
         return False
     inputs = sum(facts.numel(i) or 0 for i in node.input if i)
     produced = sum(size for size in sizes if size is not None)
+    kept = any(i and not facts.sole_use(i) and (facts.numel(i) or 0) > FOLD_MAX_COPY for i in node.input)
+    if kept and produced > FOLD_MAX_COPY:
+        return False
     return produced <= FOLD_MAX_ELEMENTS and produced <= inputs + FOLD_MAX_GROWTH
 
 
