@@ -16,6 +16,7 @@ from onnxsat.proto_fields import all_nodes
 
 QUANTIZED_OPS = frozenset(
     {"ConvInteger", "MatMulInteger", "QLinearConv", "QLinearMatMul", "MatMulNBits", "DynamicQuantizeLinear"}
+    | {"GatherBlockQuantized"}
 )
 """Ops a quantizer leaves behind: a model holding them was quantized before it came here."""
 INTEGER_TYPES = frozenset(
@@ -59,7 +60,7 @@ def quantized_nodes(graph: onnx.GraphProto) -> set[str]:
 def integer_op(op_type: str) -> bool:
     """Whether ``op_type`` quantizes, dequantizes or computes in integers, as ORT's quantizer writes them: QDQ
     pairs, ``DynamicQuantize*`` and ``*Integer*`` ops, ``QLinear*``, ``QGemm``, ``QAttention``,
-    ``QEmbedLayerNormalization`` and ``MatMulNBits``."""
+    ``QEmbedLayerNormalization``, ``MatMulNBits`` and ``GatherBlockQuantized``."""
     return (
         op_type in QUANTIZED_OPS
         or op_type in ("QuantizeLinear", "DequantizeLinear", "QGemm", "QAttention", "QEmbedLayerNormalization")

@@ -202,6 +202,47 @@ def test_weight_only_takes_gemms_and_logs_nothing(tmp_path: Path, capfd: pytest.
     assert code == 0 and ops(out)["MatMulNBits"] == 1
 
 
+def embedding_bag(path: Path) -> Path:
+    """A recommender's shape at opset 17: a large embedding table looked up by ids (Gather), summed over the bag
+    (ReduceSum with ``axes`` an input at 13+; ReduceMean's ``axes`` still an attribute), then a small head."""
+    rng = np.random.default_rng(6)
+    graph = helper.make_graph(
+        [
+            helper.make_node("Gather", ["table", "ids"], ["rows"], name="lookup"),
+            helper.make_node("ReduceMean", ["rows"], ["bag"], name="bag", axes=[1], keepdims=0),
+            helper.make_node("MatMul", ["bag", "head"], ["score"], name="head"),
+        ],
+        "recommender",
+        [helper.make_tensor_value_info("ids", TensorProto.INT64, ["N", 5])],
+        [helper.make_tensor_value_info("score", TensorProto.FLOAT, ["N", 4])],
+        [
+            numpy_helper.from_array(rng.normal(size=(5000, 64)).astype(np.float32), "table"),
+            numpy_helper.from_array(rng.normal(size=(64, 4)).astype(np.float32) * 0.1, "head"),
+        ],
+    )
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), path)
+    return path
+
+
+def test_weight_only_stores_embedding_tables_in_4_bits(tmp_path: Path) -> None:
+    """A table is most of a recommender's or a text encoder's file: weight-only looks it up 4-bit
+    (GatherBlockQuantized). ORT's quantizer stamps opset 21 on the model for that, whatever its ops; the model
+    is brought there by ONNX's converter first (the ReduceMean's ``axes`` attribute became invalid)."""
+    path = embedding_bag(tmp_path / "bag.onnx")
+    ids = np.random.default_rng(1).integers(0, 5000, size=(64, 5))
+    np.savez(tmp_path / "ids.npz", ids=ids)
+    args = ["--mode", "weight-only", "--max-drop", "100%", "--inputs", str(tmp_path / "ids.npz")]
+    code, report, out = quantize(path, tmp_path, *args)
+    assert code == 0, report
+    assert ops(out)["GatherBlockQuantized"] == 1 and "lookup" in {r["node"] for r in report["nodes"] if r["quantized"]}
+    assert report["sizes"]["quantized"] < report["sizes"]["original"] / 6
+    onnx.checker.check_model(onnx.load(out))
+    quantized, original = runs(out, {"ids": ids})[0], runs(path, {"ids": ids})[0]
+    assert np.corrcoef(quantized.ravel(), original.ravel())[0, 1] > 0.99
+    code, report, out = quantize(path, tmp_path, *args, "--exclude", "lookup")
+    assert code == 0 and "GatherBlockQuantized" not in ops(out)
+
+
 def test_dynamic_mode_on_gemms_sharing_a_weight(tmp_path: Path) -> None:
     """RT-DETR's decoder applies one Linear (a Gemm, transB) at each of its six layers. ORT's dynamic quantizer
     splits Gemms into MatMul + Add by transposing the weight in place, once per Gemm: the second reader saw

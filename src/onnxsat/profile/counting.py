@@ -46,7 +46,8 @@ with transcendental functions weighted by the cost of their vectorised approxima
   model's MACs compare with its original's: QLinearConv and ConvInteger as Conv; QLinearMatMul,
   MatMulInteger and com.microsoft DynamicQuantizeMatMul, MatMulIntegerToFloat and MatMulNBits (K from its
   attribute) as MatMul; QGemm as Gemm; QLinearAdd, QLinearMul, QLinearLeakyRelu, QLinearSigmoid,
-  QLinearSoftmax, QLinearAveragePool and QLinearGlobalAveragePool as their float ops; QLinearConcat 0.
+  QLinearSoftmax, QLinearAveragePool and QLinearGlobalAveragePool as their float ops; QLinearConcat and
+  GatherBlockQuantized (a 4-bit embedding lookup) 0.
   QuantizeLinear and DequantizeLinear cost 2 per element, as above, and DynamicQuantizeLinear as QuantizeLinear
   (its range is found on the way).
 - Anything else counts 0 and is listed in ``ModelProfile.uncounted_ops`` so a report can say so.
@@ -119,6 +120,7 @@ _MICROSOFT_PER_ELEMENT = {
     **{"Gelu": 34, "FastGelu": 34, "BiasGelu": 35},
     **{"QLinearAdd": 1, "QLinearMul": 1, "QLinearLeakyRelu": 2, "QLinearSigmoid": 32, "QLinearSoftmax": 36},
     "QLinearConcat": 0,
+    "GatherBlockQuantized": 0,
 }
 
 _STANDARD = frozenset(DEFAULT_DOMAINS)

@@ -311,9 +311,11 @@ def _as_split_gemms(model: onnx.ModelProto, names: Sequence[str]) -> list[str]:
 
 
 WEIGHT_ONLY_BLOCK = 32
-WEIGHT_ONLY_OPS = ("MatMul", "Gemm")
-"""What weight-only mode quantizes. ORT's MatMulNBits quantizer takes MatMuls alone; a Gemm (a PyTorch
-Linear on 2D input, or a MatMul + Add ONNXSat's normal form fused) is split into MatMul + Add first."""
+WEIGHT_ONLY_OPS = ("MatMul", "Gemm", "Gather")
+"""What weight-only mode quantizes. ORT's MatMulNBits quantizer takes MatMuls (as ``MatMulNBits``) and
+embedding lookups (``Gather`` of a constant table, as ``GatherBlockQuantized``: a recommender's or a text
+encoder's table is most of its file); a Gemm (a PyTorch Linear on 2D input, or a MatMul + Add ONNXSat's
+normal form fused) is split into MatMul + Add first."""
 
 
 def weight_only(
@@ -326,16 +328,54 @@ def weight_only(
         weighted = (n.name for n in all_nodes(model.graph) if n.op_type in WEIGHT_ONLY_OPS and n.name not in only)
         exclude = [*exclude, *_as_split_gemms(model, list(weighted))]
     split = GemmToMatMulAdd().apply(model)  # a copy: ORT's quantizer edits what it is given
+    work, ops = split.model, ("MatMul",)
+    tables = [n.name for n in work.graph.node if n.op_type == "Gather" and n.name not in exclude and _looks_up(work, n)]
+    if tables:
+        work = _at_int4_opset(work)
+        if work is None:  # the converter cannot lift the model: its tables stay in float
+            work, exclude = split.model, [*exclude, *tables]
+        else:
+            ops = ("MatMul", "Gather")
     quantizer = _nbits_quantizer()(
-        split.model,
+        work,
         block_size=WEIGHT_ONLY_BLOCK,
         is_symmetric=True,
         accuracy_level=4,
         nodes_to_exclude=exclude,
+        op_types_to_quantize=ops,
+        quant_axes=(("MatMul", 0), ("Gather", 1)),  # a table's rows are looked up: blocks run along each row
     )
     with _quietly():
         quantizer.process()
     return quantizer.model.model
+
+
+INT4_OPSET = 21
+"""The first opset whose tensors may be 4-bit: ORT's quantizer stamps it on a model whose embedding tables it
+quantizes, whatever ops the model holds (a ReduceMean with an ``axes`` attribute is then invalid)."""
+
+
+def _looks_up(model: onnx.ModelProto, node: onnx.NodeProto) -> bool:
+    """Whether a Gather reads rows (axis 0) of a constant 2-D float table: an embedding lookup."""
+    tables = {t.name for t in model.graph.initializer if len(t.dims) == 2 and t.data_type == onnx.TensorProto.FLOAT}
+    axis = next((int(a.i) for a in node.attribute if a.name == "axis"), 0)
+    return node.domain in ("", "ai.onnx") and axis == 0 and node.input[0] in tables
+
+
+def _at_int4_opset(model: onnx.ModelProto) -> onnx.ModelProto | None:
+    """``model`` at opset 21 or later (ONNX's version converter), or None when it cannot be brought there."""
+    current = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), INT4_OPSET)
+    if current >= INT4_OPSET:
+        return model
+    from onnx import version_converter
+
+    try:
+        converted = version_converter.convert_version(model, INT4_OPSET)
+        converted.ir_version = max(converted.ir_version, 10)
+        onnx.checker.check_model(converted)
+    except Exception:  # the converter raises several types on ops it cannot lift
+        return None
+    return converted
 
 
 MODES.register(
@@ -365,12 +405,12 @@ MODES.register(
     "weight-only",
     QuantMode(
         "weight-only",
-        "4-bit MatMul/Gemm weights in blocks of 32 (MatMulNBits)",
+        "4-bit MatMul/Gemm weights and embedding tables in blocks of 32 (MatMulNBits, GatherBlockQuantized)",
         frozenset(WEIGHT_ONLY_OPS),
         False,
         weight_only,
         constant_weights_only=True,
         bodies=True,
-        body_node=lambda node: node.op_type != "Gemm" or plain_gemm(node),
+        body_node=lambda node: node.op_type == "MatMul" or (node.op_type == "Gemm" and plain_gemm(node)),
     ),
 )

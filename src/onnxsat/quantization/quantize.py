@@ -547,13 +547,23 @@ _FLOAT_WEIGHTS = (onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16)
 
 
 def _weighted_nodes(model: onnx.ModelProto) -> list[onnx.NodeProto]:
-    """Conv, ConvTranspose, MatMul, Gemm and LSTM nodes whose weight (input 1) is a float initializer."""
+    """Conv, ConvTranspose, MatMul, Gemm and LSTM nodes whose weight (input 1) is a float initializer, and
+    embedding lookups: Gathers of rows (axis 0) of a float 2-D table (input 0)."""
     floats = {t.name for t in model.graph.initializer if t.data_type in _FLOAT_WEIGHTS}
+    tables = {t.name for t in model.graph.initializer if t.data_type in _FLOAT_WEIGHTS and len(t.dims) == 2}
     return [
         n
         for n in model.graph.node
-        if n.op_type in _WEIGHTED_OPS and n.domain in ("", "ai.onnx") and len(n.input) > 1 and n.input[1] in floats
+        if n.domain in ("", "ai.onnx")
+        and (
+            (n.op_type in _WEIGHTED_OPS and len(n.input) > 1 and n.input[1] in floats)
+            or (n.op_type == "Gather" and n.input[0] in tables and _gather_axis(n) == 0)
+        )
     ]
+
+
+def _gather_axis(node: onnx.NodeProto) -> int:
+    return next((int(a.i) for a in node.attribute if a.name == "axis"), 0)
 
 
 def _largest_matmul(model: onnx.ModelProto) -> int:
