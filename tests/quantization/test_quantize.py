@@ -702,3 +702,24 @@ def test_slower_nodes_counts_the_nodes_the_mode_quantizes_not_only_constant_weig
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=9)
     _, count = slower_nodes(model, "static", InputSpec())
     assert count == 2
+
+
+def test_auto_refuses_a_model_that_pays_neither_in_speed_nor_in_size(tmp_path: Path) -> None:
+    """A VAE decoder's static form ran 1.00x with a larger file and 0.38% less agreement, and was written.
+    ``auto`` now refuses it; an asked-for mode is written with the same words as a note."""
+    from types import SimpleNamespace
+
+    from onnxsat.errors import SettingsError
+    from onnxsat.quantization import quantize as quantize_module
+    from onnxsat.quantization.report import QuantizeReport
+
+    model = onnx.load(mlp(tmp_path / "mlp.onnx"))
+    size = model.ByteSize()
+    candidate = quantize_module.Candidate("static", model, {}, None, latency={"speedup": 1.0})  # type: ignore[arg-type]
+    options = SimpleNamespace(mode="auto")
+    with pytest.raises(SettingsError, match=r"no quantized form pays here: the fastest, static at 1.00x"):
+        quantize_module._choose([candidate], options, QuantizeReport("m", None, "auto"), size)  # type: ignore[arg-type]
+    assert quantize_module._choose([candidate], options, QuantizeReport("m", None, "auto"), 2 * size) is candidate
+    report = QuantizeReport("m", None, "static")
+    chosen = quantize_module._choose([candidate], SimpleNamespace(mode="static"), report, size)  # type: ignore[arg-type]
+    assert chosen is candidate and report.notes[0].startswith("no quantized form pays here")

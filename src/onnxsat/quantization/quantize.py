@@ -76,6 +76,9 @@ SLOWER = 1.0
 """A node whose int8 form is not faster than this ratio stays in float."""
 NOT_SLOWER = 0.97
 """``auto`` writes nothing whose whole-model speedup is below this (ratio noise on this machine)."""
+PAYS_SPEEDUP, PAYS_SIZE = 1.03, 0.9
+"""Below this speedup (within timing noise), ``auto`` writes a quantized model only when its file is at most
+this share of the given one: a model no faster, no smaller and a little less accurate pays nothing."""
 RANDOM_SAMPLES = 32
 WORST_SHOWN = 5
 """How many of a budget search's most damaging nodes its trial keeps for the report."""
@@ -233,7 +236,7 @@ def quantize_model(
     if _now() >= deadline:
         report.notes.append(f"{OUT_OF_TIME} ({options.budget_minutes:g} min), with the best model found by then")
     try:
-        chosen = _choose(candidates, options, report)
+        chosen = _choose(candidates, options, report, given_size)
         if _integer_nodes(chosen.model) <= _integer_nodes(prepared):
             trial = next((t for t in report.trials if t.mode == chosen.mode), None)
             why = f"; {trial.note}" if trial is not None and trial.note else ""
@@ -1002,16 +1005,28 @@ def _latency(
     return {"fp32_ms": fp32_ms, "quantized_ms": quantized_ms, "speedup": speedup, "threads": float(threads)}
 
 
-def _choose(candidates: list[Candidate], options: QuantizeOptions, report: QuantizeReport) -> Candidate:
-    """The fastest candidate; ``auto`` refuses one slower than the float model (one line, nothing written)."""
+def _choose(
+    candidates: list[Candidate], options: QuantizeOptions, report: QuantizeReport, given_size: int
+) -> Candidate:
+    """The fastest candidate; ``auto`` refuses one slower than the float model, or one that pays neither in
+    speed nor in size (one line, nothing written); an asked-for mode is written with a note instead."""
     if not candidates:
         reasons = "; ".join(f"{t.mode}: {t.error}" for t in report.trials if t.error)
         raise SettingsError(f"no quantized model fits: {reasons}")
     best = max(candidates, key=lambda c: c.speedup or 0.0)
+    message = ""
     if best.speedup is not None and best.speedup < NOT_SLOWER:
         message = f"every quantized form is slower than the float model here (best: {best.mode} {best.speedup:.2f}x)"
-        if options.mode == AUTO_MODE:
-            raise SettingsError(f"{message}; nothing written")
+    elif best.speedup is not None and best.speedup < PAYS_SPEEDUP:
+        size = stored_bytes(best.model)
+        if size > PAYS_SIZE * given_size:
+            message = (
+                f"no quantized form pays here: the fastest, {best.mode} at {best.speedup:.2f}x, is no faster beyond "
+                f"timing noise and its file is no smaller ({size:,} bytes against {given_size:,})"
+            )
+    if message and options.mode == AUTO_MODE:
+        raise SettingsError(f"{message}; nothing written")
+    if message:
         report.notes.append(message)
     return best
 
