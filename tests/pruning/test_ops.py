@@ -207,6 +207,22 @@ def test_resize_and_upsample_pass_the_channels_when_the_channel_axis_keeps_its_s
     assert_rate_zero_is_identity(model)
 
 
+def test_resize_to_sizes_read_off_its_input_at_run_time_passes_the_channels() -> None:
+    """``F.interpolate(r, size=x.shape[-2:])``: sizes ``Concat(Slice(Shape(r), 0, 2), Slice(Shape(x), 2, 4))``;
+    the channel entry is read off the Resize's own input, so it follows the pruning by itself."""
+    b = Builder()
+    r = b.node("Relu", [b.node("MaxPool", [dead_conv(b, "x")], "down", kernel_shape=[2, 2], strides=[2, 2])], "r1")
+    zero, two, four = (b.const(n, np.array([v])) for n, v in (("zero", 0), ("two", 2), ("four", 4)))
+    lead = b.node("Slice", [b.node("Shape", [r], "r_shape"), zero, two], "lead")
+    height_width = b.node("Slice", [b.node("Shape", ["x"], "x_shape"), two, four], "hw")
+    sizes = b.node("Concat", [lead, height_width], "sizes", axis=0)
+    resized = b.node("Resize", [r, "", "", sizes], "resize", mode="nearest")
+    model = b.model([b.conv("leaf", resized, 8, 2)])
+    pruned, report = prune(model, rate=0.5)
+    assert status(report, "c1") == "pruned" and shape_of(pruned, "leaf_w")[1] == 4
+    assert_rate_zero_is_identity(model)
+
+
 @pytest.mark.parametrize(
     ("scales", "sizes", "reason"),
     [([1, 2, 2, 2], None, "scales the channel axis"), (None, [2, 16, 16, 16], "resizes the channel axis")],

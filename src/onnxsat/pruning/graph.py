@@ -126,6 +126,47 @@ class GraphIndex:
             entries += values if values is not None else [None] * int(shape[0])  # type: ignore[index]
         return entries
 
+    def size_source(self, name: str, position: int) -> tuple[str, int] | None:
+        """(tensor, dim) whose run-time size entry ``position`` of shape vector ``name`` reads, when it is read
+        off a Shape: ``Shape(t)``, ``Slice(Shape(t), a, b)``, ``Unsqueeze(Gather(Shape(t), i))`` or a Concat
+        of those (``F.interpolate(x, size=y.shape[-2:])`` sizes ``Concat(Slice(Shape(x), 0, 2), ...)``)."""
+        node = self.producers.get(name)
+        if node is None or node.domain not in DEFAULT_DOMAINS:
+            return None
+        if node.op_type == "Concat":
+            start = 0
+            for piece in node.input:
+                shape = self.shape(piece)
+                if not shape or not isinstance(shape[0], int):
+                    return None
+                if start <= position < start + shape[0]:
+                    return self.size_source(piece, position - start)
+                start += shape[0]
+            return None
+        if node.op_type == "Shape":
+            rank, first, end = self.rank(node.input[0]), attr(node, "start", 0), attr(node, "end")
+            if rank is None or not isinstance(first, int) or (end is not None and end not in (rank, -0)):
+                return None
+            dim = (first + rank if first < 0 else first) + position
+            return (node.input[0], dim) if 0 <= dim < rank else None
+        if node.op_type == "Slice":
+            starts = self.int_values(node.input[1]) if len(node.input) > 1 else None
+            axes = self.int_values(node.input[3]) if len(node.input) > 3 and node.input[3] else [0]
+            steps = self.int_values(node.input[4]) if len(node.input) > 4 and node.input[4] else [1]
+            if starts is None or len(starts) != 1 or starts[0] < 0 or axes != [0] or steps != [1]:
+                return None
+            inner = self.size_source(node.input[0], starts[0] + position)
+            return inner
+        if node.op_type == "Unsqueeze" and position == 0:
+            gather = self.producers.get(node.input[0])
+            if gather is None or gather.op_type != "Gather" or gather.domain not in DEFAULT_DOMAINS:
+                return None
+            index = self.int_values(gather.input[1])
+            if index is None or len(index) != 1 or index[0] < 0:
+                return None
+            return self.size_source(gather.input[0], index[0])
+        return None
+
     def target_piece(self, name: str, position: int) -> tuple[int, int] | None:
         """(input slot, offset in it) of the constant input of the Concat computing shape vector ``name`` that
         holds its entry ``position``: what a shape edit changes when the vector is built at run time. None

@@ -1147,6 +1147,8 @@ class _Walk:
         position = layout.axis if axes is None else normalized.index(layout.axis)
         if sizes_name:
             sizes = self.index.int_values(sizes_name)
+            if sizes is None and self.index.size_source(sizes_name, position) == (node.input[0], layout.axis):
+                return layout  # the channel size is read off the input itself at run time: it follows the pruning
             if sizes is None:
                 return "its target sizes are computed at run time"
             if len(sizes) <= position or sizes[position] != layout.size:
