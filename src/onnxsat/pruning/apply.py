@@ -71,6 +71,7 @@ def apply_pruning(
     applied = Applied(result)
     replaced: set[str] = set()
     builders: dict[int, onnx.NodeProto] = {}  # Reshape index -> its own copy of the Concat building its target
+    sliced: dict[tuple[str, tuple[tuple[int, bytes], ...]], str] = {}  # (weight, kept per axis) -> the slice's name
     for (node_index, slot), by_axis in sorted(drops.items()):
         node = graph.node[node_index]
         name = node.input[slot]
@@ -81,7 +82,14 @@ def apply_pruning(
             value = np.take(value, keep, axis=axis)
             kept_axes[axis] = keep
         applied.kept[(node_index, slot)] = kept_axes
+        key = (name, tuple((axis, keep.tobytes()) for axis, keep in kept_axes.items()))
+        if key in sliced:  # another reader took the same channels out of the same weight: one slice for both
+            node.input[slot] = sliced[key]
+            uses[name] -= 1
+            replaced.add(name)
+            continue
         _store(graph, initializers, uses, node, slot, value, replaced)
+        sliced[key] = node.input[slot]
     for edit in forest.edits:
         removed = sum(pruned_of.get(group, np.empty(0)).size * block for group, block in edit.parts)
         if removed == 0:
