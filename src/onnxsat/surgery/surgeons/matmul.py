@@ -88,8 +88,8 @@ class GemmToMatMulAdd(Surgeon):
     reads it); ``C'`` is C scaled by beta (a constant, or a Mul when C is computed); ``transA`` becomes a
     Transpose of A. Nodes are named ``<gemm>_MatMul`` and ``<gemm>_Add``, as ONNX Runtime's dynamic quantizer
     names its own split, and the Gemm's output keeps its name. Exact up to float rounding order (and the
-    rounding of ``alpha * B``). A weight that is also a graph input (a feed may replace it) or lies in a data
-    file is not remade: its Gemm stays.
+    rounding of ``alpha * B``). Gemms sharing a weight (an unrolled RNN's steps) share its remade copy. A weight
+    that is also a graph input (a feed may replace it) or lies in a data file is not remade: its Gemm stays.
     """
 
     def apply(self, model: onnx.ModelProto) -> SurgeryOutcome:
@@ -99,6 +99,7 @@ class GemmToMatMulAdd(Surgeon):
         splice = Splice(result)
         inputs = {item.name for item in graph.input}
         replaced: set[str] = set()
+        remakes: dict[tuple[str, bool, float], str] = {}  # (weight, transB, alpha) -> its remade copy, made once
         split = 0
         for index, gemm in enumerate(graph.node):
             if gemm.op_type != "Gemm" or gemm.domain not in ("", "ai.onnx") or gemm.input[1] not in weights:
@@ -117,10 +118,13 @@ class GemmToMatMulAdd(Surgeon):
                 a = splice.name(f"{a}_transposed")
                 nodes.append(splice.node("Transpose", [gemm.input[0]], a, f"{base}_Transpose", perm=[1, 0]))
             b = gemm.input[1]
-            if remade:
+            key = (b, bool(attribute(gemm, "transB", 0)), alpha)
+            if remade and key in remakes:  # an unrolled RNN's Gemms share a weight: they share its copy too
+                b = remakes[key]
+            elif remade:
                 weight = numpy_helper.to_array(stored)
                 value = (weight.T if attribute(gemm, "transB", 0) else weight) * np.asarray(alpha, weight.dtype)
-                b = splice.const(f"{gemm.input[1]}_MatMul", np.ascontiguousarray(value))
+                b = remakes[key] = splice.const(f"{gemm.input[1]}_MatMul", np.ascontiguousarray(value))
                 replaced.add(gemm.input[1])
             bias = gemm.input[2] if len(gemm.input) > 2 and gemm.input[2] else None
             product = splice.name(f"{output}_MatMul") if bias else output
