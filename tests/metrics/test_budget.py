@@ -329,3 +329,18 @@ def test_metric_fidelity_is_auto_with_labels_ignored_in_every_budgeted_command()
     compress = CompressOptions(data="digits", metric="fidelity")
     compress.check()
     assert (compress.metric, compress.fidelity) == ("auto", True)
+
+
+def test_no_changed_answer_on_few_samples_is_not_a_certain_zero() -> None:
+    """13 face crops with no changed answer read "bound 0.00% at 99% confidence"; 3 held out then changed one.
+    Below 30 samples the bound is the exact one for no event seen; from 30 on, the paired error as before."""
+    for count, expected in ((13, 1 - 0.01 ** (1 / 13)), (40, 0.0)):
+        logits = RNG.normal(size=(count, 5))
+        budget = Budget({"logits": logits}, {"logits": 0}, confidence=0.99)
+        score = budget.score({"logits": logits.copy()})
+        assert score.drop == 0.0 and score.bound == pytest.approx(expected)
+    embedding = RNG.normal(size=(10, 8))  # a continuous measure: its own paired error, none added
+    budget = Budget({"embedding": embedding}, {"embedding": 0}, confidence=0.99)
+    assert budget.score({"embedding": embedding.copy()}).bound == 0.0
+    flipped = Budget({"logits": np.eye(5)[:4]}, {"logits": 0}, confidence=0.99)  # a bound never passes 100%
+    assert flipped.score({"logits": np.eye(5)[1:5]}).bound <= 1.0

@@ -115,7 +115,7 @@ class Score:
         """The drop the budget is held against: each output's drop plus ``z`` standard errors, the worst.
         Many samples changing both ways can net out to a small drop on the search data by luck; a few
         changing cannot, and the bound tells those apart."""
-        return max(o.drop + self.z * o.error for o in self.outputs)
+        return max(min(o.drop + self.z * o.error, o.baseline) for o in self.outputs)  # a value cannot fall below 0
 
     def fits(self, max_drop: float) -> bool:
         """Inside the budget at the budget's confidence (``bound``)."""
@@ -227,6 +227,8 @@ class Budget:
             else:
                 base = next(o.value for o in baseline.outputs if o.output == name)
             error = paired_error(self._per_sample.get(name), measure.per_sample)
+            if not error:
+                error = unseen_change_error(self._per_sample.get(name), measure.per_sample, self.z)
             scored.append(OutputScore(name, metric.name, measure.value, base, dict(measure.details), error))
         kind = (
             "accuracy" if self.labels is not None and any(m.uses_labels for m in self.metrics.values()) else "agreement"
@@ -315,6 +317,25 @@ def paired_error(baseline: np.ndarray | None, candidate: np.ndarray | None) -> f
         return 0.0
     differences = np.asarray(baseline, np.float64) - np.asarray(candidate, np.float64)
     return float(np.std(differences, ddof=1) / np.sqrt(len(differences)))
+
+
+FEW_SAMPLES = 30
+"""Below this many samples, no changed answer is not read as a certain zero: the normal approximation behind
+``paired_error`` says nothing there (13 face crops with no changed answer read "bound 0.00% at 99%
+confidence"; 3 held out then changed one)."""
+
+
+def unseen_change_error(baseline: np.ndarray | None, candidate: np.ndarray | None, z: float) -> float:
+    """For right-or-wrong (0 or 1) per-sample measures on fewer than ``FEW_SAMPLES`` samples, none of which
+    changed: the error whose ``z`` multiple is the exact one-sided bound on the rate of changed samples
+    (Clopper-Pearson with no event: ``1 - (1 - confidence)^(1/n)``), where the paired error is 0. Else 0."""
+    if baseline is None or candidate is None or z <= 0 or not 0 < len(baseline) < FEW_SAMPLES:
+        return 0.0
+    values = np.concatenate([np.asarray(baseline, np.float64), np.asarray(candidate, np.float64)])
+    if not np.all((values == 0) | (values == 1)) or not np.array_equal(baseline, candidate):
+        return 0.0
+    confidence = NormalDist().cdf(z)
+    return float((1 - (1 - confidence) ** (1 / len(baseline))) / z)
 
 
 SQUARES_CHUNK = 1 << 22
