@@ -387,3 +387,39 @@ def test_named_metric_outputs_reach_the_rebuild_and_the_replay(monkeypatch: pyte
     replay = tmp_path / "replay.onnx"
     assert main(["run", str(out.with_name("c.recipe.yaml")), "-o", str(replay)]) == 0
     assert onnx.load(replay).SerializeToString() == onnx.load(out).SerializeToString()
+
+
+def test_a_recipe_gives_the_data_input_s_sizes_so_its_replay_runs_as_the_search_did(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """An audio front end of dynamic length ([batch, samples]): compress sized its runs by the data's clips, the
+    recipe did not say so, and `onnxsat run` ran the first pass at [1, 1], which the model refuses."""
+    monkeypatch.setattr(compress_module, "SideBySide", _SizeTimer)
+    rng = np.random.default_rng(3)
+    nodes = [
+        onnx.helper.make_node("Unsqueeze", ["audio", "one"], ["wave"]),
+        onnx.helper.make_node("Conv", ["wave", "w1"], ["c1"], strides=[4]),
+        onnx.helper.make_node("Relu", ["c1"], ["r1"]),
+        onnx.helper.make_node("Conv", ["r1", "w2"], ["frames"], strides=[4]),
+    ]
+    graph = onnx.helper.make_graph(
+        nodes,
+        "front_end",
+        [onnx.helper.make_tensor_value_info("audio", onnx.TensorProto.FLOAT, ["batch", "samples"])],
+        [onnx.helper.make_tensor_value_info("frames", onnx.TensorProto.FLOAT, None)],
+        [
+            onnx.numpy_helper.from_array(np.array([1], np.int64), "one"),
+            onnx.numpy_helper.from_array(rng.normal(size=(16, 1, 8)).astype(np.float32), "w1"),
+            onnx.numpy_helper.from_array(rng.normal(size=(4, 16, 4)).astype(np.float32) * 0.3, "w2"),
+        ],
+    )
+    model_path, data, out = tmp_path / "audio.onnx", tmp_path / "clips.npz", tmp_path / "c.onnx"
+    onnx.save(onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 17)], ir_version=8), model_path)
+    np.savez(data, inputs=rng.normal(size=(24, 400)).astype(np.float32))
+    args = ["--data", str(data), "--metric", "cosine", "--techniques", "prune", "--max-drop", "100%", "--workers", "1"]
+    assert main(["compress", str(model_path), "-o", str(out), *args]) == 0
+    recipe = yaml.safe_load(out.with_name("c.recipe.yaml").read_text())
+    assert recipe["input_shapes"] == {"audio": [1, 400]}
+    replay = tmp_path / "replay.onnx"
+    assert main(["run", str(out.with_name("c.recipe.yaml")), "-o", str(replay)]) == 0
+    assert onnx.load(replay).SerializeToString() == onnx.load(out).SerializeToString()

@@ -133,6 +133,7 @@ def compress_model(
     report = CompressReport(input=source, output=None, max_drop=options.max_drop)
     search_data, held_data = _data(model, options)  # data that does not fit is said first
     options = replace(options, inputs=sized_by_data(model, options.inputs, search_data))
+    report.input_shapes = {name: list(dims) for name, dims in options.inputs.shapes.items()}
     original_run = reference_run(model, options.inputs, base_dir=base_dir)
     given_size = given_bytes(model, source)
     model = with_data_loaded(model, base_dir)

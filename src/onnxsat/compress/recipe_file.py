@@ -51,8 +51,9 @@ def write_recipe(report: CompressReport, input_path: str | Path, output_path: st
     }
     if inputs.source is not None:
         pipeline["inputs"] = os.path.relpath(Path(inputs.source).resolve(), folder)
-    if inputs.shapes:
-        pipeline["input_shapes"] = {name: list(dims) for name, dims in inputs.shapes.items()}
+    shapes = {**{name: list(dims) for name, dims in inputs.shapes.items()}, **report.input_shapes}
+    if shapes:  # the user's sizes, and the data input's that compress took from the data
+        pipeline["input_shapes"] = shapes
     pipeline["passes"] = passes
     header = (
         f"# ONNXSat compress recipe: {report.chosen}\n"

@@ -84,6 +84,9 @@ class CompressReport(ReportBase):
     written: bool = False
     fitted_on: str | None = None
     """The samples pruning refitted on, when not those scored (``data``)."""
+    input_shapes: dict[str, list[int]] = field(default_factory=dict)
+    """The sizes of dynamic inputs every run used (``--input-shape``, and the data input's as its samples):
+    the recipe gives them, so that its replay runs the model as the search did."""
     search_data: Dataset | None = field(default=None, repr=False)
     """Every search sample, which quantization calibrated on (and pruning refitted on, with no ``fit_data``)."""
     fit_data: Dataset | None = field(default=None, repr=False)
