@@ -13,6 +13,7 @@ import math
 import re
 from pathlib import Path
 
+import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
@@ -117,6 +118,34 @@ def test_tune_ranks_every_candidate_by_speedup(model_file: Path) -> None:
     assert result.best == result.ranking[0].settings
     assert result.inputs == "x [1,3,8,8] float32"
     assert all(c.max_abs_diff is not None and c.max_abs_diff < 1e-3 for c in result.ranking)
+
+
+@pytest.mark.parametrize(("shift", "tuned"), [(5e-5, True), (0.1, False)])
+def test_a_default_session_that_rounds_apart_from_ort_off_is_the_truth(
+    model_file: Path, monkeypatch: pytest.MonkeyPatch, shift: float, tuned: bool
+) -> None:
+    """ORT's own fusions rounded a speech CNN's outputs 4e-05 away from ORT off: tune refused the model ("ORT's
+    default session cannot run the model"). A difference of rounding makes the default the truth, said in the
+    table; a larger one is still refused."""
+    from onnxsat.errors import RuntimeUnsupportedError
+    from onnxsat.runtime import tune as tune_module
+
+    real = tune_module.reference_run
+
+    def shifted(*args: object, **kwargs: object) -> object:
+        run = real(*args, **kwargs)
+        run.outputs = [value + np.float32(shift) for value in run.outputs]
+        return run
+
+    monkeypatch.setattr(tune_module, "reference_run", shifted)
+    grid = candidate_grid(cores=1)[:1]
+    if not tuned:
+        with pytest.raises(RuntimeUnsupportedError, match="ORT's default session cannot run the model"):
+            tune(model_file, {"x": [1, 3, 8, 8]}, rounds=2, warmup=0, grid=grid)
+        return
+    result = tune(model_file, {"x": [1, 3, 8, 8]}, rounds=2, warmup=0, grid=grid)
+    assert result.reference.startswith("ORT's default (its own fusions differ from ORT off by up to")
+    assert "outputs compared with ORT's default" in result.table()
 
 
 def test_tune_command_prints_the_ranking_and_writes_settings_that_load_back(model_file: Path, tmp_path: Path) -> None:

@@ -43,7 +43,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -248,6 +248,9 @@ class TuneResult:
     """Measured candidates, fastest first (by median speedup over ORT's default), then the skipped ones."""
     default: Candidate
     noise: Candidate
+    reference: str = "ORT off"
+    """What every candidate's outputs were compared with: ORT with its optimizations off, or its default session
+    where that rounds differently by design (integer kernels) or by its own fusions."""
 
     @property
     def best(self) -> SessionSettings:
@@ -278,6 +281,7 @@ class TuneResult:
             cells = [f"{row[0]:>{widths[0]}}", f"{row[1]:<{widths[1]}}"]
             cells += [f"{cell:>{width}}" for cell, width in zip(row[2:], widths[2:], strict=True)]
             lines.append("  ".join(cells).rstrip())
+        lines.append(f"outputs compared with {self.reference}")
         return "\n".join(lines)
 
     @staticmethod
@@ -294,6 +298,17 @@ class TuneResult:
             verdict,
             diff,
         ]
+
+
+ROUNDING = 10
+"""How many times the verification tolerance ORT's default session may differ from ORT off and still be taken
+as the truth (its fusions round differently); beyond that it is refused as it was."""
+
+
+def _near(names: list[str], expected: list, outputs: list, tolerance: Tolerance) -> bool:
+    """Within ``ROUNDING`` times the tolerance: a difference of rounding, not of results."""
+    rounding = replace(tolerance, rtol=ROUNDING * tolerance.rtol, atol=ROUNDING * tolerance.atol)
+    return all(c.ok for c in compare_outputs(names, expected, outputs, rounding))
 
 
 def tune(
@@ -339,6 +354,12 @@ def tune(
         if candidate is default and integer:  # rounding differs between levels by design: the default is the truth
             expected, against = outputs, "ORT's default (the model runs in integer kernels there)"
         comparisons = compare_outputs(names, expected, outputs, tolerance)
+        if candidate is default and not all(c.ok for c in comparisons) and _near(names, expected, outputs, tolerance):
+            # ORT's own fusions round differently from ORT off (2 of 4,608 values of a speech CNN, by 4e-05):
+            # the session users run anyway is the truth, rather than no tuning at all
+            worst = max((c.max_abs_diff for c in comparisons), default=0.0)
+            expected, against = outputs, f"ORT's default (its own fusions differ from ORT off by up to {worst:.1e})"
+            comparisons = compare_outputs(names, expected, outputs, tolerance)
         candidate.max_abs_diff = max((c.max_abs_diff for c in comparisons), default=0.0)
         if not all(c.ok for c in comparisons):
             candidate.status = "skipped"
@@ -358,4 +379,5 @@ def tune(
         candidate.ratios = ratios_to(times[0], own)
     measured = sorted((c for c in candidates if c.status == "ok"), key=lambda c: (-c.speedup, c.median_ms))
     skipped = [c for c in candidates if c.status != "ok"]
-    return TuneResult(str(path), describe_inputs(reference.feeds), rounds, warmup, measured + skipped, default, noise)
+    inputs_text = describe_inputs(reference.feeds)
+    return TuneResult(str(path), inputs_text, rounds, warmup, measured + skipped, default, noise, against)
