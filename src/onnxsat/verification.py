@@ -565,8 +565,9 @@ def _change(want: np.ndarray, got: np.ndarray) -> str:
         return "no element differs" if np.array_equal(want, got) else "elements differ"
     w, g = want.astype(np.float64).ravel(), got.astype(np.float64).ravel()
     tiny = np.finfo(np.float64).tiny
-    relative = float(np.linalg.norm(g - w)) / max(float(np.linalg.norm(w)), tiny)
-    cosine = float(w @ g) / max(float(np.linalg.norm(w) * np.linalg.norm(g)), tiny)
+    with np.errstate(all="ignore"):  # inf or NaN outputs (a log of 0) give NaN figures, said as such, not warned
+        relative = float(np.linalg.norm(g - w)) / max(float(np.linalg.norm(w)), tiny)
+        cosine = float(w @ g) / max(float(np.linalg.norm(w) * np.linalg.norm(g)), tiny)
     return f"relative L2 error {relative:.3g}, cosine {cosine:.3f}"
 
 

@@ -321,6 +321,8 @@ def test_a_group_never_pruned_is_reported_by_its_bound() -> None:
     line = compress_module._costly_line("c", 0.2, 0.99)
     assert line == "c: pruned alone at 50%, its drop bound is 20.00% (99% confidence), over the budget: never pruned"
     assert compress_module._costly_line("g", float("inf"), 0.99) == "g: pruned alone at 50%, it failed: never pruned"
+    unprobed = compress_module._costly_line("g", float("inf"), 0.99, unprobed=True)
+    assert unprobed == "g: never pruned: the time budget ran out before it was pruned alone at 50%"
 
 
 def test_a_model_nothing_can_prune_says_so() -> None:

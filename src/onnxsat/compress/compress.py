@@ -379,7 +379,10 @@ def _searched(report: CompressReport, search: Search, options: CompressOptions) 
     report.latency_where = machine()
     report.candidates = _rows(search.evaluated, options.max_drop)
     mark_pareto(report.candidates)
-    report.notes += [_costly_line(group, bound, options.confidence) for group, bound in _costly(search, options)]
+    report.notes += [
+        _costly_line(group, bound, options.confidence, group in search.unprobed)
+        for group, bound in _costly(search, options)
+    ]
 
 
 def _pays(chosen: Evaluated, original_size: int) -> bool:
@@ -459,9 +462,12 @@ def _rows(evaluated: list[Evaluated], max_drop: float) -> list[CandidateRow]:
     return rows
 
 
-def _costly_line(group: str, bound: float, confidence: float) -> str:
-    """Why a group is never pruned: alone at the probe rate, its drop's bound (not the drop) is over budget."""
+def _costly_line(group: str, bound: float, confidence: float, unprobed: bool = False) -> str:
+    """Why a group is never pruned: alone at the probe rate, its drop's bound (not the drop) is over budget, or
+    it failed, or its probe never ran."""
     probe = f"{group}: pruned alone at {PROBE_RATE:.0%}"
+    if unprobed:
+        return f"{group}: never pruned: the time budget ran out before it was pruned alone at {PROBE_RATE:.0%}"
     if bound == float("inf"):
         return f"{probe}, it failed: never pruned"
     return f"{probe}, its drop bound is {bound:.2%} ({confidence:.0%} confidence), over the budget: never pruned"

@@ -103,6 +103,8 @@ class Search:
     on_progress: Callable[[Evaluated | None, int], None] = lambda best, count: None
     evaluated: list[Evaluated] = field(default_factory=list)
     sensitivity: dict[str, float] = field(default_factory=dict)
+    unprobed: set[str] = field(default_factory=set)
+    """Groups whose sensitivity probe never ran (the time budget ran out first): never pruned, not failed."""
     stopped_early: bool = False
     _cache: dict[Recipe, Evaluated] = field(default_factory=dict)
     _slow: dict[Recipe, tuple[str, ...]] = field(default_factory=dict)
@@ -171,6 +173,8 @@ class Search:
         for group, probe in probes.items():
             result = self._cache.get(probe)
             self.sensitivity[group] = result.outcome.bound if result is not None else float("inf")
+            if result is None:  # its batch was never sent: the time budget ran out first
+                self.unprobed.add(group)
 
     def _refine(self, groups: list[str]) -> None:
         """Greedy steps from the best so far, with backtracking: a group whose step breaks the budget is not
