@@ -137,6 +137,10 @@ def test_per_root_rates_and_exclusion() -> None:
     assert parse_rates(["c1=0.3", "c2=25%"]) == {"c1": 0.3, "c2": 0.25}
     with pytest.raises(SettingsError, match="NAME=RATE"):
         parse_rates(["c1"])
+    # --rate 0 beside --rates: the others keep every channel, and are not counted as pruned
+    _, report = prune(chain(), rate=0.0, rates={"c2": 0.25})
+    assert next(g.status for g in report.groups if "c1" in g.roots) == "kept whole: its rate removes no channel"
+    assert "rate 0: 1 of 3 channel groups pruned" in report.to_table()
 
 
 def test_prune_writes_a_file_and_a_report_never_over_the_input(tmp_path: Path) -> None:

@@ -380,6 +380,8 @@ def _normalized(
 def _group_report(group: ChannelGroup, plan: dict[int, tuple[float, str]], kept: dict[int, np.ndarray]) -> GroupReport:
     rate, status = plan[group.index]
     count = len(kept[group.index]) if group.index in kept else group.channels
+    if status == "pruned" and count == group.channels:  # a rate of 0 (--rate 0 beside --rates), or too low
+        status = "kept whole: its rate removes no channel"
     roots = [r.node for r in group.roots]
     return GroupReport(group.index, roots, group.structure, group.channels, count, rate, status, group.kind)
 
