@@ -343,3 +343,36 @@ def test_a_weight_read_by_several_leaves_of_one_group_is_sliced_once() -> None:
     assert len(readers) == 1 and shape_of(pruned, readers.pop()) == [2, 4, 3, 3]
     assert report.params["pruned"] < report.params["original"]
     assert_rate_zero_is_identity(model)
+
+
+def group_norm(b: Builder, x: str, groups: int, channels: int) -> str:
+    """GroupNorm as PyTorch exports it: Reshape [N, G, -1], InstanceNormalization (unit scale, zero bias), a
+    Reshape back to x's own shape, then the per-channel scale and bias."""
+    grouped = b.node("Reshape", [x, b.const("gn_groups", np.array([0, groups, -1], np.int64))], "gn_reshape")
+    ones, zeros = b.const("gn_one", np.ones(groups, np.float32)), b.const("gn_zero", np.zeros(groups, np.float32))
+    normed = b.node("InstanceNormalization", [grouped, ones, zeros], "gn_norm", epsilon=1e-5)
+    back = b.node("Reshape", [normed, b.node("Shape", [x], "gn_shape")], "gn_back")
+    gamma = b.const("gn_gamma", b.rng.uniform(0.5, 1.5, size=(channels, 1, 1)).astype(np.float32))
+    beta = b.const("gn_beta", b.rng.uniform(-0.5, 0.5, size=(channels, 1, 1)).astype(np.float32))
+    return b.node("Add", [b.node("Mul", [back, gamma], "gn_scale"), beta], "gn")
+
+
+def test_group_norm_prunes_whole_groups() -> None:
+    """A diffusion UNet's every ResNet Conv feeds a GroupNorm, and none could be pruned. Whole groups are: the
+    group count in the Reshape shrinks with them, and the groups kept are normalized exactly as before."""
+    b = Builder()
+    weight = b.rng.normal(size=(8, 3, 3, 3)).astype(np.float32)
+    weight[4:] *= 0.01  # the last two groups of two channels are the least important by L1
+    conv = b.node("Conv", ["x", b.const("c1_w", weight)], "c1", pads=[1, 1, 1, 1])
+    model = b.model([b.conv("leaf", b.node("Relu", [group_norm(b, conv, groups=4, channels=8)], "r1"), 8, 2)])
+    _, _, forest = association_trees(model)
+    group = next(g for g in forest.groups if [r.node for r in g.roots] == ["c1"])
+    assert group.prunable and group.channels == 4 and group.unit == 2  # 4 groups of 2 channels
+    pruned, report = prune(model, rate=0.5)
+    assert status(report, "c1") == "pruned" and shape_of(pruned, "c1_w")[0] == 4
+    target = next(t for t in pruned.graph.initializer if t.name == "gn_groups")
+    assert numpy_helper.to_array(target).tolist() == [0, 2, -1]
+    before = run(with_outputs(model, ["r1"]))[-1]
+    after = run(with_outputs(pruned, ["r1"]))[-1]
+    np.testing.assert_allclose(after, before[:, :4], rtol=1e-4, atol=1e-5)  # the kept groups, as they were
+    assert_rate_zero_is_identity(model)

@@ -969,6 +969,10 @@ class _Walk:
             target = self.index.target_entries(node.input[1])
             if target is not None and len(target) == len(out_shape):
                 out_shape = sized_by_target(in_shape, out_shape, target, layout.axis)
+        if node.op_type == "Reshape" and layout.split is None:
+            grouped = self.grouped(node_index, node, layout, in_shape, target)
+            if grouped is not None:
+                return grouped
         merged = merge_axis(in_shape, out_shape, layout.axis)
         split_at = split_axis(in_shape, out_shape, layout.axis) if merged is None else None
         if merged is None and (split_at is None or node.op_type == "Flatten"):
@@ -1009,6 +1013,41 @@ class _Walk:
         elif entry != -1:
             return f"target entry {entry}"
         return moved
+
+    def grouped(
+        self,
+        node_index: int,
+        node: onnx.NodeProto,
+        layout: Layout,
+        in_shape: list[int | str | None],
+        target: list[int | None] | None,
+    ) -> Layout | None:
+        """A GroupNorm as PyTorch exports it, ``Reshape(x, [N, G, -1])`` -> InstanceNormalization over each group
+        -> ``Reshape(y, Shape(x))``: the channels go in G groups of ``C / G``, pruned whole (the group count is
+        a shape edit), a pending split the InstanceNormalization resolves into group channels. And the Reshape
+        back, whose run-time target is ``x``'s shape: each group becomes its ``C / G`` channels again. None
+        when ``node`` is neither."""
+        axis, size = layout.axis, in_shape[layout.axis]
+        source = self.shape_source(node.input[1])
+        if target is None and source is not None and self.layouts.get(source) is not None:
+            back = self.layouts[source]
+            if back.size % layout.size == 0 and back.size > layout.size:
+                factor = back.size // layout.size
+                moved = Layout(back.axis, layout.size * factor, tuple(s.scaled(factor) for s in layout.segments))
+                return moved if moved == back else None
+            return None
+        if target is None or len(target) != axis + 2 or not isinstance(size, int):
+            return None
+        groups = target[axis]
+        readers = [self.model.graph.node[i] for i, _ in self.index.consumers.get(node.output[0], [])]
+        if not readers or any(r.op_type != "InstanceNormalization" for r in readers):
+            return None
+        if groups is None or not 1 < groups < size or size % groups or target[axis + 1] != -1:
+            return None
+        if any(entry != 0 and entry != dim for entry, dim in zip(target[:axis], in_shape[:axis], strict=True)):
+            return None  # the dims before the channels are copied as they are
+        split = Split(axis + 1, size // groups, node_index, axis, None)
+        return Layout(axis, size, layout.segments, split)
 
     def shape_source(self, name: str) -> str | None:
         """The tensor whose whole ``Shape`` is ``name`` (PyTorch's ``y.reshape_as(x)``, ``y.view(x.shape)``)."""
