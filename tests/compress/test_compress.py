@@ -210,6 +210,14 @@ def test_data_is_required(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
     out = tmp_path / "m.onnx"
     assert main(["compress", str(bundled_digits_cnn()), "-o", str(out)]) != 0
     assert "compress needs --data" in capsys.readouterr().err and not out.exists()
+    # samples given as --inputs (quantize calibrates on them) are named, with the way to search on them
+    model = onnx.load(bundled_digits_cnn())
+    name = model.graph.input[0].name
+    feeds = tmp_path / "feeds.npz"
+    np.savez(feeds, **{name: np.zeros((4, 1, 8, 8), np.float32)})
+    assert main(["compress", str(bundled_digits_cnn()), "-o", str(out), "--inputs", str(feeds)]) != 0
+    err = capsys.readouterr().err
+    assert f"--inputs fixes the values of '{name}' for every sample" in err and "save them as `inputs`" in err
 
 
 def test_recipe_labels_and_pipeline_entries() -> None:

@@ -259,9 +259,16 @@ RANDOM_SAMPLES = 64
 def _data(model: onnx.ModelProto, options: CompressOptions) -> tuple[Dataset, Dataset | None]:
     """(search data, held-out data): ``--data`` less its held-out part, or ``--data`` and ``--eval-data``."""
     if options.data is None:
+        given = [v.name for v in model.graph.input if v.name in options.inputs.given]
+        rows = (
+            f"; --inputs fixes the values of {', '.join(repr(n) for n in given)} for every sample: to search on "
+            f"the rows of one of them, save them as `inputs` in an .npz for --data and leave it out of --inputs"
+            if given
+            else ""
+        )
         raise SettingsError(
             "compress needs --data: the accuracy budget is measured on it (`--data random` for seeded random "
-            "inputs, which measures agreement with the original on those alone)"
+            f"inputs, which measures agreement with the original on those alone){rows}"
         )
 
     def load(spec: str) -> Dataset:
