@@ -171,31 +171,20 @@ def test_reconstruction_refits_the_output_projection() -> None:
     assert run(pruned)[0].shape == (B, S, E)
 
 
-def test_a_reshape_target_computed_at_run_time_prunes_whole_heads() -> None:
+@pytest.mark.parametrize(("target", "heads_d"), [("computed", [2, E // 4]), ("computed -1", [-1, E // 4])])
+def test_a_reshape_target_computed_at_run_time_prunes_whole_heads(target: str, heads_d: list[int]) -> None:
     """PyTorch's ``q.view(*q.shape[:2], H, D)`` under dynamic sizes: the target is a Concat of sizes read off a
-    Shape and a constant [H, D]. The head count is edited in that constant, in a Concat of Q's own."""
-    model = attention_model(4, target="computed")
+    Shape and a constant [H, D]; the head count is edited in that constant, in a Concat of Q's own. Written
+    ``view(*q.shape[:2], -1, D)``, inference cannot size the heads: the -1 is the channel dim over D, and stays
+    -1 in the pruned model, where it now makes fewer heads."""
+    model = attention_model(4, target=target)
     group = head_group(model)
     assert group.prunable and group.heads and group.channels == 4
     pruned, _ = prune(model, rate=0.5)
     q_target = next(n for n in pruned.graph.node if n.name == "q_heads").input[1]
     concat = next(n for n in pruned.graph.node if q_target in n.output)
     values = {t.name: numpy_helper.to_array(t).tolist() for t in pruned.graph.initializer}
-    assert concat.op_type == "Concat" and values[concat.input[1]] == [2, E // 4]
-    assert run(pruned)[0].shape == (B, S, E)
-
-
-def test_a_run_time_target_with_minus_one_heads_needs_no_edit() -> None:
-    """``view(*q.shape[:2], -1, D)``: inference cannot size the heads; the -1 is the channel dim over D, and
-    stays -1 in the pruned model, where it now makes fewer heads."""
-    model = attention_model(4, target="computed -1")
-    group = head_group(model)
-    assert group.prunable and group.heads and group.channels == 4
-    pruned, _ = prune(model, rate=0.5)
-    q_target = next(n for n in pruned.graph.node if n.name == "q_heads").input[1]
-    concat = next(n for n in pruned.graph.node if q_target in n.output)
-    values = {t.name: numpy_helper.to_array(t).tolist() for t in pruned.graph.initializer}
-    assert values[concat.input[1]] == [-1, E // 4]
+    assert concat.op_type == "Concat" and values[concat.input[1]] == heads_d
     assert reshape_target(pruned, "k_heads") == [B, S, 2, E // 4]
     assert run(pruned)[0].shape == (B, S, E)
 

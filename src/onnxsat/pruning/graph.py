@@ -237,6 +237,15 @@ def run_ranks(model: onnx.ModelProto, shapes: dict[str, list[Dim]]) -> dict[str,
     names = [name for node in model.graph.node for name in node.output if name and name not in shapes]
     if not names:
         return {}
+    try:
+        values = _probe_session(model, names).run(names, random_inputs(model))
+    except Exception:  # any refusal means: no ranks from running
+        return {}
+    return {name: value.ndim for name, value in zip(names, values, strict=True) if isinstance(value, np.ndarray)}
+
+
+def _probe_session(model: onnx.ModelProto, names: list[str]) -> ort.InferenceSession:
+    """A session of ``model`` (ORT's optimizations off) that also returns the tensors ``names``."""
     probe = onnx.ModelProto()
     probe.CopyFrom(model)
     outputs = {value.name for value in probe.graph.output}
@@ -244,12 +253,7 @@ def run_ranks(model: onnx.ModelProto, shapes: dict[str, list[Dim]]) -> dict[str,
     options = ort.SessionOptions()
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     options.log_severity_level = 3
-    try:
-        session = ort.InferenceSession(probe.SerializeToString(), options, providers=["CPUExecutionProvider"])
-        values = session.run(names, random_inputs(model))
-    except Exception:  # any refusal means: no ranks from running
-        return {}
-    return {name: value.ndim for name, value in zip(names, values, strict=True) if isinstance(value, np.ndarray)}
+    return ort.InferenceSession(probe.SerializeToString(), options, providers=["CPUExecutionProvider"])
 
 
 ONES_PROBE_SIZES = (2, 3)
@@ -269,16 +273,9 @@ def run_ones(model: onnx.ModelProto, shapes: dict[str, list[Dim]]) -> dict[str, 
     ]
     if not names:
         return {}
-    probe = onnx.ModelProto()
-    probe.CopyFrom(model)
-    outputs = {value.name for value in probe.graph.output}
-    probe.graph.output.extend(onnx.helper.make_empty_tensor_value_info(name) for name in names if name not in outputs)
-    options = ort.SessionOptions()
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    options.log_severity_level = 3
     ones: dict[str, set[int]] | None = None
     try:
-        session = ort.InferenceSession(probe.SerializeToString(), options, providers=["CPUExecutionProvider"])
+        session = _probe_session(model, names)
         for size in ONES_PROBE_SIZES:
             values = session.run(names, random_inputs(model, _every_dynamic_dim_at(model, size)))
             found = {
