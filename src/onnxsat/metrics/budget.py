@@ -173,7 +173,7 @@ class Budget:
         (an exporter's description of its outputs)."""
         self.reference = dict(reference)
         self.labels = labels
-        self.z = confidence_z(confidence)
+        self.z, self.confidence = confidence_z(confidence), confidence
         self.empty_outputs: list[str] = []
         """Outputs left unscored because the data gives them no element (set by the scorer that ran them)."""
         self._per_sample: dict[str, np.ndarray | None] = {}
@@ -227,8 +227,6 @@ class Budget:
             else:
                 base = next(o.value for o in baseline.outputs if o.output == name)
             error = paired_error(self._per_sample.get(name), measure.per_sample)
-            if not error:
-                error = unseen_change_error(self._per_sample.get(name), measure.per_sample, self.z)
             scored.append(OutputScore(name, metric.name, measure.value, base, dict(measure.details), error))
         kind = (
             "accuracy" if self.labels is not None and any(m.uses_labels for m in self.metrics.values()) else "agreement"
@@ -251,6 +249,8 @@ class Budget:
         notes = [
             f"{name}: no element on the data (an empty output), so it is not scored" for name in self.empty_outputs
         ]
+        few = few_samples_note(self.baseline.samples, [m.name for m in self.metrics.values()], self.confidence)
+        notes += [few] if few else []
         if self.labels is not None:
             return notes + self._perfect_on_labels()
         for name, metric in self.metrics.items():
@@ -320,22 +320,22 @@ def paired_error(baseline: np.ndarray | None, candidate: np.ndarray | None) -> f
 
 
 FEW_SAMPLES = 30
-"""Below this many samples, no changed answer is not read as a certain zero: the normal approximation behind
-``paired_error`` says nothing there (13 face crops with no changed answer read "bound 0.00% at 99%
-confidence"; 3 held out then changed one)."""
+"""Below this many samples, a bound from the paired error (a normal approximation) says little: no changed
+answer among them makes it 0, where the exact bound for no event seen is ``1 - (1 - c)^(1/n)`` (13 face crops:
+"bound 0.00% at 99% confidence", 30% exactly; 3 held out then changed one). The report says so."""
+RIGHT_OR_WRONG = frozenset({"top1", "top5", "label", "binary", "exact"})
+"""Metrics whose per-sample measure is 0 or 1 (an answer kept or changed)."""
 
 
-def unseen_change_error(baseline: np.ndarray | None, candidate: np.ndarray | None, z: float) -> float:
-    """For right-or-wrong (0 or 1) per-sample measures on fewer than ``FEW_SAMPLES`` samples, none of which
-    changed: the error whose ``z`` multiple is the exact one-sided bound on the rate of changed samples
-    (Clopper-Pearson with no event: ``1 - (1 - confidence)^(1/n)``), where the paired error is 0. Else 0."""
-    if baseline is None or candidate is None or z <= 0 or not 0 < len(baseline) < FEW_SAMPLES:
-        return 0.0
-    values = np.concatenate([np.asarray(baseline, np.float64), np.asarray(candidate, np.float64)])
-    if not np.all((values == 0) | (values == 1)) or not np.array_equal(baseline, candidate):
-        return 0.0
-    confidence = NormalDist().cdf(z)
-    return float((1 - (1 - confidence) ** (1 / len(baseline))) / z)
+def few_samples_note(samples: int, metrics: Collection[str], confidence: float) -> str | None:
+    """What a budget judged on fewer than ``FEW_SAMPLES`` samples of right-or-wrong answers cannot tell."""
+    if not 0 < samples < FEW_SAMPLES or not set(metrics) & RIGHT_OR_WRONG or confidence <= 0.5:
+        return None
+    unseen = 1 - (1 - confidence) ** (1 / samples)
+    return (
+        f"{samples} samples: with no answer changed among them, up to {unseen:.0%} may change on data like them "
+        f"({confidence:.0%} confidence); the budget's bound cannot see that (give {FEW_SAMPLES} samples or more)"
+    )
 
 
 SQUARES_CHUNK = 1 << 22
