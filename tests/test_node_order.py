@@ -149,3 +149,34 @@ def test_show_trees_and_profile_read_the_model_as_the_commands_run_it(tmp_path, 
     assert "conv1 (Conv, root)\n    relu (Relu, pass)\n      conv2 (Conv, leaf)" in trees
     assert main(["profile", str(path)]) == 0
     assert "op types: Conv 2, Relu 1" in capsys.readouterr().out
+
+
+def test_ops_onnx_runtime_defines_in_the_onnx_domain_pass_the_checker(tmp_path) -> None:
+    """onnxruntime-genai's builder writes every RMS norm as ``SimplifiedLayerNormalization`` in the ONNX domain:
+    ORT runs it, ONNX's checker does not know it, and every command but profile refused the model (exit 5)."""
+    import numpy as np
+    from onnx import numpy_helper
+
+    from onnxsat.cli import main
+    from onnxsat.model_io import check_model, runtime_onnx_ops
+
+    assert "SimplifiedLayerNormalization" in runtime_onnx_ops()
+    graph = helper.make_graph(
+        [
+            helper.make_node("SimplifiedLayerNormalization", ["x", "scale"], ["n"], axis=-1, epsilon=1e-5),
+            helper.make_node("MatMul", ["n", "w"], ["y"]),
+        ],
+        "rms",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 16])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 8])],
+        [
+            numpy_helper.from_array(np.ones(16, np.float32), "scale"),
+            numpy_helper.from_array(np.random.default_rng(0).normal(size=(16, 8)).astype(np.float32), "w"),
+        ],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    check_model(model)
+    assert [n.domain for n in model.graph.node] == ["", ""]  # the caller's model is left as it is
+    path = tmp_path / "rms.onnx"
+    onnx.save(model, path)
+    assert main(["optimize", str(path), "-o", str(tmp_path / "o.onnx")]) == 0

@@ -8,6 +8,7 @@ checked first (see ``external_data.py``), and weights are streamed into the outp
 
 from __future__ import annotations
 
+import functools
 import os
 import tempfile
 from collections.abc import Callable, Iterator
@@ -22,6 +23,7 @@ from onnxsat import external_data, inline_weights
 from onnxsat.errors import InputNotFoundError, InvalidModelError, NotOnnxError, OutputPathError
 from onnxsat.ir_version import lower_ir_version
 from onnxsat.node_order import sort_model
+from onnxsat.proto_fields import all_graphs
 
 # Protobuf refuses to serialize a message over 2 GiB; bigger models keep weights in external data.
 _PROTOBUF_LIMIT = 2**31 - 1
@@ -125,12 +127,42 @@ def check_model(model: onnx.ModelProto) -> None:
     try:
         model = external_data.structure_view(model)
         _declare_unknown_ranks(model.graph)
+        _runtime_ops_apart(model)
         if over_protobuf_limit(model):
             return  # the checker cannot take it in memory; ONNX Runtime will load-check it instead
         onnx.checker.check_model(model, full_check=False)
     except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError) as error:
         text = " ".join(str(error).split()) or type(error).__name__
         raise InvalidModelError(f"model fails the ONNX checker: {text[:400]}") from None
+
+
+RUNTIME_DOMAIN = "ai.onnxruntime.onnx_domain"
+"""Where the checker's copy puts ops ONNX Runtime defines in the ONNX domain and ONNX does not."""
+
+
+@functools.cache
+def runtime_onnx_ops() -> frozenset[str]:
+    """Ops ONNX Runtime registers in the ONNX domain that ONNX itself does not define: onnxruntime-genai's
+    builder writes every RMS norm of its decoders as ``SimplifiedLayerNormalization`` there."""
+    try:
+        from onnxruntime.capi import onnxruntime_pybind11_state as runtime
+
+        schemas = runtime.get_all_operator_schema()
+    except (ImportError, AttributeError):  # a build without schemas: none is known
+        return frozenset()
+    return frozenset(s.name for s in schemas if s.domain in ("", "ai.onnx") and not onnx.defs.has(s.name, ""))
+
+
+def _runtime_ops_apart(model: onnx.ModelProto) -> None:
+    """In the checker's copy: move ops ONNX Runtime defines in the ONNX domain (and ONNX does not) to a domain of
+    their own, which the checker does not look into, as it does not into ``com.microsoft``. ORT runs them."""
+    known, moved = runtime_onnx_ops(), False
+    for graph in all_graphs(model.graph):
+        for node in graph.node:
+            if node.domain in ("", "ai.onnx") and node.op_type in known:
+                node.domain, moved = RUNTIME_DOMAIN, True
+    if moved:
+        model.opset_import.append(onnx.helper.make_opsetid(RUNTIME_DOMAIN, 1))
 
 
 def _declare_unknown_ranks(graph: onnx.GraphProto) -> None:

@@ -723,3 +723,30 @@ def test_auto_refuses_a_model_that_pays_neither_in_speed_nor_in_size(tmp_path: P
     report = QuantizeReport("m", None, "static")
     chosen = quantize_module._choose([candidate], SimpleNamespace(mode="static"), report, size)  # type: ignore[arg-type]
     assert chosen is candidate and report.notes[0].startswith("no quantized form pays here")
+
+
+def test_auto_on_a_model_whose_only_float_weight_is_a_table_says_so(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An int4 decoder from onnxruntime-genai: its MatMuls are MatMulNBits already, its embedding table float.
+    auto found no mode and said "no quantized model fits: " with nothing after it."""
+    model = onnx.load(embedding_bag(tmp_path / "bag.onnx"))
+    head = next(n for n in model.graph.node if n.op_type == "MatMul")
+    model.graph.node.remove(head)
+    model.graph.output[0].name = "bag"
+    del model.graph.output[0].type.tensor_type.shape.dim[:]
+    onnx.save(model, tmp_path / "table.onnx")
+    np.savez(tmp_path / "ids.npz", ids=np.random.default_rng(1).integers(0, 5000, size=(8, 5)))
+    code = main(
+        [
+            "quantize",
+            str(tmp_path / "table.onnx"),
+            "-o",
+            str(tmp_path / "q.onnx"),
+            "--inputs",
+            str(tmp_path / "ids.npz"),
+        ]
+    )
+    assert code != 0 and not (tmp_path / "q.onnx").exists()
+    err = capsys.readouterr().err
+    assert "nothing for auto to quantize: the only float weights are read by Gather; --mode weight-only" in err

@@ -188,7 +188,7 @@ FOLD_MAX_ELEMENTS = 1 << 24
 FOLD_MAX_GROWTH = 1 << 20
 """How many more elements a folded output may hold than its node's inputs together, so that folding an
 Expand or a ConstantOfShape cannot blow up the file (the value then stays computed at run time)."""
-FOLD_MAX_COPY = 1 << 16
+FOLD_MAX_COPY = 1 << 12
 """The most elements a fold may produce from a weight that other nodes read too: the weight stays, so the
 fold stores a second copy of it (a tied embedding's ``Transpose`` for the output head doubled a language
 model's file); ONNX Runtime folds such a node when it loads the model anyway."""

@@ -504,6 +504,12 @@ def _modes(model: onnx.ModelProto, options: QuantizeOptions) -> list[QuantMode]:
     bodies = any(MODES["weight-only"].in_bodies(node) for node in inside)
     if ({"MatMul", "Gemm"} & weighted or bodies) and _largest_matmul(model) >= 2**20:
         modes.append(MODES["weight-only"])
+    if not modes:  # an int4 decoder: its MatMuls are MatMulNBits already, its embedding table still float
+        readers = "/".join(sorted(weighted | inside_ops))
+        raise SettingsError(
+            f"nothing for auto to quantize: the only float weights are read by {readers}; --mode weight-only "
+            "stores embedding tables (Gather) in 4 bits" + quantized_note(model, "quantize")
+        )
     return modes
 
 
