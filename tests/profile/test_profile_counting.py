@@ -338,3 +338,21 @@ def test_quantized_forms_count_as_the_float_ops_they_replace(tmp_path: Path) -> 
     nbits = quantizer.model.model
     (layer,) = [layer for layer in profile_model(nbits).layers if layer.op_type == "MatMulNBits"]
     assert layer.macs == 64 * 128 and profile_model(nbits).params >= 64 * 128
+
+
+def test_a_branch_the_inputs_cannot_run_leaves_its_nodes_unsized(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Running a branch in its If's place is best effort: one that fails leaves its nodes counted 0 and said,
+    not the whole profile refused."""
+    from onnxsat.errors import RuntimeUnsupportedError
+    from onnxsat.profile import shapes as shapes_module
+
+    real = shapes_module._read_off
+
+    def branch_fails(model: onnx.ModelProto, *args: object) -> None:
+        if not any(node.op_type == "If" for node in model.graph.node):  # the copy with a branch inlined
+            raise RuntimeUnsupportedError("ONNX Runtime cannot run the model to learn its shapes: a bad branch")
+        real(model, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(shapes_module, "_read_off", branch_fails)
+    profile = profile_model(_if_model(), _IF_FEEDS)
+    assert profile.layers[0].macs == 0 and profile.unsized == 4

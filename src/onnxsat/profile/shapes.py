@@ -30,7 +30,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 
-from onnxsat.errors import SettingsError
+from onnxsat.errors import OnnxSatError, SettingsError
 from onnxsat.external_data import inference_view
 from onnxsat.inputs import (
     InputsLike,
@@ -168,7 +168,10 @@ def resolve_shapes(
     if missing:
         _read_off(with_outputs(fixed, missing), missing, feeds, facts, base_dir)
     for index, branch in branches:  # the branch's nodes in the If's place, so a run can expose their outputs
-        _read_off(_with_branch_inlined(fixed, index, branch), _unknown_in(branch, facts), feeds, facts, base_dir)
+        try:
+            _read_off(_with_branch_inlined(fixed, index, branch), _unknown_in(branch, facts), feeds, facts, base_dir)
+        except OnnxSatError:  # a branch these inputs cannot run: its nodes stay unsized, and the profile says so
+            continue
     return Shapes(facts, inputs, ORT_RUN)
 
 
