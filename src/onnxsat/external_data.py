@@ -130,7 +130,7 @@ def _external_bytes(model: onnx.ModelProto, own_file: Path | None = None) -> int
     for tensor in iter_tensors(model):
         if is_external(tensor):
             entries = {entry.key: entry.value for entry in tensor.external_data}
-            if own is not None and (own.parent / entries.get("location", "")).resolve() == own:
+            if own is not None and reference(tensor, own.parent).path == own:
                 continue
             length = entries.get("length")
             external += int(length) if length is not None else (expected_nbytes(tensor) or 0)

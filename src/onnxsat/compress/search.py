@@ -134,9 +134,8 @@ class Search:
             # The original fused too: lossless, it is inside any budget, and beats a best so far that is slower.
             # Past the deadline the best so far is still fused (lossless and one optimize run, a fraction of a
             # search): a search whose candidates all missed the budget then writes at least the fused original.
-            both = self._time_left() or self._best.recipe == Recipe()
-            recipes = [replace(self._best.recipe, fuse=True), *([Recipe(fuse=True)] if both else [])]
-            fused = self.batch("fuse", list(dict.fromkeys(recipes)))
+            recipes = [replace(self._best.recipe, fuse=True), *([Recipe(fuse=True)] if self._time_left() else [])]
+            fused = self.batch("fuse", recipes)
             self._time(fused)
         self._final()
         return self._best

@@ -134,18 +134,11 @@ class GraphIndex:
         if node is None or node.domain not in DEFAULT_DOMAINS:
             return None
         if node.op_type == "Concat":
-            start = 0
-            for piece in node.input:
-                shape = self.shape(piece)
-                if not shape or not isinstance(shape[0], int):
-                    return None
-                if start <= position < start + shape[0]:
-                    return self.size_source(piece, position - start)
-                start += shape[0]
-            return None
+            found = self.concat_piece(node, position)
+            return self.size_source(node.input[found[0]], found[1]) if found is not None else None
         if node.op_type == "Shape":
             rank, first, end = self.rank(node.input[0]), attr(node, "start", 0), attr(node, "end")
-            if rank is None or not isinstance(first, int) or (end is not None and end not in (rank, -0)):
+            if rank is None or not isinstance(first, int) or (end is not None and end != rank):
                 return None
             dim = (first + rank if first < 0 else first) + position
             return (node.input[0], dim) if 0 <= dim < rank else None
@@ -155,8 +148,7 @@ class GraphIndex:
             steps = self.int_values(node.input[4]) if len(node.input) > 4 and node.input[4] else [1]
             if starts is None or len(starts) != 1 or starts[0] < 0 or axes != [0] or steps != [1]:
                 return None
-            inner = self.size_source(node.input[0], starts[0] + position)
-            return inner
+            return self.size_source(node.input[0], starts[0] + position)
         if node.op_type == "Unsqueeze" and position == 0:
             gather = self.producers.get(node.input[0])
             if gather is None or gather.op_type != "Gather" or gather.domain not in DEFAULT_DOMAINS:
@@ -172,15 +164,19 @@ class GraphIndex:
         holds its entry ``position``: what a shape edit changes when the vector is built at run time. None
         when that entry is not in a constant input."""
         node = self.producers.get(name)
-        if node is None or node.op_type != "Concat":
-            return None
+        found = self.concat_piece(node, position) if node is not None and node.op_type == "Concat" else None
+        return found if found is not None and self.int_values(node.input[found[0]]) is not None else None
+
+    def concat_piece(self, node: onnx.NodeProto, position: int) -> tuple[int, int] | None:
+        """(input slot, offset in it) of the input of the 1-D Concat ``node`` that holds its output entry
+        ``position``; None when an input before it has no known length."""
         start = 0
         for slot, piece in enumerate(node.input):
             shape = self.shape(piece)
             if not shape or not isinstance(shape[0], int):
                 return None
             if start <= position < start + shape[0]:
-                return (slot, position - start) if self.int_values(piece) is not None else None
+                return slot, position - start
             start += shape[0]
         return None
 
@@ -297,10 +293,8 @@ def _every_dynamic_dim_at(model: onnx.ModelProto, size: int) -> dict[str, list[i
         declared = declared_dims(value)
         if value.name in weights or declared is None:
             continue
-        named = {d.dim_param: size for d in declared if d.dim_param.isidentifier()}
-        shapes[value.name] = [
-            d.dim_value if fixed_dim(d) is not None else dim_expression(d.dim_param, named, size) or size
-            for d in declared
+        shapes[value.name] = [  # every name is ``size``: a sum of names is their sum
+            d.dim_value if fixed_dim(d) is not None else dim_expression(d.dim_param, {}, size) or size for d in declared
         ]
     return shapes
 

@@ -1060,7 +1060,7 @@ class _Walk:
 
     def uneditable(self, node: onnx.NodeProto, position: int) -> str:
         """Why entry ``position`` of a Reshape's target cannot be edited, or "": a constant target can, and one
-        built at run time where that entry is a one-element constant of its Concat."""
+        built at run time where that entry lies in a constant input of its Concat."""
         name = node.input[1]
         if self.index.is_constant(name) or self.index.target_piece(name, position) is not None:
             return ""
@@ -1092,7 +1092,7 @@ class _Walk:
         assert isinstance(inner, int)
         node = self.model.graph.node[node_index]
         entries = [position if (target[position] or 0) > 0 else None for position in (at, at + 1)]
-        unfit = next((self.uneditable(node, p) for p in entries if p is not None and self.uneditable(node, p)), "")
+        unfit = next(filter(None, (self.uneditable(node, p) for p in entries if p is not None)), "")
         if unfit:
             return unfit
         return Layout(at, layout.size, layout.segments, Split(at + 1, inner, node_index, entries[0], entries[1]))

@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 import tempfile
 import warnings
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -329,7 +329,8 @@ def weight_only(
         exclude = [*exclude, *_as_split_gemms(model, list(weighted))]
     split = GemmToMatMulAdd().apply(model)  # a copy: ORT's quantizer edits what it is given
     work, ops = split.model, ("MatMul",)
-    tables = [n.name for n in work.graph.node if n.op_type == "Gather" and n.name not in exclude and _looks_up(work, n)]
+    float_tables = embedding_tables(work, (onnx.TensorProto.FLOAT,))
+    tables = [n.name for n in work.graph.node if n.name not in exclude and looks_up(n, float_tables)]
     if tables:
         work = _at_int4_opset(work)
         if work is None:  # the converter cannot lift the model: its tables stay in float
@@ -355,11 +356,15 @@ INT4_OPSET = 21
 quantizes, whatever ops the model holds (a ReduceMean with an ``axes`` attribute is then invalid)."""
 
 
-def _looks_up(model: onnx.ModelProto, node: onnx.NodeProto) -> bool:
-    """Whether a Gather reads rows (axis 0) of a constant 2-D float table: an embedding lookup."""
-    tables = {t.name for t in model.graph.initializer if len(t.dims) == 2 and t.data_type == onnx.TensorProto.FLOAT}
+def embedding_tables(model: onnx.ModelProto, types: Sequence[int]) -> set[str]:
+    """Names of the main graph's 2-D initializers of ``types``: the tables an embedding lookup reads."""
+    return {t.name for t in model.graph.initializer if len(t.dims) == 2 and t.data_type in types}
+
+
+def looks_up(node: onnx.NodeProto, tables: Collection[str]) -> bool:
+    """Whether ``node`` is an embedding lookup: a Gather of rows (axis 0) of one of ``tables``."""
     axis = next((int(a.i) for a in node.attribute if a.name == "axis"), 0)
-    return node.domain in ("", "ai.onnx") and axis == 0 and node.input[0] in tables
+    return node.op_type == "Gather" and node.domain in ("", "ai.onnx") and axis == 0 and node.input[0] in tables
 
 
 def _at_int4_opset(model: onnx.ModelProto) -> onnx.ModelProto | None:

@@ -63,7 +63,7 @@ from onnxsat.options import float_list, option, percent
 from onnxsat.proto_fields import all_graphs, all_nodes, bodies_of
 from onnxsat.quantization import node_speed
 from onnxsat.quantization.calibration import calibration_reader
-from onnxsat.quantization.modes import CALIBRATIONS, MODES, Calibration, QuantMode
+from onnxsat.quantization.modes import CALIBRATIONS, MODES, Calibration, QuantMode, embedding_tables, looks_up
 from onnxsat.quantization.report import ModeTrial, NodeDecision, QuantizeReport
 from onnxsat.quantized_already import integer_op, quantized_note
 from onnxsat.runtime.isolated import crash_in_child, has_control_flow
@@ -559,20 +559,13 @@ def _weighted_nodes(model: onnx.ModelProto) -> list[onnx.NodeProto]:
     """Conv, ConvTranspose, MatMul, Gemm and LSTM nodes whose weight (input 1) is a float initializer, and
     embedding lookups: Gathers of rows (axis 0) of a float 2-D table (input 0)."""
     floats = {t.name for t in model.graph.initializer if t.data_type in _FLOAT_WEIGHTS}
-    tables = {t.name for t in model.graph.initializer if t.data_type in _FLOAT_WEIGHTS and len(t.dims) == 2}
+    tables = embedding_tables(model, _FLOAT_WEIGHTS)
     return [
         n
         for n in model.graph.node
-        if n.domain in ("", "ai.onnx")
-        and (
-            (n.op_type in _WEIGHTED_OPS and len(n.input) > 1 and n.input[1] in floats)
-            or (n.op_type == "Gather" and n.input[0] in tables and _gather_axis(n) == 0)
-        )
+        if (n.op_type in _WEIGHTED_OPS and n.domain in ("", "ai.onnx") and len(n.input) > 1 and n.input[1] in floats)
+        or looks_up(n, tables)
     ]
-
-
-def _gather_axis(node: onnx.NodeProto) -> int:
-    return next((int(a.i) for a in node.attribute if a.name == "axis"), 0)
 
 
 def _largest_matmul(model: onnx.ModelProto) -> int:

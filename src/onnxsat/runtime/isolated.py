@@ -20,6 +20,8 @@ from pathlib import Path
 import numpy as np
 import onnx
 
+from onnxsat.proto_fields import bodies_of
+
 CHILD_SECONDS = 600.0
 """A child still loading or running after this long is stopped and counted as not crashing: the in-process
 run that follows has its own timeout."""
@@ -27,11 +29,7 @@ run that follows has its own timeout."""
 
 def has_control_flow(model: onnx.ModelProto) -> bool:
     """Whether a main-graph node holds a body (If, Loop, Scan)."""
-    return any(
-        attribute.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
-        for node in model.graph.node
-        for attribute in node.attribute
-    )
+    return any(next(bodies_of(node), None) is not None for node in model.graph.node)
 
 
 def crash_in_child(
