@@ -1,5 +1,6 @@
 """Float16ToFloat32: every float16 a model makes (weights, Constant and ConstantOfShape values, Cast
-targets, declared types, bodies) becomes float32; the interface stays float16 unless asked."""
+targets, declared types, bodies) becomes float32; the interface stays float16 unless asked. Float16Storage:
+float32 weights float16 holds exactly take half the bytes behind a Cast, outputs bit for bit the same."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import onnxruntime as ort
 from catalogue_checks import applied
 from onnx import TensorProto, helper, numpy_helper
 
-from onnxsat.surgery.surgeons.precision import Float16ToFloat32
+from onnxsat.surgery.surgeons.precision import Float16Storage, Float16ToFloat32
 
 
 def half_model() -> onnx.ModelProto:
@@ -112,3 +113,54 @@ def test_a_float32_model_is_left_as_it_is() -> None:
     )
     outcome = Float16ToFloat32().apply(helper.make_model(graph))
     assert not outcome.changed and "nothing to upcast" in outcome.notice
+
+
+def stored_model() -> onnx.ModelProto:
+    """y = x @ exact + x @ rounded + x @ small + x @ fed: ``exact`` came from float16, ``rounded`` did not,
+    ``small`` has 16 values, ``fed`` is a weight a graph input overrides."""
+    rng = np.random.default_rng(1)
+    exact = rng.normal(size=(64, 16)).astype(np.float16).astype(np.float32)
+    weights = {
+        "exact": exact,
+        "rounded": rng.normal(size=(64, 16)).astype(np.float32),
+        "small": exact[0, :16].copy(),  # 16 values, exact too, added along the last axis
+        "fed": exact.copy(),
+    }
+    nodes = [
+        helper.make_node("MatMul", ["x", "exact"], ["a"]),
+        helper.make_node("MatMul", ["x", "rounded"], ["b"]),
+        helper.make_node("MatMul", ["x", "fed"], ["c"]),
+        helper.make_node("Add", ["a", "b"], ["ab"]),
+        helper.make_node("Add", ["ab", "c"], ["abc"]),
+        helper.make_node("Add", ["abc", "small"], ["y"]),
+    ]
+    initializers = [numpy_helper.from_array(v, k) for k, v in weights.items()]
+    graph = helper.make_graph(
+        nodes,
+        "stored",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 64]),
+         helper.make_tensor_value_info("fed", TensorProto.FLOAT, [64, 16])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 16])],
+        initializers,
+    )  # fmt: skip
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+def test_weights_float16_holds_exactly_are_stored_in_float16_and_nothing_else_changes() -> None:
+    model = stored_model()
+    outcome = applied(Float16Storage(min_elements=17), model)
+    stored = {t.name: t.data_type for t in outcome.model.graph.initializer}
+    assert stored["exact_float16"] == TensorProto.FLOAT16 and "exact" not in stored
+    assert stored["rounded"] == stored["fed"] == stored["small"] == TensorProto.FLOAT  # inexact, overridable, small
+    assert f"{64 * 16 * 2:,} bytes less" in outcome.notice
+    x = np.random.default_rng(0).normal(size=(3, 64)).astype(np.float32)
+    runs = [
+        ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+        for m in (model, outcome.model)
+    ]
+    assert np.array_equal(runs[0], runs[1])  # bit for bit
+
+
+def test_a_model_without_such_weights_is_left_as_it_is() -> None:
+    outcome = Float16Storage(names=["rounded"], min_elements=17).apply(stored_model())
+    assert not outcome.changed and "nothing to store smaller" in outcome.notice

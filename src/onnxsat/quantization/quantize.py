@@ -68,7 +68,7 @@ from onnxsat.quantization.report import ModeTrial, NodeDecision, QuantizeReport
 from onnxsat.quantized_already import integer_op, quantized_note
 from onnxsat.runtime.isolated import crash_in_child, has_control_flow
 from onnxsat.surgery.graph_edit import consumers, drop_unused_initializers
-from onnxsat.surgery.surgeons.precision import Float16ToFloat32
+from onnxsat.surgery.surgeons.precision import Float16ToFloat32, store_in_float16
 from onnxsat.verification import check_lossy, reference_run, run_model, session, with_outputs
 
 AUTO_MODE = "auto"
@@ -186,7 +186,7 @@ def quantize_model(
         options = replace(options, inputs=sized_by_data(model, options.inputs, dataset))
     original_run = reference_run(model, options.inputs, base_dir=base_dir)  # then an input ORT cannot run
     model = with_data_loaded(model, base_dir)  # scored and timed from bytes, where a data file's path is lost
-    prepared = _prepare(model, options, base_dir, report)
+    prepared, half = _prepare(model, options, base_dir, report)
     defaults = _fed_defaults(prepared, options.inputs.given, report)
     unknown = [name for name in options.exclude if name not in {n.name for n in all_nodes(prepared.graph)}]
     if unknown:
@@ -232,6 +232,7 @@ def quantize_model(
             lambda quantized: {**_latency(model, quantized, feeds, options.threads), "batch": float(latency_batch)},
             timing_shapes,
             deadline,
+            half,
         )
     if _now() >= deadline:
         report.notes.append(f"{OUT_OF_TIME} ({options.budget_minutes:g} min), with the best model found by then")
@@ -350,9 +351,10 @@ def _fed_data(model: onnx.ModelProto, options: QuantizeOptions) -> tuple[str, np
 
 def _prepare(
     model: onnx.ModelProto, options: QuantizeOptions, base_dir: Path | None, report: QuantizeReport
-) -> onnx.ModelProto:
+) -> tuple[onnx.ModelProto, frozenset[str]]:
     """The model in the form the quantizer does best with: ONNXSat's portable optimization (BatchNorm
-    folded into convolutions, standard ops) when it verifies, every node named, weights in memory."""
+    folded into convolutions, standard ops) when it verifies, every node named, weights in memory; and
+    the names of the weights it stored in float16 (computed in float32 here)."""
     form = portable_form(model, options.inputs, base_dir)
     prepared = form.model
     if form.not_used:
@@ -370,6 +372,7 @@ def _prepare(
         load_external_data_for_model(named, str(base_dir))
     named, _ = normal_form(named, in_place=True)  # weights made as Constant nodes become initializers again
     named = _at_least_opset(named, PER_CHANNEL_OPSET, report)
+    half = frozenset(t.name for t in named.graph.initializer if t.data_type == onnx.TensorProto.FLOAT16)
     if Float16ToFloat32().apply(structure_view(named)).changed:  # asked first of the weightless structure:
         named = Float16ToFloat32().apply(named).model  # a surgeon copies the model, weights and all
         report.notes.append(
@@ -387,7 +390,7 @@ def _prepare(
                 name += "_"
             node.name = name
             used.add(name)
-    return named
+    return named, half
 
 
 def _fed_defaults(
@@ -599,6 +602,7 @@ def _search_modes(
     time_model: Callable[[onnx.ModelProto], dict[str, float]],
     shapes: Mapping[str, Sequence[int]],
     deadline: float = math.inf,
+    half: frozenset[str] = frozenset(),
 ) -> list[Candidate]:
     """Each mode's best model inside the budget (see the module docstring); a trial per mode says how it went.
 
@@ -607,13 +611,14 @@ def _search_modes(
     budget (and, for ``auto``, than the float model): leaving nodes in float for the budget does not make
     a mode faster. On BERT-base that skipped 40 builds of a 4-bit model measured at 0.93x; on ViT-base
     a static search that dynamic, inside the budget at once, made pointless. Searches stop at ``deadline``
-    (``time.monotonic``) with what they found, and the trial says so."""
+    (``time.monotonic``) with what they found, and the trial says so. ``half``: weights the model stored in
+    float16, stored so again where they stay in float."""
     started = []
     for mode in modes:
         trial = ModeTrial(mode.name)
         report.trials.append(trial)
         clock, evaluations = time.perf_counter(), scorer.evaluations
-        start = _start_mode(mode, model, options, scorer, calibration, trial, check_feeds, shapes, time_model)
+        start = _start_mode(mode, model, options, scorer, calibration, trial, check_feeds, shapes, time_model, half)
         if start is not None:
             start.candidate.latency = start.candidate.latency or time_model(start.candidate.model)
             _record(trial, start.candidate, start.total)
@@ -667,6 +672,7 @@ def _start_mode(
     check_feeds: Mapping[str, np.ndarray],
     shapes: Mapping[str, Sequence[int]],
     time_model: Callable[[onnx.ModelProto], dict[str, float]] | None = None,
+    half: frozenset[str] = frozenset(),
 ) -> _Started | None:
     """``mode`` with every searchable node quantized but those measured slower alone (fed inputs of
     ``shapes``), scored; None when nothing is left to quantize or ORT's quantizer or runtime refuses it
@@ -712,6 +718,7 @@ def _start_mode(
             raise RuntimeUnsupportedError(
                 f"ONNX Runtime's quantizer failed ({mode.name}): {type(error).__name__}: {error}"
             ) from None
+        store_in_float16(result, half)  # what stays in float is no larger than the model had it
         _check_loads(result, mode.name, check_feeds)
         return result
 
@@ -1102,7 +1109,8 @@ def slower_nodes(model: onnx.ModelProto, mode: str, inputs: InputSpec, threads: 
     quantization names them: what a caller that quantizes elsewhere (compress's workers) should leave in
     float. Modes that are not timed per node (weight-only) give none."""
     options = QuantizeOptions(mode=mode, inputs=inputs, threads=threads)
-    prepared = _prepare(model, options, None, QuantizeReport(input="<memory>", output=None, mode=mode, max_drop=None))
+    report = QuantizeReport(input="<memory>", output=None, mode=mode, max_drop=None)
+    prepared, _ = _prepare(model, options, None, report)
     count = len(_mode_nodes(prepared, MODES[mode]))
     nodes = [n.name for n in _weighted_nodes(prepared) if n.op_type in MODES[mode].ops]
     if mode not in ("static", "dynamic"):

@@ -1,13 +1,15 @@
-"""Precision surgeons: a float16 model computed in float32.
+"""Precision surgeons: a float16 model computed in float32, and float32 weights stored in float16.
 
 Exports made for GPUs (``model.half()``, a ``--half`` flag) compute in float16. ONNX Runtime's CPU
 kernels and its quantizer work in float32: the quantizer writes float16 scales that ONNX Runtime
 refuses. Upcasting is the step before quantizing such a model, and on CPU it costs nothing at run
-time.
+time. What the quantizer then leaves in float would double in size on disk; storing it back in float16
+behind a Cast gives the file its size again without changing a bit of the outputs.
 """
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -135,3 +137,57 @@ class Float16ToFloat32(Surgeon):
         del graph.node[:]
         graph.node.extend(nodes)
         return len(entry) + len(exit_casts)
+
+
+def store_in_float16(model: onnx.ModelProto, names: Collection[str] | None = None, min_elements: int = 1024) -> int:
+    """In place: float32 weights float16 holds exactly stored as float16 behind a Cast back to float32 (see
+    :class:`Float16Storage`); the number of bytes saved."""
+    graph = model.graph
+    overridable = {value.name for value in graph.input}
+    taken = used_names(graph)
+    casts: list[onnx.NodeProto] = []
+    saved = 0
+    for tensor in graph.initializer:
+        if tensor.data_type != TensorProto.FLOAT or tensor.name in overridable:
+            continue
+        if names is not None and tensor.name not in names:
+            continue
+        if tensor.data_location == TensorProto.EXTERNAL or int(np.prod(tensor.dims)) < min_elements:
+            continue
+        values = numpy_helper.to_array(tensor)
+        half = values.astype(np.float16)
+        if not np.array_equal(half.astype(np.float32).view(np.uint32), values.view(np.uint32)):
+            continue  # float16 would round it
+        stored = unique_name(graph, f"{tensor.name}_float16", taken)
+        cast_name = unique_name(graph, f"{stored}_cast", taken)
+        casts.append(helper.make_node("Cast", [stored], [tensor.name], cast_name, to=TensorProto.FLOAT))
+        saved += values.nbytes - half.nbytes
+        tensor.CopyFrom(numpy_helper.from_array(half, stored))
+    if casts:
+        nodes = [*casts, *graph.node]
+        del graph.node[:]
+        graph.node.extend(nodes)
+    return saved
+
+
+@register
+@dataclass
+class Float16Storage(Surgeon):
+    """Store float32 weights whose values float16 holds exactly as float16, each behind a Cast back to
+    float32: those weights take half the bytes, every output stays bit for bit the same, and ONNX Runtime
+    folds the Casts when it loads the model, so it runs as before. Weights of a float16 model computed in
+    float32 are all exact in float16; weights computed in float32 rarely are, and stay as they are.
+
+    ``names``: only these weights (default: any); ``min_elements``: smaller weights are not worth a node.
+    Weights a graph input can override, and weights stored outside the model file, stay as they are.
+    """
+
+    names: list[str] | None = None
+    min_elements: int = 1024
+
+    def apply(self, model: onnx.ModelProto) -> SurgeryOutcome:
+        result = copy_model(model)
+        saved = store_in_float16(result, self.names, self.min_elements)
+        if not saved:
+            return SurgeryOutcome(result, False, "no float32 weight float16 holds exactly: nothing to store smaller")
+        return SurgeryOutcome(result, True, f"weights stored in float16 behind Casts: {saved:,} bytes less")

@@ -1,0 +1,54 @@
+"""A float16 model is quantized from its float32 form; what stays in float is stored in float16 again, so the
+file is not larger than the float16 model's for weights the quantizer did not take."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+from onnx import TensorProto, helper, numpy_helper
+
+from onnxsat.cli import main
+
+
+def half_mlp(path: Path) -> Path:
+    """x [N, 64] float16 -> MatMul (64x64) -> Relu -> MatMul (64x32): weights in float16, as a GPU export."""
+    rng = np.random.default_rng(3)
+    weights = [
+        numpy_helper.from_array((rng.normal(size=(64, 64)) * 0.1).astype(np.float16), "w1"),
+        numpy_helper.from_array((rng.normal(size=(64, 32)) * 0.1).astype(np.float16), "w2"),
+    ]
+    graph = helper.make_graph(
+        [
+            helper.make_node("MatMul", ["x", "w1"], ["h"], "first"),
+            helper.make_node("Relu", ["h"], ["r"], "relu"),
+            helper.make_node("MatMul", ["r", "w2"], ["y"], "second"),
+        ],
+        "half_mlp",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT16, ["N", 64])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT16, ["N", 32])],
+        weights,
+    )
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), path)
+    return path
+
+
+def test_weights_left_in_float_keep_their_float16_size(tmp_path: Path) -> None:
+    model, out, report = half_mlp(tmp_path / "half.onnx"), tmp_path / "q.onnx", tmp_path / "r.json"
+    argv = ["quantize", str(model), "-o", str(out), "--mode", "dynamic", "--exclude", "second", "--force"]
+    assert main([*argv, "--no-node-timing", "--report", str(report)]) == 0
+    written = onnx.load(out)
+    stored = {t.name: t.data_type for t in written.graph.initializer}
+    assert stored.get("w2_float16") == TensorProto.FLOAT16 and "w2" not in stored  # behind a Cast, not float32
+    cast = next(n for n in written.graph.node if n.input == ["w2_float16"])
+    assert cast.op_type == "Cast" and list(cast.output) == ["w2"]
+    assert any(n.op_type == "DynamicQuantizeLinear" for n in written.graph.node)  # the first MatMul is int8
+    sizes = json.loads(report.read_text())["sizes"]
+    assert sizes["quantized"] < sizes["original"]  # float32 copies of w2 would make it 4 kB larger
+    x = np.random.default_rng(0).normal(size=(3, 64)).astype(np.float16)
+    (expected,) = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    (got,) = ort.InferenceSession(str(out), providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    assert got.dtype == np.float16 and np.abs(got.astype(np.float32) - expected).max() < 0.05
