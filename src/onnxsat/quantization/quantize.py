@@ -65,6 +65,7 @@ from onnxsat.quantization import node_speed
 from onnxsat.quantization.calibration import calibration_reader
 from onnxsat.quantization.modes import CALIBRATIONS, MODES, Calibration, QuantMode, embedding_tables, looks_up
 from onnxsat.quantization.report import ModeTrial, NodeDecision, QuantizeReport
+from onnxsat.quantization.tensor_types import type_from_runtime
 from onnxsat.quantized_already import integer_op, quantized_note
 from onnxsat.runtime.isolated import crash_in_child, has_control_flow
 from onnxsat.surgery.graph_edit import consumers, drop_unused_initializers
@@ -390,6 +391,12 @@ def _prepare(
                 name += "_"
             node.name = name
             used.add(name)
+    typed = type_from_runtime(named)
+    if typed:
+        report.notes.append(
+            f"{typed} tensor(s) typed as ONNX Runtime types them (ONNX's shape inference does not know the ops "
+            "making them), so the quantizer sees them"
+        )
     return named, half
 
 
