@@ -52,6 +52,10 @@ def yolo_like(count: int = 2) -> np.ndarray:
         ("last_hidden_state", RNG.normal(size=(2, 16, 32)), 0, "cosine"),
         ("present.0.key", RNG.normal(size=(2, 4, 9, 32)), 0, "cosine"),  # a decoder's cache: not a map
         ("present.1.value", RNG.uniform(size=(2, 4, 9, 32)), 0, "cosine"),
+        ("audio", np.tanh(RNG.normal(size=(2, 1, 4096))), 0, "snr"),  # a vocoder's waveform, not 4,096 classes
+        ("output", RNG.normal(size=(2, 1, 1, 96)), 0, "snr"),  # a speech embedding
+        ("logits", RNG.normal(size=(2, 1, 50)), 0, "top1"),  # one step's scores, named so
+        ("output", softmax(RNG.normal(size=(2, 1, 50))), 0, "top1"),  # probabilities: classes after all
     ],
 )
 def test_auto_chooses_from_shape_values_and_name(name: str, output: np.ndarray, batch_axis: int, expected: str) -> None:

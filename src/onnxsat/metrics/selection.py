@@ -7,6 +7,9 @@ The rules, first match wins, each with the reason the report prints:
 - named like an embedding (``embed``, ``hidden``, ``feature``, ``pooler``, ``vector``): ``cosine``;
 - the boxes of an Ultralytics export (its metadata names the task and the classes): ``detection`` over
   those class rows only;
+- one channel of values along a last axis (``[N, 1, T]``: a vocoder's waveform, a speech model's
+  embedding), unless its rows are probabilities or its name says scores: ``snr``, since the position of
+  the loudest sample is no class;
 - one score per class (``[N, C]``, ``[N, C, 1, 1]``): ``top1``;
 - ``[N, K, A]`` with a short axis of box coordinates in pixels then scores in [0, 1]: ``detection``;
 - ``[N, T, V]`` scores (not probabilities) over a vocabulary of 10,000 or more: ``tokens``;
@@ -78,6 +81,12 @@ def choose(name: str, reference: np.ndarray, batch_axis: int, detector: Metric |
         return Choice(METRICS["cosine"], f"named like a key/value cache ({name!r}, {text} per sample)")
     if detector is not None and detector.fits(reference, batch_axis) is None:
         return Choice(detector, f"the boxes of an Ultralytics export ({text} per sample)")
+    if _one_channel(shape) and not _named_scores(lowered) and _sequence_reason(name, reference, 0) is None:
+        return Choice(
+            METRICS["snr"],
+            f"one channel of {shape[-1]:,} values per sample ({text}: a signal or an embedding, not one score per "
+            "class): its error against its energy",
+        )
     if class_scores(reference) is not None:
         return Choice(METRICS["top1"], f"one score per class per sample ({text})")
     if len(shape) == 2:
@@ -95,6 +104,16 @@ def choose(name: str, reference: np.ndarray, batch_axis: int, detector: Metric |
     elif len(shape) == 3 and map_shape(reference) is not None:
         return _map_or_image(lowered, reference, f"{shape[0]}-channel maps per sample ({text})", text)
     return Choice(METRICS["cosine"], f"no specific metric fits {text} per sample")
+
+
+def _one_channel(shape: tuple[int, ...]) -> bool:
+    """``[1, T]`` (or ``[1, 1, T]``) per sample: the values lie along the last axis behind a channel axis of
+    one; a classifier's scores come first (``[C]``, ``[C, 1, 1]``)."""
+    return len(shape) >= 2 and shape[-1] >= 2 and all(d == 1 for d in shape[:-1])
+
+
+def _named_scores(lowered: str) -> bool:
+    return any(word in lowered for word in (*_SEQUENCE_NAMES, "score", "class", "label"))
 
 
 def _map_or_image(lowered: str, reference: np.ndarray, why: str, text: str) -> Choice:
