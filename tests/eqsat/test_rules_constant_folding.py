@@ -78,6 +78,36 @@ def test_static_subgraph_folds_into_one_initializer(build: Callable[[Graph], str
     check_and_compare(model, trip.model)
 
 
+def test_a_large_weight_every_reader_of_which_folds_is_folded_without_a_copy() -> None:
+    """Weight normalization exported unfolded: w = g * v / ||v||, ``v`` (8,192 values) read by both ReduceL2 and
+    Div. Both fold, so ``v`` goes away and the fold stores no second copy of it."""
+    g = Graph(seed=2)
+    g.input("x", [3, 128])
+    v = g.weight("v", 64, 128)
+    norm = g.node("ReduceL2", [v], "norm", axes=[1], keepdims=1)
+    w = g.node("Mul", [g.scale("g", 64, 1), g.node("Div", [v, norm], "direction")], "w")
+    g.node("MatMul", ["x", g.node("Transpose", [w], "wt", perm=[1, 0])], "y")
+    model = g.model(["y"])
+    trip = optimized(model)
+    assert op_types(trip.model) == Counter({"MatMul": 1})
+    assert sum(int(np.prod(t.dims)) for t in trip.model.graph.initializer) == 64 * 128
+    check_and_compare(model, trip.model)
+
+
+def test_a_large_weight_a_run_time_node_reads_is_not_copied_by_a_fold() -> None:
+    """A tied embedding: Gather(W, ids) keeps W in the model, so Transpose(W) for the output head stays a node
+    (ONNX Runtime folds it at load) instead of a second 8,192-value copy in the file."""
+    g = Graph(seed=3)
+    g.input("ids", [3], TensorProto.INT64)
+    table = g.weight("table", 64, 128)
+    embedded = g.node("Gather", [table, "ids"], "embedded")
+    g.node("MatMul", [embedded, g.node("Transpose", [table], "head", perm=[1, 0])], "y")
+    model = g.model(["y"])
+    trip = optimized(model)
+    assert op_types(trip.model) == Counter({"Gather": 1, "Transpose": 1, "MatMul": 1})
+    assert sum(int(np.prod(t.dims)) for t in trip.model.graph.initializer) == 64 * 128
+
+
 def only_input(model: onnx.ModelProto, op_type: str, index: int) -> str:
     (node,) = [n for n in model.graph.node if n.op_type == op_type]
     return node.input[index]

@@ -316,6 +316,37 @@ def test_kernels_stored_behind_a_transpose_are_pruned(tmp_path: Path) -> None:
     assert code != 0 and not (tmp_path / "x.onnx").exists()
 
 
+def test_kernels_under_weight_normalization_are_pruned(tmp_path: Path) -> None:
+    """A vocoder exported with weight normalization kept computes each kernel as g * v / ||v||: sparsify had "no
+    prunable weights". The constants are folded first, then the kernels pruned."""
+    rng = np.random.default_rng(1)
+    graph = helper.make_graph(
+        [
+            helper.make_node("ReduceL2", ["v"], ["norm"], axes=[1, 2], keepdims=1),
+            helper.make_node("Div", ["v", "norm"], ["direction"]),
+            helper.make_node("Mul", ["g", "direction"], ["kernel"]),
+            helper.make_node("Conv", ["x", "kernel"], ["y"], pads=[3, 3]),
+        ],
+        "weight_norm",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 16, 32])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 32, 32])],
+        [
+            numpy_helper.from_array(rng.normal(size=(32, 16, 7)).astype(np.float32), "v"),
+            numpy_helper.from_array(rng.uniform(0.5, 1.5, size=(32, 1, 1)).astype(np.float32), "g"),
+        ],
+    )
+    path = tmp_path / "wn.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), path)
+    out, report = tmp_path / "s.onnx", tmp_path / "s.json"
+    assert main(["sparsify", str(path), "-o", str(out), "--sparsity", "0.5", "--report", str(report)]) == 0
+    notes = json.loads(report.read_text())["notes"]
+    assert any(note.startswith("normalised first: weights computed from constants (1;") for note in notes)
+    written = onnx.load(out)
+    conv = next(n for n in written.graph.node if n.op_type == "Conv")
+    kernel = next(numpy_helper.to_array(t) for t in written.graph.initializer if t.name == conv.input[1])
+    assert kernel.shape == (32, 16, 7) and (kernel == 0).mean() == pytest.approx(0.5, abs=0.01)
+
+
 def test_a_level_that_breaks_the_model_is_warned_about(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """Half of a Paddle CNN's weights zeroed took it from 95% to chance: the report printed the scores beside
     "verification PASSED" and exited 0 with no warning. At a fixed level nothing holds the drop; it is said."""

@@ -189,9 +189,11 @@ FOLD_MAX_GROWTH = 1 << 20
 """How many more elements a folded output may hold than its node's inputs together, so that folding an
 Expand or a ConstantOfShape cannot blow up the file (the value then stays computed at run time)."""
 FOLD_MAX_COPY = 1 << 12
-"""The most elements a fold may produce from a weight that other nodes read too: the weight stays, so the
-fold stores a second copy of it (a tied embedding's ``Transpose`` for the output head doubled a language
-model's file); ONNX Runtime folds such a node when it loads the model anyway."""
+"""The most elements a fold may produce from a weight that a node computed at run time reads too: the weight
+stays, so the fold stores a second copy of it (a tied embedding's ``Transpose`` for the output head doubled a
+language model's file); ONNX Runtime folds such a node when it loads the model anyway. A weight whose readers
+all fold goes away with them (weight normalization's ``g * v / ||v||``: ``v`` read by ``ReduceL2`` and
+``Div``), so folding it copies nothing."""
 FLAG_MAX_ELEMENTS = 4096
 """Constants up to this size get value flags (``zeros``, ``ones``...): small enough to look at."""
 
@@ -208,6 +210,9 @@ class GraphFacts:
 
     uses: Counter[str] = field(default_factory=Counter)
     graph_outputs: set[str] = field(default_factory=set)
+    kept: set[str] = field(default_factory=set)
+    """Tensors something computed at run time reads (or the interface returns): a fold that copies one keeps
+    both (``FOLD_MAX_COPY``)."""
     shapes: dict[str, tuple[int, ...]] = field(default_factory=dict)
     """Tensor name -> dims (-1 where shape inference left a dim open); only tensors of known rank."""
     types: dict[str, int] = field(default_factory=dict)
@@ -271,6 +276,7 @@ def collect_facts(model: onnx.ModelProto, typed: onnx.ModelProto | None, base_di
             if int(np.prod(tensor.dims, dtype=np.int64)) <= FLAG_MAX_ELEMENTS:
                 facts.value_flags[tensor.name] = _value_flags(lambda t=tensor: tensor_value(t, base_dir))
     small_values = _small_values(model, facts, base_dir)
+    facts.kept = _kept_at_run_time(graph, facts, {t.name for t in graph.initializer} - overridable)
     for node in graph.node:
         if node.op_type == "Constant" and node.domain in ("", "ai.onnx") and node.output:
             facts.value_flags[node.output[0]] = _value_flags(lambda n=node: constant_node_value(n, base_dir))
@@ -608,8 +614,46 @@ def _value_flags(read: Callable[[], np.ndarray]) -> list[str]:
     return flags
 
 
+def _kept_at_run_time(graph: onnx.GraphProto, facts: GraphFacts, constants: set[str]) -> set[str]:
+    """The tensors a node that will not fold reads (by input or from a body), and the graph's outputs.
+
+    Which nodes fold depends on which tensors are kept (a fold that would copy a kept weight is refused, and
+    then that node's inputs are kept too): from "every node with static inputs folds", refused folds are taken
+    out until nothing changes."""
+    refused: set[int] = set()
+    while True:
+        static = set(constants)
+        folding: set[int] = set()
+        for index, node in enumerate(graph.node):
+            computed = index not in refused and all(i in static for i in node.input if i)
+            if _is_constant(node) or (computed and _foldable_keeping(node, facts, None)):
+                static.update(o for o in node.output if o)
+                folding.add(index)
+        kept = set(facts.graph_outputs)
+        for index, node in enumerate(graph.node):
+            if index not in folding:
+                kept.update(i for i in [*node.input, *subgraph_captures(node)] if i)
+        newly = {
+            index
+            for index in folding
+            if not _is_constant(graph.node[index]) and not _foldable_keeping(graph.node[index], facts, kept)
+        }
+        if not newly:
+            return kept
+        refused |= newly
+
+
+def _is_constant(node: onnx.NodeProto) -> bool:
+    return node.op_type == "Constant" and node.domain in ("", "ai.onnx")
+
+
 def _foldable(node: onnx.NodeProto, facts: GraphFacts) -> bool:
     """The node may be computed at optimization time once its inputs are known to be static."""
+    return _foldable_keeping(node, facts, facts.kept)
+
+
+def _foldable_keeping(node: onnx.NodeProto, facts: GraphFacts, kept: set[str] | None) -> bool:
+    """:func:`_foldable` with ``kept`` the tensors that stay in the model (None: copies not considered)."""
     if node.domain not in ("", "ai.onnx") or node.op_type in NONDETERMINISTIC_OPS or node.op_type == "Constant":
         return False
     if node.op_type == "DequantizeLinear":  # an int8 weight stays int8: folded, it is 4x larger and runs in float
@@ -621,8 +665,8 @@ def _foldable(node: onnx.NodeProto, facts: GraphFacts) -> bool:
         return False
     inputs = sum(facts.numel(i) or 0 for i in node.input if i)
     produced = sum(size for size in sizes if size is not None)
-    kept = any(i and not facts.sole_use(i) and (facts.numel(i) or 0) > FOLD_MAX_COPY for i in node.input)
-    if kept and produced > FOLD_MAX_COPY:
+    copied = kept is not None and any(i in kept and (facts.numel(i) or 0) > FOLD_MAX_COPY for i in node.input if i)
+    if copied and produced > FOLD_MAX_COPY:
         return False
     return produced <= FOLD_MAX_ELEMENTS and produced <= inputs + FOLD_MAX_GROWTH
 

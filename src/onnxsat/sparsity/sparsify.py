@@ -26,6 +26,7 @@ from onnxsat.data.model_input import (
 )
 from onnxsat.data.outputs import check_state, first_feeds, parse_stateful
 from onnxsat.data.sources import Dataset, load_dataset
+from onnxsat.eqsat.facts import NONDETERMINISTIC_OPS
 from onnxsat.eqsat.portable import portable_form
 from onnxsat.errors import SettingsError
 from onnxsat.external_data import given_bytes, stored_bytes, tensor_value
@@ -195,24 +196,23 @@ def _zero_state(model: onnx.ModelProto, state: dict[str, str]) -> dict[str, np.n
     return feeds
 
 
-WEIGHT_FORMING_OPS = frozenset({"Transpose", "Reshape", "Cast", "Identity", "Squeeze", "Unsqueeze", "Flatten"})
-"""Ops an exporter may put between a stored kernel and the node that reads it as its weight."""
-
-
 def _computed_weights(model: onnx.ModelProto) -> int:
-    """How many Conv/ConvTranspose/Gemm/MatMul weights the graph computes from a constant by a layout op (Keras'
-    jax backend stores each kernel HWIO and transposes it for the Conv): no initializer to prune, until folded."""
+    """How many Conv/ConvTranspose/Gemm/MatMul weights the graph computes from constants alone (Keras' jax
+    backend stores each kernel HWIO and transposes it for the Conv; weight normalization exported unfolded
+    computes ``g * v / ||v||``): no initializer to prune, until folded."""
     graph = model.graph
-    constants = {t.name for t in graph.initializer} - {v.name for v in graph.input}
-    constants |= {o for n in graph.node if n.op_type == "Constant" for o in n.output}
-    producers = {o: n for n in graph.node for o in n.output}
+    static = {t.name for t in graph.initializer} - {v.name for v in graph.input}
+    computed: set[str] = set()
+    for node in graph.node:  # in topological order (the runner's normal form sorts them)
+        if node.domain not in ("", "ai.onnx") or node.op_type in NONDETERMINISTIC_OPS or any(bodies_of(node)):
+            continue
+        if node.op_type == "Constant":
+            static.update(node.output)
+        elif node.input and all(i in static for i in node.input if i):
+            static.update(node.output)
+            computed.update(node.output)
     weighted = ("Conv", "ConvTranspose", "Gemm", "MatMul")
-    count = 0
-    for node in graph.node:
-        if node.op_type in weighted and len(node.input) > 1 and node.input[1] in producers:
-            producer = producers[node.input[1]]
-            count += producer.op_type in WEIGHT_FORMING_OPS and bool(producer.input) and producer.input[0] in constants
-    return count
+    return sum(n.op_type in weighted and len(n.input) > 1 and n.input[1] in computed for n in graph.node)
 
 
 def _weights_folded(
@@ -233,8 +233,9 @@ def _weights_folded(
             f"{computed} weights computed from constants are left as they are: folding would lose {lost[0]!r}"
         ]
     return form.model, [
-        "normalised first: weights computed from constants (a Transpose of the stored kernel, as Keras' jax backend "
-        "writes them) folded so they can be pruned (ONNXSat optimize --target portable)"
+        f"normalised first: weights computed from constants ({computed}; a Transpose of the stored kernel as Keras' "
+        "jax backend writes them, weight normalization left unfolded) folded so they can be pruned (ONNXSat "
+        "optimize --target portable)"
     ]
 
 
