@@ -24,6 +24,7 @@ EXTRA_OF: dict[str, tuple[str, str]] = {
     "torch": ("zoo", "torch"),
     "torchvision": ("zoo", "torchvision"),
     "transformers": ("zoo", "transformers"),
+    "onnxruntime_extensions": ("extensions", "onnxruntime-extensions"),
 }
 """Top-level module -> (extra that installs it, its distribution name)."""
 

@@ -24,6 +24,7 @@ from onnxsat.errors import InputNotFoundError, InvalidModelError, NotOnnxError, 
 from onnxsat.ir_version import lower_ir_version
 from onnxsat.node_order import sort_model
 from onnxsat.proto_fields import all_graphs
+from onnxsat.runtime import custom_ops
 
 # Protobuf refuses to serialize a message over 2 GiB; bigger models keep weights in external data.
 _PROTOBUF_LIMIT = 2**31 - 1
@@ -80,10 +81,14 @@ def load_runnable(path: str | os.PathLike[str], weights_on_disk: bool = False) -
     Converters may append nodes out of order (ONNX Runtime runs them, the checker and every walk that
     reads producers first do not), and ``onnx.helper`` stamps its newest IR version, which ONNX Runtime
     may not read yet: nodes are put in topological order, and the IR version is lowered when the
-    model's opsets allow it.
+    model's opsets allow it. A model with onnxruntime-extensions' ops gets that package's library
+    registered for the sessions to come.
     """
     model = load_model(path, weights_on_disk=weights_on_disk)
     notes = []
+    registered = custom_ops.use_for(model)
+    if registered:
+        notes.append(registered)
     lowered = lower_ir_version(model)
     if lowered:
         notes.append(lowered)

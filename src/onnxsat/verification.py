@@ -25,6 +25,7 @@ from onnxsat.inputs import InputsLike, InputSpec, declared_dims, fixed_dim
 from onnxsat.model_io import check_model, over_protobuf_limit
 from onnxsat.output_values import as_array, map_keys
 from onnxsat.proto_fields import copy_fields, with_initializers_replaced
+from onnxsat.runtime import custom_ops
 
 if TYPE_CHECKING:
     from onnxsat.runtime.tune import SessionSettings
@@ -166,6 +167,7 @@ def session(
         options.add_session_config_entry("session.disable_prepacking", "1")
         options.enable_cpu_mem_arena = False
     options.log_severity_level = 4  # ORT's own error log would add coloured lines to our one-line errors
+    custom_ops.register(options)
     if isinstance(model, Path):
         return ort.InferenceSession(str(model), options, providers=providers)
     if weights is not None:

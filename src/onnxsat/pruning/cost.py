@@ -14,10 +14,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+import numpy as np
 import onnx
 
 from onnxsat.errors import InvalidModelError, RuntimeUnsupportedError, SettingsError
-from onnxsat.inputs import DEFAULT_DYNAMIC_DIM, fixed_dim
+from onnxsat.inputs import DEFAULT_DYNAMIC_DIM, InputSpec, fixed_dim
 from onnxsat.normal_form import normal_form
 from onnxsat.profile.counting import parameter_count as _initializer_count
 from onnxsat.profile.counting import profile_model
@@ -38,12 +39,18 @@ def mac_count(
 
 
 def counted_macs(
-    model: onnx.ModelProto, input_shapes: Mapping[str, Sequence[int]] | None = None, base_dir: Path | None = None
+    model: onnx.ModelProto,
+    input_shapes: Mapping[str, Sequence[int]] | None = None,
+    base_dir: Path | None = None,
+    given: Mapping[str, np.ndarray] | None = None,
 ) -> tuple[int | None, str]:
-    """MACs of one inference and "", or None and why not (a shape neither inference nor a run can tell)."""
+    """MACs of one inference and "", or None and why not (a shape neither inference nor a run can tell).
+    ``given``: the user's values, fed as they are where a run is needed (a run on random values can end the
+    process in a custom op: an image decoder fed bytes that are no image)."""
     try:
-        shapes = _all_input_shapes(model, input_shapes or {})
-        return profile_model(model, shapes, base_dir=base_dir).macs, ""
+        given = dict(given or {})
+        shapes = {n: s for n, s in _all_input_shapes(model, input_shapes or {}).items() if n not in given}
+        return profile_model(model, InputSpec(shapes, given), base_dir=base_dir).macs, ""
     except (SettingsError, InvalidModelError, RuntimeUnsupportedError) as error:
         return None, str(error)
 

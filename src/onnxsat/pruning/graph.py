@@ -18,6 +18,7 @@ from onnxsat.inputs import declared_dims, dim_expression, fixed_dim, random_inpu
 from onnxsat.op_kinds import DEFAULT_DOMAINS, default_opset_version
 from onnxsat.proto_fields import bodies_of
 from onnxsat.pruning.layout import Dim
+from onnxsat.runtime import custom_ops
 
 
 def attr(node: onnx.NodeProto, name: str, default: object = None) -> object:
@@ -249,6 +250,7 @@ def _probe_session(model: onnx.ModelProto, names: list[str]) -> ort.InferenceSes
     options = ort.SessionOptions()
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     options.log_severity_level = 3
+    custom_ops.register(options)
     return ort.InferenceSession(probe.SerializeToString(), options, providers=["CPUExecutionProvider"])
 
 
@@ -260,7 +262,11 @@ def run_ones(model: onnx.ModelProto, shapes: dict[str, list[Dim]]) -> dict[str, 
     """The dims that are 1 in two ONNX Runtime runs with every dynamic input dim at a different size above 1,
     by tensor, for the main-graph tensors whose inferred shape has a dim that is not a known int: such a
     dim is a fixed 1, not a size that happened to be 1. Best effort: a model that does not run at those
-    sizes, or needs given inputs, tells nothing."""
+    sizes, or needs given inputs, tells nothing; nor is a model with custom ops run on random values: they
+    may end the process on values they cannot take (onnxruntime-extensions' image decoder exits on bytes that
+    are no image)."""
+    if custom_ops.libraries():
+        return {}
     names = [
         name
         for node in model.graph.node

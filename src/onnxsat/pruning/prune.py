@@ -289,8 +289,8 @@ def _prune_model(
             f"the pruned model has {report.params['pruned'] - report.params['original']:,} parameters more than "
             "the original: constants it sliced are shared with nodes it left whole, and were copied"
         )
-    original_macs, why_original = counted_macs(model, options.inputs.dims(), base_dir)
-    pruned_macs, why_pruned = counted_macs(pruned, options.inputs.dims(), base_dir)
+    original_macs, why_original = counted_macs(model, options.inputs.dims(), base_dir, options.inputs.given)
+    pruned_macs, why_pruned = counted_macs(pruned, options.inputs.dims(), base_dir, options.inputs.given)
     report.macs = {"original": original_macs, "pruned": pruned_macs}
     report.macs_unknown = why_original or why_pruned
     report.sizes = {"original": given_size, "pruned": stored_bytes(pruned)}

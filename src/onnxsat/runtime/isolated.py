@@ -21,6 +21,7 @@ import numpy as np
 import onnx
 
 from onnxsat.proto_fields import bodies_of
+from onnxsat.runtime import custom_ops
 
 CHILD_SECONDS = 600.0
 """A child still loading or running after this long is stopped and counted as not crashing: the in-process
@@ -76,6 +77,7 @@ def _load_and_run(path: str, data: str, level: int) -> None:
     options = ort.SessionOptions()
     options.graph_optimization_level = ort.GraphOptimizationLevel(level)
     options.log_severity_level = 4
+    custom_ops.register(options)
     with np.load(data) as archive:
         feeds = {name: archive[name] for name in archive.files}
     try:

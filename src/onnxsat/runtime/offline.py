@@ -35,6 +35,7 @@ import onnxruntime as ort
 from onnxsat.errors import RuntimeUnsupportedError, SettingsError
 from onnxsat.external_data import has_external_data
 from onnxsat.proto_fields import drop_unused_domains
+from onnxsat.runtime import custom_ops
 from onnxsat.verification import tidy_ort_message
 
 LEVELS = {
@@ -59,6 +60,7 @@ def _options(level: str, target: Path, external: bool, base_dir: Path | None) ->
     options.graph_optimization_level = LEVELS[level]
     options.optimized_model_filepath = str(target)
     options.log_severity_level = 4  # ORT's own log lines would break the one-line error rule
+    custom_ops.register(options)
     if base_dir is not None:
         options.add_session_config_entry("session.model_external_initializers_file_folder_path", str(base_dir))
     if external:
