@@ -55,6 +55,10 @@ def yolo_like(count: int = 2) -> np.ndarray:
         ("audio", np.tanh(RNG.normal(size=(2, 1, 4096))), 0, "snr"),  # a vocoder's waveform, not 4,096 classes
         ("output", RNG.normal(size=(2, 1, 1, 96)), 0, "snr"),  # a speech embedding
         ("logits", RNG.normal(size=(2, 1, 50)), 0, "top1"),  # one step's scores, named so
+        ("mu", RNG.normal(size=(2, 8)), 0, "cosine"),  # a VAE encoder's latent mean, not 8 classes
+        ("logvar", RNG.normal(size=(2, 8)), 0, "cosine"),
+        ("recon", RNG.uniform(size=(2, 64)), 0, "snr"),  # its decoded pixels
+        ("mul_out", RNG.normal(size=(2, 8)), 0, "top1"),  # "mu" inside a word names no latent
         ("output", softmax(RNG.normal(size=(2, 1, 50))), 0, "top1"),  # probabilities: classes after all
     ],
 )

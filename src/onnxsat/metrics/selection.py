@@ -4,7 +4,9 @@ The rules, first match wins, each with the reason the report prints:
 - one integer or boolean per sample: ``label`` (a predicted class, scored against the labels);
 - other integer or boolean values: ``exact``;
 - one value per sample: ``binary`` (a probability or a logit);
-- named like an embedding (``embed``, ``hidden``, ``feature``, ``pooler``, ``vector``): ``cosine``;
+- named like an embedding (``embed``, ``hidden``, ``feature``, ``pooler``, ``vector``) or a latent
+  (``latent``, or the word ``mu``, ``logvar``, ``z``: a VAE's encoder): ``cosine``;
+- named like a reconstruction (``recon``: a VAE's decoded pixels): ``snr``;
 - the boxes of an Ultralytics export (its metadata names the task and the classes): ``detection`` over
   those class rows only;
 - one channel of values along a last axis (``[N, 1, T]``: a vocoder's waveform, a speech model's
@@ -26,6 +28,7 @@ The rules, first match wins, each with the reason the report prints:
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 import numpy as np
@@ -43,6 +46,9 @@ and export probabilities."""
 PROBABILITIES = "probabilities per step"
 _SEQUENCE_NAMES = ("logit", "ctc", "softmax", "prob")
 _EMBEDDING_NAMES = ("embed", "hidden", "feature", "pooler", "vector")
+_LATENT_WORDS = frozenset({"mu", "logvar", "log_var", "z", "z_mean", "z_log_var"})
+"""Whole words (split at anything but letters and digits) that name a VAE encoder's outputs: too short to
+look for inside other names (``mul``, ``zoom``)."""
 _MAP_NAMES = ("seg", "mask", "logit", "class", "prob", "label", "sigmoid", "softmax", "score", "heatmap")
 """Names of outputs that hold per-pixel classes or scores (PP-OCR's ``sigmoid_0.tmp_0``)."""
 MAP_CLASSES = 5
@@ -77,6 +83,10 @@ def choose(name: str, reference: np.ndarray, batch_axis: int, detector: Metric |
     lowered = name.lower()
     if any(word in lowered for word in _EMBEDDING_NAMES):
         return Choice(METRICS["cosine"], f"named like an embedding ({name!r}, {text} per sample)")
+    if "latent" in lowered or _LATENT_WORDS & set(re.split(r"[^a-z0-9]+", lowered)):
+        return Choice(METRICS["cosine"], f"named like a latent ({name!r}, {text} per sample)")
+    if "recon" in lowered:
+        return Choice(METRICS["snr"], f"named like a reconstruction ({name!r}, {text} per sample)")
     if any(word in lowered for word in _CACHE_NAMES):
         return Choice(METRICS["cosine"], f"named like a key/value cache ({name!r}, {text} per sample)")
     if detector is not None and detector.fits(reference, batch_axis) is None:
