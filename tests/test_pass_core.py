@@ -206,3 +206,20 @@ def test_every_command_module_has_an_order_and_a_parser() -> None:
     orders = [module.ORDER for module in modules]
     assert orders == sorted(set(orders)), "each command its own place in --help"
     assert all(callable(module.add_parser) for module in modules)
+
+
+def test_reports_write_strict_json_without_nan_or_infinity() -> None:
+    """A NaN (a node whose quantization made the outputs NaN) and an infinite SNR (identical outputs) were
+    written as Python's ``NaN``/``Infinity`` tokens, which a browser's ``JSON.parse`` refuses."""
+
+    @dataclass
+    class Figures(onnxsat.core.ReportBase):
+        values: dict
+
+        def to_dict(self) -> dict:
+            return {"values": self.values}
+
+    text = Figures({"damage": float("nan"), "snr_db": float("inf"), "low": -float("inf"), "rows": [(1.5, 2)]}).to_json()
+    assert json.loads(text, parse_constant=lambda token: pytest.fail(f"non-standard JSON {token}")) == {
+        "values": {"damage": None, "snr_db": "inf", "low": "-inf", "rows": [[1.5, 2]]}
+    }

@@ -14,6 +14,7 @@ three forms.
 from __future__ import annotations
 
 import json
+import math
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field, fields, replace
@@ -83,6 +84,18 @@ class RunFacts:
         return lines + [f"normal form: {line}" for line in self.normal_form]
 
 
+def json_safe(value: Any) -> Any:
+    """``value`` with every float NaN as None and every infinity as the string ``"inf"`` or ``"-inf"``: JSON has
+    no such numbers, and strict parsers (a browser's ``JSON.parse``, jq) refuse Python's ``NaN`` token."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None if math.isnan(value) else ("inf" if value > 0 else "-inf")
+    if isinstance(value, Mapping):
+        return {key: json_safe(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [json_safe(item) for item in value]
+    return value
+
+
 class ReportBase:
     """``to_json`` and ``to_text`` from ``to_dict`` and ``to_table``, the same for every report type."""
 
@@ -102,7 +115,7 @@ class ReportBase:
         facts = getattr(self, "run_facts", None)
         if facts is not None:
             data["run"] = asdict(facts)
-        return json.dumps(data, indent=2, sort_keys=self.sort_json_keys, default=str)
+        return json.dumps(json_safe(data), indent=2, sort_keys=self.sort_json_keys, default=str, allow_nan=False)
 
     def to_text(self) -> str:
         facts = getattr(self, "run_facts", None)

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from onnxsat import model_io
+from onnxsat.core import json_safe
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -60,4 +61,4 @@ def csv_text(rows: Sequence[object], kind: type) -> str:
 def settings_json(settings: object, env: dict[str, object], extra: dict[str, object]) -> str:
     """``settings`` (any experiment's settings dataclass), the environment and ``extra`` as JSON."""
     data = {"settings": asdict(settings), "environment": env, **extra}
-    return json.dumps(data, indent=2, sort_keys=True, default=str) + "\n"
+    return json.dumps(json_safe(data), indent=2, sort_keys=True, default=str, allow_nan=False) + "\n"

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
+from onnxsat.core import json_safe
 from onnxsat.profile.counting import LayerProfile, ModelProfile
 
 
@@ -55,7 +56,7 @@ class Comparison:
 
 
 def profile_json(profile: ModelProfile, path: str) -> str:
-    return json.dumps({"model": path, **profile.to_dict()}, indent=2)
+    return json.dumps(json_safe({"model": path, **profile.to_dict()}), indent=2, allow_nan=False)
 
 
 def comparison_json(comparison: Comparison, original_path: str, other_path: str) -> str:
@@ -63,7 +64,7 @@ def comparison_json(comparison: Comparison, original_path: str, other_path: str)
         {"model": original_path, **comparison.original.to_dict()},
         {"model": other_path, **comparison.other.to_dict()},
     ]
-    return json.dumps({"models": models, "comparison": comparison.to_dict()}, indent=2)
+    return json.dumps(json_safe({"models": models, "comparison": comparison.to_dict()}), indent=2, allow_nan=False)
 
 
 def profile_table(profile: ModelProfile, path: str, layers: int) -> str:

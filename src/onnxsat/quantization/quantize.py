@@ -853,6 +853,12 @@ rest are estimated from one run (see ``_damage``): measuring all 200 of a text r
 ERROR_SAMPLES = 8
 
 
+def _nan_as_worst(value: float) -> float:
+    """A damage that came out NaN (the node quantized alone made the outputs NaN: an Add before a Sqrt and a
+    Log) is the worst there is, not a value that sorts anywhere."""
+    return math.inf if math.isnan(value) else value
+
+
 def _damage(
     model: onnx.ModelProto,
     candidate: Candidate,
@@ -884,7 +890,7 @@ def _damage(
             break
         try:
             score, distortion = scorer.judge(build([], alone=name))
-            exact[name] = (score.drop, distortion)
+            exact[name] = (_nan_as_worst(score.drop), _nan_as_worst(distortion))
         except RuntimeUnsupportedError:
             exact[name] = (float("inf"), float("inf"))
     # the budget's own drop first (a LayerNorm's Add flipped 23% of Magika's labels while barely moving its
@@ -957,7 +963,14 @@ def _error_jumps(
     damage = {}
     for name in nodes:
         sources, result = watched.get(name, ([], ""))
-        damage[name] = max(0.0, error.get(result, 0.0) - max((error.get(t, 0.0) for t in sources), default=0.0))
+        before = [error.get(t, 0.0) for t in sources]
+        after = error.get(result, 0.0)
+        if any(math.isnan(e) for e in before):  # NaN reached it: what it adds cannot be told
+            damage[name] = 0.0
+        elif math.isnan(after):  # it made the NaN
+            damage[name] = math.inf
+        else:
+            damage[name] = max(0.0, after - max(before, default=0.0))
     return damage
 
 
