@@ -129,6 +129,11 @@ class OptimizeReport(ReportBase):
             f"e-graph: {graph.get('enodes_before', 0)} -> {graph.get('enodes_after', 0)} e-nodes, "
             f"{graph.get('eclasses', 0)} e-classes, {graph.get('iterations', 0)} iterations, "
             f"stopped: {graph.get('stop_reason', '?')}"
+            + (
+                f" (the last of {graph['rounds']} rewrite rounds; times below are all rounds')"
+                if graph.get("rounds")
+                else ""
+            )
         )
         lines.append("seconds: " + ", ".join(f"{k} {v:.3f}" for k, v in self.phases.items()))
         lines.extend(self._rule_time_lines())

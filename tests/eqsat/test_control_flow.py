@@ -176,6 +176,11 @@ def test_condition_folded_from_shapes_settles_after_the_rewrite():
     assert report.verification.ok and report.control_flow["settled"] == {"If": 1}
     assert sorted(n.op_type for n in result.graph.node) == ["Exp", "Mul", "Relu"]
     np.testing.assert_allclose(_run(result, _feeds())[0], _run(model, _feeds())[0], rtol=1e-6)
+    # the report's times are every round's, and it says there were two (it showed the last round's alone)
+    assert report.egraph["rounds"] == 2
+    assert "the last of 2 rewrite rounds" in report.to_text()
+    constant_folding = next(row for row in report.rule_seconds if row["family"] == "constant_folding")
+    assert constant_folding["seconds"] > 0
 
 
 def _loop_model(trip, keep_going=True, scan_read=True):

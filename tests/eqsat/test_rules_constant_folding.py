@@ -94,6 +94,23 @@ def test_a_large_weight_every_reader_of_which_folds_is_folded_without_a_copy() -
     check_and_compare(model, trip.model)
 
 
+def test_a_broadcast_a_run_time_node_reads_is_not_stored_grown() -> None:
+    """RAFT's correlation grid: a [1, 7, 7, 2] delta broadcast to [256, 7, 7, 2], then scaled and shifted by
+    same-sized steps, read by a node computed at run time. Folded, four such grids grew its file 9% (each step
+    no larger than its input, the growth at the first); they stay computed (ONNX Runtime folds them at load)."""
+    g = Graph(seed=4)
+    g.input("x", [256, 7, 7, 2])
+    delta = g.weight("delta", 1, 7, 7, 2)
+    grid = g.node("Expand", [delta, g.ints("shape", [256, 7, 7, 2])], "grid")
+    scaled = g.node("Mul", [grid, g.const("two", np.array(2.0, np.float32))], "scaled")
+    shifted = g.node("Sub", [scaled, g.const("one", np.array(1.0, np.float32))], "shifted")
+    g.node("Add", ["x", shifted], "y")
+    model = g.model(["y"])
+    trip = optimized(model)
+    assert sum(int(np.prod(t.dims)) for t in trip.model.graph.initializer) < 7 * 7 * 2 + 4096
+    check_and_compare(model, trip.model)
+
+
 def test_a_large_weight_a_run_time_node_reads_is_not_copied_by_a_fold() -> None:
     """A tied embedding: Gather(W, ids) keeps W in the model, so Transpose(W) for the output head stays a node
     (ONNX Runtime folds it at load) instead of a second 8,192-value copy in the file."""

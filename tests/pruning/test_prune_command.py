@@ -152,9 +152,9 @@ def test_an_unknown_op_names_the_library_entry_to_add(tmp_path: Path, capfd: pyt
     assert cli_main(["prune", str(source), "-o", str(output)]) == 9
     assert capfd.readouterr().err == (
         "onnxsat: error: the model has no channel group that can be pruned (the node attribute library does not "
-        "know 'Shrink' (node 'n1'); if it is elementwise on its first input, add --library with "
-        '{"Shrink": "next-no-process"}, or {"Shrink": "stop-process"} if it ends the channel\'s path; reaches graph '
-        "output 'c2'); see --show-trees\n"
+        "know 'Shrink' (node 'n1'); if it is elementwise on its first input, add --library FILE.json holding "
+        '{"Shrink": "next-no-process"}, or {"Shrink": "stop-process"} if what it computes does not depend on how '
+        "many channels it reads (as Shape's); reaches graph output 'c2'); see --show-trees\n"
     )
     library = tmp_path / "library.json"
     library.write_text('{"Shrink": "next-no-process"}')

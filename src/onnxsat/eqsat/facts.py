@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -185,9 +185,28 @@ def attribute_flags(domain: str, op_type: str, attrs: list[onnx.AttributeProto],
 
 FOLD_MAX_ELEMENTS = 1 << 24
 """The largest tensor constant folding may create (64 MiB of float32)."""
-FOLD_MAX_GROWTH = 1 << 20
-"""How many more elements a folded output may hold than its node's inputs together, so that folding an
-Expand or a ConstantOfShape cannot blow up the file (the value then stays computed at run time)."""
+FOLD_MAX_GROWTH = 1 << 12
+"""How many more elements a folded output may hold than its node's inputs together (16 KiB of float32), so
+that folding an Expand, a Tile, a ConstantOfShape or a Concat of broadcast constants cannot grow the file
+(the value then stays computed, and ONNX Runtime computes it once when it loads the model): RAFT's
+correlation grids, four ``[256, 7, 7, 2]`` Expands of a ``[1, 7, 7, 2]`` delta, grew its file 9%."""
+WEIGHT_FOLD_MAX_GROWTH = 1 << 20
+"""The same for a value that becomes a weight (a Conv's kernel built by ConstantOfShape, as ONNX's bundled
+model-zoo stand-ins store theirs: folded, it is what fusions and quantization need as a constant), or that
+only other folds read (it is not stored)."""
+WEIGHT_SLOTS = {
+    "Conv": (1, 2),
+    "ConvTranspose": (1, 2),
+    "Gemm": (1, 2),
+    "MatMul": (1,),
+    "BatchNormalization": (1, 2, 3, 4),
+    "InstanceNormalization": (1, 2),
+    "LayerNormalization": (1, 2),
+    "GroupNormalization": (1, 2),
+    "PRelu": (1,),
+    "Gather": (0,),
+}
+"""Inputs that hold a layer's weights."""
 FOLD_MAX_COPY = 1 << 12
 """The most elements a fold may produce from a weight that a node computed at run time reads too: the weight
 stays, so the fold stores a second copy of it (a tied embedding's ``Transpose`` for the output head doubled a
@@ -210,9 +229,13 @@ class GraphFacts:
 
     uses: Counter[str] = field(default_factory=Counter)
     graph_outputs: set[str] = field(default_factory=set)
+    weights: set[str] = field(default_factory=set)
+    """Tensors that are, or are computed into, a layer's weights (``WEIGHT_SLOTS``)."""
     kept: set[str] = field(default_factory=set)
     """Tensors something computed at run time reads (or the interface returns): a fold that copies one keeps
     both (``FOLD_MAX_COPY``)."""
+    fold_sources: dict[str, int] = field(default_factory=dict)
+    """Static tensor -> elements of the stored constants it is computed from (``FOLD_MAX_GROWTH``)."""
     shapes: dict[str, tuple[int, ...]] = field(default_factory=dict)
     """Tensor name -> dims (-1 where shape inference left a dim open); only tensors of known rank."""
     types: dict[str, int] = field(default_factory=dict)
@@ -276,7 +299,8 @@ def collect_facts(model: onnx.ModelProto, typed: onnx.ModelProto | None, base_di
             if int(np.prod(tensor.dims, dtype=np.int64)) <= FLAG_MAX_ELEMENTS:
                 facts.value_flags[tensor.name] = _value_flags(lambda t=tensor: tensor_value(t, base_dir))
     small_values = _small_values(model, facts, base_dir)
-    facts.kept = _kept_at_run_time(graph, facts, {t.name for t in graph.initializer} - overridable)
+    facts.weights = _weight_bound(graph)
+    facts.kept, facts.fold_sources = _kept_at_run_time(graph, facts, {t.name for t in graph.initializer} - overridable)
     for node in graph.node:
         if node.op_type == "Constant" and node.domain in ("", "ai.onnx") and node.output:
             facts.value_flags[node.output[0]] = _value_flags(lambda n=node: constant_node_value(n, base_dir))
@@ -614,32 +638,59 @@ def _value_flags(read: Callable[[], np.ndarray]) -> list[str]:
     return flags
 
 
-def _kept_at_run_time(graph: onnx.GraphProto, facts: GraphFacts, constants: set[str]) -> set[str]:
-    """The tensors a node that will not fold reads (by input or from a body), and the graph's outputs.
+def _weight_bound(graph: onnx.GraphProto) -> set[str]:
+    """The tensors read as weights (``WEIGHT_SLOTS``) and, back from them, every input of a node that computes
+    one: what folding turns into a layer's constant weight."""
+    bound = {
+        node.input[slot]
+        for node in graph.node
+        if node.domain in ("", "ai.onnx")
+        for slot in WEIGHT_SLOTS.get(node.op_type, ())
+        if slot < len(node.input) and node.input[slot]
+    }
+    for node in reversed(graph.node):
+        if any(o in bound for o in node.output):
+            bound.update(i for i in node.input if i)
+    return bound
 
-    Which nodes fold depends on which tensors are kept (a fold that would copy a kept weight is refused, and
-    then that node's inputs are kept too): from "every node with static inputs folds", refused folds are taken
-    out until nothing changes."""
+
+def _kept_at_run_time(
+    graph: onnx.GraphProto, facts: GraphFacts, constants: set[str]
+) -> tuple[set[str], dict[str, int]]:
+    """(the tensors a node that will not fold reads, by input or from a body, and the graph's outputs; for each
+    value folding computes, the elements of the stored constants it is computed from).
+
+    Which nodes fold depends on which tensors are kept (a fold that would copy a kept weight, or store far more
+    than the constants it comes from, is refused, and then that node's inputs are kept too): from "every node
+    with static inputs folds", refused folds are taken out until nothing changes."""
     refused: set[int] = set()
     while True:
-        static = set(constants)
+        origins: dict[str, frozenset[str]] = {name: frozenset([name]) for name in constants}
         folding: set[int] = set()
         for index, node in enumerate(graph.node):
-            computed = index not in refused and all(i in static for i in node.input if i)
-            if _is_constant(node) or (computed and _foldable_keeping(node, facts, None)):
-                static.update(o for o in node.output if o)
+            if _is_constant(node):
+                origins.update((o, frozenset([o])) for o in node.output if o)
+                folding.add(index)
+            elif (
+                index not in refused
+                and all(i in origins for i in node.input if i)
+                and _foldable_keeping(node, facts, None, {})
+            ):
+                came_from = frozenset().union(*(origins[i] for i in node.input if i))
+                origins.update((o, came_from) for o in node.output if o)
                 folding.add(index)
         kept = set(facts.graph_outputs)
         for index, node in enumerate(graph.node):
             if index not in folding:
                 kept.update(i for i in [*node.input, *subgraph_captures(node)] if i)
+        sources = {name: sum(facts.numel(c) or 0 for c in came_from) for name, came_from in origins.items()}
         newly = {
             index
             for index in folding
-            if not _is_constant(graph.node[index]) and not _foldable_keeping(graph.node[index], facts, kept)
+            if not _is_constant(graph.node[index]) and not _foldable_keeping(graph.node[index], facts, kept, sources)
         }
         if not newly:
-            return kept
+            return kept, sources
         refused |= newly
 
 
@@ -649,11 +700,14 @@ def _is_constant(node: onnx.NodeProto) -> bool:
 
 def _foldable(node: onnx.NodeProto, facts: GraphFacts) -> bool:
     """The node may be computed at optimization time once its inputs are known to be static."""
-    return _foldable_keeping(node, facts, facts.kept)
+    return _foldable_keeping(node, facts, facts.kept, facts.fold_sources)
 
 
-def _foldable_keeping(node: onnx.NodeProto, facts: GraphFacts, kept: set[str] | None) -> bool:
-    """:func:`_foldable` with ``kept`` the tensors that stay in the model (None: copies not considered)."""
+def _foldable_keeping(
+    node: onnx.NodeProto, facts: GraphFacts, kept: set[str] | None, sources: Mapping[str, int]
+) -> bool:
+    """:func:`_foldable` with ``kept`` the tensors that stay in the model (None: copies and growth of what is
+    stored not considered) and ``sources`` the elements of the stored constants each folded value comes from."""
     if node.domain not in ("", "ai.onnx") or node.op_type in NONDETERMINISTIC_OPS or node.op_type == "Constant":
         return False
     if node.op_type == "DequantizeLinear":  # an int8 weight stays int8: folded, it is 4x larger and runs in float
@@ -668,7 +722,14 @@ def _foldable_keeping(node: onnx.NodeProto, facts: GraphFacts, kept: set[str] | 
     copied = kept is not None and any(i in kept and (facts.numel(i) or 0) > FOLD_MAX_COPY for i in node.input if i)
     if copied and produced > FOLD_MAX_COPY:
         return False
-    return produced <= FOLD_MAX_ELEMENTS and produced <= inputs + FOLD_MAX_GROWTH
+    if produced > FOLD_MAX_ELEMENTS or produced > inputs + WEIGHT_FOLD_MAX_GROWTH:
+        return False
+    # the tight bound is for what stays in the file, against the constants it is computed from (a chain of
+    # same-sized steps after one broadcast grows at its first step only): a value only folds read goes away
+    # with them (an Expand a ReduceMax folds down to one number), and a weight is worth its bytes
+    stored = [o for o in node.output if o and kept is not None and o in kept and o not in facts.weights]
+    origin = sum(sources.get(i, facts.numel(i) or 0) for i in node.input if i)
+    return not stored or produced <= min(inputs, origin) + FOLD_MAX_GROWTH
 
 
 def _typed_values(model: onnx.ModelProto) -> Iterable[onnx.ValueInfoProto]:

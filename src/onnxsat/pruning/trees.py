@@ -445,7 +445,8 @@ class _Walk:
             role = self.spoil(
                 list(tracked.values()),
                 f"the node attribute library does not know {op!r} (node {label!r}); if it is elementwise on its "
-                f"first input, add --library with {entry}, or {end} if it ends the channel's path",
+                f"first input, add --library FILE.json holding {entry}, or {end} if what it computes does not depend "
+                "on how many channels it reads (as Shape's)",
             )
         else:
             pending = any(layout.split is not None for layout in tracked.values())
