@@ -1,5 +1,6 @@
-"""A float16 model is quantized from its float32 form; what stays in float is stored in float16 again, so the
-file is not larger than the float16 model's for weights the quantizer did not take."""
+"""Narrow float types: a float16 model is quantized from its float32 form, and what stays in float is stored in
+float16 again, so the file is not larger than the float16 model's for weights the quantizer did not take; a
+float8 weight ORT cannot run quantized fails the mode in one line."""
 
 from __future__ import annotations
 
@@ -52,3 +53,32 @@ def test_weights_left_in_float_keep_their_float16_size(tmp_path: Path) -> None:
     (expected,) = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"]).run(None, {"x": x})
     (got,) = ort.InferenceSession(str(out), providers=["CPUExecutionProvider"]).run(None, {"x": x})
     assert got.dtype == np.float16 and np.abs(got.astype(np.float32) - expected).max() < 0.05
+
+
+def test_a_float8_weight_that_ort_fuses_into_an_op_it_refuses_fails_the_mode_in_one_line(tmp_path: Path) -> None:
+    """A Conv reading a float8 weight through DequantizeLinear: static mode's QDQ around it is fused by ORT's
+    optimizations into a QLinearConv with a float8 weight, which ORT then refuses to load. Scoring loaded it
+    with those optimizations on and the refusal ended quantize as an internal error (exit 1)."""
+    rng = np.random.default_rng(0)
+    f8 = helper.make_tensor("w8", TensorProto.FLOAT8E4M3FN, [8, 8, 3, 3], rng.normal(size=8 * 8 * 9).tolist())
+    graph = helper.make_graph(
+        [
+            helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1]),
+            helper.make_node("Relu", ["c"], ["r"]),
+            helper.make_node("DequantizeLinear", ["w8", "scale"], ["wd"]),
+            helper.make_node("Conv", ["r", "wd"], ["y"], pads=[1, 1, 1, 1]),
+        ],
+        "float8_weight",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, 8, 8])],
+        [
+            numpy_helper.from_array((rng.normal(size=(8, 3, 3, 3)) * 0.3).astype(np.float32), "w"),
+            numpy_helper.from_array(np.zeros(8, np.float32), "b"),
+            f8,
+            numpy_helper.from_array(np.array(0.1, np.float32), "scale"),
+        ],
+    )
+    model = tmp_path / "f8.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)], ir_version=10), model)
+    code = main(["quantize", str(model), "-o", str(tmp_path / "q.onnx"), "--mode", "static", "--no-node-timing"])
+    assert code == 9 and not (tmp_path / "q.onnx").exists()
