@@ -19,12 +19,11 @@ import onnx
 from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message import DecodeError, EncodeError, Message
 
-from onnxsat import external_data, inline_weights
+from onnxsat import custom_ops, external_data, inline_weights
 from onnxsat.errors import InputNotFoundError, InvalidModelError, NotOnnxError, OutputPathError
 from onnxsat.ir_version import lower_ir_version
 from onnxsat.node_order import sort_model
 from onnxsat.proto_fields import all_graphs
-from onnxsat.runtime import custom_ops
 
 # Protobuf refuses to serialize a message over 2 GiB; bigger models keep weights in external data.
 _PROTOBUF_LIMIT = 2**31 - 1
@@ -136,7 +135,8 @@ def check_model(model: onnx.ModelProto) -> None:
         if over_protobuf_limit(model):
             return  # the checker cannot take it in memory; ONNX Runtime will load-check it instead
         onnx.checker.check_model(model, full_check=False)
-    except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError) as error:
+    except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError, ValueError) as error:
+        # ValueError: a field the checker's helpers cannot read (a damaged tensor or type in a mutated file)
         text = " ".join(str(error).split()) or type(error).__name__
         raise InvalidModelError(f"model fails the ONNX checker: {text[:400]}") from None
 

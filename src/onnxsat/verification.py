@@ -19,13 +19,13 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 
+from onnxsat import custom_ops
 from onnxsat.errors import DataError, InvalidModelError, RuntimeUnsupportedError
 from onnxsat.external_data import expected_nbytes, iter_tensors, set_reference
 from onnxsat.inputs import InputsLike, InputSpec, declared_dims, fixed_dim
 from onnxsat.model_io import check_model, over_protobuf_limit
 from onnxsat.output_values import as_array, map_keys
 from onnxsat.proto_fields import copy_fields, with_initializers_replaced
-from onnxsat.runtime import custom_ops
 
 if TYPE_CHECKING:
     from onnxsat.runtime.tune import SessionSettings

@@ -13,12 +13,12 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 
+from onnxsat import custom_ops
 from onnxsat.external_data import has_external_data, inference_view, tensor_value
 from onnxsat.inputs import declared_dims, dim_expression, fixed_dim, random_inputs
 from onnxsat.op_kinds import DEFAULT_DOMAINS, default_opset_version
 from onnxsat.proto_fields import bodies_of
 from onnxsat.pruning.layout import Dim
-from onnxsat.runtime import custom_ops
 
 
 def attr(node: onnx.NodeProto, name: str, default: object = None) -> object:

@@ -20,8 +20,8 @@ from pathlib import Path
 import numpy as np
 import onnx
 
+from onnxsat import custom_ops
 from onnxsat.proto_fields import bodies_of
-from onnxsat.runtime import custom_ops
 
 CHILD_SECONDS = 600.0
 """A child still loading or running after this long is stopped and counted as not crashing: the in-process

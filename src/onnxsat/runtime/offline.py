@@ -32,10 +32,10 @@ from pathlib import Path
 import onnx
 import onnxruntime as ort
 
+from onnxsat import custom_ops
 from onnxsat.errors import RuntimeUnsupportedError, SettingsError
 from onnxsat.external_data import has_external_data
 from onnxsat.proto_fields import drop_unused_domains
-from onnxsat.runtime import custom_ops
 from onnxsat.verification import tidy_ort_message
 
 LEVELS = {

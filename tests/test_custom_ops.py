@@ -15,9 +15,9 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
+from onnxsat import custom_ops
 from onnxsat.cli import main
 from onnxsat.errors import MissingExtraError, SettingsError
-from onnxsat.runtime import custom_ops
 
 pytest.importorskip("onnxruntime_extensions")
 
