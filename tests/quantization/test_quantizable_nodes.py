@@ -257,3 +257,15 @@ def test_static_mode_quantizes_a_gemm_with_a_bias_after_a_contrib_op(tmp_path: P
     (expected,) = ort.InferenceSession(str(source), providers=["CPUExecutionProvider"]).run(None, {"x": x})
     (got,) = ort.InferenceSession(str(target), providers=["CPUExecutionProvider"]).run(None, {"x": x})
     assert np.abs(got - expected).max() < 0.1 * np.abs(expected).max()
+
+
+def test_typing_from_the_runtime_never_is_what_fails(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A graph ONNX's shape inference refuses leaves its tensors untyped here; the quantizer says what fails."""
+    from onnxsat.quantization import tensor_types
+
+    def refuse(model: onnx.ModelProto) -> onnx.ModelProto:
+        raise onnx.shape_inference.InferenceError("refused")
+
+    monkeypatch.setattr(tensor_types.onnx.shape_inference, "infer_shapes", refuse)
+    model = contrib_gemm_model()
+    assert tensor_types.type_from_runtime(model) == 0 and not model.graph.value_info

@@ -42,7 +42,10 @@ _ORT_TYPES = {
 
 def untyped_tensors(model: onnx.ModelProto) -> list[str]:
     """The main graph's node outputs ONNX's shape inference gives no type, in graph order."""
-    inferred = onnx.shape_inference.infer_shapes(structure_view(model)).graph
+    try:
+        inferred = onnx.shape_inference.infer_shapes(structure_view(model)).graph
+    except Exception:  # onnx raises several types on graphs it cannot infer; the quantizer's own run says why
+        return []
     typed = {
         v.name for v in [*inferred.input, *inferred.value_info, *inferred.output] if v.type.HasField("tensor_type")
     }
