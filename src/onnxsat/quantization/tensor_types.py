@@ -18,26 +18,13 @@ from onnx import helper
 from onnxsat.external_data import structure_view
 from onnxsat.verification import session, with_outputs
 
-_ORT_TYPES = {
-    f"tensor({name})": elem_type
-    for name, elem_type in {
-        "float": onnx.TensorProto.FLOAT,
-        "float16": onnx.TensorProto.FLOAT16,
-        "double": onnx.TensorProto.DOUBLE,
-        "bfloat16": onnx.TensorProto.BFLOAT16,
-        "int8": onnx.TensorProto.INT8,
-        "uint8": onnx.TensorProto.UINT8,
-        "int16": onnx.TensorProto.INT16,
-        "uint16": onnx.TensorProto.UINT16,
-        "int32": onnx.TensorProto.INT32,
-        "uint32": onnx.TensorProto.UINT32,
-        "int64": onnx.TensorProto.INT64,
-        "uint64": onnx.TensorProto.UINT64,
-        "bool": onnx.TensorProto.BOOL,
-        "string": onnx.TensorProto.STRING,
-    }.items()
-}
-"""ONNX Runtime's names of tensor types (``NodeArg.type``) and their ONNX element types."""
+
+def _element_type(ort_type: str) -> int | None:
+    """ONNX's element type for ONNX Runtime's name of a tensor type (``NodeArg.type``, ``tensor(float16)``): the
+    name inside is the ``TensorProto`` enum's, lower-cased; None for sequences, maps and optionals."""
+    if not (ort_type.startswith("tensor(") and ort_type.endswith(")")):
+        return None
+    return getattr(onnx.TensorProto, ort_type[len("tensor(") : -1].upper(), None)
 
 
 def untyped_tensors(model: onnx.ModelProto) -> list[str]:
@@ -64,7 +51,7 @@ def type_from_runtime(model: onnx.ModelProto) -> int:
         loaded = session(with_outputs(model, names), ort.GraphOptimizationLevel.ORT_DISABLE_ALL, lean=True)
     except Exception:  # ORT's load errors have many types; the untyped tensors stay as they were
         return 0
-    types = {arg.name: _ORT_TYPES.get(arg.type) for arg in loaded.get_outputs()}
+    types = {arg.name: _element_type(arg.type) for arg in loaded.get_outputs()}
     typed = 0
     for name in names:
         elem_type = types.get(name)
