@@ -90,7 +90,7 @@ def test_a_recurrent_node_is_a_leaf_whose_input_columns_are_sliced(
     pruned, report = prune(model, rate=0.5)
     assert status(report, "c1") == "pruned"
     assert shape_of(pruned, "c1_w")[0] == 4 and shape_of(pruned, "rnn_w")[2] == 4
-    assert shape_of(pruned, "rnn_r") == shape_of(model, "rnn_r")  # the hidden size stays
+    assert shape_of(pruned, "rnn_r") == shape_of(model, "rnn_r")  # Y is a graph output: the hidden size stays
     np.testing.assert_allclose(run(pruned)[0], run(model)[0], rtol=1e-5, atol=1e-5)
     assert_rate_zero_is_identity(model)
 
@@ -98,7 +98,8 @@ def test_a_recurrent_node_is_a_leaf_whose_input_columns_are_sliced(
 def test_a_batch_first_recurrent_node_reads_the_features_on_axis_2_too() -> None:
     """``layout=1`` (X is [batch, seq, features]): ONNX Runtime does not run it, the trees are checked."""
     _, _, forest = association_trees(recurrent_model("LSTM", "squeeze", 1, False))
-    (group,) = forest.groups
+    group, rnn = forest.groups  # the LSTM's own hidden units: a root whose Y is a graph output
+    assert rnn.reasons == ["reaches graph output 'y'"]
     leaf = next(s for s in group.slices if s.role == "leaf")
     assert group.prunable and (leaf.node, leaf.initializer, leaf.axis) == ("rnn", "rnn_w", 2)
 

@@ -35,6 +35,8 @@ class Applied:
     model: onnx.ModelProto
     kept: dict[Key, dict[int, np.ndarray]] = field(default_factory=dict)
     """For each sliced node input: axis -> the original positions kept (what reconstruction needs)."""
+    orphans: list[str] = field(default_factory=list)
+    """Zero initial states a recurrent node no longer reads: ``drop_orphans`` removes what computed them."""
 
 
 def pruned_channels(channels: int, kept: np.ndarray) -> np.ndarray:
@@ -95,10 +97,15 @@ def apply_pruning(
         if removed == 0:
             continue
         node = graph.node[edit.node_index]
-        if edit.kind == "group":
+        if edit.kind in ("group", "hidden_size"):
             for attribute in node.attribute:
-                if attribute.name == "group":
+                if attribute.name == edit.kind:
                     attribute.i -= removed
+            continue
+        if edit.kind == "zero-state":  # a zero state of the old size, computed at run time: absent means zero
+            applied.orphans.append(node.input[edit.slot])
+            uses[node.input[edit.slot]] -= 1
+            node.input[edit.slot] = ""
             continue
         if edit.kind == "split-attribute":
             for attribute in node.attribute:
@@ -119,7 +126,7 @@ def apply_pruning(
     if result.ir_version < 4:
         _list_new_initializers_as_inputs(graph)
     _update_input_shapes(graph)
-    return Applied(_reinferred(result), applied.kept)
+    return Applied(_reinferred(result), applied.kept, applied.orphans)
 
 
 def _list_new_initializers_as_inputs(graph: onnx.GraphProto) -> None:
@@ -169,6 +176,36 @@ def _store(
     uses[new_name] = 1
     node.input[slot] = new_name
     replaced.add(name)
+
+
+def drop_orphans(graph: onnx.GraphProto, names: list[str]) -> None:
+    """Remove the nodes that computed ``names`` (dropped zero states) once nothing reads them, and the nodes
+    before them only they read (the exporter's ``ConstantOfShape`` and its shape arithmetic), with the
+    initializers left unread. Run after reconstruction, which relies on the node order of ``apply_pruning``."""
+    uses = _uses(graph)
+    for node in graph.node:  # names read inside subgraphs stay
+        for attribute in node.attribute:
+            for body in [attribute.g, *attribute.graphs] if attribute.type in _GRAPH_TYPES else []:
+                for inner in body.node:
+                    uses.update((name, uses.get(name, 0) + 1) for name in inner.input if name)
+    producer = {output: index for index, node in enumerate(graph.node) for output in node.output if output}
+    pending, dropped, freed = list(names), set(), set()
+    while pending:
+        index = producer.get(pending.pop())
+        if index is None or index in dropped or any(uses.get(name, 0) > 0 for name in graph.node[index].output):
+            continue
+        dropped.add(index)
+        for name in graph.node[index].input:
+            if name:
+                uses[name] -= 1
+                freed.add(name)
+                pending.append(name)
+    for index in sorted(dropped, reverse=True):
+        del graph.node[index]
+    _drop_unused(graph, freed)
+
+
+_GRAPH_TYPES = (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
 
 
 def _drop_unused(graph: onnx.GraphProto, candidates: set[str]) -> None:

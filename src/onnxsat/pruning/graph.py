@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 import onnxruntime as ort
+from onnx import numpy_helper
 
 from onnxsat import custom_ops
 from onnxsat.external_data import has_external_data, inference_view, tensor_value
@@ -19,6 +20,11 @@ from onnxsat.inputs import declared_dims, dim_expression, fixed_dim, random_inpu
 from onnxsat.op_kinds import DEFAULT_DOMAINS, default_opset_version
 from onnxsat.proto_fields import bodies_of
 from onnxsat.pruning.layout import Dim
+
+ZERO_KEEPING = frozenset(
+    {"Identity", "Cast", "Slice", "Gather", "Squeeze", "Unsqueeze", "Expand", "Tile", "Reshape", "Transpose", "Flatten"}
+)
+"""Ops whose output elements are elements of their first input: zeros in, zeros out."""
 
 
 def attr(node: onnx.NodeProto, name: str, default: object = None) -> object:
@@ -194,6 +200,22 @@ class GraphIndex:
                 return False  # a graph input, a random generator, or a control-flow node
             pending.extend(n for n in node.input if n)
         return True
+
+    def is_zero(self, name: str) -> bool:
+        """``name`` holds only zeros whatever the inputs: a constant of zeros, a ConstantOfShape of 0, or those
+        moved by ops that only pick or copy elements (PyTorch's default RNN state: ``Slice`` of
+        ``ConstantOfShape(Concat(layers, batch, H))``, its size read off the input at run time)."""
+        if self.is_constant(name):
+            return not np.any(self.value(name))
+        node = self.producers.get(name)
+        if node is None or node.domain not in DEFAULT_DOMAINS:
+            return False
+        if node.op_type == "ConstantOfShape":
+            value = attr(node, "value")
+            return value is None or not np.any(numpy_helper.to_array(value))  # type: ignore[arg-type]
+        if node.op_type == "Concat":
+            return all(self.is_zero(piece) for piece in node.input if piece)
+        return node.op_type in ZERO_KEEPING and bool(node.input) and self.is_zero(node.input[0])
 
     def dynamic_inputs(self) -> bool:
         """Whether a graph input (not a weight) declares a dynamic dim: shapes computed from it then fold

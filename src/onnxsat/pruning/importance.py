@@ -66,6 +66,11 @@ tree-level keeps more at 0.3 on seven of eight (SqueezeNet 0.89 vs 0.95, ViT 0.7
 0.446), and above 0.3 the two are within a few hundredths, either way. ``benchmarks/prune_digits.md``
 (per seed) and ``prune_*.md`` hold the tables.
 
+**Recurrent roots.** An LSTM/GRU/RNN's hidden unit ``c`` has one ``ROOT`` member per gate block of
+``W`` and of ``R`` (the weights computing it: ``P`` sums them) and its ``R`` column (the recurrence
+reading it back) counts as a leaf beside the next layer's input columns. HRank ranks no maps for them
+(a ``[seq, dirs, batch, H]`` output is no image): they are scored by L1.
+
 **Attention heads.** A head group's channels are heads: every member's row for head ``h`` holds the
 ``D`` features of that head (``block = D``), so a head scores the sum over its features, here of the Q,
 K and V projection columns (``P``, summed over the three roots) times the square root of the output
@@ -91,7 +96,7 @@ import onnx
 import onnxruntime as ort
 
 from onnxsat.op_kinds import ELEMENTWISE_UNARY
-from onnxsat.pruning.trees import GAIN, LEAF, ROOT, ChannelGroup, ChannelSlice, TreeEdge
+from onnxsat.pruning.trees import GAIN, LEAF, RECURRENCE, RECURRENT, ROOT, ChannelGroup, ChannelSlice, TreeEdge
 from onnxsat.registry import Registry
 from onnxsat.verification import session, with_outputs
 
@@ -173,6 +178,8 @@ def group_scores(
     chosen = get_criterion(criterion)
     stages: dict[str, list[np.ndarray]] = {ROOT: [], GAIN: [], LEAF: []}
     for piece in group.slices:
+        if piece.role == RECURRENCE:  # the recurrence reads a hidden unit back as the next layer does
+            piece = replace(piece, role=LEAF)
         if piece.role not in stages or (single_node and piece.role != ROOT):
             continue
         if chosen.ranks_roots and piece.role == ROOT and ranks is not None and piece.node in ranks:
@@ -234,6 +241,8 @@ def ranked_maps(group: ChannelGroup, outputs: Mapping[str, str]) -> dict[str, st
         children.setdefault(edge.parent, []).append(edge)
     maps = {}
     for root in group.roots:
+        if root.op_type in RECURRENT:  # no feature maps: hidden units are scored by their weights
+            continue
         node = root.node
         while len(children.get(node, [])) == 1 and children[node][0].op_type in MAP_KEEPING:
             node = children[node][0].child
@@ -255,6 +264,8 @@ def feature_ranks(
     caller scores them by L1.
     """
     names = sorted(set(outputs.values()))
+    if not names:  # only recurrent roots: nothing to rank
+        return {}
     runner = session(with_outputs(model, names), ort.GraphOptimizationLevel.ORT_DISABLE_ALL, base_dir=base_dir)
     sums: dict[str, np.ndarray] = {}
     samples = 0

@@ -6,7 +6,8 @@ space (a root, or roots already tied to it): channel ``c`` of the space occupies
 Concat shifts offsets; Flatten and Reshape merging the channel axis with the dims after it multiply
 ``offset`` and ``block`` by the size merged in (a channel becomes a block of H*W features for the
 Gemm after it). Positions no segment covers belong to no root (e.g. a Concat input from the graph
-input) and are never pruned.
+input) and are never pruned. A space may have several segments on one axis: a Reshape merging the two
+directions of a bidirectional RNN's output with its hidden units holds each unit twice (``merge_outer``).
 
 A Reshape that **splits** the channel axis in two (``[B, S, H*D] -> [B, S, H, D]``: attention heads, or
 a fused QKV projection ``[S, 3E] -> [S, 3, E]``) gives a layout with a ``Split``: the segments stay in
@@ -143,6 +144,29 @@ def _same_tail(in_shape: Sequence[Dim], out_shape: Sequence[Dim], axis: int) -> 
         for k in range(len(out_shape) - 1, -1, -1):
             if out_shape[k] == size * factor and int_product(out_shape[k + 1 :]) == tail:
                 return k, factor
+    return None
+
+
+def merge_outer(in_shape: Sequence[Dim], out_shape: Sequence[Dim], axis: int) -> tuple[int, int, int, int] | None:
+    """Follow the channel axis through a reshape merging it with the known dims just before it:
+    ``(start, copies, out_axis, factor)``, or None.
+
+    A bidirectional RNN's ``[seq, batch, 2, H] -> [seq, batch, 2H]`` puts the channels twice on the merged
+    axis: position ``j * C + c`` holds channel ``c`` of copy ``j`` for the ``copies`` entries of the dims
+    ``[start, axis)``. The merged axis is then followed as ``merge_axis`` does (``out_axis`` and ``factor``).
+    """
+    size = in_shape[axis]
+    if not isinstance(size, int):
+        return None
+    for start in range(axis - 1, -1, -1):
+        copies = int_product(in_shape[start:axis])
+        if copies is None:
+            return None
+        if copies == 1:
+            continue
+        merged = merge_axis([*in_shape[:start], copies * size, *in_shape[axis + 1 :]], out_shape, start)
+        if merged is not None:
+            return start, copies, merged[0], merged[1]
     return None
 
 

@@ -2,10 +2,11 @@
 
 The walk in ``trees.py`` never guesses what an op does to channels: it asks this table. Four categories:
 
-- ``pruned``: Conv, ConvTranspose, Gemm, MatMul. With a constant weight such a node is a **root** (its
-  output channels are what gets pruned) and, when it reads a tracked tensor, a **stop-process leaf**
-  (its input channels shrink). A depthwise Conv is the exception, decided per node: its channels follow
-  its input's, so it is handled as next-process.
+- ``pruned``: Conv, ConvTranspose, Gemm, MatMul, LSTM, GRU, RNN. With constant weights such a node is a
+  **root** (its output channels, a recurrent node's hidden units, are what gets pruned) and, when it reads
+  a tracked tensor, a **stop-process leaf** (its input channels shrink: the input columns of a recurrent
+  node's ``W``). A depthwise Conv is the exception, decided per node: its channels follow its input's, so
+  it is handled as next-process.
 - ``next-no-process``: the channels pass through unchanged in number and order, maybe on another axis
   (activations, pools, Flatten, Reshape, Transpose, Squeeze, Slice on another axis, an Einsum
   elementwise in the channels' letter, ...). Ops that would mix channels (Softmax over the channel axis,
@@ -14,8 +15,7 @@ The walk in ``trees.py`` never guesses what an op does to channels: it asks this
   too (BatchNormalization parameters, Add/Mul/... by per-channel constants) or ties channel spaces
   together (Add of two branches, Concat offsets).
 - ``stop-process``: the branch ends and nothing needs changing (Shape, Size: their values follow the
-  pruned shape at run time), or only the weight columns reading the channels shrink (LSTM, GRU, RNN
-  reading them as X's input features: a leaf that is never a root, its hidden size stays).
+  pruned shape at run time).
 
 A user extends the table with a JSON object ``{"op_type": "category"}`` (``load_library``); an op of
 another domain is named with it, ``{"com.example.Foo": "stop-process"}``, so it is never taken for a
@@ -41,7 +41,7 @@ CATEGORIES = (PRUNED, NEXT_NO_PROCESS, NEXT_PROCESS, STOP_PROCESS)
 USER_CATEGORIES = (NEXT_NO_PROCESS, STOP_PROCESS)
 """What an extra op may be declared as: the others need code that knows the op's parameters."""
 
-_PRUNED = ("Conv", "ConvTranspose", "Gemm", "MatMul")
+_PRUNED = ("Conv", "ConvTranspose", "Gemm", "MatMul", "LSTM", "GRU", "RNN")
 _NEXT_NO_PROCESS = (
     # elementwise activations and math: same shape, channel for channel
     *ELEMENTWISE_UNARY,
@@ -99,7 +99,7 @@ _NEXT_PROCESS = (
     "MeanVarianceNormalization",
     "Gather",
 )
-_STOP_PROCESS = ("Shape", "Size", "LSTM", "GRU", "RNN")
+_STOP_PROCESS = ("Shape", "Size")
 
 BUILTIN: Mapping[str, str] = {
     **dict.fromkeys(_PRUNED, PRUNED),

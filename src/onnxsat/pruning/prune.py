@@ -29,7 +29,7 @@ from onnxsat.metrics.scorer import ModelScorer
 from onnxsat.normal_form import normal_form
 from onnxsat.options import float_list, option, percent
 from onnxsat.proto_fields import all_graphs
-from onnxsat.pruning.apply import apply_pruning
+from onnxsat.pruning.apply import apply_pruning, drop_orphans
 from onnxsat.pruning.cost import counted_macs, parameter_count
 from onnxsat.pruning.graph import GraphIndex, node_label
 from onnxsat.pruning.importance import (
@@ -163,7 +163,8 @@ def _plan(forest: Forest, options: PruneOptions, quantized: str = "") -> dict[in
         unknown = [name for name in given if name not in names]
         if unknown:
             raise SettingsError(
-                f"{flag} {unknown[0]!r} names no root node (Conv, ConvTranspose, Gemm, MatMul) of the model"
+                f"{flag} {unknown[0]!r} names no root node (Conv, ConvTranspose, Gemm, MatMul, LSTM, GRU, RNN) of "
+                "the model"
             )
     plan: dict[int, tuple[float, str]] = {}
     for group in forest.groups:
@@ -282,6 +283,7 @@ def _prune_model(
         assert batches is not None
         pruned, report.reconstruction, notes = reconstruct(work, applied, forest, batches, base_dir=base_dir)
         report.notes.extend(notes)
+    drop_orphans(pruned.graph, applied.orphans)
     report.groups = [_group_report(g, plan, kept) for g in forest.groups]
     report.params = {"original": parameter_count(model), "pruned": parameter_count(pruned)}
     if report.params["pruned"] > report.params["original"]:  # small shared constants (biases) copied
@@ -386,7 +388,7 @@ def _group_report(group: ChannelGroup, plan: dict[int, tuple[float, str]], kept:
     return GroupReport(group.index, roots, group.structure, group.channels, count, rate, status, group.kind)
 
 
-ROOT_OPS = frozenset({"Conv", "ConvTranspose", "Gemm", "MatMul"})
+ROOT_OPS = frozenset({"Conv", "ConvTranspose", "Gemm", "MatMul", "LSTM", "GRU", "RNN"})
 
 
 def _check_roots_outside_bodies(model: onnx.ModelProto) -> None:
@@ -415,5 +417,8 @@ def show_trees(
     if image is not None:
         render_trees(forest.groups, image)
     if not forest.groups:
-        return "no channel group: no Conv, ConvTranspose, Gemm or MatMul with a constant weight and a known rank"
+        return (
+            "no channel group: no Conv, ConvTranspose, Gemm, MatMul, LSTM, GRU or RNN with a constant weight and "
+            "a known rank"
+        )
     return format_trees(forest.groups)

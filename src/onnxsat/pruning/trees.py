@@ -1,9 +1,9 @@
 """Node association trees and the channel groups they tie together (ONNXPruner, section III-B).
 
 One pass over the graph in topological order. Each prunable root (Conv, ConvTranspose, Gemm, MatMul
-with a constant weight) starts a **channel space**: its output channels, tracked as a ``Layout``
-(``layout.py``) along every tensor they flow into. A node reading a tracked tensor is handled as its
-category in the node attribute library says (``library.py``):
+with a constant weight; LSTM, GRU, RNN with constant ``W`` and ``R``) starts a **channel space**: its
+output channels, tracked as a ``Layout`` (``layout.py``) along every tensor they flow into. A node
+reading a tracked tensor is handled as its category in the node attribute library says (``library.py``):
 
 - next-no-process: the layout moves (Transpose, Flatten, Reshape, Squeeze, Unsqueeze, Reduce, Gather
   on another axis) or stays (activations, pools) on the node's output;
@@ -12,8 +12,19 @@ category in the node attribute library says (``library.py``):
   inputs of an elementwise op **tie** their spaces (many-to-one: a residual Add prunes the same
   channels on both sides), a union-find merges them; Concat shifts each input's segments by its offset;
 - pruned (as a leaf) and stop-process: the branch ends; a Conv/Gemm/MatMul leaf records the slice of
-  its weight that reads the tracked channels, then may start its own space as a root; an LSTM/GRU/RNN
-  leaf records the input columns of its ``W`` and starts nothing.
+  its weight that reads the tracked channels, an LSTM/GRU/RNN leaf the input columns of its ``W``; then
+  either may start its own space as a root.
+
+**Recurrent roots.** An LSTM, GRU or RNN's channels are its hidden units. Unit ``c`` is one row per gate
+block of ``W``, ``R`` (axis 1, one slice per gate at offset ``g * H``: LSTM i, o, f, c; GRU z, r, h; RNN
+one), of both halves of ``B`` and of the LSTM peepholes ``P``; column ``c`` of ``R`` (axis 2: the
+recurrence reads the units kept); entry ``c`` of a constant ``initial_h``/``initial_c`` (axis 2). Every
+direction prunes the same units, so a bidirectional node's directions keep one size. ``hidden_size`` is a
+shape edit. An initial state computed at run time is dropped when it is provably zero (PyTorch's default
+state, a ``ConstantOfShape`` sized off the input: absent means zero), else the group stays whole. The units
+flow out on Y (axis 3) and Y_h, Y_c (axis 2), in either ``layout``. A Reshape merging known dims before the
+channel axis into it (a bidirectional Y's ``[seq, batch, 2, H] -> [seq, batch, 2H]``) repeats the segments,
+one copy of the channels per entry of the merged dims (``Layout`` segments may name a space twice).
 
 **Attention heads.** A Reshape splitting the channel axis in two (``[B, S, H*D] -> [B, S, H, D]``) leaves
 the choice of dim open (``layout.Split``) until the next op decides it. A Gather or Split along the outer
@@ -40,8 +51,9 @@ names it and the ``--library`` entry that would make it known).
 
 A **channel group** is the result: the tied roots, their channel count, and every slice
 ``(node input, initializer, axis, offset, block, role)`` that removing channel ``c`` touches: positions
-``offset + c * block + [0, block)`` along ``axis``. Shape edits (Reshape targets, depthwise ``group``)
-are kept beside the groups, since one may involve several groups (after a Concat).
+``offset + c * block + [0, block)`` along ``axis``. Shape edits (Reshape targets, depthwise ``group``, an
+RNN's ``hidden_size`` and dropped zero states) are kept beside the groups, since one may involve several
+groups (after a Concat).
 
 While the walk runs, a space may be cut or coarsened after slices, layouts and edits mention it; both
 re-express everything recorded (``_Walk.rewrite``), so every record stays in the space's current units.
@@ -68,6 +80,7 @@ from onnxsat.pruning.layout import (
     Split,
     flatten_axis,
     merge_axis,
+    merge_outer,
     normalize_axis,
     sized_by_target,
     split_axis,
@@ -87,14 +100,24 @@ constants of Div, Pow, PRelu, Max, Min."""
 STATISTIC = "statistic"
 """BatchNormalization running mean/variance: sliced with the channels, but not weights to score."""
 LEAF = "leaf"
+RECURRENCE = "recurrence"
+"""A recurrent root's ``R`` columns: the recurrence reading the hidden units back (scored as a leaf)."""
+STATE = "state"
+"""A recurrent root's constant initial state ``initial_h``/``initial_c``: sliced, not scored."""
 
 ELEMENTWISE = frozenset({"Add", "Sub", "Mul", "Div", "PRelu", "Sum", "Max", "Min", "Mean", "Pow"})
 KEEPS_SPLIT = frozenset({"Transpose", "Unsqueeze", "Squeeze", "Identity", "Cast", "Dropout"})
 """Ops that move a pending split channel axis without deciding which of its dims the channels follow."""
 POOLS = frozenset({"MaxPool", "AveragePool", "LpPool", "GlobalAveragePool", "GlobalMaxPool", "GlobalLpPool"})
 REDUCES = frozenset(op for op in BUILTIN if op.startswith("Reduce"))
-RECURRENT = frozenset({"LSTM", "GRU", "RNN"})
-"""Stop-process leaves whose weight ``W`` ([directions, gates * hidden, input size]) reads X's features."""
+GATES = {"LSTM": 4, "GRU": 3, "RNN": 1}
+"""Gate blocks of a recurrent op's weights, each ``hidden_size`` rows (LSTM i, o, f, c; GRU z, r, h)."""
+RECURRENT = frozenset(GATES)
+"""Roots whose channels are hidden units; as leaves, their ``W`` ([directions, gates * hidden, input size])
+reads X's features."""
+RECURRENT_OUTPUTS = ((0, 3), (1, 2), (2, 2))
+"""(output, axis of the hidden units): Y ``[seq, dirs, batch, H]``, Y_h and Y_c ``[dirs, batch, H]``; with
+``layout=1`` Y is ``[batch, seq, dirs, H]`` and Y_h ``[batch, dirs, H]``: the same axes."""
 
 
 @dataclass(frozen=True)
@@ -142,9 +165,11 @@ class ShapeEdit:
 
     kind: str
     """``reshape`` or ``split`` (input 1 of the node, entry ``position``), ``sizes`` (a Resize's input 3),
-    ``group`` (the attribute), ``split-attribute`` (entry ``position`` of a Split's ``split`` attribute,
-    before opset 13), or ``concat-piece``: a Reshape target built at run time by a Concat, whose constant
-    input ``slot`` holds the entry at ``position`` (the Reshape at ``node_index`` gets its own Concat)."""
+    ``group`` or ``hidden_size`` (the attribute), ``split-attribute`` (entry ``position`` of a Split's
+    ``split`` attribute, before opset 13), ``concat-piece``: a Reshape target built at run time by a Concat,
+    whose constant input ``slot`` holds the entry at ``position`` (the Reshape at ``node_index`` gets its own
+    Concat), or ``zero-state``: a recurrent node's initial state ``slot`` (``position``), zero but computed
+    at run time in the old size, is dropped (absent means zero) once any channel is pruned."""
     node_index: int
     position: int
     parts: tuple[tuple[int, int], ...]
@@ -159,7 +184,7 @@ def _shared_weights(group: ChannelGroup, readers: Counter[str]) -> list[str]:
     Pruning one use would write a sliced copy beside the original, and the model would grow."""
     slicing: dict[str, dict[int, set[int]]] = {}  # initializer -> reading node -> the axes sliced there
     for s in group.slices:
-        if s.role in (ROOT, LEAF) and s.initializer:
+        if s.role in (ROOT, LEAF, RECURRENCE) and s.initializer:
             slicing.setdefault(s.initializer, {}).setdefault(s.node_index, set()).add(s.axis)
     reasons = []
     for name, nodes in sorted(slicing.items()):
@@ -425,6 +450,8 @@ class _Walk:
             candidate = node.op_type in ("Conv", "ConvTranspose", "Gemm", "MatMul") and node.domain in DEFAULT_DOMAINS
             if candidate and not any(name in self.layouts for name in node.output):
                 self.root(node_index, node)
+            elif node.op_type in RECURRENT and node.domain in DEFAULT_DOMAINS:
+                self.recurrent_root(node_index, node)
         for name in list(self.layouts):  # a split no op decided (its tensors end unread): heads by default
             split = self.layouts[name].split
             if split is None or split.node_index in self.resolved or self.index.consumers.get(name):
@@ -466,14 +493,14 @@ class _Walk:
 
     def dispatch(self, category: str, node_index: int, node: onnx.NodeProto, tracked: dict[int, Layout]) -> str:
         if category == PRUNED:
+            if node.op_type in RECURRENT:
+                return self.recurrent(node_index, node, tracked)
             return self.leaf(node_index, node, tracked)
         if category == NEXT_NO_PROCESS:
             return self.pass_through(node_index, node, tracked)
         if category == NEXT_PROCESS:
             return self.process(node_index, node, tracked)
         assert category == STOP_PROCESS
-        if node.op_type in RECURRENT:
-            return self.recurrent(node_index, node, tracked)
         return "end"
 
     def declared(self, category: str, node: onnx.NodeProto, tracked: dict[int, Layout]) -> str:
@@ -563,16 +590,97 @@ class _Walk:
         if found is None:
             return
         channels, axis_of_output, weight_axis, bias = found
-        space = len(self.roots)
         label = node_label(node)
-        self.roots.append(Root(label, node_index, node.op_type, node.input[1], channels, node.output[0]))
-        self.parent.append(space)
-        self.units.append(1)
+        space = self.new_space(Root(label, node_index, node.op_type, node.input[1], channels, node.output[0]))
         layout = Layout(axis_of_output, channels, (Segment(space, 0, 1, channels),))
         self.add_slices(layout, node_index, 1, weight_axis, ROOT)
         if bias is not None:
             self.add_slices(layout, node_index, 2, bias, ROOT_BIAS)
         self.track(node.output[0], layout, label)
+
+    def new_space(self, root: Root) -> int:
+        """A channel space for ``root``, tied to nothing yet."""
+        self.roots.append(root)
+        self.parent.append(len(self.roots) - 1)
+        self.units.append(1)
+        return len(self.roots) - 1
+
+    def recurrent_root(self, node_index: int, node: onnx.NodeProto) -> None:
+        """An LSTM, GRU or RNN with constant ``W`` and ``R``: its hidden units are a channel space.
+
+        Unit ``c`` is row ``g * H + c`` of each gate block ``g`` of ``W``, ``R`` and ``P`` (every direction
+        alike, so a bidirectional node keeps its two directions the same size) and of both halves of ``B``,
+        column ``c`` of ``R`` (the recurrence reads the units it keeps) and entry ``c`` of a constant initial
+        state; ``hidden_size`` is a shape edit. An initial state computed at run time is dropped when it is
+        provably zero (an exporter's default state: absent means zero), else the group stays whole.
+        """
+        hidden = self.recurrent_size(node)
+        if hidden is None:
+            return
+        op, label = node.op_type, node_label(node)
+        output = next((name for name in node.output if name), "")
+        space = self.new_space(Root(label, node_index, op, node.input[1], hidden, output))
+        layout = Layout(0, hidden, (Segment(space, 0, 1, hidden),))
+        gates = GATES[op]
+        for gate in range(gates):
+            self.gate_slice(layout, node_index, 1, gate * hidden, ROOT)  # W rows
+            self.gate_slice(layout, node_index, 2, gate * hidden, ROOT)  # R rows
+        self.add_slices(layout, node_index, 2, 2, RECURRENCE)  # R columns
+        self.edits.append(("hidden_size", node_index, 0, layout.segments))
+        why = self.recurrent_extras(node_index, node, layout, hidden)
+        if why:
+            self.spoil([layout], f"{op} {label!r}: {why}")
+        for slot, axis in RECURRENT_OUTPUTS:
+            if slot < len(node.output) and node.output[slot]:
+                self.track(node.output[slot], Layout(axis, hidden, layout.segments), label)
+
+    def recurrent_size(self, node: onnx.NodeProto) -> int | None:
+        """The hidden size of a recurrent node whose ``W`` and ``R`` are constants shaped as its attributes say,
+        else None (not a root)."""
+        if len(node.input) < 3 or not all(self.index.is_constant(name) for name in node.input[1:3]):
+            return None
+        weight, recurrence = self.shape(node.input[1]), self.shape(node.input[2])
+        if weight is None or recurrence is None or len(weight) != 3 or len(recurrence) != 3:
+            return None
+        hidden = attr(node, "hidden_size", recurrence[2])
+        directions = 2 if attr(node, "direction", "forward") == "bidirectional" else 1
+        rows = GATES[node.op_type] * hidden  # type: ignore[operator]
+        if weight[:2] != [directions, rows] or recurrence != [directions, rows, hidden]:
+            return None
+        return int(hidden)  # type: ignore[call-overload]
+
+    def gate_slice(self, layout: Layout, node_index: int, slot: int, offset: int, role: str) -> None:
+        """Rows ``offset + c`` of input ``slot`` along axis 1: one gate block of a recurrent node's weights."""
+        shifted = replace(layout, segments=tuple(s.shifted(offset) for s in layout.segments))
+        self.add_slices(shifted, node_index, slot, 1, role)
+
+    def recurrent_extras(self, node_index: int, node: onnx.NodeProto, layout: Layout, hidden: int) -> str:
+        """Slice a recurrent root's optional inputs: bias ``B``, initial states, LSTM peepholes ``P``; or why not."""
+        gates = GATES[node.op_type]
+        directions = self.shape(node.input[1])[0]  # type: ignore[index]
+        optional = {3: ("B", [directions, 2 * gates * hidden]), 7: ("P", [directions, 3 * hidden])}
+        for slot, (what, expected) in optional.items():
+            name = node.input[slot] if slot < len(node.input) else ""
+            if not name or (slot == 7 and node.op_type != "LSTM"):
+                continue
+            if not self.index.is_constant(name):
+                return f"its {what} {name!r} is computed at run time"
+            if self.shape(name) != expected:
+                return f"its {what} has shape {self.shape(name)}, not {expected}"
+            for block in range(expected[1] // hidden):
+                self.gate_slice(layout, node_index, slot, block * hidden, ROOT_BIAS if slot == 3 else OFFSET)
+        for slot in (5, 6) if node.op_type == "LSTM" else (5,):
+            name = node.input[slot] if slot < len(node.input) else ""
+            if not name:
+                continue
+            shape = self.shape(name)
+            if self.index.is_constant(name) and shape is not None and len(shape) == 3 and shape[2] == hidden:
+                self.add_slices(layout, node_index, slot, 2, STATE)
+            elif self.index.is_zero(name):
+                self.edits.append(("zero-state", node_index, slot, layout.segments))
+            else:
+                return f"its initial state {name!r} is computed at run time and not known to be zero"
+        return ""
 
     def root_slices(self, node: onnx.NodeProto) -> tuple[int, int, int, int | None] | None:
         """(channels, output channel axis, weight axis, bias axis or None) for a root, or None."""
@@ -645,7 +753,7 @@ class _Walk:
 
     def recurrent(self, node_index: int, node: onnx.NodeProto, tracked: dict[int, Layout]) -> str:
         """LSTM, GRU or RNN reading the channels as X's input features (axis 2 in either ``layout``): the
-        input columns of ``W`` are sliced; the hidden size is its own and stays (it is never a root)."""
+        input columns of ``W`` are sliced (its hidden units are its own space: ``recurrent_root``)."""
         op, label = node.op_type, node_label(node)
         layouts = list(tracked.values())
         if set(tracked) != {0}:
@@ -976,6 +1084,14 @@ class _Walk:
                 return grouped
         merged = merge_axis(in_shape, out_shape, layout.axis)
         split_at = split_axis(in_shape, out_shape, layout.axis) if merged is None else None
+        if merged is None and split_at is None and layout.split is None and node.op_type == "Reshape":
+            outer = merge_outer(in_shape, out_shape, layout.axis)
+            if outer is not None:
+                start, copies, *found = outer
+                if target is not None and 0 in target[start : layout.axis + 1]:
+                    return "its target copies a dim merged with the channels"
+                layout = self.repeated(layout, start, copies)
+                merged = (found[0], found[1])
         if merged is None and (split_at is None or node.op_type == "Flatten"):
             return f"channel axis {layout.axis} of {in_shape} cannot be followed into {out_shape}"
         if node.op_type == "Reshape" and (target is None or len(target) != len(out_shape)):
@@ -1049,6 +1165,13 @@ class _Walk:
             return None  # the dims before the channels are copied as they are
         split = Split(axis + 1, size // groups, node_index, axis, None)
         return Layout(axis, size, layout.segments, split)
+
+    @staticmethod
+    def repeated(layout: Layout, start: int, copies: int) -> Layout:
+        """``layout`` once the dims ``[start, axis)`` (``copies`` entries) are merged into its axis: position
+        ``j * size + p`` holds what position ``p`` held in entry ``j`` (a bidirectional RNN's two directions)."""
+        segments = tuple(s.shifted(j * layout.size) for j in range(copies) for s in layout.segments)
+        return Layout(start, layout.size * copies, segments)
 
     def shape_source(self, name: str) -> str | None:
         """The tensor whose whole ``Shape`` is ``name`` (PyTorch's ``y.reshape_as(x)``, ``y.view(x.shape)``)."""
@@ -1361,7 +1484,7 @@ class _Walk:
         edits = []
         for kind, node_index, position, segments in self.edits:
             parts = tuple((group_of[s.space], s.block) for s in segments)
-            slot = 3 if kind == "sizes" else 1
+            slot = 3 if kind == "sizes" else position if kind == "zero-state" else 1
             if kind == "concat-piece":  # the target entry, found in its Concat's constant input
                 target = self.model.graph.node[node_index].input[1]
                 slot, position = self.index.target_piece(target, position) or (1, position)
