@@ -180,7 +180,9 @@ def test_a_zero_state_computed_at_run_time_is_dropped() -> None:
 def test_a_state_given_at_run_time_keeps_the_units() -> None:
     _, _, forest = association_trees(torch_like(h0_input=True))
     group = next(g for g in forest.groups if g.roots[0].node == "rnn")
-    assert group.reasons == ["LSTM 'rnn': its initial state 'h0' is computed at run time and not known to be zero"]
+    assert group.reasons == [
+        f"LSTM 'rnn': its initial state 'h0' is neither a constant [directions, batch, {HIDDEN}] nor known to be zero"
+    ]
 
 
 def test_hidden_units_reaching_a_graph_output_stay() -> None:
@@ -238,3 +240,19 @@ def test_hrank_and_reconstruction_handle_recurrent_roots() -> None:
     _, report = prune(model, rate=0.5, reconstruct=True)
     assert [fit.node for fit in report.reconstruction] == ["head"]
     assert "reconstruction skipped lstm2: LSTM is not refitted" in report.notes
+
+
+def last_state(dead: list[int] | None = None) -> onnx.ModelProto:
+    """A keyword spotter's head: a bidirectional GRU's Y_h, both directions' last states concatenated
+    (``torch.cat((h[-2], h[-1]), 1)``: Gather on the direction axis, Concat), into a Gemm."""
+    b = Builder()
+    recurrent(b, "GRU", "x", "rnn", directions=2, dead=dead)
+    b.nodes[-1].output[:] = ["", "y_h"]
+    picks = [b.node("Gather", ["y_h", b.const(f"d{d}", np.array(d, np.int64))], f"last{d}", axis=0) for d in (0, 1)]
+    both = b.node("Concat", picks, "both", axis=1)
+    return b.model([b.node("Gemm", [both, b.random("head_w", 3, 2 * HIDDEN)], "head", transB=1)], input_shape=SEQUENCE)
+
+
+def test_the_last_states_of_both_directions_feed_a_gemm() -> None:
+    pruned = assert_exact(last_state, ["rnn"])
+    assert shape_of(pruned, "head_w") == [3, HIDDEN]  # half of each direction's columns

@@ -7,7 +7,9 @@ read by other node inputs too is not changed in place: the node gets a sliced co
 (the other readers still need the whole tensor), and initializers no node reads any more are dropped.
 
 Shape-describing numbers (a Reshape target, e.g. the head count of ``[B, S, H, D]``, a Split's sizes, a
-Resize's target sizes, a depthwise Conv's ``group``) shrink by the pruned channels times their block.
+Resize's target sizes, a depthwise Conv's ``group``, an RNN's ``hidden_size``) shrink by the pruned channels
+times their block. A zero initial state an RNN computed at run time in the old size is disconnected (absent
+means zero); ``drop_orphans`` removes what computed it once reconstruction, which needs the node order, is done.
 ``value_info`` describes the old shapes, so it is cleared and shape inference is run again. Rate 0
 changes no tensor: the model computes bit for bit what it did.
 """

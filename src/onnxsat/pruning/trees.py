@@ -679,7 +679,8 @@ class _Walk:
             elif self.index.is_zero(name):
                 self.edits.append(("zero-state", node_index, slot, layout.segments))
             else:
-                return f"its initial state {name!r} is computed at run time and not known to be zero"
+                shaped = f"[directions, batch, {hidden}]"
+                return f"its initial state {name!r} is neither a constant {shaped} nor known to be zero"
         return ""
 
     def root_slices(self, node: onnx.NodeProto) -> tuple[int, int, int, int | None] | None:
