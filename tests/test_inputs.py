@@ -260,6 +260,49 @@ def test_a_type_no_kernel_takes_is_named_without_a_hint_about_sizes(
     assert "--input-shape" not in err and len(err.splitlines()) == 1 and not out.exists()
 
 
+def cast_model(path: Path, input_type: int, output_type: int) -> Path:
+    """x -> Cast to float -> Relu -> Cast to ``output_type``: ONNX Runtime has CPU kernels for every step."""
+    graph = helper.make_graph(
+        [
+            helper.make_node("Cast", ["x"], ["xf"], to=TensorProto.FLOAT),
+            helper.make_node("Relu", ["xf"], ["r"]),
+            helper.make_node("Cast", ["r"], ["y"], to=output_type),
+        ],
+        "exotic_io",
+        [helper.make_tensor_value_info("x", input_type, ["N", 4])],
+        [helper.make_tensor_value_info("y", output_type, ["N", 4])],
+    )
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)], ir_version=10), path)
+    return path
+
+
+@pytest.mark.parametrize(
+    ("input_type", "output_type", "named"),
+    [
+        (TensorProto.BFLOAT16, TensorProto.BFLOAT16, "input 'x' (tensor(bfloat16)), output 'y' (tensor(bfloat16))"),
+        (TensorProto.FLOAT, TensorProto.FLOAT8E5M2, "output 'y' (tensor(float8e5m2))"),
+    ],
+)
+@pytest.mark.parametrize("command", [["optimize"], ["sparsify", "--sparsity", "0.5"], ["quantize"]])
+def test_an_input_or_output_numpy_cannot_hold_is_named_as_the_python_api_limit(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    command: list[str],
+    input_type: int,
+    output_type: int,
+    named: str,
+) -> None:
+    """ORT runs bfloat16 / float8 interfaces, only its Python binding converts no numpy array of them: the one
+    line names which input or output and that limit (not "cannot run the input model"), exit 6; profile works."""
+    source, out = cast_model(tmp_path / "m.onnx", input_type, output_type), tmp_path / "o.onnx"
+    assert main([command[0], str(source), "-o", str(out), *command[1:]]) == 6
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and not out.exists()
+    assert f"ONNX Runtime loads the input model, but its Python API cannot exchange numpy arrays with {named}," in err
+    assert "--input-shape" not in err and "Numpy_type" not in err
+    assert main(["profile", str(source)]) == 0
+
+
 def test_a_model_that_declares_no_shapes_runs_at_the_sizes_asked_for(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

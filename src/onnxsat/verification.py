@@ -327,6 +327,7 @@ def run_model(
 
     def run(weights_as_inputs: bool) -> list[np.ndarray]:
         sess = session(model, level, base_dir=base_dir, lean=True, weights_as_inputs=weights_as_inputs, weights=weights)
+        check_exchangeable(sess, copies, what)
         if timer.ident is None:  # not started by a first attempt
             gc.collect(0)
             timer.start()
@@ -337,6 +338,8 @@ def run_model(
         copies = {name: np.array(value, copy=True) for name, value in feeds.items()}
         try:
             return run(weights_as_inputs=True)
+        except RuntimeUnsupportedError:
+            raise
         except Exception:
             if run_options.terminate or level != ort.GraphOptimizationLevel.ORT_DISABLE_ALL:
                 raise
@@ -344,6 +347,8 @@ def run_model(
                 raise
             # a kernel that insists on a constant weight: the weights as initializers, which ORT copies
             return run(weights_as_inputs=False)
+    except RuntimeUnsupportedError:
+        raise
     except Exception as error:  # ORT raises several unrelated exception types
         if run_options.terminate:
             raise RuntimeUnsupportedError(
@@ -355,6 +360,48 @@ def run_model(
         timer.cancel()
         if timer.ident is not None:
             timer.join()
+
+
+def check_exchangeable(sess: ort.InferenceSession, feeds: Mapping[str, object], what: str) -> None:
+    """Refuse, in one line naming them, the fed inputs and the outputs of ``sess`` whose element type ONNX
+    Runtime's Python API cannot exchange with numpy.
+
+    ORT runs a model with bfloat16, float8 or int4 inputs or outputs, but its binding converts no numpy array
+    of those types (numpy knows them only through ml_dtypes) either way: fed, it says ``Numpy_type 256 can't
+    be converted to MLDataType``, returned, ``No corresponding Numpy type``, which reads as the model's fault.
+    """
+    ends = [("input", arg) for arg in sess.get_inputs() if arg.name in feeds]
+    ends += [("output", arg) for arg in sess.get_outputs()]
+    refused = [f"{kind} {arg.name!r} ({arg.type})" for kind, arg in ends if not _numpy_exchangeable(arg.type)]
+    if not refused:
+        return
+    listed = ", ".join(refused[:3]) + (f" and {len(refused) - 3} more" if len(refused) > 3 else "")
+    raise RuntimeUnsupportedError(
+        f"ONNX Runtime loads the {what}, but its Python API {_CANNOT_EXCHANGE} {listed}, so ONNXSat can neither "
+        "feed nor compare them (profile and show work on it; the other commands need inputs and outputs of other types)"
+    )
+
+
+_CANNOT_EXCHANGE = "cannot exchange numpy arrays with"
+
+
+def _numpy_exchangeable(ort_type: str) -> bool:
+    """Whether ORT's Python API converts a value of ORT's type name (``tensor(bfloat16)``) to and from numpy:
+    not for element types numpy has only as registered user types (number 256 on: ml_dtypes' bfloat16,
+    float8, int4), which its binding has no conversion for."""
+    if not (ort_type.startswith("tensor(") and ort_type.endswith(")")):
+        return True  # sequences, maps, optionals: ORT converts their tensors as it converts any
+    elem_type = getattr(onnx.TensorProto, ort_type[len("tensor(") : -1].upper(), None)
+    if elem_type is None:
+        return True
+    try:
+        return np.dtype(onnx.helper.tensor_dtype_to_np_dtype(elem_type)).num < _NUMPY_USER_TYPES
+    except (KeyError, TypeError, ValueError):  # a type this onnx has no numpy dtype for: numpy cannot hold it
+        return False
+
+
+_NUMPY_USER_TYPES = 256
+"""numpy's first type number for dtypes registered from outside it (``NPY_USERDEF``)."""
 
 
 _STATUS_PREFIX = re.compile(r"^\[ONNXRuntimeError\] : \d+ : \w+ : ")
@@ -390,7 +437,14 @@ def tidy_ort_message(message: str) -> str:
 
 _TYPE_REFUSED = re.compile(r"Type '(tensor\(\w+\))' of input parameter \(.*?\) of operator \((\w+)\)")
 """ORT's refusal of an element type no kernel of an op takes (bfloat16 Conv on CPU)."""
-_NOT_ABOUT_SIZES = ("Type Error", "Could not find an implementation", "supports ai.onnx up to opset")
+_NOT_ABOUT_SIZES = (
+    "Type Error",
+    "Could not find an implementation",
+    "supports ai.onnx up to opset",
+    _CANNOT_EXCHANGE,
+    "Numpy_type",
+    "No corresponding Numpy type",
+)
 """ORT refusals that no input size causes: a run that failed with them gets no hint about dynamic dims."""
 _NEWEST_SUPPORTED = re.compile(r"support for domain ai\.onnx is till opset (\d+)")
 
@@ -410,6 +464,8 @@ def _explain(model: onnx.ModelProto, message: str) -> str:
             f"opset {opset}; convert it to opset {newest.group(1)} with onnx.version_converter"
         )
     message = message[:400]
+    if "Numpy_type" in message or "No corresponding Numpy type" in message:  # a value check_exchangeable did not see
+        return f"{message} (ONNX Runtime's Python API {_CANNOT_EXCHANGE} bfloat16, float8 or int4 values)"
     refused_type = _TYPE_REFUSED.search(message)
     if refused_type:
         kind, op = refused_type.groups()
