@@ -55,7 +55,8 @@ class OptimizeReport(ReportBase):
     phases: dict[str, float] = field(default_factory=dict)
     egraph: dict[str, object] = field(default_factory=dict)
     specialised: list[str] = field(default_factory=list)
-    """With ``--specialize``: each input fixed in the result, and what the result no longer accepts."""
+    """With ``--specialize``: each input fixed in the result, what the result no longer accepts, and each output
+    whose dims the fixed inputs decide (declared fixed in the result)."""
     control_flow: dict[str, Any] = field(default_factory=dict)
     """Only for models with If, Loop or Scan: ``settled`` (op type -> how many were replaced by their taken
     path), ``constants_moved_into_bodies``, ``bodies`` (rewritten, verified alone, unverifiable alone,

@@ -38,7 +38,7 @@ from onnxsat.external_data import given_bytes, inference_view, stored_bytes
 from onnxsat.inputs import InputSpec
 from onnxsat.options import option
 from onnxsat.report import OptimizeReport, op_counts
-from onnxsat.specialize import specialize
+from onnxsat.specialize import declare_fixed_outputs, specialize
 from onnxsat.surgery.surgeons.branches import sum_branches
 from onnxsat.surgery.surgeons.matmul import EinsumToMatMul
 from onnxsat.verification import DEFAULT_RUN_TIMEOUT, Tolerance, reference_run, verify, weights_apart, weights_back
@@ -395,6 +395,8 @@ def optimize_model(
     control.bodies.nodes_before, control.bodies.nodes_after = body_nodes(model.graph), body_nodes(optimized.graph)
     renamed = unshadow(optimized.graph, keep=frozenset(shadowing))
     control.localized = localize_constants(optimized) if control.settles else 0
+    if options.specialize:  # optimized is ours: specialize copied the model
+        report.specialised += declare_fixed_outputs(optimized, _shape_inferred(optimized))
     # The result's verification run is the peak of the whole optimization: the weights a rule made are held
     # once, as the arrays ORT reads (the model they came from is dropped), and the e-graphs, snapshots and
     # extractions, gone with their frames, return their memory first.
