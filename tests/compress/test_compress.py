@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import contextlib
 import json
+import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import onnx
@@ -16,9 +18,10 @@ import yaml
 from onnxsat.cli import main
 from onnxsat.compress import compress as compress_module
 from onnxsat.compress.compress import CompressOptions, compress_model
+from onnxsat.compress.evaluate import Outcome
 from onnxsat.compress.recipe import Recipe
 from onnxsat.compress.report import CandidateRow, mark_pareto
-from onnxsat.compress.search import Search
+from onnxsat.compress.search import FUSED_ORIGINAL, Evaluated, Search, SearchSettings
 from onnxsat.compress.timing import Timed
 from onnxsat.errors import SettingsError
 from onnxsat.normal_form import with_restated_inputs
@@ -131,11 +134,11 @@ def test_a_local_ray_with_two_workers_finds_the_same_recipe(monkeypatch: pytest.
     _same_search(reports)
 
 
-def test_the_time_budget_stops_the_search_between_batches(monkeypatch: pytest.MonkeyPatch) -> None:
-    """One worker evaluates two candidates at a time; the deadline is checked between those batches (here it
-    passes right after the first stage has started)."""
+def test_the_time_budget_stops_the_search_between_candidates(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The deadline is checked before each candidate starts (here it passes after the sensitivity stage has
+    started two probes: one check for the stage, one per candidate)."""
     monkeypatch.setattr(compress_module, "SideBySide", _SizeTimer)
-    checks = iter([True])
+    checks = iter([True, True, True])
 
     def deadline(self: Search) -> bool:
         self.stopped_early = not next(checks, False)
@@ -145,6 +148,46 @@ def test_the_time_budget_stops_the_search_between_batches(monkeypatch: pytest.Mo
     options = CompressOptions(data="digits-train", limit=200, workers=1, techniques=["prune"])
     with pytest.raises(SettingsError, match=r"--budget-minutes ran out after 2 candidates"):
         compress_model(onnx.load(bundled_digits_cnn()), options)
+
+
+def _paced_search(deadline_in: float, seconds: dict[str, list[float]], timing: float = 0.0) -> Search:
+    """A search with candidates of the given stages and build seconds already evaluated, ``deadline_in``
+    seconds before its deadline."""
+    settings = SearchSettings(0.01, ["g"], [], True, time.monotonic() + deadline_in)
+    problem = SimpleNamespace(model=onnx.load(bundled_digits_cnn()).SerializeToString())
+    search = Search(problem, settings, None, None, lambda model, mode: None)  # type: ignore[arg-type]
+    search._best = Evaluated("original", Outcome(Recipe()))
+    for stage, values in seconds.items():
+        for number, value in enumerate(values):
+            recipe = FUSED_ORIGINAL if stage == "fuse" else Recipe.pruned({stage: 0.1 * (number + 1)})
+            search._cache[recipe] = Evaluated(stage, Outcome(recipe, seconds=value))
+            search.evaluated.append(search._cache[recipe])
+    search._timing_seconds = timing
+    return search
+
+
+def test_a_candidate_starts_only_if_it_ends_before_finishing_must_begin() -> None:
+    """At its stage's pace (the median of its build times so far; of every candidate before the stage's
+    first), a candidate must end before the deadline less the time finishing takes: fusing the best (1.25x the
+    fused original's build, scaled by the best's node count) and the final timings (each as long as a timed
+    model took)."""
+    # 100 s left; fusing the original again will take 1.25 x 20 s: a 70 s probe fits, an 80 s one does not
+    assert _paced_search(100, {"fuse": [20.0], "sensitivity": [60.0, 70.0, 70.0]})._admits("sensitivity")
+    assert not _paced_search(100, {"fuse": [20.0], "sensitivity": [80.0]})._admits("sensitivity")
+    # a stage's first candidate goes at the pace of all before it: median(20, 100) = 60 s
+    assert _paced_search(100, {"fuse": [20.0], "quantize": [100.0]})._admits("refine")
+    assert not _paced_search(100, {"fuse": [20.0], "quantize": [100.0, 120.0]})._admits("refine")
+    # the final timings: 8 timed models at 5 s each take 40 s more from the 75 s left
+    assert not _paced_search(100, {"fuse": [20.0], "sensitivity": [50.0]}, timing=5.0)._admits("sensitivity")
+    search = _paced_search(10, {"fuse": [20.0]})
+    assert not search._time_left() and search.stopped_early, "finishing alone fills what is left"
+    # a best with three times the original's nodes (a quantized form) takes three times as long to fuse: 75 s
+    search = _paced_search(100, {"fuse": [20.0], "sensitivity": [30.0]})
+    assert search._admits("sensitivity")
+    grown = onnx.load(bundled_digits_cnn())
+    grown.graph.node.extend(list(grown.graph.node) * 2)
+    search._best = Evaluated("quantize", Outcome(Recipe(), model=grown.SerializeToString()))
+    assert not search._admits("sensitivity")
 
 
 def test_the_fused_original_is_tried_even_when_the_time_budget_is_out(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -109,6 +109,30 @@ def test_results_come_in_input_order_and_each_is_reported_once(executor: Executo
     assert executor.map(evaluate, []) == []
 
 
+def test_admitted_items_start_one_per_worker_and_a_refusal_starts_nothing_more(executor: Executor) -> None:
+    """``admit`` is asked for each item as a worker frees up (never more items running than workers), and once
+    it refuses, the rest come back as None; results stay in input order."""
+    asked: list[int] = []
+    running_when_asked: list[int] = []
+    finished = 0
+
+    def admit(index: int) -> bool:
+        asked.append(index)
+        running_when_asked.append(index - finished)  # started before this one and not yet reported
+        return index < 4
+
+    def reported(index: int, result: Any) -> None:
+        nonlocal finished
+        finished += 1
+
+    results = executor.map(evaluate, JOBS, on_result=reported, admit=admit)
+    assert results == [*EXPECTED[:4], None, None]
+    assert asked == [0, 1, 2, 3, 4], "asked in order, and not again after the refusal"
+    slots = 1 if isinstance(executor, SerialExecutor) else 2
+    assert max(running_when_asked) == slots - 1, running_when_asked
+    assert executor.map(evaluate, JOBS[:3], admit=lambda index: False) == [None, None, None]
+
+
 def test_an_error_reaches_the_caller_as_itself(executor: Executor) -> None:
     with pytest.raises(SettingsError) as caught:
         executor.map(fail_on_two, [Job(index, 0.0) for index in range(4)])

@@ -532,6 +532,29 @@ def test_a_budget_search_cut_short_keeps_what_it_found(tmp_path: Path, monkeypat
     assert any(note.startswith("the search stopped at --budget-minutes (20 min)") for note in report["notes"])
 
 
+def test_modes_after_the_first_are_not_tried_once_the_time_is_out(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``auto`` on a 3-D ResNet tried every mode (each quantized whole, its nodes timed, scored) whatever the
+    clock said: the first mode is always tried (or nothing could be written), the rest only in time."""
+    from onnxsat.quantization import quantize as quantize_module
+
+    score = quantize_module.ModelScorer.score
+    scored: list[int] = []
+
+    def score_counting(self: object, candidate: onnx.ModelProto) -> object:
+        scored.append(1)
+        return score(self, candidate)
+
+    monkeypatch.setattr(quantize_module.ModelScorer, "score", score_counting)
+    monkeypatch.setattr(quantize_module, "_now", lambda: 1e18 if scored else 0.0)
+    _, report, _ = quantize(bundled_digits_cnn(), tmp_path, "--no-node-timing", *DIGITS)
+    first, *rest = report["trials"]
+    assert first["error"] is None and first["quantized"] > 0
+    assert rest and all(trial["error"] == "not tried: the search stopped at --budget-minutes" for trial in rest)
+    assert report["chosen"] in (first["mode"], None)  # None: the tiny net ran no faster quantized, on a busy machine
+
+
 def test_a_channels_last_model_is_calibrated_on_nhwc_images(tmp_path: Path) -> None:
     """A TensorFlow-style export takes [N, H, W, C] and transposes inside: the digits come channels last."""
     rng = np.random.default_rng(2)

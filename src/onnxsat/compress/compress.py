@@ -93,8 +93,8 @@ class CompressOptions:
     budget_minutes: float = option(
         20.0,
         type=float,
-        help="stop starting candidates this long after the start (the work before the search counts); candidates "
-        "under way finish, then the best so far is fused, timed and verified",
+        help="the whole run's time limit (the work before the search counts): a candidate starts only if, at the "
+        "pace of the ones before it, it ends in time for the best so far to be fused, timed and verified by then",
     )
     ray: str | None = option(None, metavar="auto|ADDRESS", help="run evaluations on Ray: auto (local) or a cluster")
     workers: int | None = option(None, type=int, help="parallel evaluations (default: the cores here)")

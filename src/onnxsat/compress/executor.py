@@ -3,6 +3,9 @@
 One interface, :class:`Executor`, whatever runs the work, so the search code never branches on it: ``map`` returns
 ``fn(item)`` for every item in input order (results do not depend on which evaluation finished first) and calls
 ``on_result(index, result)`` in this process as each one finishes, for a progress bar with the best so far.
+With ``admit(index)``, items start one per free worker and only while ``admit`` allows: the first refusal
+starts nothing more, and the items never started come back as None (a time budget stops a search between
+candidates, not between batches of them).
 
 Why this way:
 
@@ -34,7 +37,7 @@ import pickle
 import socket
 import sys
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future, ProcessPoolExecutor, as_completed
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from dataclasses import dataclass
 from types import ModuleType, TracebackType
 from typing import Any, Protocol, TypeVar
@@ -63,9 +66,14 @@ class Executor(Protocol):
     """Which machine(s) ran them, for reports."""
 
     def map(
-        self, fn: Callable[[T], R], items: Sequence[T], on_result: Callable[[int, R], None] | None = None
-    ) -> list[R]:
-        """``fn(item)`` for every item, in input order; ``on_result(index, result)`` called here as each finishes."""
+        self,
+        fn: Callable[[T], R],
+        items: Sequence[T],
+        on_result: Callable[[int, R], None] | None = None,
+        admit: Callable[[int], bool] | None = None,
+    ) -> list[R | None]:
+        """``fn(item)`` for every item, in input order; ``on_result(index, result)`` called here as each finishes;
+        None for the items ``admit`` kept from starting."""
         ...
 
     def close(self) -> None: ...
@@ -121,6 +129,26 @@ def _host() -> str:
     return socket.gethostname() or "this machine"
 
 
+class _Feed:
+    """Which items start next. Without ``admit`` all at once (the workers' queue keeps them busy); with it one
+    per free slot, each only if ``admit(index)`` says so when it would start, and none after a refusal."""
+
+    def __init__(self, count: int, slots: int, admit: Callable[[int], bool] | None) -> None:
+        self.count, self.slots, self.admit = count, max(1, slots), admit
+        self.next = 0
+
+    def starts(self, running: int) -> list[int]:
+        """Indices to start now, with ``running`` items still running."""
+        started: list[int] = []
+        while self.next < self.count and (self.admit is None or running + len(started) < self.slots):
+            if self.admit is not None and not self.admit(self.next):
+                self.next = self.count
+                break
+            started.append(self.next)
+            self.next += 1
+        return started
+
+
 class _Closing:
     """Context-manager plumbing shared by the executors."""
 
@@ -144,14 +172,19 @@ class SerialExecutor(_Closing):
         self.where = f"this machine ({_host()}), one process"
 
     def map(
-        self, fn: Callable[[T], R], items: Sequence[T], on_result: Callable[[int, R], None] | None = None
-    ) -> list[R]:
-        results = []
-        for index, item in enumerate(items):
-            result = fn(item)
-            if on_result is not None:
-                on_result(index, result)
-            results.append(result)
+        self,
+        fn: Callable[[T], R],
+        items: Sequence[T],
+        on_result: Callable[[int, R], None] | None = None,
+        admit: Callable[[int], bool] | None = None,
+    ) -> list[R | None]:
+        results: list[R | None] = [None] * len(items)
+        feed = _Feed(len(items), 1, admit)
+        while started := feed.starts(0):
+            for index in started:
+                results[index] = result = fn(items[index])
+                if on_result is not None:
+                    on_result(index, result)
         return results
 
 
@@ -175,23 +208,35 @@ class PoolExecutor(_Closing):
         self._pool = ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"))
 
     def map(
-        self, fn: Callable[[T], R], items: Sequence[T], on_result: Callable[[int, R], None] | None = None
-    ) -> list[R]:
-        futures: dict[Future[R | _Failure], int] = {
-            self._pool.submit(_guarded, fn, item): index for index, item in enumerate(items)
-        }
+        self,
+        fn: Callable[[T], R],
+        items: Sequence[T],
+        on_result: Callable[[int, R], None] | None = None,
+        admit: Callable[[int], bool] | None = None,
+    ) -> list[R | None]:
+        feed = _Feed(len(items), self.workers, admit)
+        futures: dict[Future[R | _Failure], int] = {}
+        pending: set[Future[R | _Failure]] = set()
         done: dict[int, R] = {}
         try:
-            for future in as_completed(futures):
-                index = futures[future]
-                done[index] = _unwrapped(future.result())
-                if on_result is not None:
-                    on_result(index, done[index])
+            while True:
+                for index in feed.starts(len(pending)):
+                    future = self._pool.submit(_guarded, fn, items[index])
+                    futures[future] = index
+                    pending.add(future)
+                if not pending:
+                    break
+                finished, pending = wait(pending, return_when=FIRST_COMPLETED)
+                for future in sorted(finished, key=futures.__getitem__):
+                    index = futures[future]
+                    done[index] = _unwrapped(future.result())
+                    if on_result is not None:
+                        on_result(index, done[index])
         except BaseException:
-            for future in futures:
+            for future in pending:
                 future.cancel()
             raise
-        return [done[index] for index in range(len(futures))]
+        return [done.get(index) for index in range(len(items))]
 
     def close(self) -> None:
         self._pool.shutdown(wait=True, cancel_futures=True)
@@ -250,6 +295,8 @@ class RayExecutor(_Closing):
             self._started = True
         self._remote = ray.remote(_ray_call)
         cpus = int(ray.cluster_resources().get("CPU", 0))
+        self.slots = max(1, cpus)
+        """Tasks run at once when items are admitted one by one: one per CPU of the cluster."""
         nodes = [node for node in ray.nodes() if node.get("Alive")]
         hosts = sorted({str(node.get("NodeManagerHostname", "?")) for node in nodes})
         if address is None:
@@ -278,8 +325,12 @@ class RayExecutor(_Closing):
         )
 
     def map(
-        self, fn: Callable[[T], R], items: Sequence[T], on_result: Callable[[int, R], None] | None = None
-    ) -> list[R]:
+        self,
+        fn: Callable[[T], R],
+        items: Sequence[T],
+        on_result: Callable[[int, R], None] | None = None,
+        admit: Callable[[int], bool] | None = None,
+    ) -> list[R | None]:
         ray = self._ray
         stored: dict[int, tuple[bytes, Any]] = {}  # id -> (the bytes, kept alive so ids stay unique; its ref)
 
@@ -291,16 +342,18 @@ class RayExecutor(_Closing):
         tasks: dict[Any, int] = {}  # ObjectRef of a result -> its item's index
         done: dict[int, R] = {}
         pending: list[Any] = []
+        feed = _Feed(len(items), self.slots, admit)
         try:
-            for index, item in enumerate(items):
-                file = io.BytesIO()
-                pickler = _SharingPickler(file, put)
-                pickler.dump((fn, item))  # a lambda fails here, as it would in the pool
-                ref = self._remote.remote(file.getvalue(), *pickler.refs)
-                tasks[ref] = index
-                pending.append(ref)
-            stored.clear()  # the submitted tasks hold the refs now
-            while pending:
+            while True:
+                for index in feed.starts(len(pending)):
+                    file = io.BytesIO()
+                    pickler = _SharingPickler(file, put)
+                    pickler.dump((fn, items[index]))  # a lambda fails here, as it would in the pool
+                    ref = self._remote.remote(file.getvalue(), *pickler.refs)
+                    tasks[ref] = index
+                    pending.append(ref)
+                if not pending:
+                    break
                 ready, pending = ray.wait(pending, num_returns=1)
                 try:
                     outcome = ray.get(ready[0])
@@ -314,7 +367,9 @@ class RayExecutor(_Closing):
             for ref in pending:
                 ray.cancel(ref)
             raise
-        return [done[index] for index in range(len(tasks))]
+        finally:
+            stored.clear()  # the submitted tasks hold the refs
+        return [done.get(index) for index in range(len(items))]
 
     def close(self) -> None:
         if self._started:

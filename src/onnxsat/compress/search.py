@@ -9,7 +9,8 @@ then times the ones inside the budget side by side on this machine.
 1. **Quantization of the original**, in each mode the ops call for; nodes measured slower quantized on
    this machine stay in float. First, since it is often the largest single gain and the probes below
    grow with the model: on a YOLO11n with 73 channel groups they spent a 3-minute budget before any
-   quantized candidate was tried (then int8 alone ran 1.24x, inside the budget).
+   quantized candidate was tried (then int8 alone ran 1.24x, inside the budget). The original fused is
+   built beside them (lossless; its build time is what fusing the best will take, see **Time**).
 2. **Sensitivity**: each prunable group pruned alone at ``PROBE_RATE``, once. A group whose pruning
    alone spends the whole budget is never pruned.
 3. **Global rate**: the other groups pruned together at each rate of ``LADDER``; the fastest pruned
@@ -19,9 +20,15 @@ then times the ones inside the budget side by side on this machine.
    time, least sensitive groups first, in parallel batches; a group whose step breaks the budget is not
    raised again, one whose step is not faster by ``MARGIN`` is not tried again until the best changes;
    stop when no group is left to try.
-5. **Fusion**: ONNXSat's lossless optimization appended to the best so far, and applied to the original
-   alone (lossless, so inside any budget), each kept when it is faster by ``MARGIN``.
+5. **Fusion**: ONNXSat's lossless optimization appended to the best so far (always: the search kept the
+   time for it), kept when it is faster by ``MARGIN``, as is the fused original of stage 1.
 6. **Final**: the ``FINALISTS`` fastest timed again in one run.
+
+**Time.** ``--budget-minutes`` is a limit, not a hint: a candidate starts only if, at the pace its stage's
+candidates have run so far, it ends before the deadline less what finishing takes (fusing the best, which
+the fused original's build time foretells, and the final timings, which the timings so far foretell).
+Checking between batches only let a 2-minute budget on a 3-D ResNet run 4 minutes (a batch of four
+sensitivity probes, one of them 52 s, started just before the deadline).
 
 Wherever speeds are compared, the best so far is timed in the same run, and candidates that cannot be
 told apart (within ``MARGIN``, or inside each other's bootstrap interval) are settled by file size, the
@@ -36,9 +43,12 @@ more evaluations than a 20-minute budget on 2 cores allows. Every decision that 
 
 from __future__ import annotations
 
+import statistics
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
+
+import onnx
 
 from onnxsat.compress.evaluate import Outcome, Problem, Task, evaluate
 from onnxsat.compress.executor import Executor
@@ -56,6 +66,15 @@ MARGIN = 1.02
 """A candidate must be this much faster than the best so far to replace it (ratio noise here: about 1%)."""
 CANDIDATE_MINUTES = 1.0
 """The least time one candidate's quantization search gets, even when the search's budget is spent."""
+FUSED_ORIGINAL = Recipe(fuse=True)
+"""The original, fused: lossless, so a candidate of every search that fuses."""
+FUSE_RESERVE = 1.25
+"""Fusing the best takes about the fused original's build time scaled by their node counts (quantize-dequantize
+pairs add nodes: a 3-D ResNet fused in 16 s, its int8 form in 37 s), and this much more for safety."""
+FINISH_TIMINGS = FINALISTS + 7
+"""Models timed (or run as long) after the search, each as long as a timed model has taken so far: the fused best
+beside the best, the finalists, the chosen recipe's steps (at most three), then the held-out scoring and the
+verification (on a 3-D ResNet these took what two timings take)."""
 
 
 @dataclass
@@ -109,6 +128,9 @@ class Search:
     _cache: dict[Recipe, Evaluated] = field(default_factory=dict)
     _slow: dict[Recipe, tuple[str, ...]] = field(default_factory=dict)
     """Per quantized recipe as proposed: the nodes measured slower quantized, left in float."""
+    _node_counts: dict[int, int] = field(default_factory=dict)
+    _timing_seconds: float = 0.0
+    """The longest time one model's side-by-side timing has taken so far (with its share of the original's)."""
 
     # ------------------------------------------------------------------------------------ the stages
 
@@ -117,8 +139,11 @@ class Search:
         best = Evaluated("original", original)
         self._best = best
         settings = self.settings
-        if settings.modes and self._time_left():
-            self._quantized([best])
+        # the fused original early, though lossless: its build time says how long fusing the best will take at
+        # the end, and it runs beside the quantized candidates (often one or two, fewer than the workers)
+        fused = [FUSED_ORIGINAL] if settings.fuse else []
+        if (settings.modes or fused) and self._time_left():
+            self._quantized([best] if settings.modes else [], also=fused)
         if settings.groups and self._time_left():
             self._sensitivity()
         allowed = [g for g in settings.groups if self.sensitivity.get(g, float("inf")) <= settings.max_drop]
@@ -131,11 +156,11 @@ class Search:
         if settings.groups and self._time_left():
             self._refine(settings.groups)
         if settings.fuse:
-            # The original fused too: lossless, it is inside any budget, and beats a best so far that is slower.
-            # Past the deadline the best so far is still fused (lossless and one optimize run, a fraction of a
-            # search): a search whose candidates all missed the budget then writes at least the fused original.
-            recipes = [replace(self._best.recipe, fuse=True), *([Recipe(fuse=True)] if self._time_left() else [])]
-            fused = self.batch("fuse", recipes)
+            # The original fused too (lossless, inside any budget, it beats a best so far that is slower). The
+            # best so far is fused whatever the time: the search kept time for it (``_reserve``), and a search
+            # whose candidates all missed the budget then writes at least the fused original.
+            recipes = [replace(self._best.recipe, fuse=True), FUSED_ORIGINAL]
+            fused = self.batch("fuse", recipes, bounded=False)
             self._time(fused)
         self._final()
         return self._best
@@ -146,16 +171,18 @@ class Search:
         finalists = list({e.recipe: e for e in reversed(timed[:FINALISTS])}.values())
         if not finalists:
             return
-        figures = self.timer.measure([self._model(e) for e in finalists])
+        figures = self._measure([self._model(e) for e in finalists])
         for result, figure in zip(finalists, figures, strict=True):
             result.timed = figure
         self._best = _pick(finalists)
 
-    def _quantized(self, bases: Sequence[Evaluated]) -> None:
+    def _quantized(self, bases: Sequence[Evaluated], also: Sequence[Recipe] = ()) -> None:
         """Each of ``bases`` quantized in each mode the ops call for, with what the budget has left after it;
-        nodes measured slower quantized stay in float."""
-        recipes = []
-        for base in bases:
+        nodes measured slower quantized stay in float. ``also``: recipes built in the same batch."""
+        recipes = list(also)
+        for number, base in enumerate(bases):
+            if number and not self._time_left():  # timing a base's nodes takes a while on a big model
+                break
             for mode in self.settings.modes:
                 slow = self.slow_nodes(self._model(base), mode)
                 if slow is None:
@@ -211,25 +238,57 @@ class Search:
     # ------------------------------------------------------------------------------------ the parts
 
     def batch(self, stage: str, recipes: Sequence[Recipe], bounded: bool = True) -> list[Evaluated]:
-        """Build and score ``recipes`` (cached ones reused) on the executor, a few per worker at a time so
-        that a ``bounded`` batch stops at the deadline; returns the ones evaluated, in order."""
+        """Build and score ``recipes`` (cached ones reused) on the executor; in a ``bounded`` batch each starts
+        only if ``_admits`` it when a worker is free. Returns the ones evaluated, in order."""
         fresh = [r for r in dict.fromkeys(recipes) if r not in self._cache]
-        chunk = max(1, 2 * self.settings.width)
-        for start in range(0, len(fresh), chunk):
-            if bounded and start and not self._time_left():
-                break
-            part = fresh[start : start + chunk]
-            count = len(self.evaluated)
+        count = len(self.evaluated)
+        finished = 0
 
-            def done(index: int, outcome: Outcome, count: int = count) -> None:
-                self.on_progress(self._best, count + index + 1)
+        def done(index: int, outcome: Outcome) -> None:
+            nonlocal finished
+            finished += 1
+            self.on_progress(self._best, count + finished)
 
-            tasks = [Task(self.problem, recipe, self._minutes_left()) for recipe in part]
-            for recipe, outcome in zip(part, self.executor.map(evaluate, tasks, on_result=done), strict=True):
-                result = Evaluated(stage, outcome, requested=recipe)
-                self._cache[recipe] = result
-                self.evaluated.append(result)
+        tasks = [Task(self.problem, recipe, self._minutes_left()) for recipe in fresh]
+        admit = (lambda index: self._admits(stage)) if bounded else None
+        for recipe, outcome in zip(fresh, self.executor.map(evaluate, tasks, on_result=done, admit=admit), strict=True):
+            if outcome is None:  # never started: the time ran out
+                continue
+            result = Evaluated("fuse" if recipe == FUSED_ORIGINAL else stage, outcome, requested=recipe)
+            self._cache[recipe] = result
+            self._cache.setdefault(outcome.recipe, result)  # as built: a quantizer's search filled in its nodes
+            self.evaluated.append(result)
         return [self._cache[r] for r in recipes if r in self._cache]
+
+    def _admits(self, stage: str) -> bool:
+        """Whether a candidate of ``stage`` starting now ends in time, at the pace of this stage's candidates so
+        far (of all candidates, before the stage's first has finished)."""
+        if not self._time_left():
+            return False
+        own = [e.outcome.seconds for e in self.evaluated if e.stage == stage]
+        pace = own or [e.outcome.seconds for e in self.evaluated]
+        expected = statistics.median(pace) if pace else 0.0
+        return time.monotonic() + expected < self._soft_deadline()
+
+    def _reserve(self) -> float:
+        """Seconds kept after the search for finishing: fusing the best and the final timings."""
+        fused = self._cache.get(FUSED_ORIGINAL)
+        fusing = 0.0
+        if self.settings.fuse and fused is not None:
+            growth = max(1.0, self._node_count(self._model(self._best)) / self._node_count(self.problem.model))
+            fusing = FUSE_RESERVE * growth * fused.outcome.seconds
+        return fusing + FINISH_TIMINGS * self._timing_seconds
+
+    def _node_count(self, model: bytes) -> int:
+        """Nodes of a candidate's main graph (at least 1): what an optimize run's time grows with. Counted once
+        per model (the models live as long as the search, so their ids do)."""
+        if id(model) not in self._node_counts:
+            self._node_counts[id(model)] = max(1, len(onnx.load_from_string(model).graph.node))
+        return self._node_counts[id(model)]
+
+    def _soft_deadline(self) -> float:
+        """When the search stops starting candidates, so that finishing ends near the deadline."""
+        return self.settings.deadline - self._reserve()
 
     def _time(self, results: Sequence[Evaluated]) -> None:
         """Time the results inside the budget in one run with the best so far; the one ``_pick`` picks
@@ -240,7 +299,7 @@ class Search:
             return
         best = self._best
         extra = [best] if best.outcome.model is not None else []
-        timed = self.timer.measure([self._model(r) for r in [*inside, *extra]])
+        timed = self._measure([self._model(r) for r in [*inside, *extra]])
         for result, figure in zip([*inside, *extra], timed, strict=True):
             result.timed = figure
         pick = _pick(inside)
@@ -257,14 +316,22 @@ class Search:
     def _model(self, result: Evaluated) -> bytes:
         return result.outcome.model if result.outcome.model is not None else self.problem.model
 
+    def _measure(self, models: list[bytes]) -> list[Timed]:
+        """``timer.measure``, noting how long a model's timing takes (what finishing needs per timed model)."""
+        clock = time.monotonic()
+        figures = self.timer.measure(models)
+        if models:
+            self._timing_seconds = max(self._timing_seconds, (time.monotonic() - clock) / len(models))
+        return figures
+
     def _minutes_left(self) -> float:
-        """The time a candidate's own search may take: what is left of the budget, and at least
-        ``CANDIDATE_MINUTES``, so a candidate sent just before the deadline (a batch is only checked against
-        it between chunks) still searches long enough to keep the best it found."""
-        return max(CANDIDATE_MINUTES, (self.settings.deadline - time.monotonic()) / 60)
+        """The time a candidate's own search may take: what is left before the search stops starting
+        candidates, and at least ``CANDIDATE_MINUTES``, so a candidate started just before it still searches
+        long enough to keep the best it found."""
+        return max(CANDIDATE_MINUTES, (self._soft_deadline() - time.monotonic()) / 60)
 
     def _time_left(self) -> bool:
-        if time.monotonic() < self.settings.deadline:
+        if time.monotonic() < self._soft_deadline():
             return True
         self.stopped_early = True
         return False

@@ -645,6 +645,9 @@ def _search_modes(
     for mode in modes:
         trial = ModeTrial(mode.name)
         report.trials.append(trial)
+        if report.trials[:-1] and _now() >= deadline:  # the first mode is tried whatever the time: else nothing is
+            trial.error = f"not tried: {OUT_OF_TIME}"
+            continue
         clock, evaluations = time.perf_counter(), scorer.evaluations
         start = _start_mode(mode, model, options, scorer, calibration, trial, check_feeds, shapes, time_model, half)
         if start is not None:
