@@ -202,6 +202,9 @@ class Pass(ABC):
     weights_on_disk: ClassVar[bool] = False
     """The pass reads weight values only through ``external_data.tensor_value`` with the model's folder, so
     a run made of such passes may leave a large model's weights in its file (``inline_weights``)."""
+    dense_weights: ClassVar[bool] = False
+    """The pass reads and rewrites weights among ``graph.initializer`` only: the runner gives it weights stored as
+    ``sparse_initializer`` dense (``normal_form.densify_sparse_initializers``)."""
 
     def __init_subclass__(
         cls, kind: str | None = None, result_name: str | None = None, register: bool = True, **rest: Any
@@ -276,11 +279,13 @@ class OptionsPass(Pass):
         lossy: bool = False,
         checks_input: bool = False,
         weights_on_disk: bool = False,
+        dense_weights: bool = False,
         **rest: Any,
     ) -> None:
         if options_class is not None and transform is not None:
             cls.options_class, cls.transform = options_class, staticmethod(transform)  # type: ignore[assignment]
             cls.lossy, cls.checks_input, cls.weights_on_disk = lossy, checks_input, weights_on_disk
+            cls.dense_weights = dense_weights
         super().__init_subclass__(**rest)
 
     def check(self, place: str) -> None:

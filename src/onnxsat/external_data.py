@@ -248,6 +248,16 @@ def tensor_value(tensor: TensorProto, base_dir: Path | None) -> np.ndarray:
     return onnx.numpy_helper.to_array(loaded)
 
 
+def sparse_tensor_value(sparse: onnx.SparseTensorProto, base_dir: Path | None = None) -> np.ndarray:
+    """The dense array a sparse initializer stands for (COO: flat or per-dimension indices)."""
+    values = tensor_value(sparse.values, base_dir)
+    indices = tensor_value(sparse.indices, base_dir)
+    dense = np.zeros(int(np.prod(sparse.dims)), dtype=values.dtype)
+    flat = indices if indices.ndim == 1 else np.ravel_multi_index(tuple(indices.T), tuple(sparse.dims))
+    dense[flat] = values
+    return dense.reshape(tuple(sparse.dims))
+
+
 STUB_BYTES = 2**20
 """Main-graph initializers held in memory from this size on are stubbed in :func:`structure_view` too."""
 

@@ -20,6 +20,11 @@ feature learning every spelling:
 
 All are lossless: the model computes the same, for every input it accepted before.
 
+Weights stored sparse (``graph.sparse_initializer``, COO: ``sparsify --sparse-initializers`` writes them) stay so
+here: optimize folds them and profile counts them as they are. A pass that reads and rewrites weights (sparsify,
+prune, quantize, compress) gets them dense instead (:func:`densify_sparse_initializers`, by the runner), as
+ONNX Runtime reads them when it loads the model; to them a sparse weight would be no weight at all.
+
 One more step changes the interface, so it is separate and made only where the user's inputs are known
 (:func:`initializers_as_constants`, by the runner): an initializer also listed as a graph input (IR >= 4)
 is a default the caller may override, and ONNX Runtime neither folds nor prepacks it. Old exporters list
@@ -30,12 +35,14 @@ their initializers become constants, unless the user feeds them.
 from __future__ import annotations
 
 from collections.abc import Collection
+from pathlib import Path
 
 import numpy as np
 import onnx
 import onnx.inliner
 from onnx import numpy_helper
 
+from onnxsat.external_data import sparse_tensor_value
 from onnxsat.proto_fields import all_nodes, copy_fields, drop_unused_domains
 
 _TENSOR_ATTRIBUTES = (
@@ -142,6 +149,27 @@ def with_restated_inputs(model: onnx.ModelProto, names: Collection[str]) -> onnx
         if tensor.name in names and tensor.name not in listed:
             restated.graph.input.append(onnx.helper.make_tensor_value_info(tensor.name, tensor.data_type, tensor.dims))
     return restated
+
+
+def densify_sparse_initializers(model: onnx.ModelProto, base_dir: Path | None = None) -> list[str]:
+    """In place: every main-graph sparse initializer becomes a dense initializer of the same name and value;
+    the line saying so, or nothing. ``base_dir``: where the sparse tensors' external data lives.
+
+    Passes that transform weights find them among ``graph.initializer`` only: a Conv whose weight is stored
+    sparse read as "no constant weight" to quantize, as a run-time value to prune, and sparsify skipped it.
+    ONNX Runtime densifies them when it loads a model, so nothing it computes changes.
+    """
+    graph = model.graph
+    if not graph.sparse_initializer:
+        return []
+    dense = [numpy_helper.from_array(sparse_tensor_value(s, base_dir), s.values.name) for s in graph.sparse_initializer]
+    del graph.sparse_initializer[:]
+    graph.initializer.extend(dense)
+    weights = "1 weight" if len(dense) == 1 else f"{len(dense)} weights"
+    return [
+        f"{weights} stored as sparse_initializer read as dense initializers, as ONNX Runtime reads them "
+        "(the result stores them dense: sparsify --sparse-initializers stores sparse weights in COO form again)"
+    ]
 
 
 def _local_function_calls(model: onnx.ModelProto) -> int:

@@ -22,7 +22,7 @@ from onnxsat.core import Model, Pass, PassContext, PassResult, ReportBase, RunFa
 from onnxsat.data.model_input import data_input
 from onnxsat.errors import OnnxSatError, SettingsError, VerificationFailedError
 from onnxsat.inputs import InputSpec
-from onnxsat.normal_form import working_form
+from onnxsat.normal_form import densify_sparse_initializers, working_form
 from onnxsat.verification import Tolerance
 
 
@@ -139,6 +139,8 @@ def run(
     steps: list[tuple[str, Pass, PassResult]] = []
     for index, (place, step) in enumerate(passes):
         begun = time.perf_counter()
+        if step.dense_weights:  # lossless, so the model may change in place even where it is the reference
+            normalised += densify_sparse_initializers(model.proto, model.base_dir)
         try:
             result = step.run(model, context)
         except OnnxSatError as error:

@@ -16,7 +16,7 @@ import numpy as np
 import onnx
 
 from onnxsat.eqsat.registry import register
-from onnxsat.external_data import tensor_value
+from onnxsat.external_data import sparse_tensor_value, tensor_value
 
 Kernel = Callable[[list[np.ndarray | None], dict[str, onnx.AttributeProto]], np.ndarray]
 
@@ -196,13 +196,3 @@ def constant_node_value(node: onnx.NodeProto, base_dir: Path | None = None) -> n
     if attr.name == "value_ints":
         return np.array(list(attr.ints), dtype=np.int64)
     raise ValueError(f"Constant with attribute {attr.name!r} has no numeric value")
-
-
-def sparse_tensor_value(sparse: onnx.SparseTensorProto, base_dir: Path | None = None) -> np.ndarray:
-    """The dense array a sparse initializer stands for (COO: flat or per-dimension indices)."""
-    values = tensor_value(sparse.values, base_dir)
-    indices = tensor_value(sparse.indices, base_dir)
-    dense = np.zeros(int(np.prod(sparse.dims)), dtype=values.dtype)
-    flat = indices if indices.ndim == 1 else np.ravel_multi_index(tuple(indices.T), tuple(sparse.dims))
-    dense[flat] = values
-    return dense.reshape(tuple(sparse.dims))

@@ -10,6 +10,13 @@ from onnxsat.core import OptionsPass
 
 
 @dataclass
-class CompressPass(OptionsPass, kind="compress", options_class=CompressOptions, transform=compress_model, lossy=True):
+class CompressPass(
+    OptionsPass,
+    kind="compress",
+    options_class=CompressOptions,
+    transform=compress_model,
+    lossy=True,
+    dense_weights=True,
+):
     options: CompressOptions
     result_name = "the compressed model"

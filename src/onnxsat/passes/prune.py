@@ -10,6 +10,8 @@ from onnxsat.pruning.prune import PruneOptions, prune_model
 
 
 @dataclass
-class PrunePass(OptionsPass, kind="prune", options_class=PruneOptions, transform=prune_model, lossy=True):
+class PrunePass(
+    OptionsPass, kind="prune", options_class=PruneOptions, transform=prune_model, lossy=True, dense_weights=True
+):
     options: PruneOptions
     result_name = "the pruned model"

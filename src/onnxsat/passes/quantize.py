@@ -10,6 +10,13 @@ from onnxsat.quantization.quantize import QuantizeOptions, quantize_model
 
 
 @dataclass
-class QuantizePass(OptionsPass, kind="quantize", options_class=QuantizeOptions, transform=quantize_model, lossy=True):
+class QuantizePass(
+    OptionsPass,
+    kind="quantize",
+    options_class=QuantizeOptions,
+    transform=quantize_model,
+    lossy=True,
+    dense_weights=True,
+):
     options: QuantizeOptions
     result_name = "the quantized model"

@@ -10,6 +10,13 @@ from onnxsat.sparsity.sparsify import SparsifyOptions, sparsify_model
 
 
 @dataclass
-class SparsifyPass(OptionsPass, kind="sparsify", options_class=SparsifyOptions, transform=sparsify_model, lossy=True):
+class SparsifyPass(
+    OptionsPass,
+    kind="sparsify",
+    options_class=SparsifyOptions,
+    transform=sparsify_model,
+    lossy=True,
+    dense_weights=True,
+):
     options: SparsifyOptions
     result_name = "the sparsified model"
