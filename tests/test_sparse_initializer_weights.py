@@ -101,6 +101,8 @@ def test_prune_sees_weights_stored_sparse(tmp_path: Path, capsys: pytest.Capture
     assert NOTE in capsys.readouterr().out
     result = {t.name: list(t.dims) for t in onnx.load(out).graph.initializer}
     assert result["w1"] == [32, 16] and result["w2"] == [16, 32]  # the 32 hidden channels halved
+    assert main(["prune", str(tmp_path / "m.onnx"), "--show-trees"]) == 0  # the trees prune walks
+    assert "no channel group" not in capsys.readouterr().out
 
 
 def test_quantize_sees_weights_stored_sparse(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

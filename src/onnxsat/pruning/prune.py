@@ -26,7 +26,7 @@ from onnxsat.external_data import given_bytes, stored_bytes
 from onnxsat.inputs import InputSpec, random_inputs
 from onnxsat.metrics import MetricSpec, check_spec, collapse_warning, metric_option, with_fidelity
 from onnxsat.metrics.scorer import ModelScorer
-from onnxsat.normal_form import normal_form
+from onnxsat.normal_form import densify_sparse_initializers, normal_form
 from onnxsat.options import float_list, option, percent
 from onnxsat.proto_fields import all_graphs
 from onnxsat.pruning.apply import apply_pruning, drop_orphans
@@ -411,6 +411,7 @@ def show_trees(
     """The node association trees of the model at ``input_path`` as text (and drawn to ``image``): those of
     the model prune starts from (``normalize``: its portable form, when that verifies)."""
     (model, _), base_dir = model_io.load_runnable(input_path), model_io.model_folder(input_path)
+    densify_sparse_initializers(model, base_dir)  # as prune reads them
     if normalize:
         model = portable_form(model, base_dir=base_dir).model
     _, _, forest = association_trees(model, library, base_dir)
