@@ -1,7 +1,8 @@
-"""BatchNormalization folded into the Conv or ConvTranspose that feeds it, or into the Conv it feeds,
+"""BatchNormalization folded into the Conv, ConvTranspose or Gemm that feeds it, or into the Conv it feeds,
 and per-channel scales and shifts after it folded into its parameters.
 
     y = BN(Conv(x, W, b))  ==>  y = Conv(x, W * s, (b - mean) * s + beta),  s = gamma / sqrt(var + eps)
+    y = BN(Gemm(a, B, c))  ==>  y = Gemm(a, B * s[columns], (c - mean) * s + beta)
     y = Conv(BN(x), W, b)  ==>  y = Conv(x, W * s[in], b + sum W * t[in]),    t = beta - mean * s
     y = BN(x) * c          ==>  y = BN(x; gamma * c, beta * c)      c a scalar or one value per channel
     y = BN(x) + c          ==>  y = BN(x; gamma, beta + c)
@@ -9,6 +10,9 @@ and per-channel scales and shifts after it folded into its parameters.
 The second form (BatchNormalization before the convolution, as in pre-activation and DenseNet
 blocks, which ONNX Runtime leaves alone) needs a Conv that pads nothing, since the padded border
 would see BN's shift in the original but zeros after the fold, and an ungrouped Conv.
+
+The Gemm form is PyTorch's Linear followed by BatchNorm1d (PointNet's and many tabular heads: the
+normalization of a [N, C] output is per column); it needs alpha = beta = 1, any transA and transB.
 
 The last two are what Caffe2 conversions write after every BatchNormalization (its learned affine as
 separate Mul and Add): in pre-activation blocks (DenseNet), where no convolution can absorb them, they
@@ -97,6 +101,46 @@ def _fold_batchnorm_into_conv(
                 eq(bn_params).to(args_of(gamma, beta, mean, var)),
                 _static_weights(w, b, has_bias),
                 name=f"{conv_op}{'(bias)' if has_bias else ''}+BatchNormalization -> {conv_op}",
+            ).then(union(y).with_(out(folded, 0)))
+
+
+GEMM_COLUMN_SCALERS = {0: "scale_columns", 1: "scale_conv_weight"}
+"""transB -> kernel scaling the Gemm weight per output column: columns of [K, N], rows of [N, K]."""
+
+
+@bn_folding.register
+def _fold_batchnorm_into_gemm(
+    y: Tensor,
+    a: Tensor,
+    w: Tensor,
+    c: Tensor,
+    gemm_attrs: Attrs,
+    gemm_captures: Args,
+    gemm_id: String,
+    gemm_out: Tensor,
+    gamma: Tensor,
+    beta: Tensor,
+    mean: Tensor,
+    var: Tensor,
+    bn_attrs: Attrs,
+    bn_params: Args,
+) -> object:
+    scale = derived("bn_scale", args_of(gamma, var), bn_attrs)
+    for trans_b, scaler in GEMM_COLUMN_SCALERS.items():
+        for has_bias, gemm_inputs, bias in ((False, args_of(a, w), Tensor.absent()), (True, args_of(a, w, c), c)):
+            gemm = Node("Gemm", "", gemm_attrs, gemm_inputs, gemm_captures, gemm_id, 1)
+            new_weight = derived(scaler, args_of(w, scale), gemm_attrs)
+            new_bias = derived("bn_fold_bias", args_of(bias, mean, scale, beta, w), bn_attrs)
+            folded = Node("Gemm", "", gemm_attrs, args_of(a, new_weight, new_bias), gemm_captures, gemm_id, 1)
+            yield rule(
+                foldable_batchnorm(y, gemm_out, bn_attrs, bn_params),
+                sole_use(gemm_out),
+                eq(gemm_out).to(out(gemm, 0)),
+                attr_flag(gemm_attrs, "plain"),
+                attr_int(gemm_attrs, "transB", trans_b),
+                eq(bn_params).to(args_of(gamma, beta, mean, var)),
+                _static_weights(w, c, has_bias),
+                name=unique(f"Gemm{'(bias)' if has_bias else ''}+BatchNormalization -> Gemm"),
             ).then(union(y).with_(out(folded, 0)))
 
 
