@@ -19,13 +19,20 @@ import subprocess
 import sys
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
 
 from onnxsat.timing import environment_line, geometric_mean
-from tools.quantize_bench.cases import ALL_MODELS, CONVOLUTION_NETS, DEFAULT_DIGITS_MODEL, Case, make_case
+from tools.quantize_bench.cases import (
+    ALL_MODELS,
+    CONVOLUTION_NETS,
+    DEFAULT_DIGITS_MODEL,
+    DIGITS_RESNET,
+    Case,
+    make_case,
+)
 from tools.quantize_bench.latency import time_against
 from tools.quantize_bench.quantizers import calibration_file, first_line
 
@@ -59,7 +66,7 @@ def compress(
     evaluation = out_dir / EVALUATION_FILE.format(name=case.name)
     if case.onnxsat_data is None and not evaluation.exists():
         np.savez(evaluation, inputs=case.evaluation)
-    eval_data = "digits-test" if case.onnxsat_data == "digits-train" else str(evaluation)
+    eval_data = "digits-test" if case.name == DIGITS_RESNET else str(evaluation)
     argv = [sys.executable, "-m", "onnxsat", "compress", str(case.model), "-o", str(out), "--report", str(report)]
     argv += ["--data", data, "--eval-data", eval_data, "--max-drop", max_drop, "--budget-minutes", str(minutes)]
     argv += ["--html", str(out.with_suffix(".html")), *extra]
@@ -133,6 +140,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m tools.compress_bench", description=__doc__.splitlines()[0])
     parser.add_argument("--models", nargs="+", default=list(ALL_MODELS), choices=ALL_MODELS)
     parser.add_argument("--digits-model", type=Path, default=DEFAULT_DIGITS_MODEL)
+    parser.add_argument(
+        "--digits-data",
+        help="the ResNet's search data (default digits-train, the digits it was trained on; a .validation.npz "
+        "that `tools.zoo.digits_resnet --validation N` set apart searches on digits it never saw)",
+    )
     parser.add_argument("--max-drop", default=None, help="default: the case's (0.5%% for the ResNet, else 1%%)")
     parser.add_argument("--minutes", type=float, default=20.0, help="compress's --budget-minutes")
     parser.add_argument("--ray-check", action="store_true", help="also compress the first model on local Ray")
@@ -146,6 +158,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     notes: list[str] = []
     for index, name in enumerate(args.models):
         case = make_case(name, args.digits_model)
+        if name == DIGITS_RESNET and args.digits_data:
+            searched = f"{case.measure}, searched on {args.digits_data}"
+            case = replace(case, onnxsat_data=args.digits_data, measure=searched)
         max_drop = args.max_drop or case.max_drop or "1%"
         results.append(bench_case(case, args.out_dir, max_drop, args.minutes, args.rounds, args.warmup))
         if args.ray_check and index == 0:

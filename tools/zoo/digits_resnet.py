@@ -33,7 +33,7 @@ import torch
 from torch import nn
 from torch.nn import functional
 
-from onnxsat.data.sources import DIGITS_TEST, DIGITS_TRAIN, load_dataset
+from onnxsat.data.sources import DIGITS_TEST, DIGITS_TRAIN, Dataset, load_dataset
 
 INPUT_SHAPE = (1, 1, 32, 32)
 OPSET = 17
@@ -96,13 +96,25 @@ def top1(logits: np.ndarray, labels: np.ndarray) -> float:
     return float(np.mean(logits.argmax(axis=1) == labels))
 
 
+def split_training_digits(validation: int, seed: int) -> tuple[Dataset, Dataset | None]:
+    """(digits to train on, the ``validation`` training digits set apart, or None): a seeded draw, so that a
+    compressor can be searched on digits the net never saw and scored on the test digits, which are a third set."""
+    data = load_dataset(DIGITS_TRAIN, INPUT_SHAPE)
+    if not validation:
+        return data, None
+    train, held = data.split(validation / len(data), seed)
+    assert held is not None
+    return train, held
+
+
 def train(
-    epochs: int, blocks: int, seed: int, channels: tuple[int, ...] = CHANNELS
+    epochs: int, blocks: int, seed: int, channels: tuple[int, ...] = CHANNELS, validation: int = 0
 ) -> tuple[DigitsResNet, list[float]]:
-    """SGD with momentum and a cosine schedule on the 1,400 training digits, shifted up to 2 pixels."""
+    """SGD with momentum and a cosine schedule on the 1,400 training digits (less ``validation`` of them),
+    shifted up to 2 pixels."""
     torch.manual_seed(seed)
     generator = torch.Generator().manual_seed(seed)
-    data = load_dataset(DIGITS_TRAIN, INPUT_SHAPE)
+    data, _ = split_training_digits(validation, seed)
     assert data.labels is not None
     images, labels = torch.from_numpy(data.inputs), torch.from_numpy(data.labels)
     model = DigitsResNet(blocks, channels=channels)
@@ -176,17 +188,27 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument(
+        "--validation",
+        type=int,
+        default=0,
+        help="training digits set apart (never trained on), saved as OUT's stem + .validation.npz for --data",
+    )
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     start = time.perf_counter()
-    model, losses = train(args.epochs, args.blocks, args.seed, args.channels)
+    model, losses = train(args.epochs, args.blocks, args.seed, args.channels, args.validation)
     export(model, args.out)
+    _, held = split_training_digits(args.validation, args.seed)
+    if held is not None:
+        np.savez(args.out.with_suffix(".validation.npz"), inputs=held.inputs, labels=held.labels)
     stats = {
         "file": str(args.out),
         "epochs": args.epochs,
         "blocks": args.blocks,
         "channels": list(args.channels),
         "seed": args.seed,
+        "validation digits": args.validation,
         "seconds": round(time.perf_counter() - start, 1),
         "final_loss": round(losses[-1], 4),
         **{f"top1_{spec}": score for spec, score in evaluate(args.out).items()},
