@@ -60,9 +60,10 @@ TORCH_WHEEL ?= $(firstword $(wildcard /opt/wheels/torch-*+cpu-*.whl) torch)
 # first model is compressed again on a local Ray instance to compare the chosen recipes. About an hour.
 bench-compress: real-models
 	$(BIN)/python -c "import torch" 2>/dev/null || $(BIN)/pip install --quiet "$(TORCH_WHEEL)"
-	test -f out/models/digits_resnet_w64.onnx || $(BIN)/python -m tools.zoo.digits_resnet --channels 64,128,256 \
-		--out out/models/digits_resnet_w64.onnx
-	$(BIN)/python -m tools.compress_bench --digits-model out/models/digits_resnet_w64.onnx --ray-check \
+	test -f out/models/digits_resnet_w64_v400.onnx || $(BIN)/python -m tools.zoo.digits_resnet --channels 64,128,256 \
+		--validation 400 --out out/models/digits_resnet_w64_v400.onnx
+	$(BIN)/python -m tools.compress_bench --digits-model out/models/digits_resnet_w64_v400.onnx --ray-check \
+		--digits-data out/models/digits_resnet_w64_v400.validation.npz \
 		--models digits_resnet ppocr_det ppocr_rec ppocr_cls doclaynet_yolo magika --markdown out/compress_bench.md
 
 bench-transformers: $(STAMP)
