@@ -15,6 +15,11 @@ the channel (or column) axis, and the result keeps the shape of the Conv, Gemm o
 ``SameShape`` fact from shape inference), so its size along that axis is 1 or the channel count.
 Exporters leave these behind for normalizations and scalings written as separate ops; ONNX Runtime
 folds only some of them.
+
+Each rule's body starts with its check on the constant (``ValueFlag`` single, ``HasShape``): egglog plans
+the join from the atoms in order, and with the node pattern first the family took 3-8 s per iteration on
+RAFT (hundreds of elementwise nodes, none of them a fold) for no match at all, time egglog's per-rule
+report does not show; with the short relation first, 0.5 s, the same result.
 """
 
 from __future__ import annotations
@@ -87,15 +92,15 @@ def _conv_output_constants(
                     ones = (1,) * rank
                     for shape in (dims_of(k, *ones), dims_of(1, k, *ones)):
                         yield rule(
+                            has_shape(s, shape),
                             *common,
                             keeps_shape,
-                            has_shape(s, shape),
                             name=unique(f"Conv{suffix}+{op}(per channel) -> Conv"),
                         ).then(union(y).with_(rewritten))
                     yield rule(
+                        value_flag(s, "single"),
                         *common,
                         keeps_shape,
-                        value_flag(s, "single"),
                         name=unique(f"Conv{suffix}+{op}(scalar) -> Conv"),
                     ).then(union(y).with_(rewritten))
 
@@ -136,10 +141,10 @@ def _gemm_output_constants(
                 has_shape(s, dims_of(1, n)),
             ):
                 yield rule(
+                    shape_condition,
                     eq(y).to(result("Mul", op_attrs, operands, op_id)),
                     *common,
                     attr_int(attrs, "transB", 0),
-                    shape_condition,
                     same_shape(y, gemm, 2),  # so s has 1 or N columns
                     name=unique(f"Gemm{suffix}+Mul(per column) -> Gemm"),
                 ).then(union(y).with_(scaled))
@@ -172,24 +177,24 @@ def _matmul_constants(
     for operands in (args_of(product, s), args_of(s, product)):
         for shape_condition in (value_flag(s, "single"), has_shape(s, dims_of(j)), has_shape(s, dims_of(1, j))):
             yield rule(
+                shape_condition,
                 eq(y).to(result("Mul", op_attrs, operands, op_id)),
                 sole_use(product),
                 static_value(w),
                 static_value(s),
                 has_shape(w, dims_of(k, n)),  # a matrix: the product's last axis is its columns
-                shape_condition,
                 same_shape(y, product, rank),  # so s has 1 or n columns
                 name=unique("MatMul+Mul(per column) -> MatMul"),
             ).then(union(y).with_(scaled))
     # A scalar applied to the input instead: x * s feeds the product or convolution only.
     for inner_operands in (args_of(x, s), args_of(s, x)):
         yield rule(
+            value_flag(s, "single"),
             eq(scaled_x).to(result("Mul", op_attrs, inner_operands, op_id)),
             eq(y).to(result("MatMul", attrs, args_of(scaled_x, w), node_id)),
             sole_use(scaled_x),
             static_value(w),
             static_value(s),
-            value_flag(s, "single"),
             same_shape(scaled_x, x, rank),
             name=unique("Mul(scalar)+MatMul -> MatMul"),
         ).then(union(y).with_(scaled))
@@ -213,12 +218,12 @@ def _conv_input_scalar(
     for inner_operands in (args_of(x, s), args_of(s, x)):
         for conv_tail, new_tail in (((), ()), ((b,), (b,))):
             yield rule(
+                value_flag(s, "single"),
                 eq(scaled_x).to(result("Mul", op_attrs, inner_operands, op_id)),
                 eq(y).to(result("Conv", attrs, args_of(scaled_x, w, *conv_tail), node_id)),
                 sole_use(scaled_x),
                 static_value(w),
                 static_value(s),
-                value_flag(s, "single"),
                 same_shape(scaled_x, x, rank),
                 name=unique("Mul(scalar)+Conv -> Conv"),
             ).then(union(y).with_(result("Conv", attrs, args_of(x, scaled_w, *new_tail), node_id)))
