@@ -190,6 +190,27 @@ def test_a_candidate_starts_only_if_it_ends_before_finishing_must_begin() -> Non
     assert not search._admits("sensitivity")
 
 
+def test_random_data_at_dynamic_sizes_of_one_is_said() -> None:
+    """``--data random`` on a sequence model ran every candidate on one-step sequences, silently."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    weight = numpy_helper.from_array(np.random.default_rng(0).standard_normal((8, 4)).astype(np.float32), "w")
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["y"])],
+        "seq",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", "T", 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", "T", 4])],
+        [weight],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=9)
+    options = CompressOptions(data="random", workers=1, techniques=["fuse"], budget_minutes=1)
+    try:
+        _, report = compress_model(model, options)
+    except SettingsError as error:  # a lone MatMul fused is no faster: the report comes with the refusal
+        report = error.report
+    assert any(note.startswith("x ran at [1, 8] per sample (its dynamic sizes at 1)") for note in report.notes)
+
+
 def test_the_fused_original_is_tried_even_when_the_time_budget_is_out(monkeypatch: pytest.MonkeyPatch) -> None:
     """A search whose stages used up the budget (a diffusion UNet's two quantized candidates took it all)
     still fuses the best it has: lossless, one optimize run, and it may be all that fits."""

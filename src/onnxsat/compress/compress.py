@@ -30,7 +30,7 @@ from onnxsat.compress.recipe import CALIBRATION_LIMIT, Recipe
 from onnxsat.compress.report import CandidateRow, CompressReport, Contribution, mark_pareto
 from onnxsat.compress.search import MARGIN, PROBE_RATE, Evaluated, Search, SearchSettings
 from onnxsat.compress.timing import SideBySide, machine
-from onnxsat.data.model_input import batch_size_for, data_input, evaluation_data, sized_by_data
+from onnxsat.data.model_input import batch_size_for, data_input, defaulted_sizes, evaluation_data, sized_by_data
 from onnxsat.data.sources import Dataset
 from onnxsat.eqsat.portable import portable_form
 from onnxsat.errors import SettingsError
@@ -137,6 +137,8 @@ def compress_model(
     options.check()
     report = CompressReport(input=source, output=None, max_drop=options.max_drop)
     search_data, held_data = _data(model, options)  # data that does not fit is said first
+    if options.data == "random" and (sizes := defaulted_sizes(model, options.inputs, search_data)):
+        report.notes.append(sizes)
     options = replace(options, inputs=sized_by_data(model, options.inputs, search_data))
     report.input_shapes = {name: list(dims) for name, dims in options.inputs.shapes.items()}
     original_run = reference_run(model, options.inputs, base_dir=base_dir)

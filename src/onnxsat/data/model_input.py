@@ -82,6 +82,24 @@ def random_dataset(model: onnx.ModelProto, count: int, inputs: InputsLike = None
     return fitted_to_model(model, dataset, spec.given)
 
 
+def defaulted_sizes(model: onnx.ModelProto, inputs: InputSpec, dataset: Dataset) -> str:
+    """What to say when random samples of the data input ran with its dynamic dims past the batch at 1 (a
+    sequence of one token, an image one pixel wide), or nothing: ranges calibrated and drops measured on such
+    inputs can miss real ones' by far (a char-LSTM's logits reach +-8 on text, +-4 on one random token; its
+    next-character accuracy fell from 89% to 72%)."""
+    name = data_input(model, inputs.given).name
+    if name in inputs.shapes:
+        return ""
+    dims = input_dims(model, inputs.given)[1:]
+    if not any(d is None for d in dims):
+        return ""
+    shape = ", ".join(str(d) for d in dataset.inputs.shape[1:])
+    return (
+        f"{name} ran at [{shape}] per sample (its dynamic sizes at 1), whose ranges can miss real inputs' by far: "
+        "give --input-shape with real sizes at least"
+    )
+
+
 def evaluation_data(
     model: onnx.ModelProto,
     spec: str | None,

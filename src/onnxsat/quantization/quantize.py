@@ -35,9 +35,9 @@ from onnxsat import model_io
 from onnxsat.data.model_input import (
     batch_size_for,
     data_input,
+    defaulted_sizes,
     evaluation_data,
     fitted_to_model,
-    input_dims,
     random_dataset,
     sized_by_data,
 )
@@ -309,28 +309,10 @@ def _budget_data(
     )
     if dataset is None:
         dataset = random_dataset(model, RANDOM_SAMPLES, spec)
-        report.notes.append(
-            f"calibrated and scored on {len(dataset)} seeded random inputs: give --data for real ones"
-            + _defaulted_sizes(model, spec, dataset)
-        )
+        note = f"calibrated and scored on {len(dataset)} seeded random inputs: give --data for real ones"
+        sizes = defaulted_sizes(model, spec, dataset)
+        report.notes.append(f"{note}; {sizes}" if sizes else note)
     return given, model_input, dataset
-
-
-def _defaulted_sizes(model: onnx.ModelProto, spec: InputSpec, dataset: Dataset) -> str:
-    """What to add to the random-inputs note when the data input's dynamic dims past the batch were set to 1
-    (a sequence of one token): ranges calibrated on such inputs can miss real ones' by far (a char-LSTM's
-    logits reach +-8 on text, +-4 on one random token; its next-character accuracy fell from 89% to 72%)."""
-    name = data_input(model, spec.given).name
-    if name in spec.shapes:
-        return ""
-    dims = input_dims(model, spec.given)[1:]
-    if not any(d is None for d in dims):
-        return ""
-    shape = ", ".join(str(d) for d in dataset.inputs.shape[1:])
-    return (
-        f"; {name} ran at [{shape}] per sample (its dynamic sizes at 1), whose ranges can miss real inputs' "
-        f"by far: give --input-shape with real sizes at least"
-    )
 
 
 def _hold_the_others(
