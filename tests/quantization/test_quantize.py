@@ -773,3 +773,19 @@ def test_auto_on_a_model_whose_only_float_weight_is_a_table_says_so(
     assert code != 0 and not (tmp_path / "q.onnx").exists()
     err = capsys.readouterr().err
     assert "nothing for auto to quantize: the only float weights are read by Gather; --mode weight-only" in err
+
+
+def test_a_form_no_faster_and_not_small_enough_names_its_share_of_the_file(tmp_path: Path) -> None:
+    """The refusal said "its file is no smaller (242,665 bytes against 251,476)" of a file 3.5% smaller: it is
+    not small enough to pay (at most 90%), which is what it says now."""
+    from onnxsat.errors import SettingsError
+    from onnxsat.quantization import quantize as quantize_module
+    from onnxsat.quantization.report import QuantizeReport
+
+    model = onnx.load(mlp(tmp_path / "mlp.onnx"))
+    size = quantize_module.stored_bytes(model)
+    candidate = quantize_module.Candidate("weight-only", model, {}, None, latency={"speedup": 1.0})
+    options = quantize_module.QuantizeOptions()
+    with pytest.raises(SettingsError) as refused:
+        quantize_module._choose([candidate], options, QuantizeReport("m", None, "auto"), round(size / 0.965))
+    assert "its file is 96% of the given one" in str(refused.value) and "at most 90% pays" in str(refused.value)

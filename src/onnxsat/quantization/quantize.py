@@ -1071,7 +1071,8 @@ def _choose(
         if size > PAYS_SIZE * given_size:
             message = (
                 f"no quantized form pays here: the fastest, {best.mode} at {best.speedup:.2f}x, is no faster beyond "
-                f"timing noise and its file is no smaller ({size:,} bytes against {given_size:,})"
+                f"timing noise and its file is {size / given_size:.0%} of the given one ({size:,} bytes against "
+                f"{given_size:,}; at most {PAYS_SIZE:.0%} pays)"
             )
     if message and options.mode == AUTO_MODE:
         raise SettingsError(f"{message}; nothing written")
