@@ -340,7 +340,7 @@ def test_kernels_under_weight_normalization_are_pruned(tmp_path: Path) -> None:
     out, report = tmp_path / "s.onnx", tmp_path / "s.json"
     assert main(["sparsify", str(path), "-o", str(out), "--sparsity", "0.5", "--report", str(report)]) == 0
     notes = json.loads(report.read_text())["notes"]
-    assert any(note.startswith("normalised first: weights computed from constants (1;") for note in notes)
+    assert any(note.startswith("normalised first: weights computed from constants (1 of 1;") for note in notes)
     written = onnx.load(out)
     conv = next(n for n in written.graph.node if n.op_type == "Conv")
     kernel = next(numpy_helper.to_array(t) for t in written.graph.initializer if t.name == conv.input[1])
@@ -370,3 +370,31 @@ def test_with_data_the_verification_figures_come_from_its_samples(tmp_path: Path
     assert main(["sparsify", str(bundled_digits_cnn()), "-o", str(out), *args]) == 0
     notes = json.loads(report.read_text())["notes"]
     assert any("verification compared the outputs on the first 16 samples of digits" in n for n in notes), notes
+
+
+def test_a_quantized_weight_is_not_said_to_be_folded(tmp_path: Path) -> None:
+    """An int8 weight behind its DequantizeLinear is computed from constants but never folds (it stays int8):
+    the note said a Transpose or a weight normalization had been folded so it could be pruned."""
+    rng = np.random.default_rng(3)
+    graph = helper.make_graph(
+        [
+            helper.make_node("DequantizeLinear", ["wq", "scale"], ["w1"]),
+            helper.make_node("MatMul", ["x", "w1"], ["h"]),
+            helper.make_node("MatMul", ["h", "w2"], ["y"]),
+        ],
+        "quantized_weight",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 16])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 8])],
+        [
+            numpy_helper.from_array(rng.integers(-100, 100, size=(16, 32)).astype(np.int8), "wq"),
+            numpy_helper.from_array(np.array(0.01, dtype=np.float32), "scale"),
+            numpy_helper.from_array(rng.normal(size=(32, 8)).astype(np.float32), "w2"),
+        ],
+    )
+    path = tmp_path / "q.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), path)
+    out, report = tmp_path / "s.onnx", tmp_path / "s.json"
+    assert main(["sparsify", str(path), "-o", str(out), "--sparsity", "0.5", "--report", str(report)]) == 0
+    notes = json.loads(report.read_text())["notes"]
+    assert "1 weights computed from constants are left as they are: none of them folds" in notes
+    assert not any(note.startswith("normalised first") for note in notes)

@@ -232,10 +232,13 @@ def _weights_folded(
         return model, [
             f"{computed} weights computed from constants are left as they are: folding would lose {lost[0]!r}"
         ]
+    folded = computed - _computed_weights(form.model)
+    if folded <= 0:  # a quantized weight's DequantizeLinear, a Cast from a narrow type: none of them folds
+        return model, [f"{computed} weights computed from constants are left as they are: none of them folds"]
     return form.model, [
-        f"normalised first: weights computed from constants ({computed}; a Transpose of the stored kernel as Keras' "
-        "jax backend writes them, weight normalization left unfolded) folded so they can be pruned (ONNXSat "
-        "optimize --target portable)"
+        f"normalised first: weights computed from constants ({folded} of {computed}; e.g. a Transpose of the stored "
+        "kernel as Keras' jax backend writes them, weight normalization left unfolded) folded so they can be pruned "
+        "(ONNXSat optimize --target portable)"
     ]
 
 
