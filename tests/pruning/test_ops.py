@@ -276,6 +276,21 @@ def test_layer_normalization_over_the_channels_keeps_the_group_whole(axis: int) 
     assert forest.groups[0].reasons == ["LayerNormalization 'norm' normalizes over the channels"]
 
 
+@pytest.mark.parametrize(("axis", "pruned"), [(-1, True), (1, False)])
+def test_rms_normalization_is_followed_as_layer_normalization(axis: int, pruned: bool) -> None:
+    """Opset 23's RMSNormalization (no mean, no bias) was unknown to the library, and the hint it gave
+    (next-no-process) wrote a model ONNX Runtime refused: over the last axis the channels pass, over them the
+    group stays whole."""
+    b = Builder()
+    scale = b.const("rms_scale", np.ones([8] if axis == -1 else [8, 8, 8], np.float32))
+    norm = b.node("RMSNormalization", [b.conv("c1", "x", 3, 8), scale], "norm", axis=axis)
+    _, _, forest = association_trees(declared_model(b, b.conv("leaf", norm, 8, 2), [2, 2, 8, 8], 23))
+    group = next(g for g in forest.groups if g.roots[0].node == "c1")
+    assert group.prunable is pruned
+    if not pruned:
+        assert group.reasons == ["RMSNormalization 'norm' normalizes over the channels"]
+
+
 @pytest.mark.parametrize("opset", [18, 21])
 def test_group_normalization_keeps_the_group_whole(opset: int) -> None:
     b = Builder()

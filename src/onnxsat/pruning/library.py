@@ -94,6 +94,7 @@ _NEXT_PROCESS = (
     "BatchNormalization",
     "InstanceNormalization",
     "LayerNormalization",
+    "RMSNormalization",
     "GroupNormalization",
     "LRN",
     "MeanVarianceNormalization",

@@ -1353,12 +1353,12 @@ class _Walk:
                 return self.spoil(layouts, f"{op} {label!r} in training mode")
             self.track(node.output[0], layout, label)
             return ASSOCIATED
-        if op == "LayerNormalization":
+        if op in ("LayerNormalization", "RMSNormalization"):  # RMSNormalization (opset 23): no mean, no bias
             norm_axis = normalize_axis(attr(node, "axis", -1), rank) if rank is not None else None
             if norm_axis is None or layout.axis >= norm_axis:
-                return self.spoil(layouts, f"LayerNormalization {label!r} normalizes over the channels")
+                return self.spoil(layouts, f"{op} {label!r} normalizes over the channels")
             if any(name and self.index.uses(name) for name in node.output[1:]):
-                return self.spoil(layouts, f"LayerNormalization {label!r}: its mean or inverse deviation is read")
+                return self.spoil(layouts, f"{op} {label!r}: its mean or inverse deviation is read")
             self.track(node.output[0], layout, label)  # scale and bias span the normalized axes alone
             return "pass"
         if op == "MeanVarianceNormalization":
