@@ -356,3 +356,21 @@ def test_a_branch_the_inputs_cannot_run_leaves_its_nodes_unsized(monkeypatch: py
     monkeypatch.setattr(shapes_module, "_read_off", branch_fails)
     profile = profile_model(_if_model(), _IF_FEEDS)
     assert profile.layers[0].macs == 0 and profile.unsized == 4
+
+
+@pytest.mark.parametrize("layout", ["4d", "3d"])
+def test_opset_23_attention_counts_its_two_products_and_its_softmax(layout: str) -> None:
+    """It counted 0 (no rule): the attention of an encoder exported at opset 23 vanished from its MACs."""
+    batch, heads, seq, depth = 1, 4, 16, 8
+    if layout == "4d":
+        shapes, attrs = [batch, heads, seq, depth], {}
+    else:
+        shapes, attrs = [batch, seq, heads * depth], {"q_num_heads": heads, "kv_num_heads": heads}
+    node = helper.make_node("Attention", ["q", "k", "v"], ["y"], "attention", **attrs)
+    built = model([node], [(name, shapes) for name in "qkv"], ["y"])
+    del built.opset_import[:]
+    built.opset_import.append(helper.make_opsetid("", 23))
+    built.ir_version = 10
+    (layer,) = profile_model(built).layers
+    scores = batch * heads * seq * seq
+    assert layer.macs == scores * 2 * depth + 36 * scores

@@ -33,7 +33,10 @@ with transcendental functions weighted by the cost of their vectorised approxima
   Broadcasting counts the output, whatever the inputs' sizes.
 - MaxPool, AveragePool: ``output elements x kernel elements``. GlobalAveragePool: input elements
   + 4 x output elements. ReduceMean/Sum/Prod/Min/Max: input elements; ReduceL2: 25 x input elements.
-  LayerNormalization: ``7 x elements + 29 x elements / (size of the normalized axis)``.
+  LayerNormalization: ``7 x elements + 29 x elements / (size of the normalized axis)``; RMSNormalization the
+  same less one per element (no mean); GroupNormalization ``7 x elements + 29 x batch x groups``.
+- Attention (opset 23): ``batch x heads x Sq x Skv x (D + Dv)`` for its two products, plus Softmax's 36 per
+  score (Skv as the K input shows it: past keys are not added).
   Resize/Upsample: 0 (nearest), 4 (linear) or 8 (cubic) per output element. Einsum: the product
   of every distinct index's size over both operands.
 - LSTM, GRU, RNN: the gate products, ``steps x batch x (elements of W + elements of R)`` (W and R hold
@@ -513,6 +516,12 @@ def node_macs(node: onnx.NodeProto, shapes: Shapes) -> int | None:
         return math.prod(shape(0)) * _REDUCTIONS[op]
     if op == "LayerNormalization":
         return _layer_norm(shape(0), _int(node, "axis", -1))
+    if op == "RMSNormalization":  # no mean: LayerNormalization's per-element and per-row work, less a subtraction
+        return _layer_norm(shape(0), _int(node, "axis", -1)) - math.prod(shape(0))
+    if op == "GroupNormalization":
+        return 7 * math.prod(shape(0)) + 29 * shape(0)[0] * _int(node, "num_groups", 1)
+    if op == "Attention":
+        return _attention(node, shape(0), shape(1), shape(2))
     if op in ("Resize", "Upsample"):
         return out * {"linear": 4, "cubic": 8}.get(_text(node, "mode", "nearest"), 0)
     if op in ("LSTM", "GRU", "RNN"):
@@ -521,6 +530,22 @@ def node_macs(node: onnx.NodeProto, shapes: Shapes) -> int | None:
     if op == "Einsum":
         return _einsum(_text(node, "equation", ""), [shape(i) for i in range(len(node.input)) if given(i)])
     return None
+
+
+def _attention(node: onnx.NodeProto, q: tuple[int, ...], k: tuple[int, ...], v: tuple[int, ...]) -> int:
+    """Opset 23's Attention: the two products ``Q K^T`` and ``P V`` (``batch x heads x Sq x Skv x (D + Dv)``) and
+    its softmax (36 per score). Q, K, V are ``[B, heads, S, D]`` or ``[B, S, heads * D]`` (heads from the
+    ``q_num_heads`` attribute); a past key/value input lengthens Skv, which the K given here does not show."""
+    if len(q) == 4:
+        batch, heads, queries, depth = q
+        keys, value_depth = k[2], v[3]
+    else:
+        batch, queries = q[0], q[1]
+        heads = _int(node, "q_num_heads", 1)
+        kv_heads = _int(node, "kv_num_heads", heads)
+        depth, keys, value_depth = q[2] // max(heads, 1), k[1], v[2] // max(kv_heads, 1)
+    scores = batch * heads * queries * keys
+    return scores * (depth + value_depth) + 36 * scores
 
 
 def _layer_norm(shape: tuple[int, ...], axis: int) -> int:
