@@ -181,6 +181,9 @@ def test_a_candidate_starts_only_if_it_ends_before_finishing_must_begin() -> Non
     assert not _paced_search(100, {"fuse": [20.0], "sensitivity": [50.0]}, timing=5.0)._admits("sensitivity")
     search = _paced_search(10, {"fuse": [20.0]})
     assert not search._time_left() and search.stopped_early, "finishing alone fills what is left"
+    search = _paced_search(100, {"fuse": [20.0], "sensitivity": [80.0]})
+    assert search._time_left() and not search._admits("sensitivity")
+    assert not search._time_left() and search.stopped_early, "a refusal ends the search (no loop asking again)"
     # a best with three times the original's nodes (a quantized form) takes three times as long to fuse: 75 s
     search = _paced_search(100, {"fuse": [20.0], "sensitivity": [30.0]})
     assert search._admits("sensitivity")
