@@ -49,9 +49,6 @@ from onnxsat.eqsat.rules.patterns import attr_flag, derived, result, unique, val
 
 bn_folding: Ruleset = ruleset(name="bn_folding")
 
-# Convolution op -> kernel (weights.py) that scales its weight per output channel.
-WEIGHT_SCALERS = {"Conv": "scale_conv_weight", "ConvTranspose": "scale_convtranspose_weight"}
-
 
 @bn_folding.register
 def _foldable_batchnorm(y: Tensor, x: Tensor, params: Args, bn_attrs: Attrs, bn_id: String) -> object:
@@ -70,16 +67,27 @@ def _static_weights(w: Tensor, b: Tensor, has_bias: bool) -> object:
     return static_args(args_of(w, b) if has_bias else args_of(w))
 
 
+# (op, kernel (weights.py) scaling its weight per output channel, transB the rule needs or None): a Gemm's
+# weight is [K, N] (its columns scaled) or, with transB = 1, [N, K] (its rows, as a Conv's); a Gemm also needs
+# alpha = beta = 1.
+PRODUCERS = (
+    ("Conv", "scale_conv_weight", None),
+    ("ConvTranspose", "scale_convtranspose_weight", None),
+    ("Gemm", "scale_columns", 0),
+    ("Gemm", "scale_conv_weight", 1),
+)
+
+
 @bn_folding.register
-def _fold_batchnorm_into_conv(
+def _fold_batchnorm_into_producer(
     y: Tensor,
     x: Tensor,
     w: Tensor,
     b: Tensor,
-    conv_attrs: Attrs,
-    conv_captures: Args,
-    conv_id: String,
-    conv_out: Tensor,
+    attrs: Attrs,
+    captures: Args,
+    node_id: String,
+    produced: Tensor,
     gamma: Tensor,
     beta: Tensor,
     mean: Tensor,
@@ -88,59 +96,21 @@ def _fold_batchnorm_into_conv(
     bn_params: Args,
 ) -> object:
     scale = derived("bn_scale", args_of(gamma, var), bn_attrs)
-    for conv_op, scaler in WEIGHT_SCALERS.items():
-        for has_bias, conv_inputs, bias in ((False, args_of(x, w), Tensor.absent()), (True, args_of(x, w, b), b)):
-            conv = Node(conv_op, "", conv_attrs, conv_inputs, conv_captures, conv_id, 1)
-            new_weight = derived(scaler, args_of(w, scale), conv_attrs)
+    for op, scaler, trans_b in PRODUCERS:
+        gemm = () if trans_b is None else (attr_flag(attrs, "plain"), attr_int(attrs, "transB", trans_b))
+        for has_bias, inputs, bias in ((False, args_of(x, w), Tensor.absent()), (True, args_of(x, w, b), b)):
+            producer = Node(op, "", attrs, inputs, captures, node_id, 1)
+            new_weight = derived(scaler, args_of(w, scale), attrs)
             new_bias = derived("bn_fold_bias", args_of(bias, mean, scale, beta, w), bn_attrs)
-            folded = Node(conv_op, "", conv_attrs, args_of(x, new_weight, new_bias), conv_captures, conv_id, 1)
+            folded = Node(op, "", attrs, args_of(x, new_weight, new_bias), captures, node_id, 1)
             yield rule(
-                foldable_batchnorm(y, conv_out, bn_attrs, bn_params),
-                sole_use(conv_out),
-                eq(conv_out).to(out(conv, 0)),
+                foldable_batchnorm(y, produced, bn_attrs, bn_params),
+                sole_use(produced),
+                eq(produced).to(out(producer, 0)),
+                *gemm,
                 eq(bn_params).to(args_of(gamma, beta, mean, var)),
                 _static_weights(w, b, has_bias),
-                name=f"{conv_op}{'(bias)' if has_bias else ''}+BatchNormalization -> {conv_op}",
-            ).then(union(y).with_(out(folded, 0)))
-
-
-GEMM_COLUMN_SCALERS = {0: "scale_columns", 1: "scale_conv_weight"}
-"""transB -> kernel scaling the Gemm weight per output column: columns of [K, N], rows of [N, K]."""
-
-
-@bn_folding.register
-def _fold_batchnorm_into_gemm(
-    y: Tensor,
-    a: Tensor,
-    w: Tensor,
-    c: Tensor,
-    gemm_attrs: Attrs,
-    gemm_captures: Args,
-    gemm_id: String,
-    gemm_out: Tensor,
-    gamma: Tensor,
-    beta: Tensor,
-    mean: Tensor,
-    var: Tensor,
-    bn_attrs: Attrs,
-    bn_params: Args,
-) -> object:
-    scale = derived("bn_scale", args_of(gamma, var), bn_attrs)
-    for trans_b, scaler in GEMM_COLUMN_SCALERS.items():
-        for has_bias, gemm_inputs, bias in ((False, args_of(a, w), Tensor.absent()), (True, args_of(a, w, c), c)):
-            gemm = Node("Gemm", "", gemm_attrs, gemm_inputs, gemm_captures, gemm_id, 1)
-            new_weight = derived(scaler, args_of(w, scale), gemm_attrs)
-            new_bias = derived("bn_fold_bias", args_of(bias, mean, scale, beta, w), bn_attrs)
-            folded = Node("Gemm", "", gemm_attrs, args_of(a, new_weight, new_bias), gemm_captures, gemm_id, 1)
-            yield rule(
-                foldable_batchnorm(y, gemm_out, bn_attrs, bn_params),
-                sole_use(gemm_out),
-                eq(gemm_out).to(out(gemm, 0)),
-                attr_flag(gemm_attrs, "plain"),
-                attr_int(gemm_attrs, "transB", trans_b),
-                eq(bn_params).to(args_of(gamma, beta, mean, var)),
-                _static_weights(w, c, has_bias),
-                name=unique(f"Gemm{'(bias)' if has_bias else ''}+BatchNormalization -> Gemm"),
+                name=unique(f"{op}{'(bias)' if has_bias else ''}+BatchNormalization -> {op}"),
             ).then(union(y).with_(out(folded, 0)))
 
 
