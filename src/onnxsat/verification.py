@@ -7,6 +7,7 @@ rest), and every output is compared.
 
 from __future__ import annotations
 
+import functools
 import gc
 import re
 import threading
@@ -385,19 +386,31 @@ def check_exchangeable(sess: ort.InferenceSession, feeds: Mapping[str, object], 
 _CANNOT_EXCHANGE = "cannot exchange numpy arrays with"
 
 
-def _numpy_exchangeable(ort_type: str) -> bool:
-    """Whether ORT's Python API converts a value of ORT's type name (``tensor(bfloat16)``) to and from numpy:
-    not for element types numpy has only as registered user types (number 256 on: ml_dtypes' bfloat16,
-    float8, int4), which its binding has no conversion for."""
+def ort_element_type(ort_type: str) -> int | None:
+    """ONNX's element type for ONNX Runtime's name of a tensor type (``NodeArg.type``, ``tensor(float16)``): the
+    name inside is the ``TensorProto`` enum's, lower-cased; None for sequences, maps, optionals and names this
+    onnx does not know."""
     if not (ort_type.startswith("tensor(") and ort_type.endswith(")")):
-        return True  # sequences, maps, optionals: ORT converts their tensors as it converts any
-    elem_type = getattr(onnx.TensorProto, ort_type[len("tensor(") : -1].upper(), None)
-    if elem_type is None:
-        return True
+        return None
+    return getattr(onnx.TensorProto, ort_type[len("tensor(") : -1].upper(), None)
+
+
+@functools.cache
+def numpy_exchangeable(elem_type: int) -> bool:
+    """Whether ORT's Python API converts values of an ONNX element type to and from numpy: not for the types
+    numpy has only as registered user types (number 256 on: ml_dtypes' bfloat16, float8, int4), which its
+    binding has no conversion for."""
     try:
         return np.dtype(onnx.helper.tensor_dtype_to_np_dtype(elem_type)).num < _NUMPY_USER_TYPES
     except (KeyError, TypeError, ValueError):  # a type this onnx has no numpy dtype for: numpy cannot hold it
         return False
+
+
+def _numpy_exchangeable(ort_type: str) -> bool:
+    """:func:`numpy_exchangeable` for ORT's type name; sequences, maps and optionals are (ORT converts their
+    tensors as it converts any), as is a name this onnx does not know."""
+    elem_type = ort_element_type(ort_type)
+    return elem_type is None or numpy_exchangeable(elem_type)
 
 
 _NUMPY_USER_TYPES = 256

@@ -28,6 +28,7 @@ from onnxsat.eqsat.weights import constant_node_value
 from onnxsat.eqsat.window_pads import absorbable_pads
 from onnxsat.external_data import ExternalRef, is_external, read_bytes, reference, tensor_value
 from onnxsat.proto_fields import subgraph_captures
+from onnxsat.verification import numpy_exchangeable
 
 FlagPredicate = Callable[[list[onnx.AttributeProto], int], bool]
 
@@ -694,20 +695,6 @@ def _kept_at_run_time(
         refused |= newly
 
 
-NARROW_TYPES = frozenset(
-    getattr(onnx.TensorProto, name)
-    for name in (
-        "BFLOAT16", "FLOAT8E4M3FN", "FLOAT8E4M3FNUZ", "FLOAT8E5M2", "FLOAT8E5M2FNUZ", "FLOAT8E8M0",
-        "INT4", "UINT4", "FLOAT4E2M1", "INT2", "UINT2",
-    )
-    if hasattr(onnx.TensorProto, name)
-)  # fmt: skip
-"""Element types no node reading or making them folds. ONNX Runtime's Python API, which computes folds, hands
-none of them to numpy (bfloat16 and int4 fail; float8 e4m3fn came back as its byte codes, 448 as 126); and a
-weight stored narrow and widened by a Cast stays narrow (folded, an int4 weight grew the file 3.6x for no
-speed: ONNX Runtime widens it once when it loads)."""
-
-
 def _is_constant(node: onnx.NodeProto) -> bool:
     return node.op_type == "Constant" and node.domain in ("", "ai.onnx")
 
@@ -726,7 +713,10 @@ def _foldable_keeping(
         return False
     if node.op_type == "DequantizeLinear":  # an int8 weight stays int8: folded, it is 4x larger and runs in float
         return False
-    if any(facts.types.get(name) in NARROW_TYPES for name in [*node.input, *node.output] if name):
+    if any(name in facts.types and not numpy_exchangeable(facts.types[name]) for name in [*node.input, *node.output]):
+        # ORT's Python API, which computes folds, hands none of them to numpy (bfloat16 and int4 failed; float8
+        # e4m3fn came back as its byte codes, 448 as 126); and a weight stored narrow and widened by a Cast stays
+        # narrow (folded, an int4 weight grew the file 3.6x for no speed: ORT widens it once when it loads)
         return False
     if not any(node.input) or subgraph_captures(node) or _has_subgraph(node.attribute):
         return False  # If/Loop/Scan bodies are left alone

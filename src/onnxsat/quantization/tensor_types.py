@@ -16,15 +16,7 @@ import onnxruntime as ort
 from onnx import helper
 
 from onnxsat.external_data import structure_view
-from onnxsat.verification import session, with_outputs
-
-
-def _element_type(ort_type: str) -> int | None:
-    """ONNX's element type for ONNX Runtime's name of a tensor type (``NodeArg.type``, ``tensor(float16)``): the
-    name inside is the ``TensorProto`` enum's, lower-cased; None for sequences, maps and optionals."""
-    if not (ort_type.startswith("tensor(") and ort_type.endswith(")")):
-        return None
-    return getattr(onnx.TensorProto, ort_type[len("tensor(") : -1].upper(), None)
+from onnxsat.verification import ort_element_type, session, with_outputs
 
 
 def untyped_tensors(model: onnx.ModelProto) -> list[str]:
@@ -51,7 +43,7 @@ def type_from_runtime(model: onnx.ModelProto) -> int:
         loaded = session(with_outputs(model, names), ort.GraphOptimizationLevel.ORT_DISABLE_ALL, lean=True)
     except Exception:  # ORT's load errors have many types; the untyped tensors stay as they were
         return 0
-    types = {arg.name: _element_type(arg.type) for arg in loaded.get_outputs()}
+    types = {arg.name: ort_element_type(arg.type) for arg in loaded.get_outputs()}
     typed = 0
     for name in names:
         elem_type = types.get(name)
