@@ -129,8 +129,6 @@ class Search:
     _slow: dict[Recipe, tuple[str, ...]] = field(default_factory=dict)
     """Per quantized recipe as proposed: the nodes measured slower quantized, left in float."""
     _node_counts: dict[int, int] = field(default_factory=dict)
-    _out_of_time: bool = False
-    """A candidate was refused for want of time (``_admits``): no stage starts another."""
     _timing_seconds: float = 0.0
     """The longest time one model's side-by-side timing has taken so far (with its share of the original's)."""
 
@@ -274,7 +272,6 @@ class Search:
             return True
         # the search is over: the stages after this one build candidates no quicker, and a refinement loop
         # asking again would spin until the deadline starting nothing
-        self._out_of_time = True
         self.stopped_early = True
         return False
 
@@ -339,7 +336,7 @@ class Search:
         return max(CANDIDATE_MINUTES, (self._soft_deadline() - time.monotonic()) / 60)
 
     def _time_left(self) -> bool:
-        if not self._out_of_time and time.monotonic() < self._soft_deadline():
+        if not self.stopped_early and time.monotonic() < self._soft_deadline():
             return True
         self.stopped_early = True
         return False
