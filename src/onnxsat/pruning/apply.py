@@ -26,6 +26,7 @@ from onnx import numpy_helper
 
 from onnxsat.external_data import tensor_value
 from onnxsat.node_order import sort_graph
+from onnxsat.proto_fields import subgraph_captures
 from onnxsat.pruning.trees import ChannelSlice, Forest
 
 Key = tuple[int, int]
@@ -186,10 +187,8 @@ def drop_orphans(graph: onnx.GraphProto, names: list[str]) -> None:
     initializers left unread. Run after reconstruction, which relies on the node order of ``apply_pruning``."""
     uses = _uses(graph)
     for node in graph.node:  # names read inside subgraphs stay
-        for attribute in node.attribute:
-            for body in [attribute.g, *attribute.graphs] if attribute.type in _GRAPH_TYPES else []:
-                for inner in body.node:
-                    uses.update((name, uses.get(name, 0) + 1) for name in inner.input if name)
+        for name in subgraph_captures(node):
+            uses[name] = uses.get(name, 0) + 1
     producer = {output: index for index, node in enumerate(graph.node) for output in node.output if output}
     pending, dropped, freed = list(names), set(), set()
     while pending:
@@ -205,9 +204,6 @@ def drop_orphans(graph: onnx.GraphProto, names: list[str]) -> None:
     for index in sorted(dropped, reverse=True):
         del graph.node[index]
     _drop_unused(graph, freed)
-
-
-_GRAPH_TYPES = (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
 
 
 def _drop_unused(graph: onnx.GraphProto, candidates: set[str]) -> None:
