@@ -29,6 +29,9 @@ from onnxsat.node_order import sort_graph
 from onnxsat.proto_fields import subgraph_captures
 from onnxsat.pruning.trees import ChannelSlice, Forest
 
+ATTRIBUTE_EDITS = ("group", "hidden_size", "q_num_heads", "kv_num_heads", "num_heads")
+"""Shape edits of an integer attribute of that name: a depthwise Conv's groups, an RNN's units, head counts."""
+
 Key = tuple[int, int]
 """(node index, input slot)."""
 
@@ -100,7 +103,7 @@ def apply_pruning(
         if removed == 0:
             continue
         node = graph.node[edit.node_index]
-        if edit.kind in ("group", "hidden_size"):
+        if edit.kind in ATTRIBUTE_EDITS:
             for attribute in node.attribute:
                 if attribute.name == edit.kind:
                     attribute.i -= removed

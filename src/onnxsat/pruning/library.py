@@ -13,7 +13,7 @@ The walk in ``trees.py`` never guesses what an op does to channels: it asks this
   a Reduce over it, an Einsum contracting it) end the group as unprunable instead.
 - ``next-process``: the channels pass through but the node holds per-channel data that must be sliced
   too (BatchNormalization parameters, Add/Mul/... by per-channel constants) or ties channel spaces
-  together (Add of two branches, Concat offsets).
+  together (Add of two branches, Concat offsets, the Q, K and V of an Attention node).
 - ``stop-process``: the branch ends and nothing needs changing (Shape, Size: their values follow the
   pruned shape at run time).
 
@@ -79,6 +79,7 @@ _NEXT_NO_PROCESS = (
     "Slice",
     "Split",
     "Einsum",
+    "RotaryEmbedding",
 )
 _NEXT_PROCESS = (
     "Add",
@@ -99,6 +100,7 @@ _NEXT_PROCESS = (
     "LRN",
     "MeanVarianceNormalization",
     "Gather",
+    "Attention",
 )
 _STOP_PROCESS = ("Shape", "Size")
 

@@ -36,6 +36,9 @@ far gets ``block * D``), and the Reshape target's ``H`` entry becomes a shape ed
 channel axis cuts the spaces the same way (GPT-2's ``c_attn``). A MatMul of two tensors whose
 channels sit on a batch axis (``Q @ K^T``, ``P @ V``) ties them like an elementwise op: the Q, K and V
 projections of one attention block, and the output projection as their leaf, form one head group.
+ONNX's own ``Attention`` op (opset 23, what PyTorch exports ``scaled_dot_product_attention`` as there) ties
+its Q, K and V the same way, a channel being one K/V head with the Q heads that read it (grouped-query
+attention), its head-count attributes shape edits; ``RotaryEmbedding`` passes whole heads.
 A split whose tensors no op reads is resolved as heads at the end (its Reshape runs all the same); when
 the node that resolves a split then spoils the group, the coarsening is undone (the group stays whole,
 reported in the channels it had).
@@ -157,7 +160,7 @@ class TreeEdge:
 @dataclass(frozen=True)
 class ShapeEdit:
     """A number in the graph that counts channels: a Reshape target or Resize sizes entry, a depthwise
-    Conv's ``group``.
+    Conv's ``group``, an attention node's head count.
 
     Its new value is the old one minus, for each ``(group, block)`` part, that group's pruned channels
     times ``block``.
@@ -165,8 +168,9 @@ class ShapeEdit:
 
     kind: str
     """``reshape`` or ``split`` (input 1 of the node, entry ``position``), ``sizes`` (a Resize's input 3),
-    ``group`` or ``hidden_size`` (the attribute), ``split-attribute`` (entry ``position`` of a Split's
-    ``split`` attribute, before opset 13), ``concat-piece``: a Reshape target built at run time by a Concat,
+    ``group``, ``hidden_size``, ``q_num_heads``, ``kv_num_heads`` or ``num_heads`` (the attribute),
+    ``split-attribute`` (entry ``position`` of a Split's ``split`` attribute, before opset 13),
+    ``concat-piece``: a Reshape target built at run time by a Concat,
     whose constant input ``slot`` holds the entry at ``position`` (the Reshape at ``node_index`` gets its own
     Concat), or ``zero-state``: a recurrent node's initial state ``slot`` (``position``), zero but computed
     at run time in the old size, is dropped (absent means zero) once any channel is pruned."""
@@ -563,6 +567,20 @@ class _Walk:
         split = self.layouts[name].split
         assert split is not None
         inner = split.inner
+        why = self.whole_blocks(name, inner)
+        if why:
+            return why
+        layout = self.layouts[name]
+        segments = tuple(Segment(s.space, s.offset // inner, s.block // inner, s.count) for s in layout.segments)
+        if split.outer_entry is not None:
+            self.target_edit(split.node_index, split.outer_entry, segments)
+        self.resolved.add(split.node_index)
+        self.layouts[name] = Layout(layout.axis, layout.size // inner, segments)
+        return ""
+
+    def whole_blocks(self, name: str, inner: int) -> str:
+        """Coarsen the spaces of tensor ``name`` until each of its channels covers whole blocks of ``inner``
+        positions (heads of ``inner`` features) starting at block boundaries. Returns why it cannot, or ""."""
         while True:
             layout = self.layouts[name]
             segment = next((s for s in layout.segments if s.block % inner), None)
@@ -575,11 +593,6 @@ class _Walk:
                 return f"{segment.count} channels do not divide into blocks of {inner}"
         if any(s.offset % inner for s in layout.segments):
             return f"channels do not start at a block boundary of {inner}"
-        segments = tuple(Segment(s.space, s.offset // inner, s.block // inner, s.count) for s in layout.segments)
-        if split.outer_entry is not None:
-            self.target_edit(split.node_index, split.outer_entry, segments)
-        self.resolved.add(split.node_index)
-        self.layouts[name] = Layout(layout.axis, layout.size // inner, segments)
         return ""
 
     # ------------------------------------------------------------------------------------ roots
@@ -805,6 +818,120 @@ class _Walk:
         self.track(node.output[0], first.moved(axis), label)
         return "tie" if len(tracked) > 1 else "pass"
 
+    def attention(self, node_index: int, node: onnx.NodeProto, tracked: dict[int, Layout]) -> str:
+        """ONNX's ``Attention`` (opset 23): Q, K and V hold heads, 3-D (``[B, S, heads * D]``, the counts in
+        ``q_num_heads``/``kv_num_heads``) or 4-D (``[B, heads, S, D]``).
+
+        Q head ``h`` reads K and V head ``h // G`` (grouped-query attention, ``G = q_heads / kv_heads``), so a
+        channel is one K/V head and the ``G`` Q heads reading it: the three are tied, and Y (the Q heads'
+        outputs, V's head size each) carries V's channels ``G`` times as wide. The head-count attributes are
+        shape edits. A mask with a plane per head, a key/value cache (its shape is the model's interface)
+        or a second output read keeps the group whole.
+        """
+        label = node_label(node)
+        layouts = list(tracked.values())
+        if set(tracked) - {0, 1, 2}:
+            return self.spoil(layouts, f"Attention {label!r} takes them as a mask, a cache or a length")
+        for slot in (0, 1, 2):
+            if slot not in tracked:
+                name = node.input[slot]
+                return self.spoil(layouts, f"Attention {label!r} ties them to {name!r}, {self.unrooted(name)}")
+        why = self.attention_extras(node)
+        if why:
+            return self.spoil(layouts, f"Attention {label!r} {why}")
+        ranks = {self.index.rank(name) for name in node.input[:3]}
+        q_heads, kv_heads = attr(node, "q_num_heads", 0), attr(node, "kv_num_heads", 0)
+        if ranks == {4}:
+            q_shape, k_shape = self.shape(node.input[0]), self.shape(node.input[1])
+            q_heads, kv_heads = q_shape[1] if q_shape else None, k_shape[1] if k_shape else None  # type: ignore[assignment]
+        elif ranks != {3}:
+            return self.spoil(layouts, f"Attention {label!r}: Q, K and V of ranks {sorted(ranks, key=str)}")
+        if not isinstance(q_heads, int) or not isinstance(kv_heads, int) or not kv_heads or q_heads % kv_heads:
+            return self.spoil(layouts, f"Attention {label!r}: head counts {q_heads} and {kv_heads} unknown or uneven")
+        axis, group = (1 if ranks == {4} else 2), q_heads // kv_heads
+        units = []
+        for slot, heads in ((0, q_heads), (1, kv_heads), (2, kv_heads)):
+            layout = self.layouts[node.input[slot]]
+            if layout.axis != axis or layout.size % heads:
+                return self.spoil(layouts, f"Attention {label!r} reads them on axis {layout.axis}, not its heads")
+            units.append(layout.size // heads * (group if slot == 0 else 1))  # positions per K/V head
+        before = self.snapshot()
+        for slot, unit in enumerate(units):
+            why = self.whole_blocks(node.input[slot], unit)
+            if why:
+                self.restore(before)
+                return self.spoil(layouts, f"Attention {label!r}: {why}")
+        q, k, v = (self.layouts[name] for name in node.input[:3])
+        in_heads = [
+            tuple((s.offset // unit, s.block // unit, s.count) for s in layout.segments)
+            for layout, unit in zip((q, k, v), units, strict=True)
+        ]
+        if len(set(in_heads)) != 1:
+            self.restore(before)
+            return self.spoil(layouts, f"Attention {label!r} pairs Q, K and V heads of different channel spaces")
+        for mine, *theirs in zip(q.segments, k.segments, v.segments, strict=True):
+            for other in theirs:
+                self.tie(mine.space, other.space)
+        self.heads.update(q.spaces)
+        for attribute, layout, unit, per_head in (
+            ("q_num_heads", q, units[0], group),
+            ("kv_num_heads", k, units[1], 1),
+        ):
+            if attr(node, attribute, None) is not None:
+                heads = tuple(
+                    replace(s, offset=s.offset // unit, block=s.block // unit * per_head) for s in layout.segments
+                )
+                self.edits.append((attribute, node_index, 0, heads))
+        self.track(node.output[0], Layout(axis, v.size * group, tuple(s.scaled(group) for s in v.segments)), label)
+        return "tie"
+
+    def attention_extras(self, node: onnx.NodeProto) -> str:
+        """Why an Attention node's heads cannot shrink for what it holds besides Q, K and V, or ""."""
+        mask = node.input[3] if len(node.input) > 3 else ""
+        if mask:
+            shape = self.shape(mask)
+            if shape is None:
+                return f"has a mask {mask!r} of unknown shape"
+            if len(shape) >= 3 and shape[-3] != 1:
+                return f"has a mask {mask!r} with a plane per head"
+        if any(node.input[4:6]):
+            return "reads a key/value cache of every head (past_key, past_value: the model's interface)"
+        if any(name and self.index.uses(name) for name in node.output[1:]):
+            return "has its present key/value or its QK product read"
+        return ""
+
+    def rotary(self, node_index: int, node: onnx.NodeProto, tracked: dict[int, Layout]) -> str:
+        """ONNX's ``RotaryEmbedding`` (opset 23) rotates features within each head: whole heads pass.
+
+        3-D input ``[B, S, heads * D]`` (``num_heads`` says how many: a shape edit) or 4-D ``[B, heads, S, D]``.
+        """
+        label = node_label(node)
+        layouts = list(tracked.values())
+        if set(tracked) != {0}:
+            return self.spoil(layouts, f"RotaryEmbedding {label!r} takes them as a rotation or a position")
+        layout, rank, heads = tracked[0], self.index.rank(node.input[0]), attr(node, "num_heads", 0)
+        if rank == 4:
+            heads = layout.size
+        if rank not in (3, 4) or layout.axis != (2 if rank == 3 else 1) or not heads or layout.size % heads:
+            return self.spoil(layouts, f"RotaryEmbedding {label!r} rotates them within a head")
+        unit = layout.size // heads
+        why = self.whole_blocks(node.input[0], unit)
+        if why:
+            return self.spoil(layouts, f"RotaryEmbedding {label!r}: {why}")
+        layout = self.layouts[node.input[0]]
+        self.heads.update(layout.spaces)
+        if attr(node, "num_heads", None) is not None:
+            self.edits.append(
+                (
+                    "num_heads",
+                    node_index,
+                    0,
+                    tuple(replace(s, offset=s.offset // unit, block=s.block // unit) for s in layout.segments),
+                )
+            )
+        self.track(node.output[0], layout, label)
+        return "pass"
+
     def depthwise(self, node_index: int, node: onnx.NodeProto, layout: Layout, multiplier: int) -> str:
         """A depthwise Conv: filters and bias follow the input channels, and so do its outputs."""
         bias = node.input[2] if len(node.input) > 2 else ""
@@ -828,6 +955,8 @@ class _Walk:
             return self.elementwise(node_index, node, tracked)
         if node.op_type == "Einsum":
             return self.einsum(node_index, node, tracked)
+        if node.op_type == "RotaryEmbedding":
+            return self.rotary(node_index, node, tracked)
         if set(tracked) != {0}:
             return self.spoil(layouts, f"{node.op_type} {label!r} takes them as a parameter")
         layout = tracked[0]
@@ -1337,6 +1466,8 @@ class _Walk:
             return self.elementwise(node_index, node, tracked)
         if op == "Concat":
             return self.concat(node, tracked)
+        if op == "Attention":
+            return self.attention(node_index, node, tracked)
         if set(tracked) != {0}:
             return self.spoil(layouts, f"{op} {label!r} takes them as a parameter")
         layout = tracked[0]
