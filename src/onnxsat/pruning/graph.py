@@ -153,9 +153,14 @@ class GraphIndex:
             starts = self.int_values(node.input[1]) if len(node.input) > 1 else None
             axes = self.int_values(node.input[3]) if len(node.input) > 3 and node.input[3] else [0]
             steps = self.int_values(node.input[4]) if len(node.input) > 4 and node.input[4] else [1]
-            if starts is None or len(starts) != 1 or starts[0] < 0 or axes != [0] or steps != [1]:
+            if starts is None or len(starts) != 1 or axes not in ([0], [-1]) or steps != [1]:
                 return None
-            return self.size_source(node.input[0], starts[0] + position)
+            first, length = starts[0], (self.shape(node.input[0]) or [None])[0]
+            if first < 0:  # from the end, clamped to the start (PyTorch writes INT64_MIN for "from the start")
+                if not isinstance(length, int):
+                    return None
+                first = max(0, first + length)
+            return self.size_source(node.input[0], first + position)
         if node.op_type == "Unsqueeze" and position == 0:
             gather = self.producers.get(node.input[0])
             if gather is None or gather.op_type != "Gather" or gather.domain not in DEFAULT_DOMAINS:

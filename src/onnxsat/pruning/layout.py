@@ -70,6 +70,10 @@ class Layout:
     segments: tuple[Segment, ...]
     split: Split | None = None
     """Set while a split channel axis is pending (see the module docstring)."""
+    outer: tuple[Dim, ...] | None = None
+    """Heads merged with the dims before them (``[S, B, H*D] -> [S, B*H, D]``, as ``nn.MultiheadAttention``
+    writes it): the axis holds ``outer x size`` positions, head ``h`` of outer entry ``o`` at ``o * size + h``;
+    the segments count heads. A Reshape reads the axis as the dims ``outer`` and the heads."""
 
     @property
     def spaces(self) -> list[int]:
@@ -78,9 +82,9 @@ class Layout:
     def moved(self, axis: int) -> Layout:
         return replace(self, axis=axis)
 
-    def structure(self) -> tuple[int, tuple[tuple[int, int, int], ...]]:
+    def structure(self) -> tuple[int, tuple[tuple[int, int, int], ...], tuple[Dim, ...] | None]:
         """What two layouts must share for their channels to be paired position by position."""
-        return self.size, tuple((s.offset, s.block, s.count) for s in self.segments)
+        return self.size, tuple((s.offset, s.block, s.count) for s in self.segments), self.outer
 
 
 def product(dims: Sequence[Dim]) -> tuple[int, tuple[str, ...]] | None:
@@ -167,6 +171,30 @@ def merge_outer(in_shape: Sequence[Dim], out_shape: Sequence[Dim], axis: int) ->
         merged = merge_axis([*in_shape[:start], copies * size, *in_shape[axis + 1 :]], out_shape, start)
         if merged is not None:
             return start, copies, merged[0], merged[1]
+    return None
+
+
+def merge_into_outer(in_shape: Sequence[Dim], out_shape: Sequence[Dim], axis: int) -> tuple[int, int, int] | None:
+    """``(start, k, inner)`` when a reshape merges the channel dim, in blocks of ``inner`` (heads), into the dims
+    ``[start, axis)`` before it: output dim ``k`` is ``prod(in[start:axis]) * (C / inner)`` and the dims after it
+    hold ``inner`` times the dims after the channels (``[S, B, H*D] -> [S, B*H, D]``: ``inner = D``; ``[B, H, S, D]
+    -> [B*H, S, D]``: 1). The dims before must match ``in[:start]``, and at least one dim must merge."""
+    size, tail = in_shape[axis], int_product(in_shape[axis + 1 :])
+    if not isinstance(size, int) or tail is None:
+        return None
+    for start in range(axis - 1, -1, -1):
+        before = product(in_shape[:start])
+        if before is None or int_product(in_shape[start:axis]) == 1:
+            continue
+        for k in range(len(out_shape)):
+            rest = int_product(out_shape[k + 1 :])
+            if not rest or rest % tail or size % (rest // tail) or product(out_shape[:k]) != before:
+                continue
+            inner = rest // tail
+            merged = int_product(in_shape[start:axis])
+            if isinstance(out_shape[k], int) and (merged is None or out_shape[k] != merged * size // inner):
+                continue
+            return start, k, inner
     return None
 
 

@@ -82,7 +82,9 @@ from onnxsat.pruning.layout import (
     Segment,
     Split,
     flatten_axis,
+    int_product,
     merge_axis,
+    merge_into_outer,
     merge_outer,
     normalize_axis,
     sized_by_target,
@@ -113,6 +115,24 @@ KEEPS_SPLIT = frozenset({"Transpose", "Unsqueeze", "Squeeze", "Identity", "Cast"
 """Ops that move a pending split channel axis without deciding which of its dims the channels follow."""
 POOLS = frozenset({"MaxPool", "AveragePool", "LpPool", "GlobalAveragePool", "GlobalMaxPool", "GlobalLpPool"})
 REDUCES = frozenset(op for op in BUILTIN if op.startswith("Reduce"))
+MERGED_HEADS_OPS = frozenset(
+    {
+        "Transpose",
+        "Reshape",
+        "Softmax",
+        "LogSoftmax",
+        "MatMul",
+        "Mul",
+        "Div",
+        "Add",
+        "Sub",
+        "Cast",
+        "Identity",
+        "Dropout",
+    }
+)
+"""What may read heads merged into the dims before them (``Layout.outer``): moving them, batched products and
+elementwise ops; anything else (a Concat or Slice there, a Reduce) keeps the group whole."""
 GATES = {"LSTM": 4, "GRU": 3, "RNN": 1}
 """Gate blocks of a recurrent op's weights, each ``hidden_size`` rows (LSTM i, o, f, c; GRU z, r, h)."""
 RECURRENT = frozenset(GATES)
@@ -484,6 +504,10 @@ class _Walk:
             before = self.snapshot() if pending else None
             role = self.resolve_splits(node, tracked)
             tracked = {slot: self.layouts[node.input[slot]] for slot in tracked}
+            if not role and op not in MERGED_HEADS_OPS and any(t.outer is not None for t in tracked.values()):
+                role = self.spoil(
+                    list(tracked.values()), f"{op} {label!r} reads heads merged into the dims before them"
+                )
             if not role and op not in BUILTIN:
                 role = self.declared(category, node, tracked)
             if not role:
@@ -1194,6 +1218,9 @@ class _Walk:
         self, node_index: int, node: onnx.NodeProto, layout: Layout, in_shape: list[int | str | None] | None
     ) -> Layout | str:
         out_shape = self.shape(node.output[0])
+        if layout.outer is not None and in_shape is not None:  # heads merged into outer dims: read them apart
+            in_shape = [*in_shape[: layout.axis], *layout.outer, layout.size, *in_shape[layout.axis + 1 :]]
+            layout = Layout(layout.axis + len(layout.outer), layout.size, layout.segments)
         if node.op_type == "Flatten" and in_shape is not None and layout.split is None:
             at = attr(node, "axis", 1)
             flattened = flatten_axis(in_shape, at + len(in_shape) if at < 0 else at, layout.axis)
@@ -1207,7 +1234,9 @@ class _Walk:
         if node.op_type == "Reshape" and target is None:  # built at run time: its constant entries may do
             target = self.index.target_entries(node.input[1])
             if target is not None and len(target) == len(out_shape):
-                out_shape = sized_by_target(in_shape, out_shape, target, layout.axis)
+                out_shape = sized_by_target(
+                    in_shape, self.sized_by_sources(node.input[1], out_shape), target, layout.axis
+                )
         if node.op_type == "Reshape" and layout.split is None:
             grouped = self.grouped(node_index, node, layout, in_shape, target)
             if grouped is not None:
@@ -1215,13 +1244,21 @@ class _Walk:
         merged = merge_axis(in_shape, out_shape, layout.axis)
         split_at = split_axis(in_shape, out_shape, layout.axis) if merged is None else None
         if merged is None and split_at is None and layout.split is None and node.op_type == "Reshape":
-            outer = merge_outer(in_shape, out_shape, layout.axis)
+            # into the dims before: heads (blocks of features) merged with the batch are followed as merged;
+            # other channels merged with known dims (an RNN's directions) as copies, else as merged too
+            into = merge_into_outer(in_shape, out_shape, layout.axis)
+            blocks = all(self.units[space] > 1 for space in layout.spaces)
+            outer = (
+                merge_outer(in_shape, out_shape, layout.axis) if into is None or not (into[2] > 1 or blocks) else None
+            )
             if outer is not None:
                 start, copies, *found = outer
                 if target is not None and 0 in target[start : layout.axis + 1]:
                     return "its target copies a dim merged with the channels"
                 layout = self.repeated(layout, start, copies)
                 merged = (found[0], found[1])
+            elif into is not None:
+                return self.heads_into_outer(node_index, node, in_shape, target, layout.axis, *into)
         if merged is None and (split_at is None or node.op_type == "Flatten"):
             return f"channel axis {layout.axis} of {in_shape} cannot be followed into {out_shape}"
         if node.op_type == "Reshape" and (target is None or len(target) != len(out_shape)):
@@ -1229,12 +1266,7 @@ class _Walk:
                 moved = Layout(merged[0], layout.size * merged[1], tuple(s.scaled(merged[1]) for s in layout.segments))
                 if self.layouts.get(self.shape_source(node.input[1]) or "") == moved:
                     return moved  # reshape_as(x): x is pruned alike, so the run-time target follows it
-            if self.index.from_constants(node.input[1]) or not self.index.dynamic_inputs():
-                return "its target shape is computed at run time (fold it to a constant first: onnxsat optimize)"
-            return (
-                "its target shape is computed at run time, from the input's dynamic size (fix the sizes and fold it "
-                "first: onnxsat optimize --input-shape NAME:D1,D2,... --specialize)"
-            )
+            return self.computed_target(node)
         allow_zero = attr(node, "allowzero", 0)
         if split_at is not None:
             assert target is not None
@@ -1248,6 +1280,8 @@ class _Walk:
         entry = target[out_axis]
         if not allow_zero and any(v == 0 and i == layout.axis and i != out_axis for i, v in enumerate(target)):
             return "copies the channel dim into another axis"
+        if entry is None and self.sized_alike(node.input[1], out_axis, moved):
+            return moved
         if entry is None:
             return "its target's channel entry is computed at run time"
         if entry == 0 and not allow_zero:
@@ -1260,6 +1294,71 @@ class _Walk:
         elif entry != -1:
             return f"target entry {entry}"
         return moved
+
+    def computed_target(self, node: onnx.NodeProto) -> str:
+        """Why a Reshape whose target is computed at run time cannot be followed, with the way to fold it."""
+        if self.index.from_constants(node.input[1]) or not self.index.dynamic_inputs():
+            return "its target shape is computed at run time (fold it to a constant first: onnxsat optimize)"
+        return (
+            "its target shape is computed at run time, from the input's dynamic size (fix the sizes and fold it "
+            "first: onnxsat optimize --input-shape NAME:D1,D2,... --specialize)"
+        )
+
+    def sized_by_sources(self, target: str, out_shape: list[int | str | None]) -> list[int | str | None]:
+        """``out_shape`` with the dims a run-time target reads off another tensor's Shape taken from that
+        tensor's inferred shape, where inference lost them (a symbol of its own, or none)."""
+        sized = list(out_shape)
+        for position, dim in enumerate(out_shape):
+            source = self.index.size_source(target, position)
+            shape = self.shape(source[0]) if source is not None else None
+            if not isinstance(dim, int) and source is not None and shape is not None and shape[source[1]] is not None:
+                sized[position] = shape[source[1]]
+        return sized
+
+    def sized_alike(self, target: str, position: int, moved: Layout) -> bool:
+        """Entry ``position`` of a run-time target is read off the size of a tensor whose channels sit on that dim
+        just as ``moved`` has them: pruned alike, the size it reads follows (``view(k.shape[:2] + ...)``)."""
+        source = self.index.size_source(target, position)
+        if source is None or source[0] not in self.layouts:
+            return False
+        found = self.layouts[source[0]]
+        return (
+            found.axis == source[1] and found.split is None and found.outer is None and found.segments == moved.segments
+        )
+
+    def heads_into_outer(
+        self,
+        node_index: int,
+        node: onnx.NodeProto,
+        in_shape: list[int | str | None],
+        target: list[int | None] | None,
+        axis: int,
+        start: int,
+        at: int,
+        inner: int,
+    ) -> Layout | str:
+        """A Reshape merging heads of ``inner`` features into the dims ``[start, axis)`` before them: the channel
+        spaces are coarsened to whole heads, and the output's dim ``at`` carries them merged (``Layout.outer``).
+        Its target entry there is ``-1``, or a literal edited by the pruned heads times the merged dims' size."""
+        if target is None or len(target) != len(self.shape(node.output[0]) or []) or target[at] is None:
+            return f"it merges heads into the dims before them, and {self.computed_target(node)}"
+        if any(v == 0 for v in target[start:]) and not attr(node, "allowzero", 0):
+            return "its target copies a dim merged with the channels"
+        outer, entry = tuple(in_shape[start:axis]), target[at]
+        copies = int_product(outer)
+        if entry is None or (entry > 0 and copies is None) or entry < -1:
+            return f"its target entry {entry} merging heads into the dims before them cannot be edited"
+        if entry > 0 and self.uneditable(node, at):
+            return self.uneditable(node, at)
+        why = self.whole_blocks(node.input[0], inner)
+        if why:
+            return why
+        layout = self.layouts[node.input[0]]
+        heads = tuple(Segment(s.space, s.offset // inner, s.block // inner, s.count) for s in layout.segments)
+        if entry > 0:
+            assert copies is not None
+            self.target_edit(node_index, at, tuple(s.scaled(copies) for s in heads))
+        return Layout(at, layout.size // inner, heads, outer=outer)
 
     def grouped(
         self,
