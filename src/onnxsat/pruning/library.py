@@ -45,6 +45,8 @@ _PRUNED = ("Conv", "ConvTranspose", "Gemm", "MatMul", "LSTM", "GRU", "RNN")
 _NEXT_NO_PROCESS = (
     # elementwise activations and math: same shape, channel for channel
     *ELEMENTWISE_UNARY,
+    "IsNaN",
+    "IsInf",
     "Pow",
     "Identity",
     "Dropout",
@@ -80,6 +82,7 @@ _NEXT_NO_PROCESS = (
     "Split",
     "Einsum",
     "RotaryEmbedding",
+    "Expand",
 )
 _NEXT_PROCESS = (
     "Add",
@@ -91,6 +94,7 @@ _NEXT_PROCESS = (
     "Max",
     "Min",
     "Mean",
+    "Where",
     "Concat",
     "BatchNormalization",
     "InstanceNormalization",

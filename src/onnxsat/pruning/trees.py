@@ -110,7 +110,7 @@ RECURRENCE = "recurrence"
 STATE = "state"
 """A recurrent root's constant initial state ``initial_h``/``initial_c``: sliced, not scored."""
 
-ELEMENTWISE = frozenset({"Add", "Sub", "Mul", "Div", "PRelu", "Sum", "Max", "Min", "Mean", "Pow"})
+ELEMENTWISE = frozenset({"Add", "Sub", "Mul", "Div", "PRelu", "Sum", "Max", "Min", "Mean", "Pow", "Where"})
 KEEPS_SPLIT = frozenset({"Transpose", "Unsqueeze", "Squeeze", "Identity", "Cast", "Dropout"})
 """Ops that move a pending split channel axis without deciding which of its dims the channels follow."""
 POOLS = frozenset({"MaxPool", "AveragePool", "LpPool", "GlobalAveragePool", "GlobalMaxPool", "GlobalLpPool"})
@@ -822,6 +822,7 @@ class _Walk:
         aligned = {slot: layout.axis + out_rank - ranks[slot] for slot, layout in tracked.items()}  # type: ignore[operator]
         if any(axis >= out_rank - 2 for axis in aligned.values()):
             return ""
+        tracked = self.paired_blocks(node, tracked)
         layouts = list(tracked.values())
         first = tracked[min(tracked)]
         axis = aligned[min(tracked)]
@@ -956,6 +957,28 @@ class _Walk:
         self.track(node.output[0], layout, label)
         return "pass"
 
+    def paired_blocks(self, node: onnx.NodeProto, tracked: dict[int, Layout]) -> dict[int, Layout]:
+        """Coarsen the finer of two inputs' channel spaces where one's channel spans whole channels of the other
+        over the same positions: grouped-query attention's Q heads (one each) meet K/V heads repeated ``G``
+        times (``G`` positions each), so ``G`` Q heads become one channel with their K/V head."""
+        for _ in range(len(tracked) * 4):
+            layouts = [self.layouts[node.input[slot]] for slot in sorted(tracked)]
+            pairs = [
+                (mine, theirs)
+                for other in layouts[1:]
+                if other.size == layouts[0].size and len(other.segments) == len(layouts[0].segments)
+                for mine, theirs in zip(layouts[0].segments, other.segments, strict=True)
+                if mine.offset == theirs.offset
+                and mine.block != theirs.block
+                and mine.block * mine.count == theirs.block * theirs.count
+            ]
+            fine, coarse = next(((a, b) if a.block < b.block else (b, a) for a, b in pairs), (None, None))
+            if fine is None or coarse is None or coarse.block % fine.block:
+                break
+            if not self.coarsen(fine.space, coarse.block // fine.block):
+                break
+        return {slot: self.layouts[node.input[slot]] for slot in tracked}
+
     def depthwise(self, node_index: int, node: onnx.NodeProto, layout: Layout, multiplier: int) -> str:
         """A depthwise Conv: filters and bias follow the input channels, and so do its outputs."""
         bias = node.input[2] if len(node.input) > 2 else ""
@@ -983,6 +1006,8 @@ class _Walk:
             return self.rotary(node_index, node, tracked)
         if set(tracked) != {0}:
             return self.spoil(layouts, f"{node.op_type} {label!r} takes them as a parameter")
+        if node.op_type == "Expand":
+            return self.expand(node_index, node, tracked[0])
         layout = tracked[0]
         if node.op_type == "Split":
             return self.split_node(node_index, node, layout)
@@ -995,6 +1020,32 @@ class _Walk:
         self.track(node.output[0], moved, label)
         if node.op_type == "Dropout" and len(node.output) > 1 and node.output[1]:
             self.track(node.output[1], moved, label)
+        return "pass"
+
+    def expand(self, node_index: int, node: onnx.NodeProto, layout: Layout) -> str:
+        """Expand broadcasting other dims (grouped-query attention repeats each K/V head: ``[B, kv, 1, S, D] ->
+        [B, kv, G, S, D]``): the channels stay. The shape's entry on the channel axis is 1 (kept), their count
+        (an edit), or read off a tensor pruned alike."""
+        label = node_label(node)
+        in_rank, out_rank = self.index.rank(node.input[0]), self.index.rank(node.output[0])
+        entries = self.index.target_entries(node.input[1])
+        if in_rank is None or out_rank is None or entries is None or len(entries) != out_rank:
+            return self.spoil([layout], f"Expand {label!r}: its shape is unknown")
+        moved = layout.moved(layout.axis + out_rank - in_rank)
+        entry = entries[moved.axis]
+        in_shape = self.shape(node.input[0])
+        if in_shape is None or in_shape[layout.axis] != layout.size or layout.split is not None or layout.outer:
+            return self.spoil([layout], f"Expand {label!r} broadcasts the channel axis")
+        if isinstance(entry, int) and entry not in (1, layout.size):
+            return self.spoil([layout], f"Expand {label!r} broadcasts the channel axis")
+        if entry == layout.size:
+            unfit = self.uneditable(node, moved.axis)
+            if unfit:
+                return self.spoil([layout], f"Expand {label!r}: {unfit}")
+            self.target_edit(node_index, moved.axis, moved.segments)
+        elif entry != 1 and not (entry is None and self.sized_alike(node.input[1], moved.axis, moved)):
+            return self.spoil([layout], f"Expand {label!r}: its shape's channel entry is computed at run time")
+        self.track(node.output[0], moved, label)
         return "pass"
 
     def einsum(self, node_index: int, node: onnx.NodeProto, tracked: dict[int, Layout]) -> str:
