@@ -398,6 +398,8 @@ def test_a_group_never_pruned_is_reported_by_its_bound() -> None:
     assert compress_module._costly_line("g", float("inf"), 0.99) == "g: pruned alone at 50%, it failed: never pruned"
     unprobed = compress_module._costly_line("g", float("inf"), 0.99, unprobed=True)
     assert unprobed == "g: never pruned: the time budget ran out before it was pruned alone at 50%"
+    lower = compress_module._costly_line("c", 0.2, 0.99, rate=0.25)  # refinement found a lower rate that fits
+    assert lower.endswith("over the budget: the chosen model prunes it at 25% only")
 
 
 def test_a_model_nothing_can_prune_says_so() -> None:

@@ -16,7 +16,7 @@ import os
 import sys
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -209,9 +209,9 @@ def compress_model(
                 raise
         finally:
             progress.close()
-    _searched(report, search, options)
-    result = onnx.load_from_string(steps[-1][0].outcome.model)  # type: ignore[arg-type]
     chosen = steps[-1][0]
+    _searched(report, search, options, chosen.recipe.rates)
+    result = onnx.load_from_string(chosen.outcome.model)  # type: ignore[arg-type]
     report.contributions = [Contribution(label, e.speedup, e.outcome.drop, e.outcome.size) for e, label in steps]
     report.chosen, report.accuracy = chosen.recipe.label, chosen.outcome.score
     report.recipe = chosen.recipe.passes(calibration_limit=options.calibration_limit, scoring=_scoring(options))
@@ -387,14 +387,17 @@ def _contributions(search: Search, chosen: Evaluated) -> list[tuple[Evaluated, s
     return [(replace(b, timed=figure), label) for (b, label), figure in zip(kept, figures, strict=True)]
 
 
-def _searched(report: CompressReport, search: Search, options: CompressOptions) -> None:
-    """What the search tried, into the report: every candidate, the Pareto front, the groups never pruned."""
+def _searched(
+    report: CompressReport, search: Search, options: CompressOptions, chosen: Mapping[str, float] | None = None
+) -> None:
+    """What the search tried, into the report: every candidate, the Pareto front, the groups over the budget
+    at the probe rate (``chosen``: the rates of the model written, which may prune one of them less)."""
     report.stopped_early = search.stopped_early
     report.latency_where = machine()
     report.candidates = _rows(search.evaluated, options.max_drop)
     mark_pareto(report.candidates)
     report.notes += [
-        _costly_line(group, bound, options.confidence, group in search.unprobed)
+        _costly_line(group, bound, options.confidence, group in search.unprobed, (chosen or {}).get(group, 0.0))
         for group, bound in _costly(search, options)
     ]
 
@@ -476,15 +479,17 @@ def _rows(evaluated: list[Evaluated], max_drop: float) -> list[CandidateRow]:
     return rows
 
 
-def _costly_line(group: str, bound: float, confidence: float, unprobed: bool = False) -> str:
-    """Why a group is never pruned: alone at the probe rate, its drop's bound (not the drop) is over budget, or
-    it failed, or its probe never ran."""
+def _costly_line(group: str, bound: float, confidence: float, unprobed: bool = False, rate: float = 0.0) -> str:
+    """Why a group is not pruned at the probe rate: alone there, its drop's bound (not the drop) is over budget,
+    or it failed, or its probe never ran; ``rate``: the lower rate the chosen model prunes it at (refinement
+    tries each group a step at a time from the lowest)."""
     probe = f"{group}: pruned alone at {PROBE_RATE:.0%}"
+    outcome = f"the chosen model prunes it at {rate * 100:g}% only" if rate else "never pruned"
     if unprobed:
-        return f"{group}: never pruned: the time budget ran out before it was pruned alone at {PROBE_RATE:.0%}"
+        return f"{group}: {outcome}: the time budget ran out before it was pruned alone at {PROBE_RATE:.0%}"
     if bound == float("inf"):
-        return f"{probe}, it failed: never pruned"
-    return f"{probe}, its drop bound is {bound:.2%} ({confidence:.0%} confidence), over the budget: never pruned"
+        return f"{probe}, it failed: {outcome}"
+    return f"{probe}, its drop bound is {bound:.2%} ({confidence:.0%} confidence), over the budget: {outcome}"
 
 
 def _costly(search: Search, options: CompressOptions) -> list[tuple[str, float]]:
