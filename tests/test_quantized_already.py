@@ -45,6 +45,9 @@ def test_quantized_parts_name_integer_weights_and_integer_ops(tmp_path: Path) ->
     model.graph.initializer[0].CopyFrom(numpy_helper.from_array(np.zeros((4, 3, 3, 3), np.float32), "w_q"))
     del model.graph.node[-1]
     assert quantized_parts(model) == ""  # a float weight behind DequantizeLinear is no integer weight
+    f8 = helper.make_tensor("w_q", TensorProto.FLOAT8E4M3FN, [4, 3, 3, 3], np.zeros(108).tolist())
+    model.graph.initializer[0].CopyFrom(f8)  # a float8 weight: a quantizer made it
+    assert quantized_parts(model) == "1 DequantizeLinear of float8 or float4 weights"
 
 
 @pytest.mark.parametrize(

@@ -31,15 +31,36 @@ INTEGER_TYPES = frozenset(
 )
 
 
+NARROW_TYPES = frozenset(
+    getattr(onnx.TensorProto, name)
+    for name in ("FLOAT8E4M3FN", "FLOAT8E4M3FNUZ", "FLOAT8E5M2", "FLOAT8E5M2FNUZ", "INT4", "UINT4", "FLOAT4E2M1")
+    if hasattr(onnx.TensorProto, name)
+)
+"""Weight types ORT's graph optimizations fuse around quantized nodes into ops that do not take them (a float8
+weight behind a DequantizeLinear became a QLinearMatMul that ORT then refuses to load)."""
+
+
+def narrow_weight_readers(graph: onnx.GraphProto) -> set[str]:
+    """Names of the nodes reading a DequantizeLinear of a float8/int4/float4 initializer: quantized already, in a
+    type ORT's int8 kernels do not take, so quantizing them again writes a model ORT refuses."""
+    narrow = {t.name for t in graph.initializer if t.data_type in NARROW_TYPES}
+    dequantized = {n.output[0] for n in graph.node if n.op_type == "DequantizeLinear" and n.input[0] in narrow}
+    return {node.name for node in graph.node if dequantized & set(node.input)}
+
+
 def quantized_parts(model: onnx.ModelProto) -> str:
-    """ "3 QLinearConv, 5 DequantizeLinear of integer weights" for a model some quantizer made; "" otherwise."""
+    """ "3 QLinearConv, 5 DequantizeLinear of integer weights" for a model some quantizer made; "" otherwise.
+    Float8 and float4 weights behind DequantizeLinear count too: a quantizer made them as well."""
     integer_weights = {t.name for t in model.graph.initializer if t.data_type in INTEGER_TYPES}
+    narrow_floats = {t.name for t in model.graph.initializer if t.data_type in NARROW_TYPES - INTEGER_TYPES}
     found: Counter[str] = Counter()
     for node in all_nodes(model.graph):
         if node.op_type in QUANTIZED_OPS:
             found[node.op_type] += 1
         elif node.op_type == "DequantizeLinear" and node.input and node.input[0] in integer_weights:
             found["DequantizeLinear of integer weights"] += 1
+        elif node.op_type == "DequantizeLinear" and node.input and node.input[0] in narrow_floats:
+            found["DequantizeLinear of float8 or float4 weights"] += 1
     return ", ".join(f"{count} {op}" for op, count in sorted(found.items()))
 
 

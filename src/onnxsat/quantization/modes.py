@@ -29,7 +29,7 @@ from onnxsat.model_io import over_protobuf_limit
 from onnxsat.node_order import sort_graph
 from onnxsat.proto_fields import all_nodes, subgraph_captures
 from onnxsat.quantization.alone import quantize_alone
-from onnxsat.quantized_already import quantized_nodes
+from onnxsat.quantized_already import narrow_weight_readers, quantized_nodes
 from onnxsat.registry import Registry
 from onnxsat.surgery.graph_edit import remove_where
 from onnxsat.surgery.surgeons.matmul import GemmToMatMulAdd, plain_gemm
@@ -270,7 +270,11 @@ def static(
             # of an array is ambiguous", on Magika after MatMul+Add became Gemm); without it the bias is
             # still quantized to int32 with scale input_scale * weight_scale, as in ORT before 1.20
             extra_options={"QDQDisableWeightAdjustForInt32Bias": True, **UNTYPED_TENSORS_FLOAT},
-            nodes_to_exclude=[*exclude, *namesakes(model, STATIC_OPS), *sorted(quantized_nodes(model.graph))],
+            nodes_to_exclude=[
+                *exclude,
+                *namesakes(model, STATIC_OPS),
+                *sorted(quantized_nodes(model.graph) | narrow_weight_readers(model.graph)),
+            ],
             nodes_to_quantize=list(only or []),
             **calibration.arguments(),  # type: ignore[arg-type]
         )

@@ -67,7 +67,7 @@ from onnxsat.quantization.calibration import calibration_reader
 from onnxsat.quantization.modes import CALIBRATIONS, MODES, Calibration, QuantMode, embedding_tables, looks_up
 from onnxsat.quantization.report import ModeTrial, NodeDecision, QuantizeReport
 from onnxsat.quantization.tensor_types import type_from_runtime
-from onnxsat.quantized_already import integer_op, quantized_note
+from onnxsat.quantized_already import NARROW_TYPES, integer_op, quantized_note
 from onnxsat.runtime.isolated import crash_in_child, has_control_flow
 from onnxsat.surgery.graph_edit import consumers, drop_unused_initializers
 from onnxsat.surgery.surgeons.precision import Float16ToFloat32, store_in_float16
@@ -1002,15 +1002,6 @@ def _node_speeds(
     }
 
 
-_NARROW_TYPES = frozenset(
-    getattr(onnx.TensorProto, name)
-    for name in ("FLOAT8E4M3FN", "FLOAT8E4M3FNUZ", "FLOAT8E5M2", "FLOAT8E5M2FNUZ", "INT4", "UINT4", "FLOAT4E2M1")
-    if hasattr(onnx.TensorProto, name)
-)
-"""Weight types ORT's graph optimizations fuse around quantized nodes into ops that do not take them (a float8
-weight behind a DequantizeLinear became a QLinearConv that ORT then refuses to load)."""
-
-
 def _check_loads(model: onnx.ModelProto, mode: str, feeds: Mapping[str, np.ndarray]) -> None:
     """A quantized model ORT refuses is a failed candidate, never a result: one that does not load (a
     per-channel axis below opset 13), or that runs at the batch it was calibrated with but not at the
@@ -1021,7 +1012,7 @@ def _check_loads(model: onnx.ModelProto, mode: str, feeds: Mapping[str, np.ndarr
     except InvalidModelError as error:
         raise RuntimeUnsupportedError(f"the {mode} model fails the checker: {str(error)[:200]}") from None
     run_model(model, feeds, f"{mode} model")  # as verification will: ORT's optimizations off, its inputs
-    if any(t.data_type in _NARROW_TYPES for t in model.graph.initializer):
+    if any(t.data_type in NARROW_TYPES for t in model.graph.initializer):
         try:  # as scoring and timing will: all optimizations on, which fuse QDQ pairs into integer ops
             session(model, ort.GraphOptimizationLevel.ORT_ENABLE_ALL, lean=True)
         except Exception as error:  # ORT's types: a float8 weight fused into a QLinearConv it then refuses
