@@ -28,11 +28,13 @@ def merged_heads_model(
 
     ``path="products"``: the products on ``[B*H, S, D]`` (``need_weights=True``); ``"split"``: split back to
     ``[B, H, S, D]``, K transposed through ``[B*H, S, D]`` with a run-time target read off its own shape
-    (PyTorch's dynamo export of scaled dot-product attention). ``batch``: a symbol (``-1`` targets) or an
-    int (literal targets, edited).
+    (PyTorch's dynamo export of scaled dot-product attention). ``batch``: a symbol (``-1`` targets), an
+    int (literal targets, edited) or ``computed`` (symbolic, the merge's target ``batch * H`` computed at run
+    time as TorchScript writes it: the Mul's factor is edited).
     """
     b = Builder()
     merged = -1 if isinstance(batch, str) else batch * H
+    input_batch = "batch" if batch == "computed" else batch
     ones = np.ones(E, bool)
     for head in dead:
         ones[head * D : (head + 1) * D] = False
@@ -44,6 +46,12 @@ def merged_heads_model(
         return b.node("MatMul", ["x", b.const(f"w{name}", weight)], name)
 
     split = b.const("split", np.array([S, merged, D], np.int64))
+    if batch == "computed":  # TorchScript: view(S, bsz * num_heads, D), bsz read off the input at run time
+        size = b.node("Gather", [b.node("Shape", ["x"], "x_shape"), b.const("one", np.array(1, np.int64))], "bsz")
+        times = b.node("Mul", [size, b.const("num_heads", np.array(H, np.int64))], "bsz_heads")
+        axes = b.const("axes_0", np.array([0], np.int64))
+        pieces = [b.const("s_entry", np.array([S], np.int64)), b.node("Unsqueeze", [times, axes], "bh_entry")]
+        split = b.node("Concat", [*pieces, b.const("d_entry", np.array([D], np.int64))], "split_target", axis=0)
     q, k, v = (
         b.node("Transpose", [b.node("Reshape", [project(n, n == "v"), split], f"{n}_view")], f"{n}_t", perm=[1, 0, 2])
         for n in "qkv"
@@ -74,7 +82,7 @@ def merged_heads_model(
     out = b.node("Gemm", [rows, b.const("wo", wo), b.random("bo", E)], "out")
     back = b.node("Reshape", [out, b.const("back_target", np.array([S, -1, E], np.int64))], "out_view")
     y = b.node("Add", [back, "x"], "y")
-    return b.model([y], input_shape=[S, batch, E])
+    return b.model([y], input_shape=[S, input_batch, E])
 
 
 def head_group_status(model: onnx.ModelProto) -> tuple[int, bool, list[str]]:
@@ -84,14 +92,14 @@ def head_group_status(model: onnx.ModelProto) -> tuple[int, bool, list[str]]:
 
 
 @pytest.mark.parametrize("path", ["products", "split"])
-@pytest.mark.parametrize("batch", ["batch", 2])
+@pytest.mark.parametrize("batch", ["batch", 2, "computed"])
 def test_heads_merged_into_the_batch_dim_form_one_group(path: str, batch: int | str) -> None:
     channels, heads, reasons = head_group_status(merged_heads_model(path, batch))
     assert (channels, heads, reasons) == (H, True, [])
 
 
 @pytest.mark.parametrize("path", ["products", "split"])
-@pytest.mark.parametrize("batch", ["batch", 2])
+@pytest.mark.parametrize("batch", ["batch", 2, "computed"])
 def test_pruning_heads_that_contribute_nothing_changes_no_output(path: str, batch: int | str) -> None:
     model = merged_heads_model(path, batch, dead=(1, 2))
     pruned, report = prune(model, rate=0.5)

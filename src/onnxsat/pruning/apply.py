@@ -120,11 +120,11 @@ def apply_pruning(
             continue
         if edit.kind == "concat-piece":  # a Reshape target built at run time: its Concat's constant input
             node = _own_target_builder(graph, edit.node_index, builders, uses)
-        # "reshape", "split", "sizes", "concat-piece": entry ``position`` of input ``slot`` (the Reshape target,
-        # the Split sizes, a Resize's sizes, the Concat's constant input)
-        slot = edit.slot
+        # "reshape", "split", "sizes", "concat-piece", "factor": entry ``position`` of input ``slot`` (the Reshape
+        # target, the Split sizes, a Resize's sizes, the Concat's constant input, a Mul's factor)
+        slot, position = edit.slot, (0 if edit.kind == "factor" else edit.position)
         target = np.asarray(tensor_value(initializers[node.input[slot]], base_dir)).copy()
-        target[edit.position] -= removed
+        target.reshape(-1)[position] -= removed  # a Mul's factor may be a scalar
         _store(graph, initializers, uses, node, slot, target, replaced)
     if builders:  # the copies were appended: put each before its Reshape
         sort_graph(graph)

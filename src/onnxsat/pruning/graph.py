@@ -171,6 +171,26 @@ class GraphIndex:
             return self.size_source(gather.input[0], index[0])
         return None
 
+    def scaled_piece(self, name: str, position: int) -> tuple[onnx.NodeProto, int, int] | None:
+        """(Mul node, slot of its constant, the constant) when entry ``position`` of shape vector ``name`` is a
+        run-time size times a one-element integer constant: ``Unsqueeze(Mul(batch, H))`` in a Concat, as
+        TorchScript writes ``view(S, bsz * num_heads, D)``."""
+        node = self.producers.get(name)
+        found = self.concat_piece(node, position) if node is not None and node.op_type == "Concat" else None
+        if found is None or found[1] != 0:
+            return None
+        assert node is not None
+        piece = self.producers.get(node.input[found[0]])
+        if piece is not None and piece.op_type == "Unsqueeze" and piece.domain in DEFAULT_DOMAINS:
+            piece = self.producers.get(piece.input[0])
+        if piece is None or piece.op_type != "Mul" or piece.domain not in DEFAULT_DOMAINS:
+            return None
+        for slot in (0, 1):
+            values = self.int_values(piece.input[slot])
+            if values is not None and len(values) == 1 and self.int_values(piece.input[1 - slot]) is None:
+                return piece, slot, values[0]
+        return None
+
     def target_piece(self, name: str, position: int) -> tuple[int, int] | None:
         """(input slot, offset in it) of the constant input of the Concat computing shape vector ``name`` that
         holds its entry ``position``: what a shape edit changes when the vector is built at run time. None

@@ -190,7 +190,8 @@ class ShapeEdit:
     """``reshape`` or ``split`` (input 1 of the node, entry ``position``), ``sizes`` (a Resize's input 3),
     ``group``, ``hidden_size``, ``q_num_heads``, ``kv_num_heads`` or ``num_heads`` (the attribute),
     ``split-attribute`` (entry ``position`` of a Split's ``split`` attribute, before opset 13),
-    ``concat-piece``: a Reshape target built at run time by a Concat,
+    ``factor``: the one-element constant input ``slot`` (``position``) of a Mul computing a run-time target
+    entry (``batch * heads``), ``concat-piece``: a Reshape target built at run time by a Concat,
     whose constant input ``slot`` holds the entry at ``position`` (the Reshape at ``node_index`` gets its own
     Concat), or ``zero-state``: a recurrent node's initial state ``slot`` (``position``), zero but computed
     at run time in the old size, is dropped (absent means zero) once any channel is pruned."""
@@ -1391,12 +1392,20 @@ class _Walk:
         """A Reshape merging heads of ``inner`` features into the dims ``[start, axis)`` before them: the channel
         spaces are coarsened to whole heads, and the output's dim ``at`` carries them merged (``Layout.outer``).
         Its target entry there is ``-1``, or a literal edited by the pruned heads times the merged dims' size."""
-        if target is None or len(target) != len(self.shape(node.output[0]) or []) or target[at] is None:
+        layout = self.layouts[node.input[0]]
+        scaled = self.index.scaled_piece(node.input[1], at)  # batch * H computed at run time
+        if scaled is not None and scaled[2] * inner != layout.size:  # the constant is the head count
+            scaled = None
+        if target is None or len(target) != len(self.shape(node.output[0]) or []):
+            return f"it merges heads into the dims before them, and {self.computed_target(node)}"
+        if target[at] is None and scaled is None:
             return f"it merges heads into the dims before them, and {self.computed_target(node)}"
         if any(v == 0 for v in target[start:]) and not attr(node, "allowzero", 0):
             return "its target copies a dim merged with the channels"
         outer, entry = tuple(in_shape[start:axis]), target[at]
         copies = int_product(outer)
+        if entry is None and scaled is not None:
+            entry = -1  # the Mul's constant is edited (below); the run-time size follows the batch
         if entry is None or (entry > 0 and copies is None) or entry < -1:
             return f"its target entry {entry} merging heads into the dims before them cannot be edited"
         if entry > 0 and self.uneditable(node, at):
@@ -1409,6 +1418,10 @@ class _Walk:
         if entry > 0:
             assert copies is not None
             self.target_edit(node_index, at, tuple(s.scaled(copies) for s in heads))
+        if scaled is not None:
+            mul, slot, _ = scaled
+            producer = next(i for i, n in enumerate(self.model.graph.node) if n.output[:1] == mul.output[:1])
+            self.add_edit("factor", producer, slot, heads)
         return Layout(at, layout.size // inner, heads, outer=outer)
 
     def grouped(
@@ -1766,7 +1779,7 @@ class _Walk:
         edits = []
         for kind, node_index, position, segments in self.edits:
             parts = tuple((group_of[s.space], s.block) for s in segments)
-            slot = 3 if kind == "sizes" else position if kind == "zero-state" else 1
+            slot = 3 if kind == "sizes" else position if kind in ("zero-state", "factor") else 1
             if kind == "concat-piece":  # the target entry, found in its Concat's constant input
                 target = self.model.graph.node[node_index].input[1]
                 slot, position = self.index.target_piece(target, position) or (1, position)
