@@ -121,3 +121,19 @@ def test_a_float16_model_prunes_with_reconstruction_and_quantizes(tmp_path: Path
     x = np.random.default_rng(0).random((2, 1, 8, 8)).astype(np.float16)
     (logits,) = ort.InferenceSession(str(out), providers=["CPUExecutionProvider"]).run(None, {"input": x})
     assert logits.dtype == np.float16 and logits.shape == (2, 10)
+
+
+@pytest.mark.parametrize("command", [["prune", "--rate", "0.3", "--reconstruct"], ["quantize"]])
+def test_data_holding_nan_is_refused_in_one_line(
+    command: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Three NaN pixels in three samples: least-squares reconstruction spread them into every refitted weight
+    and prune wrote a ruined model with exit 0; quantize blamed its quantizer ("scale issue")."""
+    images = np.random.default_rng(0).random((40, 1, 8, 8)).astype(np.float32)
+    images[[3, 9, 20], 0, 2, 2] = np.nan
+    data = tmp_path / "nan.npz"
+    np.savez(data, inputs=images, labels=np.arange(40) % 10)
+    out = tmp_path / "out.onnx"
+    code = main([command[0], str(bundled_digits_cnn()), "-o", str(out), *command[1:], "--data", str(data)])
+    assert code == 12 and not out.exists()
+    assert "3 of 40 samples hold NaN or infinite values" in capsys.readouterr().err

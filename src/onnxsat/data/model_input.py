@@ -133,6 +133,7 @@ def fitted_to_model(model: onnx.ModelProto, dataset: Dataset, given: Mapping[str
     Streams are left to the caller, which knows the state inputs beside the data input."""
     if dataset.streams:
         return dataset
+    _refuse_non_finite(dataset)
     dataset = in_input_type(data_input(model, given), dataset)
     if not given:
         return dataset
@@ -159,6 +160,21 @@ def fitted_to_model(model: onnx.ModelProto, dataset: Dataset, given: Mapping[str
                 "give one row for all samples, or one per sample"
             )
     return replace(dataset, companions=companions) if companions else dataset
+
+
+def _refuse_non_finite(dataset: Dataset) -> None:
+    """NaN or infinite inputs are refused: least-squares reconstruction spreads one NaN pixel into every
+    refitted weight (3 NaN pixels in 350 samples took a pruned ShuffleNet from 97% to 14%), calibration ranges
+    and scores become NaN, and each command then blames something else."""
+    inputs = dataset.inputs
+    if inputs.dtype.kind != "f" or not inputs.size:
+        return
+    finite = np.isfinite(inputs.reshape(len(inputs), -1)).all(axis=1) if inputs.ndim else np.isfinite(inputs)
+    bad = int(np.size(finite) - np.count_nonzero(finite))
+    if bad:
+        raise DataError(
+            f"{dataset.name}: {bad} of {len(inputs)} samples hold NaN or infinite values: clean or drop them"
+        )
 
 
 def _batch_dim(value: onnx.ValueInfoProto) -> onnx.TensorShapeProto.Dimension | None:
