@@ -3,7 +3,8 @@
 The rules, first match wins, each with the reason the report prints:
 - one integer or boolean per sample: ``label`` (a predicted class, scored against the labels);
 - other integer or boolean values: ``exact``;
-- one value per sample: ``binary`` (a probability or a logit);
+- one value per sample: ``binary`` (a probability or a logit), unless its values are all of one sign outside
+  [0, 1] (a regression: an intensity, an age, a price): ``snr``;
 - named like an embedding (``embed``, ``hidden``, ``feature``, ``pooler``, ``vector``) or a latent
   (``latent``, or the word ``mu``, ``logvar``, ``z``: a VAE's encoder): ``cosine``;
 - named like a reconstruction (``recon``: a VAE's decoded pixels): ``snr``;
@@ -79,6 +80,14 @@ def choose(name: str, reference: np.ndarray, batch_axis: int, detector: Metric |
             return Choice(METRICS["label"], f"one {reference.dtype} class per sample")
         return Choice(METRICS["exact"], f"{reference.dtype} values")
     if int(np.prod(shape, dtype=np.int64)) == 1:
+        values = np.asarray(reference, dtype=np.float64)
+        finite = values[np.isfinite(values)]
+        if finite.size and not unit_interval(values) and (finite.min() > 0 or finite.max() < 0):
+            return Choice(
+                METRICS["snr"],
+                "one value per sample, all of one sign and not in [0, 1] (a regression, not a probability or a "
+                "logit): its error against its energy",
+            )
         return Choice(METRICS["binary"], "one value per sample")
     lowered = name.lower()
     if any(word in lowered for word in _EMBEDDING_NAMES):
