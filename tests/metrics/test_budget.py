@@ -10,6 +10,7 @@ import pytest
 
 from onnxsat.errors import DataError, SettingsError
 from onnxsat.metrics import Budget, check_spec
+from onnxsat.metrics.budget import resolution_note
 from onnxsat.metrics.selection import choose
 
 RNG = np.random.default_rng(1)
@@ -354,3 +355,13 @@ def test_a_budget_on_few_samples_says_what_no_changed_answer_leaves_open() -> No
     assert Budget({"embedding": embedding}, {"embedding": 0}, confidence=0.99).blind_spots() == []
     flipped = Budget({"logits": np.eye(5)[:4]}, {"logits": 0}, confidence=0.99)
     assert flipped.score({"logits": np.eye(5)[1:5]}).bound <= 1.0
+
+
+def test_a_budget_finer_than_the_data_can_confirm_is_said() -> None:
+    """No changed answer among 175 samples bounds the drop at 2.6% (99%, exact), not at the 0.00% the paired
+    error gives: a 0.5% budget cannot be confirmed there, and the note says how many samples would."""
+    note = resolution_note(175, ["top1"], 0.99, 0.005)
+    assert note is not None and "up to 2.6% on data like them" in note and "about 919 samples" in note
+    assert resolution_note(2000, ["top1"], 0.99, 0.005) is None  # enough samples
+    assert resolution_note(175, ["snr"], 0.99, 0.005) is None  # not right-or-wrong answers
+    assert resolution_note(20, ["top1"], 0.99, 0.005) is None  # the few-samples note covers it
