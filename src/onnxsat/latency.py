@@ -55,6 +55,7 @@ def compare_latency(
         original_ms=statistics.median(before) * 1e3,
         optimized_ms=statistics.median(after) * 1e3,
         speedup=agreed_speedup(before, after),
+        feeds=", ".join(f"{name} {list(value.shape)}" for name, value in feeds.items()),
     )
 
 

@@ -28,11 +28,15 @@ class LatencyComparison:
     original_ms: float
     optimized_ms: float
     speedup: float  # median of per-pair ratios original/optimized
+    feeds: str = ""
+    """The inputs' shapes as timed (``x [1000, 3, 32, 32]``): given rows are timed as given, which may be no
+    batch of 1."""
 
     def line(self, result: str = "optimized") -> str:
         """The comparison as a report line, the new model called ``result``."""
+        fed = f", inputs {self.feeds}" if self.feeds else ""
         return (
-            f"latency under {self.ort_level} ({self.threads} thread, median of {self.pairs} interleaved pairs): "
+            f"latency under {self.ort_level} ({self.threads} thread, median of {self.pairs} interleaved pairs{fed}): "
             f"original {self.original_ms:.3f} ms, {result} {self.optimized_ms:.3f} ms, speedup {self.speedup:.3f}x"
         )
 

@@ -52,7 +52,7 @@ def test_latency_times_the_pruned_model_beside_the_original(
         main(["prune", str(model_file), "-o", str(output), "--rate", "50%", "--latency", "--report", str(report)]) == 0
     )
     (line,) = [line for line in capsys.readouterr().out.splitlines() if line.startswith("latency under")]
-    assert line.startswith("latency under ORT_ENABLE_ALL (1 thread, median of 60 interleaved pairs): original ")
+    assert line.startswith("latency under ORT_ENABLE_ALL (1 thread, median of 60 interleaved pairs, inputs ")
     (timed,) = json.loads(report.read_text())["latency"]
     assert timed["ort_level"] == "ORT_ENABLE_ALL" and timed["original_ms"] > 0 and timed["optimized_ms"] > 0
 
