@@ -243,6 +243,15 @@ def test_npz_inputs_and_labels(tmp_path: Path) -> None:
     assert data.labels is not None and data.labels.dtype == np.int64 and data.labels.tolist() == [0, 1, 2, 1]
 
 
+def test_a_file_that_is_no_npz_is_named_so_not_pickled_data(tmp_path: Path) -> None:
+    """numpy reads a foreign file as "pickled data" and advises allow_pickle=True: unsafe, and beside the point."""
+    path = tmp_path / "data.npz"
+    path.write_text("not a zip file at all")
+    with pytest.raises(DataError, match=r"not a \.npz archive \(numpy\.savez writes one") as raised:
+        load_dataset(str(path), ["batch", 2, 3])
+    assert "pickle" not in str(raised.value)
+
+
 def test_npz_without_labels_and_whole_float_labels(tmp_path: Path) -> None:
     unlabeled = npz(tmp_path / "unlabeled.npz", inputs=np.ones((3, 4), np.float32))
     assert load_dataset(str(unlabeled), [None, None]).labels is None

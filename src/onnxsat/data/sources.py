@@ -599,6 +599,13 @@ def _read_npz(path: Path) -> tuple[np.ndarray, np.ndarray | None, dict[str, np.n
     """The ``inputs``, ``labels`` (None if absent) and companion arrays of a .npz archive; pickled objects
     are refused."""
     try:
+        with open(path, "rb") as handle:
+            magic = handle.read(6)
+    except OSError as error:
+        raise _unreadable_npz(path, error) from None
+    if not magic.startswith((b"PK", b"\x93NUMPY")):  # numpy then guesses "pickled data", and advises unpickling
+        raise DataError(f"{path}: not a .npz archive (numpy.savez writes one: a zip of 'inputs' and 'labels')")
+    try:
         loaded = np.load(path, allow_pickle=False)
     except Exception as error:  # numpy and zipfile raise several types for a damaged or foreign file
         raise _unreadable_npz(path, error) from None
