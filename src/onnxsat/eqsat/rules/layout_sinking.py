@@ -103,6 +103,53 @@ def _node(op: String, attrs: Attrs, inputs: Args, node_id: String) -> Tensor:
     return out(Node(op, "", attrs, inputs, Args.nil(), node_id, 1), 0)
 
 
+# The rules join the nodes they rewrite through three relations, each read off one node: ``LayoutInput``,
+# ``UnaryInput`` and ``BinaryOperands``. egglog's planner binds one variable at a time, the one whose
+# smallest table is smallest, and in a body naming two nodes no table is small: it bound the layout node's
+# output and the other node each from the whole Node table before any atom tied them together, a product
+# of the two (16 s for the scalar candidates and 200 s for the pair candidates, whose second operand was
+# any node, on MaxViT-T's 2,500 nodes; 0.2 s per iteration for the unary rule with nothing to match). The
+# relations are short and share the tensors, so every variable is bound from one already bound. A rewrite
+# asserts the relations of the nodes it writes: the next op of a chain matches in the next iteration.
+
+layout_input = relation("LayoutInput", Tensor, Tensor, String, Attrs, Args, String)
+"""(z, a, op, attrs, rest, id): ``z`` is the output of the layout node ``op(a, *rest)``, ``a`` not ``z`` itself."""
+unary_input = relation("UnaryInput", Tensor, Tensor, String, Attrs, Args, String)
+"""(y, z, op, attrs, rest, id): ``y`` is the output of the unary elementwise node ``op(z, *rest)``, ``rest``
+static (Clip's bounds)."""
+binary_operands = relation("BinaryOperands", Tensor, Tensor, Tensor, String, Attrs, String)
+"""(y, first, second, op, attrs, id): ``y`` is the output of the binary elementwise node ``op(first, second)``."""
+
+
+@layout_sinking.register
+def _node_relations(y: Tensor, z: Tensor, w: Tensor, op: String, attrs: Attrs, rest: Args, node_id: String) -> object:
+    yield rule(
+        eq(y).to(_node(op, attrs, Args.cons(z, rest), node_id)),
+        op_kind(op, String("layout")),
+        ne(z).to(y),
+        name="layout node",
+    ).then(layout_input(y, z, op, attrs, rest, node_id))
+    yield rule(
+        eq(y).to(_node(op, attrs, Args.cons(z, rest), node_id)),
+        op_kind(op, String("unary")),
+        static_args(rest),
+        name="unary node",
+    ).then(unary_input(y, z, op, attrs, rest, node_id))
+    yield rule(
+        eq(y).to(_node(op, attrs, args_of(z, w), node_id)),
+        op_kind(op, String("binary")),
+        name="binary node",
+    ).then(binary_operands(y, z, w, op, attrs, node_id))
+
+
+def _laid_out(y: Tensor, sunk: Tensor, l_op: String, l_attrs: Attrs, l_rest: Args, l_id: String) -> tuple[object, ...]:
+    """``y`` is also the layout op of the sunk node, and its ``LayoutInput`` holds at once."""
+    return (
+        union(y).with_(_node(l_op, l_attrs, Args.cons(sunk, l_rest), l_id)),
+        layout_input(y, sunk, l_op, l_attrs, l_rest, l_id),
+    )
+
+
 # An op whose output is in its input's own class (``y == z``: a Cast to its own type, an Add of zeros,
 # merged with their input by ``noop_removal``) is not sunk: it changes nothing, and each sinking would
 # write it again below the layout op, into a class holding it, one level deeper every iteration (the
@@ -126,29 +173,30 @@ def _through_unary(
 ) -> object:
     sunk = _node(u_op, u_attrs, Args.cons(x, u_rest), u_id)
     yield rule(
-        eq(y).to(_node(u_op, u_attrs, Args.cons(z, u_rest), u_id)),
-        op_kind(u_op, String("unary")),
-        eq(z).to(_node(l_op, l_attrs, Args.cons(x, l_rest), l_id)),
-        op_kind(l_op, String("layout")),
-        static_args(u_rest),
+        unary_input(y, z, u_op, u_attrs, u_rest, u_id),
+        layout_input(z, x, l_op, l_attrs, l_rest, l_id),
         ne(x).to(z),
         ne(y).to(z),
         has_shape(x, d),
         name="unary(layout) -> layout(unary)",
-    ).then(union(y).with_(_node(l_op, l_attrs, Args.cons(sunk, l_rest), l_id)), has_shape(sunk, d))
+    ).then(
+        *_laid_out(y, sunk, l_op, l_attrs, l_rest, l_id),
+        unary_input(sunk, x, u_op, u_attrs, u_rest, u_id),
+        has_shape(sunk, d),
+    )
 
 
 sinkable_scalar = relation("SinkableScalar", Tensor, Tensor, Tensor, Tensor)
 """(y, z, a, c): ``y`` is a binary elementwise op of the layout op ``z = L(a, ...)`` and a one-element
-constant ``c`` (either operand order). Found by a first rule that binds only these e-classes."""
+constant ``c`` (either operand order)."""
 sinkable_pair = relation("SinkablePair", Tensor, Tensor, Tensor, Tensor, Tensor)
-"""(y, z, w, a, b): ``y = B(z, w)`` with ``z = L(a, ...)`` and ``w = L'(b, ...)`` both layout ops (the
-second rule checks that L and L' are the same op with the same attributes and shape inputs)."""
+"""(y, z, w, a, b): ``y = B(z, w)`` with ``z = L(a, ...)`` and ``w = L(b, ...)`` the same layout op (same
+attributes and shape inputs)."""
 
-# Every binary rewrite is two rules. The first finds the candidates and records only their e-classes; the
-# second joins from that short relation to read the ops' attributes, ids and shapes. In one rule, egglog's
-# planner had to enumerate every binding of the layout node's id and attributes while joining the whole
-# Node table: 8-18 s per iteration on GPT-2 (8,000 e-nodes) for 12 matches; split, milliseconds.
+# A binary rewrite is two rules: the first finds the candidates in the short relations and records their
+# e-classes, the second joins from that shorter one to read the shapes. In one body the shape lists matched
+# as ``Dims.cons`` (one per known shape suffix of the model) may be smaller than the relations, and then be
+# bound first, none tied to another.
 
 
 @layout_sinking.register
@@ -160,34 +208,26 @@ def _binary_candidates(
     b: Tensor,
     b_op: String,
     l_op: String,
-    l_op2: String,
     b_attrs: Attrs,
     l_attrs: Attrs,
-    l_attrs2: Attrs,
     l_rest: Args,
-    l_rest2: Args,
     b_id: String,
     l_id: String,
     l_id2: String,
 ) -> object:
-    binary_kind = op_kind(b_op, String("binary"))
-    laid_out = eq(z).to(_node(l_op, l_attrs, Args.cons(a, l_rest), l_id))
+    laid_out = layout_input(z, a, l_op, l_attrs, l_rest, l_id)
     for operands in ((z, w), (w, z)):
         yield rule(
-            eq(y).to(_node(b_op, b_attrs, args_of(*operands), b_id)),
-            binary_kind,
+            binary_operands(y, *operands, b_op, b_attrs, b_id),
             laid_out,
-            op_kind(l_op, String("layout")),
             value_flag(w, "single"),
             ne(a).to(z),
             name=unique("binary(layout, scalar) candidates"),
         ).then(sinkable_scalar(y, z, a, w))
     yield rule(
-        eq(y).to(_node(b_op, b_attrs, args_of(z, w), b_id)),
-        binary_kind,
+        binary_operands(y, z, w, b_op, b_attrs, b_id),
         laid_out,
-        op_kind(l_op, String("layout")),
-        eq(w).to(_node(l_op2, l_attrs2, Args.cons(b, l_rest2), l_id2)),
+        layout_input(w, b, l_op, l_attrs, l_rest, l_id2),
         ne(a).to(z),
         ne(b).to(w),
         name="binary(layout, layout) candidates",
@@ -216,9 +256,8 @@ def _through_binary(
     tail2: Dims,
 ) -> object:
     d = Dims.cons(k, tail)
-    laid_out = eq(z).to(_node(l_op, l_attrs, Args.cons(a, l_rest), l_id))
-    # The kinds again: the candidate fixed the e-classes, but y's and z's classes may hold other nodes.
-    kinds = (op_kind(b_op, String("binary")), op_kind(l_op, String("layout")))
+    binary = (b_op, b_attrs, b_id)
+    laid_out = layout_input(z, a, l_op, l_attrs, l_rest, l_id)
     for operands, sunk_operands in (((z, c), (a, c)), ((c, z), (c, a))):
         sunk = _node(b_op, b_attrs, args_of(*sunk_operands), b_id)
         # A [1]-shaped constant would raise a rank-0 layout output to rank 1 (Squeeze to a scalar, then
@@ -226,25 +265,31 @@ def _through_binary(
         for scalar, z_rank in ((Dims.nil(), ()), (dims_of(1), (has_shape(z, Dims.cons(k2, tail2)),))):
             yield rule(
                 sinkable_scalar(y, z, a, c),
-                eq(y).to(_node(b_op, b_attrs, args_of(*operands), b_id)),
+                binary_operands(y, *operands, *binary),
                 laid_out,
-                *kinds,
                 has_shape(c, scalar),
                 *z_rank,
                 has_shape(a, d),
                 name=unique("binary(layout, scalar) -> layout(binary)"),
-            ).then(union(y).with_(_node(l_op, l_attrs, Args.cons(sunk, l_rest), l_id)), has_shape(sunk, d))
+            ).then(
+                *_laid_out(y, sunk, l_op, l_attrs, l_rest, l_id),
+                binary_operands(sunk, *sunk_operands, *binary),
+                has_shape(sunk, d),
+            )
     sunk = _node(b_op, b_attrs, args_of(a, b), b_id)
     yield rule(
         sinkable_pair(y, z, w, a, b),
-        eq(y).to(_node(b_op, b_attrs, args_of(z, w), b_id)),
+        binary_operands(y, z, w, *binary),
         laid_out,
-        *kinds,
-        eq(w).to(_node(l_op, l_attrs, Args.cons(b, l_rest), l_id2)),
+        layout_input(w, b, l_op, l_attrs, l_rest, l_id2),
         has_shape(a, d),
         has_shape(b, d),
         name="binary(layout, layout) -> layout(binary)",
-    ).then(union(y).with_(_node(l_op, l_attrs, Args.cons(sunk, l_rest), l_id)), has_shape(sunk, d))
+    ).then(
+        *_laid_out(y, sunk, l_op, l_attrs, l_rest, l_id),
+        binary_operands(sunk, a, b, *binary),
+        has_shape(sunk, d),
+    )
 
 
 BROADCAST_MIN_OPSET = 7
@@ -338,15 +383,19 @@ def _through_broadcast_candidates(
 ) -> object:
     for operands in ((z, w), (w, z)):
         yield rule(
-            eq(y).to(_node(b_op, b_attrs, args_of(*operands), b_id)),
-            op_kind(b_op, String("binary")),
-            eq(z).to(_node("Transpose", l_attrs, args_of(a), l_id)),
+            binary_operands(y, *operands, b_op, b_attrs, b_id),
+            _transposed(z, a, l_attrs, l_id),
             permuted_constant(z, w, l_attrs, d, rank),
             static_value(w),
             ne(a).to(z),
             ne(y).to(z),
             name=unique("binary(Transpose, constant) candidates"),
         ).then(sinkable_constant(y, z, a, w))
+
+
+def _transposed(z: Tensor, a: Tensor, attrs: Attrs, node_id: String) -> object:
+    """``z`` is the output of a Transpose of ``a``."""
+    return layout_input(z, a, String("Transpose"), attrs, Args.nil(), node_id)
 
 
 @layout_sinking.register
@@ -369,14 +418,14 @@ def _through_broadcast(
         sunk = _node(b_op, b_attrs, args_of(*sunk_operands), b_id)
         yield rule(
             sinkable_constant(y, z, a, c),
-            eq(y).to(_node(b_op, b_attrs, args_of(*operands), b_id)),
-            eq(z).to(_node("Transpose", l_attrs, args_of(a), l_id)),
-            op_kind(b_op, String("binary")),
+            binary_operands(y, *operands, b_op, b_attrs, b_id),
+            _transposed(z, a, l_attrs, l_id),
             permuted_constant(z, c, l_attrs, moved_dims, rank),
             has_shape(a, d),
             name=unique("binary(Transpose, constant) -> Transpose(binary)"),
         ).then(
-            union(y).with_(_node("Transpose", l_attrs, args_of(sunk), l_id)),
+            *_laid_out(y, sunk, String("Transpose"), l_attrs, Args.nil(), l_id),
+            binary_operands(sunk, *sunk_operands, b_op, b_attrs, b_id),
             has_shape(sunk, d),
             has_shape(moved, moved_dims),
             same_shape(sunk, a, rank),
