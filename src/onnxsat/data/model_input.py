@@ -169,8 +169,13 @@ def _refuse_non_finite(dataset: Dataset) -> None:
     inputs = dataset.inputs
     if inputs.dtype.kind != "f" or not inputs.size:
         return
-    finite = np.isfinite(inputs.reshape(len(inputs), -1)).all(axis=1) if inputs.ndim else np.isfinite(inputs)
-    bad = int(np.size(finite) - np.count_nonzero(finite))
+    if not inputs.ndim:
+        inputs = inputs.reshape(1)
+    rows = inputs.reshape(len(inputs), -1)
+    bad = sum(  # in chunks: a mask of a whole image set at once would be a quarter of its size again
+        int(len(chunk) - np.count_nonzero(np.isfinite(chunk).all(axis=1)))
+        for chunk in (rows[start : start + 256] for start in range(0, len(rows), 256))
+    )
     if bad:
         raise DataError(
             f"{dataset.name}: {bad} of {len(inputs)} samples hold NaN or infinite values: clean or drop them"
