@@ -596,7 +596,7 @@ class _Walk:
         if why:
             return why
         layout = self.layouts[name]
-        segments = tuple(Segment(s.space, s.offset // inner, s.block // inner, s.count) for s in layout.segments)
+        segments = in_blocks(layout.segments, inner)
         if split.outer_entry is not None:
             self.target_edit(split.node_index, split.outer_entry, segments)
         self.resolved.add(split.node_index)
@@ -904,10 +904,7 @@ class _Walk:
             ("kv_num_heads", k, units[1], 1),
         ):
             if attr(node, attribute, None) is not None:
-                heads = tuple(
-                    replace(s, offset=s.offset // unit, block=s.block // unit * per_head) for s in layout.segments
-                )
-                self.edits.append((attribute, node_index, 0, heads))
+                self.edits.append((attribute, node_index, 0, in_blocks(layout.segments, unit, per_head)))
         self.track(node.output[0], Layout(axis, v.size * group, tuple(s.scaled(group) for s in v.segments)), label)
         return "tie"
 
@@ -947,14 +944,7 @@ class _Walk:
         layout = self.layouts[node.input[0]]
         self.heads.update(layout.spaces)
         if attr(node, "num_heads", None) is not None:
-            self.edits.append(
-                (
-                    "num_heads",
-                    node_index,
-                    0,
-                    tuple(replace(s, offset=s.offset // unit, block=s.block // unit) for s in layout.segments),
-                )
-            )
+            self.edits.append(("num_heads", node_index, 0, in_blocks(layout.segments, unit)))
         self.track(node.output[0], layout, label)
         return "pass"
 
@@ -1035,9 +1025,8 @@ class _Walk:
         moved = layout.moved(layout.axis + out_rank - in_rank)
         entry = entries[moved.axis]
         in_shape = self.shape(node.input[0])
-        if in_shape is None or in_shape[layout.axis] != layout.size or layout.split is not None or layout.outer:
-            return self.spoil([layout], f"Expand {label!r} broadcasts the channel axis")
-        if isinstance(entry, int) and entry not in (1, layout.size):
+        kept = in_shape is not None and in_shape[layout.axis] == layout.size and entry in (1, layout.size, None)
+        if not kept or layout.split is not None or layout.outer:
             return self.spoil([layout], f"Expand {label!r} broadcasts the channel axis")
         if entry == layout.size:
             unfit = self.uneditable(node, moved.axis)
@@ -1396,9 +1385,11 @@ class _Walk:
         scaled = self.index.scaled_piece(node.input[1], at)  # batch * H computed at run time
         if scaled is not None and scaled[2] * inner != layout.size:  # the constant is the head count
             scaled = None
-        if target is None or len(target) != len(self.shape(node.output[0]) or []):
-            return f"it merges heads into the dims before them, and {self.computed_target(node)}"
-        if target[at] is None and scaled is None:
+        if (
+            target is None
+            or len(target) != len(self.shape(node.output[0]) or [])
+            or (target[at] is None and not scaled)
+        ):
             return f"it merges heads into the dims before them, and {self.computed_target(node)}"
         if any(v == 0 for v in target[start:]) and not attr(node, "allowzero", 0):
             return "its target copies a dim merged with the channels"
@@ -1414,7 +1405,7 @@ class _Walk:
         if why:
             return why
         layout = self.layouts[node.input[0]]
-        heads = tuple(Segment(s.space, s.offset // inner, s.block // inner, s.count) for s in layout.segments)
+        heads = in_blocks(layout.segments, inner)
         if entry > 0:
             assert copies is not None
             self.target_edit(node_index, at, tuple(s.scaled(copies) for s in heads))
@@ -1785,6 +1776,12 @@ class _Walk:
                 slot, position = self.index.target_piece(target, position) or (1, position)
             edits.append(ShapeEdit(kind, node_index, position, parts, slot))
         return Forest(list(by_rep.values()), edits)
+
+
+def in_blocks(segments: Sequence[Segment], inner: int, per_block: int = 1) -> tuple[Segment, ...]:
+    """``segments`` of positions counted in blocks of ``inner`` (heads of ``inner`` features), each block worth
+    ``per_block`` (the query heads a key/value head stands for); offsets and blocks must divide."""
+    return tuple(Segment(s.space, s.offset // inner, s.block // inner * per_block, s.count) for s in segments)
 
 
 def einsum_axes(equation: str, ranks: Sequence[int | None]) -> tuple[list[list[str]], list[str]] | str:
