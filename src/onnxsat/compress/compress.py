@@ -47,7 +47,6 @@ from onnxsat.metrics import (
     metric_option,
     with_fidelity,
 )
-from onnxsat.metrics.budget import resolution_note
 from onnxsat.metrics.scorer import ModelScorer
 from onnxsat.options import float_list, option, percent
 from onnxsat.pruning.prune import association_trees
@@ -163,11 +162,7 @@ def compress_model(
         report.fitted_on = f"{fit_data.name}: {len(fit_data)} samples, none of them scored"
     report.confidence = options.confidence
     report.metric, report.metrics = scorer.baseline.metric, scorer.budget.describe()
-    report.notes += scorer.blind_spots()
-    coarse = resolution_note(
-        scorer.baseline.samples, [m.name for m in scorer.budget.metrics.values()], options.confidence, options.max_drop
-    )
-    report.notes += [coarse] if coarse else []
+    report.notes += scorer.blind_spots(options.max_drop)
     search_bytes = samples_npz(search_data)
     problem = Problem(
         key=uuid.uuid4().hex,

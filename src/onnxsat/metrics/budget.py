@@ -243,15 +243,18 @@ class Budget:
         noise = sum(_sum_of_squares(self.reference[name], outputs[name]) for name in self.metrics)
         return float(np.sqrt(noise) / max(np.sqrt(self._signal), 1e-12))
 
-    def blind_spots(self) -> list[str]:
+    def blind_spots(self, max_drop: float | None = None) -> list[str]:
         """Warnings for the report: scored outputs whose agreement with the original cannot see damage,
         because the original gives (nearly) every sample of the data the same answer and there are no labels;
-        with labels, outputs the original gets right on every sample, as on the data it was trained on."""
+        with labels, outputs the original gets right on every sample, as on the data it was trained on; too few
+        samples to say anything, or (given ``max_drop``) to confirm that budget."""
         notes = [
             f"{name}: no element on the data (an empty output), so it is not scored" for name in self.empty_outputs
         ]
-        few = few_samples_note(self.baseline.samples, [m.name for m in self.metrics.values()], self.confidence)
-        notes += [few] if few else []
+        names = [m.name for m in self.metrics.values()]
+        few = few_samples_note(self.baseline.samples, names, self.confidence)
+        coarse = resolution_note(self.baseline.samples, names, self.confidence, max_drop) if max_drop else None
+        notes += [note for note in (few, coarse) if note]
         if self.labels is not None:
             return notes + self._perfect_on_labels()
         for name, metric in self.metrics.items():

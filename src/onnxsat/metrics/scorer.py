@@ -67,10 +67,10 @@ class ModelScorer:
         self.budget.empty_outputs = list(runner.empty)
         self._untaken = untaken_branches(original, self.given, dataset)
 
-    def blind_spots(self) -> list[str]:
-        """Warnings for the report: what agreement on this data cannot see (see ``Budget.blind_spots``),
-        and If branches no sample takes."""
-        return self.budget.blind_spots() + self._untaken
+    def blind_spots(self, max_drop: float | None = None) -> list[str]:
+        """Warnings for the report: what agreement on this data cannot see (see ``Budget.blind_spots``; with
+        ``max_drop``, whether the data can confirm that budget), and If branches no sample takes."""
+        return self.budget.blind_spots(max_drop) + self._untaken
 
     def outputs(self, candidate: onnx.ModelProto) -> dict[str, np.ndarray]:
         self.evaluations += 1

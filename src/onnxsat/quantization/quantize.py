@@ -57,7 +57,6 @@ from onnxsat.metrics import (
     metric_option,
     with_fidelity,
 )
-from onnxsat.metrics.budget import resolution_note
 from onnxsat.metrics.scorer import ModelScorer
 from onnxsat.normal_form import normal_form
 from onnxsat.op_kinds import FLOAT_TYPES
@@ -210,11 +209,7 @@ def quantize_model(
     )
     report.data, report.baseline = search.name, scorer.baseline
     report.metric, report.metrics = scorer.baseline.metric, scorer.budget.describe()
-    report.notes += scorer.blind_spots()
-    coarse = resolution_note(
-        scorer.baseline.samples, [m.name for m in scorer.budget.metrics.values()], options.confidence, options.max_drop
-    )
-    report.notes += [coarse] if coarse else []
+    report.notes += scorer.blind_spots(options.max_drop)
     feeds = _latency_feeds(prepared, search, model_input.name, given, options.latency_batch)
     timing_shapes = {**options.inputs.dims(), **{name: list(a.shape) for name, a in feeds.items()}}
     latency_batch = len(feeds[model_input.name])
