@@ -31,6 +31,25 @@ class Builder:
     def random(self, name: str, *shape: int, scale: float = 0.5) -> str:
         return self.const(name, (self.rng.normal(size=shape) * scale).astype(np.float32))
 
+    def heads(
+        self,
+        name: str,
+        features: int,
+        heads: int,
+        size: int,
+        dead: Sequence[int] = (),
+        per_head: int = 1,
+        axis: int = 1,
+    ) -> str:
+        """A seeded random attention weight of ``heads`` heads of ``size`` along ``axis`` (1: a Q/K/V projection
+        ``[features, heads * size]``; 0: an output projection ``[heads * size, features]``), the ``per_head``
+        heads of each unit in ``dead`` zero (the query heads one key/value head stands for)."""
+        shape = (features, heads * size) if axis == 1 else (heads * size, features)
+        value = (self.rng.normal(size=shape) * 0.5).astype(np.float32)
+        for unit in dead:
+            np.moveaxis(value, axis, 0)[unit * per_head * size : (unit + 1) * per_head * size] = 0.0
+        return self.const(name, value)
+
     def node(self, op: str, inputs: Sequence[str], name: str, **attrs: object) -> str:
         self.nodes.append(helper.make_node(op, list(inputs), [name], name=name, **attrs))
         return name

@@ -26,14 +26,8 @@ def grouped_model(group: int = 4, expand: str = "sizes", dead: tuple[int, ...] =
     heads = KV * group
     b = Builder()
 
-    def weight(name: str, count: int, per_head: int) -> str:
-        value = (b.rng.normal(size=(E, count * D)) * 0.5).astype(np.float32)
-        for j in dead:
-            value[:, j * per_head * D : (j + 1) * per_head * D] = 0.0
-        return b.const(name, value)
-
     def split(name: str, count: int, per_head: int) -> str:
-        projected = b.node("MatMul", ["x", weight(f"w{name}", count, per_head)], name)
+        projected = b.node("MatMul", ["x", b.heads(f"w{name}", E, count, D, dead, per_head)], name)
         target = b.const(f"{name}_split", np.array([B, S, count, D], np.int64))
         return b.node(
             "Transpose", [b.node("Reshape", [projected, target], f"{name}_heads")], f"{name}_t", perm=[0, 2, 1, 3]
@@ -62,10 +56,7 @@ def grouped_model(group: int = 4, expand: str = "sizes", dead: tuple[int, ...] =
     )
     context = b.node("Transpose", [b.node("MatMul", [guarded, v], "pv")], "pv_t", perm=[0, 2, 1, 3])
     merged = b.node("Reshape", [context, b.const("merge", np.array([B, S, heads * D], np.int64))], "context")
-    wo = (b.rng.normal(size=(heads * D, E)) * 0.5).astype(np.float32)
-    for j in dead:
-        wo[j * group * D : (j + 1) * group * D] = 0.0
-    out = b.node("MatMul", [merged, b.const("wo", wo)], "out")
+    out = b.node("MatMul", [merged, b.heads("wo", E, heads, D, dead, group, axis=0)], "out")
     return b.model([b.node("Add", [out, "x"], "y")], input_shape=[B, S, E])
 
 

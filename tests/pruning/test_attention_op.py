@@ -40,16 +40,10 @@ def attention_op_model(
     group = q_heads // kv_heads
     b = Builder()
 
-    def weight(name: str, heads: int, per_head: int) -> str:
-        value = (b.rng.normal(size=(E, heads * D)) * 0.5).astype(np.float32)
-        for j in dead:
-            value[:, j * per_head * D : (j + 1) * per_head * D] = 0.0
-        return b.const(name, value)
-
     projections = {
-        "q": b.node("MatMul", ["x", weight("wq", q_heads, group)], "q"),
-        "k": b.node("MatMul", ["x", weight("wk", kv_heads, 1)], "k"),
-        "v": b.node("MatMul", ["x", weight("wv", kv_heads, 1)], "v"),
+        "q": b.node("MatMul", ["x", b.heads("wq", E, q_heads, D, dead, group)], "q"),
+        "k": b.node("MatMul", ["x", b.heads("wk", E, kv_heads, D, dead, 1)], "k"),
+        "v": b.node("MatMul", ["x", b.heads("wv", E, kv_heads, D, dead, 1)], "v"),
     }
     counts = {"q": q_heads, "k": kv_heads, "v": kv_heads}
     if form == "4d":
@@ -80,10 +74,7 @@ def attention_op_model(
     if form == "4d":
         merged = b.const("merge", np.array([B, S, q_heads * D], np.int64))
         context = b.node("Reshape", [b.node("Transpose", ["y"], "y_t", perm=[0, 2, 1, 3]), merged], "context")
-    wo = (b.rng.normal(size=(q_heads * D, E)) * 0.5).astype(np.float32)
-    for j in dead:
-        wo[j * group * D : (j + 1) * group * D] = 0.0
-    out = b.node("MatMul", [context, b.const("wo", wo)], "out")
+    out = b.node("MatMul", [context, b.heads("wo", E, q_heads, D, dead, group, axis=0)], "out")
     residual = b.node("Add", [out, "x"], "residual")
     return b.model([residual], input_shape=[B, S, E], opset=23)
 
