@@ -13,10 +13,11 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from onnxsat.cli import main
-from onnxsat.data.model_input import fitted_to_model
+from onnxsat.data.model_input import evaluation_data, fitted_to_model
 from onnxsat.data.outputs import OutputRunner
-from onnxsat.data.sources import Dataset
+from onnxsat.data.sources import COMPANION_PREFIX, Dataset
 from onnxsat.errors import DataError
+from onnxsat.inputs import InputSpec
 
 RNG = np.random.default_rng(7)
 
@@ -133,3 +134,35 @@ def test_companions_travel_in_an_npz_of_samples(tmp_path: Path) -> None:
     all_rows = np.concatenate([masks, masks])  # twelve rows, as given for the whole data
     kept = fitted_to_model(text_model(), loaded, {"mask": all_rows})
     np.testing.assert_array_equal(kept.companions["mask"], masks[:4])
+
+
+def test_held_out_data_takes_no_rows_meant_for_the_search_samples(tmp_path: Path) -> None:
+    """--inputs rows per sample belong to --data's samples: --eval-data of as many samples would otherwise
+    be scored with the search samples' masks. It carries its own rows, or the run stops in one line."""
+    _, masks = ids_and_masks(8)
+    held_ids, held_masks = ids_and_masks(8)
+    bare, own = tmp_path / "held.npz", tmp_path / "held_rows.npz"
+    np.savez(bare, inputs=held_ids)
+    np.savez(own, inputs=held_ids, **{f"{COMPANION_PREFIX}mask": held_masks})
+    spec = InputSpec(given={"mask": masks})
+    with pytest.raises(DataError, match=r"'mask' has a row per sample of --data.*companion:mask"):
+        evaluation_data(text_model(), str(bare), spec, held_out=True)
+    loaded = evaluation_data(text_model(), str(own), spec, held_out=True)
+    assert loaded is not None
+    np.testing.assert_array_equal(loaded.companions["mask"], held_masks)
+    one_row = evaluation_data(text_model(), str(bare), InputSpec(given={"mask": masks[:1]}), held_out=True)
+    assert one_row is not None
+    np.testing.assert_array_equal(one_row.companions["mask"], np.repeat(masks[:1], 8, axis=0))
+
+
+def test_compress_refuses_eval_data_without_its_own_rows(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path, data, held, feeds = (tmp_path / name for name in ("text.onnx", "d.npz", "e.npz", "feeds.npz"))
+    onnx.save(text_model(), path)
+    ids, masks = ids_and_masks(8)
+    np.savez(data, inputs=ids)
+    np.savez(held, inputs=ids_and_masks(8)[0])
+    np.savez(feeds, mask=masks)
+    argv = ["compress", str(path), "-o", str(tmp_path / "c.onnx"), "--data", str(data), "--eval-data", str(held)]
+    assert main([*argv, "--inputs", str(feeds)]) != 0
+    assert "save theirs as `companion:mask`" in capsys.readouterr().err
+    assert not (tmp_path / "c.onnx").exists()

@@ -278,17 +278,17 @@ def _data(model: onnx.ModelProto, options: CompressOptions) -> tuple[Dataset, Da
             f"inputs, which measures agreement with the original on those alone){rows}"
         )
 
-    def load(spec: str) -> Dataset:
+    def load(spec: str, held_out: bool = False) -> Dataset:
         dataset = evaluation_data(
             model, spec, options.inputs, limit=options.limit, mean=options.mean, std=options.std,
-            fidelity=options.fidelity, random_count=RANDOM_SAMPLES,
+            fidelity=options.fidelity, random_count=RANDOM_SAMPLES, held_out=held_out,
         )  # fmt: skip
         assert dataset is not None
         return dataset
 
     dataset = load(options.data)
     if options.eval_data is not None:
-        return dataset, load(options.eval_data)
+        return dataset, load(options.eval_data, held_out=True)
     return dataset.split(options.holdout, options.seed)
 
 

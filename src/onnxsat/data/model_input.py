@@ -110,9 +110,11 @@ def evaluation_data(
     std: Sequence[float] | None = None,
     fidelity: bool = False,
     random_count: int = 32,
+    held_out: bool = False,
 ) -> Dataset | None:
     """``--data`` loaded and fitted to the data input (None without it); ``random``: ``random_count`` (or
-    ``limit``) seeded normal samples; ``fidelity`` drops the labels (agreement with the original)."""
+    ``limit``) seeded normal samples; ``fidelity`` drops the labels (agreement with the original);
+    ``held_out``: data loaded beside ``--data`` (``--eval-data``), see :func:`fitted_to_model`."""
     if spec is None:
         return None
     if spec == "random":
@@ -121,16 +123,21 @@ def evaluation_data(
     dataset = load_dataset(spec, dims, limit=limit, mean=mean, std=std, labels=not fidelity)
     if fidelity:
         dataset = replace(dataset, labels=None, name=f"{dataset.name} (fidelity)")
-    return fitted_to_model(model, dataset, inputs.given)
+    return fitted_to_model(model, dataset, inputs.given, held_out=held_out)
 
 
-def fitted_to_model(model: onnx.ModelProto, dataset: Dataset, given: Mapping[str, np.ndarray]) -> Dataset:
+def fitted_to_model(
+    model: onnx.ModelProto, dataset: Dataset, given: Mapping[str, np.ndarray], *, held_out: bool = False
+) -> Dataset:
     """``dataset`` as the model takes it: its samples in the data input's element type
     (:func:`in_input_type`), and the given inputs that share the data input's dynamic batch fed per
     sample (its ``companions``): a value of one row is repeated for every sample, one with a row per
     sample goes with its sample. Given inputs of a fixed batch, or of no batch axis, stay fed whole; so
     does everything when the data input's batch is fixed (each run is then one whole batch anyway).
-    Streams are left to the caller, which knows the state inputs beside the data input."""
+    Streams are left to the caller, which knows the state inputs beside the data input. ``held_out`` data
+    (loaded beside ``--data``) takes no rows per sample from ``--inputs``: those belong to ``--data``'s
+    samples, and paired with other samples by position they would score each with another's mask; such
+    data carries its own rows (``companion:NAME``)."""
     if dataset.streams:
         return dataset
     _refuse_non_finite(dataset)
@@ -152,6 +159,11 @@ def fitted_to_model(model: onnx.ModelProto, dataset: Dataset, given: Mapping[str
             continue
         if len(array) == 1:
             companions[value.name] = np.repeat(array, len(dataset), axis=0)
+        elif held_out:
+            raise DataError(
+                f"--inputs {value.name!r} has a row per sample of --data, which {dataset.name}'s samples do not "
+                f"share: save theirs as `companion:{value.name}` in its .npz, beside `inputs`"
+            )
         elif len(array) == len(dataset):
             companions[value.name] = array
         else:
