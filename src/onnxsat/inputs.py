@@ -97,12 +97,15 @@ def load_feeds(path: str | Path) -> dict[str, np.ndarray]:
 class InputSpec:
     """The inputs a user fixed: ``given`` arrays used as they are, ``shapes`` for random ones' dynamic dims.
 
-    ``source`` names where ``given`` came from (the feeds file), for messages and reports.
+    ``source`` names where ``given`` came from (the feeds file), for messages and reports. ``from_data``
+    names the inputs whose ``given`` value is the first of the rows the data carries per sample: runs of
+    one sample take it, runs over that data each sample's own, and other data must carry its own.
     """
 
     shapes: Mapping[str, Sequence[int]] = field(default_factory=dict)
     given: Mapping[str, np.ndarray] = field(default_factory=dict)
     source: str | None = None
+    from_data: frozenset[str] = frozenset()
 
     @classmethod
     def of(cls, value: InputsLike) -> InputSpec:

@@ -13,7 +13,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from onnxsat.cli import main
-from onnxsat.data.model_input import evaluation_data, fitted_to_model
+from onnxsat.data.model_input import evaluation_data, fitted_to_model, with_data_rows
 from onnxsat.data.outputs import OutputRunner
 from onnxsat.data.sources import COMPANION_PREFIX, Dataset
 from onnxsat.errors import DataError
@@ -145,7 +145,7 @@ def test_held_out_data_takes_no_rows_meant_for_the_search_samples(tmp_path: Path
     np.savez(bare, inputs=held_ids)
     np.savez(own, inputs=held_ids, **{f"{COMPANION_PREFIX}mask": held_masks})
     spec = InputSpec(given={"mask": masks})
-    with pytest.raises(DataError, match=r"'mask' has a row per sample of --data.*companion:mask"):
+    with pytest.raises(DataError, match=r"--inputs gives a row of 'mask' per sample of --data.*companion:mask"):
         evaluation_data(text_model(), str(bare), spec, held_out=True)
     loaded = evaluation_data(text_model(), str(own), spec, held_out=True)
     assert loaded is not None
@@ -166,3 +166,28 @@ def test_compress_refuses_eval_data_without_its_own_rows(tmp_path: Path, capsys:
     assert main([*argv, "--inputs", str(feeds)]) != 0
     assert "save theirs as `companion:mask`" in capsys.readouterr().err
     assert not (tmp_path / "c.onnx").exists()
+
+
+def test_rows_the_data_carries_per_sample_leave_the_data_input_to_the_samples(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An .npz of `inputs` and `companion:mask` (the format the message for a missing `inputs` advises) is
+    enough for a two-input model: no --inputs needed; held-out data must carry its own rows."""
+    path, data, bare = tmp_path / "text.onnx", tmp_path / "d.npz", tmp_path / "e.npz"
+    onnx.save(text_model(), path)
+    ids, masks = ids_and_masks(12)
+    np.savez(data, inputs=ids, **{f"{COMPANION_PREFIX}mask": masks})
+    np.savez(bare, inputs=ids_and_masks(12)[0])
+    spec = with_data_rows(InputSpec(), str(data))
+    assert spec.from_data == {"mask"}
+    np.testing.assert_array_equal(spec.given["mask"], masks[:1])
+    loaded = evaluation_data(text_model(), str(data), spec)
+    assert loaded is not None
+    np.testing.assert_array_equal(loaded.companions["mask"], masks)  # each sample its own row, not the first
+    with pytest.raises(DataError, match=r"--data carries a row of 'mask' per sample"):
+        evaluation_data(text_model(), str(bare), spec, held_out=True)
+    argv = ["quantize", str(path), "-o", str(tmp_path / "q.onnx"), "--mode", "dynamic", "--no-node-timing"]
+    assert main([*argv, "--data", str(data)]) == 0
+    argv = ["compress", str(path), "-o", str(tmp_path / "c.onnx"), "--data", str(data), "--eval-data", str(bare)]
+    assert main(argv) != 0
+    assert "save theirs as `companion:mask`" in capsys.readouterr().err

@@ -30,7 +30,14 @@ from onnxsat.compress.recipe import CALIBRATION_LIMIT, Recipe
 from onnxsat.compress.report import CandidateRow, CompressReport, Contribution, mark_pareto
 from onnxsat.compress.search import MARGIN, PROBE_RATE, Evaluated, Search, SearchSettings
 from onnxsat.compress.timing import SideBySide, machine
-from onnxsat.data.model_input import batch_size_for, data_input, defaulted_sizes, evaluation_data, sized_by_data
+from onnxsat.data.model_input import (
+    batch_size_for,
+    data_input,
+    defaulted_sizes,
+    evaluation_data,
+    sized_by_data,
+    with_data_rows,
+)
 from onnxsat.data.sources import Dataset
 from onnxsat.eqsat.portable import portable_form
 from onnxsat.errors import SettingsError
@@ -135,6 +142,7 @@ def compress_model(
     """Compress ``model`` (left unchanged) inside ``options.max_drop``; return the result and its report."""
     start, began = time.perf_counter(), time.monotonic()  # the budget counts the work before the search too
     options.check()
+    options = replace(options, inputs=with_data_rows(options.inputs, options.data))  # inputs --data feeds per sample
     report = CompressReport(input=source, output=None, max_drop=options.max_drop)
     search_data, held_data = _data(model, options)  # data that does not fit is said first
     if options.data == "random" and (sizes := defaulted_sizes(model, options.inputs, search_data)):

@@ -1,8 +1,9 @@
 """The model input data is fed to, and data made or loaded to fit it: what every pass that measures a
 model on data (sparsify's budget, quantize's calibration and budget) shares.
 
-Data is fed to one input: the one that is neither a weight nor given by the user (``--inputs``) nor a
-state input (``--stateful``). Its declared dims decide how samples are fitted and batched.
+Data is fed to one input: the one that is neither a weight nor given by the user (``--inputs``, or rows
+per sample in the data's ``.npz``) nor a state input (``--stateful``). Its declared dims decide how samples
+are fitted and batched.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from dataclasses import replace
 import numpy as np
 import onnx
 
-from onnxsat.data.sources import Dataset, load_dataset
+from onnxsat.data.sources import Dataset, carried_rows, load_dataset
 from onnxsat.errors import DataError, SettingsError
 from onnxsat.inputs import (
     DEFAULT_DYNAMIC_DIM,
@@ -123,11 +124,27 @@ def evaluation_data(
     dataset = load_dataset(spec, dims, limit=limit, mean=mean, std=std, labels=not fidelity)
     if fidelity:
         dataset = replace(dataset, labels=None, name=f"{dataset.name} (fidelity)")
-    return fitted_to_model(model, dataset, inputs.given, held_out=held_out)
+    return fitted_to_model(model, dataset, inputs.given, held_out=held_out, from_data=inputs.from_data)
+
+
+def with_data_rows(inputs: InputSpec, spec: str | None) -> InputSpec:
+    """``inputs`` with each input the ``--data`` .npz feeds per sample (``companion:NAME``) and ``--inputs``
+    does not give held at its first row (``InputSpec.from_data``): the data input is then the one left, as
+    when ``--inputs`` gives the others."""
+    rows = {name: values for name, values in carried_rows(spec).items() if name not in inputs.given}
+    if not rows or any(len(values) == 0 for values in rows.values()):
+        return inputs  # no rows, or none to hold (loading the data says what is wrong with it)
+    firsts = {name: np.asarray(values[:1]) for name, values in rows.items()}
+    return replace(inputs, given={**inputs.given, **firsts}, from_data=inputs.from_data | set(rows))
 
 
 def fitted_to_model(
-    model: onnx.ModelProto, dataset: Dataset, given: Mapping[str, np.ndarray], *, held_out: bool = False
+    model: onnx.ModelProto,
+    dataset: Dataset,
+    given: Mapping[str, np.ndarray],
+    *,
+    held_out: bool = False,
+    from_data: Collection[str] = (),
 ) -> Dataset:
     """``dataset`` as the model takes it: its samples in the data input's element type
     (:func:`in_input_type`), and the given inputs that share the data input's dynamic batch fed per
@@ -135,9 +152,9 @@ def fitted_to_model(
     sample goes with its sample. Given inputs of a fixed batch, or of no batch axis, stay fed whole; so
     does everything when the data input's batch is fixed (each run is then one whole batch anyway).
     Streams are left to the caller, which knows the state inputs beside the data input. ``held_out`` data
-    (loaded beside ``--data``) takes no rows per sample from ``--inputs``: those belong to ``--data``'s
-    samples, and paired with other samples by position they would score each with another's mask; such
-    data carries its own rows (``companion:NAME``)."""
+    (loaded beside ``--data``) takes no rows per sample from ``--inputs`` nor the first of those ``--data``
+    carries (``from_data``): they belong to ``--data``'s samples, and paired with other samples by position
+    (or one for all) they would score each with another's mask; such data carries its own rows."""
     if dataset.streams:
         return dataset
     _refuse_non_finite(dataset)
@@ -157,13 +174,14 @@ def fitted_to_model(
         array = np.asarray(given[value.name])
         if array.ndim == 0:
             continue
+        if held_out and (len(array) > 1 or value.name in from_data):
+            where = "--data carries" if value.name in from_data else "--inputs gives"
+            raise DataError(
+                f"{where} a row of {value.name!r} per sample of --data, which the held-out samples of "
+                f"{dataset.name} do not share: save theirs as `companion:{value.name}` in its .npz, beside `inputs`"
+            )
         if len(array) == 1:
             companions[value.name] = np.repeat(array, len(dataset), axis=0)
-        elif held_out:
-            raise DataError(
-                f"--inputs {value.name!r} has a row per sample of --data, which {dataset.name}'s samples do not "
-                f"share: save theirs as `companion:{value.name}` in its .npz, beside `inputs`"
-            )
         elif len(array) == len(dataset):
             companions[value.name] = array
         else:

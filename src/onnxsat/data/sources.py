@@ -556,6 +556,18 @@ def companions_in(loaded: np.lib.npyio.NpzFile) -> dict[str, np.ndarray]:
     return {key[len(COMPANION_PREFIX) :]: loaded[key] for key in loaded.files if key.startswith(COMPANION_PREFIX)}
 
 
+def carried_rows(spec: str | None) -> dict[str, np.ndarray]:
+    """The ``companion:NAME`` arrays of a ``.npz`` data ``spec``, by input name (none for other data, and for
+    a file that cannot be read: loading it says why)."""
+    if spec is None or not spec.endswith(".npz") or not Path(spec).is_file():
+        return {}
+    try:
+        with np.load(spec, allow_pickle=False) as loaded:
+            return companions_in(loaded) if isinstance(loaded, np.lib.npyio.NpzFile) else {}
+    except Exception:  # numpy and zipfile raise several types for a damaged or foreign file
+        return {}
+
+
 def _numbers(inputs: np.ndarray, path: Path) -> np.ndarray:
     if np.issubdtype(inputs.dtype, np.integer):
         return inputs

@@ -18,7 +18,14 @@ import onnx
 from threadpoolctl import threadpool_limits
 
 from onnxsat import model_io
-from onnxsat.data.model_input import batch_size_for, data_input, evaluation_data, fitted_to_model, input_dims
+from onnxsat.data.model_input import (
+    batch_size_for,
+    data_input,
+    evaluation_data,
+    fitted_to_model,
+    input_dims,
+    with_data_rows,
+)
 from onnxsat.data.sources import Dataset, load_dataset
 from onnxsat.eqsat.portable import portable_form
 from onnxsat.errors import SettingsError
@@ -257,6 +264,7 @@ def _prune_model(
 ) -> tuple[onnx.ModelProto, PruneReport]:
     start = time.perf_counter()
     options.check()
+    options = replace(options, inputs=with_data_rows(options.inputs, options.data))  # inputs --data feeds per sample
     given_size = given_bytes(model, source)
     original = reference_run(model, options.inputs, base_dir=base_dir)  # an input ORT cannot run is said first
     _check_roots_outside_bodies(model)

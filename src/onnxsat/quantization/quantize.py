@@ -40,6 +40,7 @@ from onnxsat.data.model_input import (
     fitted_to_model,
     random_dataset,
     sized_by_data,
+    with_data_rows,
 )
 from onnxsat.data.sources import Dataset
 from onnxsat.eqsat.portable import portable_form
@@ -179,6 +180,7 @@ def quantize_model(
     """Quantize ``model`` (left unchanged) as ``options`` say; return the result and its report."""
     start = time.perf_counter()
     options.check()
+    options = replace(options, inputs=with_data_rows(options.inputs, options.data))  # inputs --data feeds per sample
     given_size = given_bytes(model, source)
     deadline = _now() + options.budget_minutes * 60
     report = QuantizeReport(input=source, output=None, mode=options.mode, max_drop=options.max_drop)

@@ -23,6 +23,7 @@ from onnxsat.data.model_input import (
     input_dims,
     random_dataset,
     sized_by_data,
+    with_data_rows,
 )
 from onnxsat.data.outputs import check_state, first_feeds, parse_stateful
 from onnxsat.data.sources import Dataset, load_dataset
@@ -248,6 +249,7 @@ def sparsify_model(
     """Prune ``model`` (left unchanged) as ``options`` say; return the result and its report."""
     start = time.perf_counter()
     options.check()
+    options = replace(options, inputs=with_data_rows(options.inputs, options.data))  # inputs --data feeds per sample
     given_size = given_bytes(model, source)
     graph = model.graph
     check_state(options.state, [v.name for v in graph.input], [v.name for v in graph.output])
