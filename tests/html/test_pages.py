@@ -141,6 +141,15 @@ def test_compress_page(seen: dict[str, dict[str, object]]) -> None:
     assert page["images"] == "2" and page["broken"] == "0"  # the Pareto plot, accuracy before and after
 
 
+def test_the_summary_gives_the_held_out_verdict(pages: dict[str, Path]) -> None:
+    """Beside the speedup, the figure the search could not flatter, and whether the budget held there."""
+    for name in ("compress", "searched"):
+        text = pages[name].read_text(encoding="utf-8")
+        fact = re.search(r"<dt>held out</dt><dd>([^<]*)</dd>", text)
+        assert fact is not None, name
+        assert "samples the search never used" in fact.group(1) and "(inside the budget)" in fact.group(1), name
+
+
 def test_prune_page(seen: dict[str, dict[str, object]]) -> None:
     page = seen["prune"]
     assert {"measure", "original", "pruned", "group", "roots", "structure"} <= headers(page)

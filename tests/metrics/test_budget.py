@@ -318,6 +318,12 @@ def test_held_out_data_refutes_a_budget_only_beyond_its_sampling_error() -> None
     pages = held(0.117, 0.01, 4, 0.01)  # IoU lost on every held-out page alike
     assert pages.refuted and not pages.within_budget
     assert held(0.0, 0.0, 10, 0.01).within_budget and HeldOut.of("h", pages.score, pages.score, None, 0.9).within_budget
+    from onnxsat.metrics.text import held_out_text
+
+    assert held_out_text(digits).endswith("(OUTSIDE the budget, within its sampling error)")
+    assert held_out_text(pages).endswith("(OUTSIDE the budget beyond its sampling error)")
+    assert "(4 samples the search never used)" in held_out_text(pages)
+    assert held_out_text(held(0.0, 0.0, 10, 0.01)).endswith("drop 0.00% (inside the budget)")
     # 4 of 400 samples lost is a 1% drop, though 397/400 - 393/400 is 0.010000000000000009 in float.
     exact = Score((OutputScore("y", "top1", 393 / 400, 397 / 400),), 400, "accuracy")
     assert exact.fits(0.01) and HeldOut.of("held", exact, exact, 0.01, confidence=0.9).within_budget

@@ -6,7 +6,7 @@ from __future__ import annotations
 from onnxsat.compress.report import CompressReport
 from onnxsat.html.charts import pareto_scatter
 from onnxsat.html.page import Page
-from onnxsat.html.scores import add_outcome
+from onnxsat.html.scores import add_outcome, held_out_facts
 
 
 def compress_page(report: CompressReport) -> Page:
@@ -29,6 +29,7 @@ def compress_page(report: CompressReport) -> Page:
                 f"measured on {report.latency_where})",
             )
         )
+    facts += held_out_facts(report.held_out)
     if report.recipe_path:
         facts.append(("recipe", f"{report.recipe_path} (onnxsat run rebuilds the model from it)"))
     page.facts(facts)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from onnxsat.html.page import Page
-from onnxsat.html.scores import add_outcome
+from onnxsat.html.scores import add_outcome, held_out_facts
 from onnxsat.quantization.report import QuantizeReport
 
 
@@ -26,6 +26,7 @@ def quantize_page(report: QuantizeReport) -> Page:
                 f"batch {int(latency.get('batch', 1))})",
             )
         )
+    facts += held_out_facts(report.held_out)
     page.facts(facts)
     if report.trials:
         page.heading("Modes tried")

@@ -10,6 +10,13 @@ from onnxsat.html.charts import grouped_bars
 from onnxsat.html.page import Page
 from onnxsat.html.verification import add_verification
 from onnxsat.metrics import HeldOut, Score
+from onnxsat.metrics.text import held_out_text
+
+
+def held_out_facts(held_out: HeldOut | None) -> list[tuple[str, str]]:
+    """The summary's line for the held-out result and its verdict (none without one): the figure the search
+    could not flatter belongs beside the speedup, not only in the accuracy section."""
+    return [] if held_out is None else [("held out", held_out_text(held_out))]
 
 
 def add_scores(
@@ -45,10 +52,7 @@ def add_scores(
     labels = [f"{o.output} ({o.metric})" for o in before.outputs]
     values = {"original": [100 * o.value for o in before.outputs], "result": [100 * o.value for o in after.outputs]}
     if held_out is not None:
-        page.paragraph(
-            f"Held out: {held_out.data}, {held_out.score.samples} samples the search never used: "
-            f"{held_out.baseline.text()} -> {held_out.score.text()}, drop {held_out.drop:.2%}."
-        )
+        page.paragraph(f"Held out {held_out_text(held_out)}.", note=not held_out.within_budget)
         values["result (held out)"] = [100 * o.value for o in held_out.score.outputs]
     page.figure(
         grouped_bars(labels, values, f"{before.kind} (%)", f"{before.kind.capitalize()} before and after"),

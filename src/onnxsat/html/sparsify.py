@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from onnxsat.html.charts import horizontal_bars
 from onnxsat.html.page import Page
-from onnxsat.html.scores import add_scores
+from onnxsat.html.scores import add_scores, held_out_facts
 from onnxsat.html.verification import add_verification
 from onnxsat.sparsity.report import SparsifyReport
 
@@ -20,6 +20,7 @@ def sparsify_page(report: SparsifyReport) -> Page:
             ("level", level),
             ("sparsity reached", f"{report.overall:.2%} over {len(report.layers)} weights"),
             ("seconds", f"{report.seconds:.2f}"),
+            *held_out_facts(report.held_out),
         ]
     )
     page.heading("Sparsity per weight")

@@ -16,11 +16,23 @@ def summary_lines(
     if baseline is not None and result is not None:
         lines.append(f"{baseline.kind} on {data}: {baseline.text()} -> {result.text()}")
     if held_out is not None:
-        lines.append(
-            f"held out ({held_out.score.samples} samples the search never used): {held_out.baseline.text()} -> "
-            f"{held_out.score.text()}, drop {held_out.drop:.2%}"
-        )
+        lines.append(f"held out {held_out_text(held_out)}")
     return lines
+
+
+def held_out_text(held_out: HeldOut) -> str:
+    """The held-out result with its verdict: where it was measured, before -> after, the drop, and whether
+    the budget held there (what a reader of any report looks for first)."""
+    if held_out.within_budget:
+        verdict = "inside the budget"
+    elif held_out.refuted:
+        verdict = "OUTSIDE the budget beyond its sampling error"
+    else:
+        verdict = "OUTSIDE the budget, within its sampling error"
+    return (
+        f"on {held_out.data} ({held_out.score.samples} samples the search never used): "
+        f"{held_out.baseline.text()} -> {held_out.score.text()}, drop {held_out.drop:.2%} ({verdict})"
+    )
 
 
 def table_lines(
@@ -45,9 +57,5 @@ def table_lines(
                 + (f" ({details})" if details else "")
             )
     if held_out is not None:
-        verdict = "inside" if held_out.within_budget else "OUTSIDE"
-        lines.append(
-            f"held out: {held_out.data} ({held_out.score.samples} samples the search never used): "
-            f"{held_out.baseline.text()} -> {held_out.score.text()}, drop {held_out.drop:.2%} ({verdict} the budget)"
-        )
+        lines.append(f"held out {held_out_text(held_out)}")
     return lines
