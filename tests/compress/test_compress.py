@@ -153,7 +153,7 @@ def test_the_time_budget_stops_the_search_between_candidates(monkeypatch: pytest
 def _paced_search(deadline_in: float, seconds: dict[str, list[float]], timing: float = 0.0) -> Search:
     """A search with candidates of the given stages and build seconds already evaluated, ``deadline_in``
     seconds before its deadline."""
-    settings = SearchSettings(0.01, ["g"], [], True, time.monotonic() + deadline_in)
+    settings = SearchSettings(0.01, {"g": (32, 8)}, [], True, time.monotonic() + deadline_in)
     problem = SimpleNamespace(model=onnx.load(bundled_digits_cnn()).SerializeToString())
     search = Search(problem, settings, None, None, lambda model, mode: None)  # type: ignore[arg-type]
     search._best = Evaluated("original", Outcome(Recipe()))
@@ -383,7 +383,7 @@ def test_a_candidate_whose_drop_fits_only_by_luck_is_over_the_budget() -> None:
         return Outcome(Recipe.pruned({"conv": 0.5}), score, model=b"m", size=10)
 
     search = Search.__new__(Search)
-    search.settings = SearchSettings(0.005, ["conv"], [], False, 0.0)
+    search.settings = SearchSettings(0.005, {"conv": (32, 8)}, [], False, 0.0)
     lucky, pinned = outcome(error=0.0024), outcome(error=0.0006)
     assert lucky.drop == pytest.approx(pinned.drop) == pytest.approx(0.004)
     assert not search._within(Evaluated("prune", lucky)) and search._within(Evaluated("prune", pinned))
@@ -419,7 +419,7 @@ def test_a_model_nothing_can_prune_says_so() -> None:
     )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
     report = CompressReport(input="m.onnx", output=None, max_drop=0.01)
-    assert compress_module._groups(model, CompressOptions(), report) == []
+    assert compress_module._groups(model, CompressOptions(), report) == {}
     (note,) = report.notes
     assert note.startswith("pruning left out: no channel group can be pruned (") and "onnxsat prune" in note
 
@@ -515,3 +515,18 @@ def test_a_timed_speedup_never_exceeds_what_the_median_times_beside_it_say() -> 
     for timed in SideBySide(model, random_inputs(model), threads=1).measure([model.SerializeToString()] * 2):
         assert timed.speedup <= timed.original_ms / timed.latency_ms + 1e-9
         assert timed.low <= timed.speedup <= timed.high
+
+
+def test_refinement_steps_only_to_rates_that_remove_more_channels() -> None:
+    """A 32-channel group kept in multiples of 8 keeps 16 channels at 50% and at 62.5%: that step built the
+    same model under another name (and spent a candidate on it). Four heads (counted one by one) lose one
+    at 25% and at 37.5%."""
+    search = _paced_search(100, {})
+    search.settings.groups = {"conv": (32, 8), "attention": (4, 1), "small": (16, 8)}
+    assert search._higher("conv", 0.0) == 0.25
+    assert search._higher("conv", 0.25) == 0.5  # 37.5% keeps 24 as 25% does
+    assert search._higher("conv", 0.5) == 0.75
+    assert search._higher("attention", 0.25) == 0.5 and search._higher("attention", 0.75) is None
+    assert search._higher("small", 0.5) == 0.625  # too few channels to round: every rate counts
+    assert search._distinct_rates(["conv"]) == [0.25, 0.5, 0.75]
+    assert search._distinct_rates(["conv", "small"]) == [0.25, 0.375, 0.5, 0.625, 0.75]

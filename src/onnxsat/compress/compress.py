@@ -56,7 +56,7 @@ from onnxsat.metrics import (
 )
 from onnxsat.metrics.scorer import ModelScorer
 from onnxsat.options import float_list, option, percent
-from onnxsat.pruning.prune import association_trees
+from onnxsat.pruning.prune import association_trees, kept_multiple
 from onnxsat.quantization.quantize import applicable_modes, slower_nodes
 from onnxsat.verification import check_lossy, reference_run
 
@@ -155,7 +155,7 @@ def compress_model(
     given = options.inputs.given
     input_name = data_input(model, given).name
     batch = batch_size_for(model, options.batch_size, given)
-    groups = _groups(model, options, report) if "prune" in options.techniques else []
+    groups = _groups(model, options, report) if "prune" in options.techniques else {}
     modes = applicable_modes(model) if "quantize" in options.techniques else []
     if not groups and not modes and "fuse" not in options.techniques:
         raise SettingsError("nothing to compress: the model has no prunable channel group and nothing to quantize")
@@ -330,15 +330,16 @@ def _fit_split(
     return replace(fit, name=f"{base} (fit part)"), replace(scored, name=f"{base} (scored part)")
 
 
-def _groups(model: onnx.ModelProto, options: CompressOptions, report: CompressReport) -> list[str]:
+def _groups(model: onnx.ModelProto, options: CompressOptions, report: CompressReport) -> dict[str, tuple[int, int]]:
     """Prunable channel groups, each named by its first root node, in the form prune starts from (its
-    portable form, when that verifies: the same each candidate's prune makes)."""
+    portable form, when that verifies: the same each candidate's prune makes), with their channel counts
+    and the multiple kept counts round to (rates that round alike make the same model)."""
     try:
         _, _, forest = association_trees(portable_form(model, options.inputs).model)
     except Exception as error:  # pruning is one technique among three: a graph it cannot read is not fatal
         report.notes.append(f"pruning left out: its association trees failed ({type(error).__name__}: {error})")
-        return []
-    prunable = [group.roots[0].node for group in forest.groups if group.prunable]
+        return {}
+    prunable = {g.roots[0].node: (g.channels, kept_multiple(g)) for g in forest.groups if g.prunable}
     if not prunable and "prune" in options.techniques:  # said, not left for the user to wonder about
         firsts = list(dict.fromkeys(g.reasons[0] if g.reasons else "a single channel" for g in forest.groups))
         why = f" ({'; '.join(firsts[:2])}{'; ...' if len(firsts) > 2 else ''})" if firsts else ""

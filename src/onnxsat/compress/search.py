@@ -13,13 +13,15 @@ then times the ones inside the budget side by side on this machine.
    built beside them (lossless; its build time is what fusing the best will take, see **Time**).
 2. **Sensitivity**: each prunable group pruned alone at ``PROBE_RATE``, once. A group whose pruning
    alone spends the whole budget is never pruned.
-3. **Global rate**: the other groups pruned together at each rate of ``LADDER``; the fastest pruned
+3. **Global rate**: the other groups pruned together at each rate of ``GLOBAL_RATES``; the fastest pruned
    models inside the budget then quantized as the original was, with what the budget has left after
    pruning.
 4. **Greedy refinement with backtracking**: from the fastest so far, raise one group's rate a step at a
    time, least sensitive groups first, in parallel batches; a group whose step breaks the budget is not
    raised again, one whose step is not faster by ``MARGIN`` is not tried again until the best changes;
-   stop when no group is left to try.
+   stop when no group is left to try. Here and in stage 3, a rate whose kept channel counts round to a
+   lower rate's (16 of 32 channels kept at 50% and at 62.5%, in multiples of 8) is skipped: it would build
+   the same model under another name.
 5. **Fusion**: ONNXSat's lossless optimization appended to the best so far (always: the search kept the
    time for it), kept when it is faster by ``MARGIN``, as is the fused original of stage 1.
 6. **Final**: the ``FINALISTS`` fastest timed again in one run.
@@ -54,6 +56,7 @@ from onnxsat.compress.evaluate import Outcome, Problem, Task, evaluate
 from onnxsat.compress.executor import Executor
 from onnxsat.compress.recipe import Recipe
 from onnxsat.compress.timing import SideBySide, Timed
+from onnxsat.pruning.importance import channels_to_prune
 
 PROBE_RATE = 0.5
 LADDER = (0.25, 0.375, 0.5, 0.625, 0.75, 0.875)
@@ -100,8 +103,9 @@ class Evaluated:
 @dataclass
 class SearchSettings:
     max_drop: float
-    groups: list[str]
-    """Prunable groups, each named by its first root node (empty: no pruning)."""
+    groups: dict[str, tuple[int, int]]
+    """Prunable groups, each named by its first root node, with their channel counts and the multiple kept
+    counts round to (empty: no pruning)."""
     modes: list[str]
     """Quantization modes to try (empty: no quantization)."""
     fuse: bool
@@ -149,12 +153,13 @@ class Search:
         allowed = [g for g in settings.groups if self.sensitivity.get(g, float("inf")) <= settings.max_drop]
         pruned: list[Evaluated] = []
         if allowed and self._time_left():
-            pruned = self.batch("prune", [Recipe.pruned(dict.fromkeys(allowed, rate)) for rate in GLOBAL_RATES])
+            rates = self._distinct_rates(allowed)
+            pruned = self.batch("prune", [Recipe.pruned(dict.fromkeys(allowed, rate)) for rate in rates])
             self._time(pruned)
         if settings.modes and pruned and self._time_left():
             self._quantized(sorted(self._inside(pruned), key=lambda e: -e.speedup)[:QUANTIZE_BASES])
         if settings.groups and self._time_left():
-            self._refine(settings.groups)
+            self._refine(list(settings.groups))
         if settings.fuse:
             # The original fused too (lossless, inside any budget, it beats a best so far that is slower). The
             # best so far is fused whatever the time: the search kept time for it (``_reserve``), and a search
@@ -213,9 +218,9 @@ class Search:
             rates = current.recipe.rates
             steps = []
             for group in order:
-                higher = [rate for rate in LADDER if rate > rates.get(group, 0.0)]
-                if group not in saturated and group not in tried and higher:
-                    steps.append((group, higher[0]))
+                higher = self._higher(group, rates.get(group, 0.0))
+                if group not in saturated and group not in tried and higher is not None:
+                    steps.append((group, higher))
             if not steps:
                 return
             steps = steps[: max(2, self.settings.width)]
@@ -236,6 +241,27 @@ class Search:
                 tried = set()
 
     # ------------------------------------------------------------------------------------ the parts
+
+    def _removed(self, group: str, rate: float) -> int:
+        channels, multiple = self.settings.groups[group]
+        return channels_to_prune(channels, rate, multiple) if rate > 0 else 0
+
+    def _distinct_rates(self, groups: Sequence[str]) -> list[float]:
+        """The rates of ``GLOBAL_RATES`` that prune ``groups`` differently from every lower one."""
+        seen: set[tuple[int, ...]] = set()
+        rates = []
+        for rate in GLOBAL_RATES:
+            counts = tuple(self._removed(group, rate) for group in groups)
+            if counts not in seen:
+                seen.add(counts)
+                rates.append(rate)
+        return rates
+
+    def _higher(self, group: str, rate: float) -> float | None:
+        """The next rate of ``LADDER`` above ``rate`` that removes more of ``group``'s channels (a step that
+        rounds to the same count builds the same model under another name), or None."""
+        removed = self._removed(group, rate)
+        return next((r for r in LADDER if r > rate and self._removed(group, r) > removed), None)
 
     def batch(self, stage: str, recipes: Sequence[Recipe], bounded: bool = True) -> list[Evaluated]:
         """Build and score ``recipes`` (cached ones reused) on the executor; in a ``bounded`` batch each starts

@@ -61,6 +61,11 @@ VERIFY_SAMPLES = 16
 """Samples of the scored data the verification's "changed by" figures come from (not a random input)."""
 
 
+CHANNEL_MULTIPLE = 8
+"""Kept channel counts are rounded up to multiples of this by default (ORT runs convolutions in layouts
+blocked by 8 or 16 channels)."""
+
+
 @dataclass
 class PruneOptions:
     """The prune pass's settings: ``onnxsat prune``'s flags, the ``prune`` pipeline keys, keywords."""
@@ -82,7 +87,7 @@ class PruneOptions:
     """Per root node (or weight) name: the rate for its group (the smallest when a group's roots differ)."""
     reconstruct: bool = option(False, help="refit the next layers by least squares")
     channel_multiple: int = option(
-        8, help="round kept channel counts up to multiples of this (ORT's blocked layouts; 1: exact rate)"
+        CHANNEL_MULTIPLE, help="round kept channel counts up to multiples of this (ORT's blocked layouts; 1: exact)"
     )
     """Kept channel counts are rounded up to multiples of this where the original count is one (1: off)."""
     data: str | None = option(None, help="calibration data for hrank/--reconstruct: digits, a folder, CIFAR, an .npz")
@@ -239,9 +244,14 @@ def choose_channels(
     kept = {}
     for group in pruned:
         scores = group_scores(group, index.value, options.criterion, options.single_node, ranks)
-        multiple = options.channel_multiple if group.unit == 1 else 1  # heads are counted, not blocked
-        kept[group.index] = select_kept(scores, plan[group.index][0], multiple)
+        kept[group.index] = select_kept(scores, plan[group.index][0], kept_multiple(group, options.channel_multiple))
     return kept
+
+
+def kept_multiple(group: ChannelGroup, multiple: int = CHANNEL_MULTIPLE) -> int:
+    """What ``group``'s kept count is rounded to: ``multiple`` for channels; heads and blocks are counted,
+    not blocked, so 1."""
+    return multiple if group.unit == 1 else 1
 
 
 def prune_model(
