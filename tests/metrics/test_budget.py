@@ -210,6 +210,18 @@ def test_a_classifier_that_always_gives_one_answer_on_the_data_is_a_blind_spot()
     assert Budget({"logits": one_class[:4]}, {}, metric="top1").blind_spots() == []  # too few to tell
 
 
+def test_labels_no_scored_output_reads_are_said_to_be_unused() -> None:
+    """An embedder's output is scored by cosine with the original: labels given with its data were ignored
+    silently, where a user may expect them to count."""
+    rng = np.random.default_rng(1)
+    embeddings = rng.normal(size=(64, 32)).astype(np.float32)
+    embeddings /= np.linalg.norm(embeddings, axis=1, keepdims=True)
+    (note,) = Budget({"embedding": embeddings}, {}, labels=np.arange(64) % 10, metric="auto").blind_spots()
+    assert note.startswith("the data's labels are not used: no scored output is scored against labels (embedding by")
+    logits = rng.normal(size=(64, 10)).astype(np.float32)
+    assert Budget({"logits": logits}, {}, labels=np.arange(64) % 10, metric="auto").blind_spots() == []
+
+
 def test_a_detector_that_finds_nothing_on_the_data_is_a_blind_spot() -> None:
     """YOLO-style scores all under the threshold: no box in any sample, so any candidate "agrees"."""
     quiet = np.zeros((8, 6, 30), dtype=np.float32)  # [N, 4 + 2 classes, anchors]

@@ -255,7 +255,13 @@ class Budget:
         few = few_samples_note(self.baseline.samples, names, self.confidence)
         coarse = resolution_note(self.baseline.samples, names, self.confidence, max_drop) if max_drop else None
         notes += [note for note in (few, coarse) if note]
-        if self.labels is not None:
+        if self.labels is not None and self.metrics and not any(m.uses_labels for m in self.metrics.values()):
+            scored = ", ".join(f"{name} by {m.name}" for name, m in self.metrics.items())
+            notes.append(
+                f"the data's labels are not used: no scored output is scored against labels ({scored}, agreement "
+                "with the original); --metric names a metric that reads them, where one fits an output"
+            )
+        elif self.labels is not None:
             return notes + self._perfect_on_labels()
         for name, metric in self.metrics.items():
             same = metric.blind_spot(self.reference[name]) if metric.blind_spot is not None else None
