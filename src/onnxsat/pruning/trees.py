@@ -1038,6 +1038,34 @@ class _Walk:
         self.track(node.output[0], moved, label)
         return "pass"
 
+    def copies_per_channel(self, name: str, axis: int, layout: Layout, reader: int) -> bool:
+        """``name`` is one value repeated along ``axis`` once per channel by an Expand of a size-1 dim
+        (``nn.MultiheadAttention`` repeats a key padding mask for every head), first read by node ``reader``:
+        with channels pruned it takes as many fewer copies, an edit of the Expand's shape entry there,
+        recorded here. ``name`` is then tracked like ``layout``, so another op reading the same copies (the next
+        layer's scores) is tied to these channels and the one edit fits both."""
+        producer = self.index.producers.get(name)
+        if producer is None or producer.op_type != "Expand" or producer.domain not in DEFAULT_DOMAINS:
+            return False
+        if layout.split is not None or layout.outer is not None:
+            return False
+        if any(index < reader for index, _ in self.index.consumers.get(name, [])):
+            return False  # a reader already walked would get fewer copies unseen
+        in_rank, out_rank = self.index.rank(producer.input[0]), self.index.rank(name)
+        entries = self.index.target_entries(producer.input[1])
+        in_shape = self.shape(producer.input[0])
+        if in_rank is None or out_rank is None or entries is None or in_shape is None:
+            return False
+        in_axis, position = axis - (out_rank - in_rank), axis - (out_rank - len(entries))
+        if (in_axis >= 0 and in_shape[in_axis] != 1) or position < 0 or entries[position] != layout.size:
+            return False
+        if self.uneditable(producer, position):
+            return False
+        node_index = next(i for i, n in enumerate(self.model.graph.node) if n is producer)
+        self.target_edit(node_index, position, layout.segments)
+        self.track(name, layout.moved(axis), node_label(producer))
+        return True
+
     def einsum(self, node_index: int, node: onnx.NodeProto, tracked: dict[int, Layout]) -> str:
         """Einsum passes the channels on when their letter is kept in the output, once per operand (no
         diagonal), and not summed: elementwise in that letter. Other operands with the letter are tied
@@ -1700,6 +1728,8 @@ class _Walk:
                 continue
             if size != first.size:
                 return self.spoil(layouts, f"{node.op_type} {label!r}: operand {name!r} has unknown size {size}")
+            if self.copies_per_channel(name, other_axis, first, node_index):
+                continue
             if not self.index.is_constant(name):
                 return self.spoil(layouts, f"{node.op_type} {label!r} ties them to {name!r}, {self.unrooted(name)}")
             self.add_slices(first, node_index, slot, other_axis, GAIN if node.op_type == "Mul" else OFFSET)
