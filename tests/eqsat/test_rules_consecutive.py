@@ -10,6 +10,10 @@ import pytest
 from eqsat_helpers import check_and_compare, op_types
 from rule_builders import Graph, assert_fired, assert_unchanged, initializer, ints_attr, only_node, optimized
 
+from onnxsat.eqsat.encode import encode
+from onnxsat.eqsat.rules import RuleSchedule, consecutive
+from onnxsat.eqsat.saturate import SaturationLimits, saturate
+
 TRANSPOSES = "Transpose+Transpose -> Transpose"
 LOG_SOFTMAX = "LogSoftmax+LogSoftmax -> LogSoftmax"
 CONCATS = "Concat+Concat -> Concat"
@@ -164,3 +168,29 @@ def test_transpose_pair_composing_to_the_identity_disappears() -> None:
     trip = optimized(model)
     check_and_compare(model, trip.model)
     assert op_types(trip.model) == Counter({"Relu": 1, "Neg": 1})
+
+
+def test_each_pair_is_joined_through_the_tensor_between_them() -> None:
+    """Each block's Transpose pair and Reshape chain collapse once, and nothing pairs across blocks or with
+    a Transpose whose input another op computes: the rules read both ops from one-node relations joined
+    through the tensor between them. As node patterns, egglog's planner joined the two through the whole
+    Node table (over a second per saturation on MaxViT-T with nothing to collapse)."""
+    blocks = 60
+    g = Graph()
+    outputs = []
+    for i in range(blocks):
+        x = g.input(f"x{i}", [2, 3, 4])
+        t = g.node("Transpose", [g.node("Transpose", [x], f"t{i}", perm=[0, 2, 1])], f"u{i}", perm=[0, 2, 1])
+        r = g.node("Reshape", [g.node("Flatten", [t], f"f{i}"), g.ints(f"s{i}", [4, 6])], f"r{i}")
+        outputs.append(g.node("Transpose", [g.node("Relu", [r], f"a{i}")], f"y{i}", perm=[1, 0]))
+    model = g.model(outputs)
+    encoded = encode(model, onnx.shape_inference.infer_shapes(model))
+    stats = saturate(encoded.egraph, RuleSchedule(simplify=(consecutive,)), SaturationLimits())
+    assert stats.stop_reason == "saturated"
+    # Per block, the counts the node patterns gave: once the pair's output joins x's class, the rules
+    # match again through that class.
+    assert stats.rule_matches["Transpose+Transpose(inverse) -> input"] == 3 * blocks
+    assert stats.rule_matches[TRANSPOSES] == 3 * blocks
+    assert stats.rule_matches["Flatten+Reshape -> Reshape"] == 2 * blocks
+    collapsed = {name for name, n in stats.rule_matches.items() if n and "->" in name}
+    assert collapsed == {TRANSPOSES, "Transpose+Transpose(inverse) -> input", "Flatten+Reshape -> Reshape"}

@@ -10,6 +10,10 @@ import pytest
 from eqsat_helpers import check_and_compare, op_types
 from rule_builders import Graph, assert_fired, assert_unchanged, optimized
 
+from onnxsat.eqsat.encode import encode
+from onnxsat.eqsat.rules import RuleSchedule, weight_folding
+from onnxsat.eqsat.saturate import SaturationLimits, saturate
+
 M = 4  # output channels / columns
 
 
@@ -215,3 +219,29 @@ def test_weights_are_scaled_not_only_reordered() -> None:
     s = values["s"].reshape(-1)
     np.testing.assert_allclose(folded[conv.input[1]], values["w"] * s.reshape(-1, 1, 1, 1), rtol=1e-6)
     np.testing.assert_allclose(folded[conv.input[2]], values["b"] * s, rtol=1e-6)
+
+
+def test_folds_join_each_node_to_its_producer_only() -> None:
+    """Each block folds its own scale once: the rules read the Mul and the MatMul or Conv it scales from
+    one-node relations joined through the tensor between them. Written as node patterns, the MatMul rule
+    matched each block's Mul 480 times (8 s for these 60 blocks), the planner binding both nodes from the
+    whole Node table. A product scaled by another product (no static operand) folds nothing."""
+    blocks = 60
+    g = Graph()
+    outputs = []
+    for i in range(blocks):
+        x = g.input(f"x{i}", [2, 3])
+        product = g.node("MatMul", [x, g.weight(f"w{i}", 3, M)], f"p{i}")
+        scaled = g.node("Mul", [g.scale(f"s{i}", M), product], f"m{i}")
+        conv = g.node("Conv", [g.input(f"c{i}", [1, 3, 4, 4]), g.weight(f"k{i}", M, 3, 1, 1)], f"conv{i}")
+        shifted = g.node("Add", [conv, g.weight(f"t{i}", M, 1, 1)], f"a{i}")
+        dynamic = g.node("MatMul", [x, g.input(f"v{i}", [3, M])], f"d{i}")
+        outputs += [g.node("Mul", [scaled, dynamic], f"y{i}"), shifted]
+    model = g.model(outputs)
+    encoded = encode(model, onnx.shape_inference.infer_shapes(model))
+    stats = saturate(encoded.egraph, RuleSchedule(simplify=(weight_folding,)), SaturationLimits())
+    assert stats.stop_reason == "saturated"
+    assert stats.rule_matches["MatMul+Mul(per column) -> MatMul"] == blocks
+    assert stats.rule_matches["Conv+Add(per channel) -> Conv"] == blocks
+    folded = {name: n for name, n in stats.rule_matches.items() if n and "->" in name}
+    assert set(folded) == {"MatMul+Mul(per column) -> MatMul", "Conv+Add(per channel) -> Conv"}

@@ -31,19 +31,18 @@ from egglog import Ruleset, String, eq, i64, rule, ruleset, union
 from onnxsat.eqsat.language import (
     Args,
     Attrs,
-    Node,
     Tensor,
     args_of,
     attr_int,
     dims_of,
     foldable_batchnorm,
     has_shape,
-    out,
     same_shape,
     sole_use,
     static_args,
     static_value,
 )
+from onnxsat.eqsat.rules.analysis import constant_operand, weighted_node
 from onnxsat.eqsat.rules.families import STANDARD, register_family
 from onnxsat.eqsat.rules.patterns import attr_flag, derived, result, unique, value_flag
 
@@ -61,10 +60,6 @@ def _foldable_batchnorm(y: Tensor, x: Tensor, params: Args, bn_attrs: Attrs, bn_
         static_args(params),
         name="BatchNormalization foldable",
     ).then(foldable_batchnorm(y, x, bn_attrs, params))
-
-
-def _static_weights(w: Tensor, b: Tensor, has_bias: bool) -> object:
-    return static_args(args_of(w, b) if has_bias else args_of(w))
 
 
 # (op, kernel (weights.py) scaling its weight per output channel, transB the rule needs or None): a Gemm's
@@ -98,20 +93,19 @@ def _fold_batchnorm_into_producer(
     scale = derived("bn_scale", args_of(gamma, var), bn_attrs)
     for op, scaler, trans_b in PRODUCERS:
         gemm = () if trans_b is None else (attr_flag(attrs, "plain"), attr_int(attrs, "transB", trans_b))
-        for has_bias, inputs, bias in ((False, args_of(x, w), Tensor.absent()), (True, args_of(x, w, b), b)):
-            producer = Node(op, "", attrs, inputs, captures, node_id, 1)
+        for has_bias, bias in ((False, Tensor.absent()), (True, b)):
             new_weight = derived(scaler, args_of(w, scale), attrs)
             new_bias = derived("bn_fold_bias", args_of(bias, mean, scale, beta, w), bn_attrs)
-            folded = Node(op, "", attrs, args_of(x, new_weight, new_bias), captures, node_id, 1)
+            folded = result(op, attrs, args_of(x, new_weight, new_bias), node_id)
             yield rule(
                 foldable_batchnorm(y, produced, bn_attrs, bn_params),
                 sole_use(produced),
-                eq(produced).to(out(producer, 0)),
+                weighted_node(produced, op, x, w, bias, 3 if has_bias else 2, attrs, node_id),
                 *gemm,
                 eq(bn_params).to(args_of(gamma, beta, mean, var)),
-                _static_weights(w, b, has_bias),
+                static_value(bias),
                 name=unique(f"{op}{'(bias)' if has_bias else ''}+BatchNormalization -> {op}"),
-            ).then(union(y).with_(out(folded, 0)))
+            ).then(union(y).with_(folded))
 
 
 @bn_folding.register
@@ -135,15 +129,14 @@ def _fold_batchnorm_into_next_conv(
     new_weight = derived("scale_conv_input_channels", args_of(w, scale), conv_attrs)
     for has_bias in (False, True):
         bias = b if has_bias else Tensor.absent()
-        conv_inputs = args_of(normalized, w, b) if has_bias else args_of(normalized, w)
         new_bias = derived("conv_input_shift_bias", args_of(bias, w, shift), conv_attrs)
         yield rule(
-            eq(y).to(result("Conv", conv_attrs, conv_inputs, conv_id)),
+            weighted_node(y, "Conv", normalized, w, bias, 3 if has_bias else 2, conv_attrs, conv_id),
             foldable_batchnorm(normalized, x, bn_attrs, bn_params),
             attr_flag(conv_attrs, "no_padding"),
             attr_int(conv_attrs, "group", 1),
             eq(bn_params).to(args_of(gamma, beta, mean, var)),
-            _static_weights(w, b, has_bias),
+            static_value(bias),
             name=f"BatchNormalization+Conv{'(bias)' if has_bias else ''} -> Conv",
         ).then(union(y).with_(result("Conv", conv_attrs, args_of(x, new_weight, new_bias), conv_id)))
 
@@ -179,32 +172,30 @@ def _fold_constants_into_batchnorm(
     for op, params in (("Mul", scaled), ("Add", shifted)):
         rewritten = result("BatchNormalization", bn_attrs, Args.cons(x, params), op_id)
         name = f"BatchNormalization+{op} -> BatchNormalization"
-        for operands in (args_of(normalized, c), args_of(c, normalized)):
-            common = (
-                eq(y).to(result(op, op_attrs, operands, op_id)),
-                foldable_batchnorm(normalized, x, bn_attrs, bn_params),
-                sole_use(normalized),
-                static_value(c),
-                eq(bn_params).to(args_of(gamma, beta, mean, var)),
-            )
-            for rank in BATCHNORM_RANKS:
-                # The result keeps BatchNormalization's shape, so c broadcasts without growing it: its
-                # size-k axis, lined up with the channel axis by c's rank, has k = 1 or k = channels.
-                keeps_shape = same_shape(y, normalized, rank)
-                ones = (1,) * (rank - 2)
-                for shape in (dims_of(k, *ones), dims_of(1, k, *ones)):
-                    yield rule(
-                        *common,
-                        keeps_shape,
-                        has_shape(c, shape),
-                        name=unique(name),
-                    ).then(union(y).with_(rewritten))
+        common = (
+            constant_operand(y, op, normalized, c, op_attrs, op_id),  # either operand order, c static
+            foldable_batchnorm(normalized, x, bn_attrs, bn_params),
+            sole_use(normalized),
+            eq(bn_params).to(args_of(gamma, beta, mean, var)),
+        )
+        for rank in BATCHNORM_RANKS:
+            # The result keeps BatchNormalization's shape, so c broadcasts without growing it: its
+            # size-k axis, lined up with the channel axis by c's rank, has k = 1 or k = channels.
+            keeps_shape = same_shape(y, normalized, rank)
+            ones = (1,) * (rank - 2)
+            for shape in (dims_of(k, *ones), dims_of(1, k, *ones)):
                 yield rule(
                     *common,
                     keeps_shape,
-                    value_flag(c, "single"),
+                    has_shape(c, shape),
                     name=unique(name),
                 ).then(union(y).with_(rewritten))
+            yield rule(
+                *common,
+                keeps_shape,
+                value_flag(c, "single"),
+                name=unique(name),
+            ).then(union(y).with_(rewritten))
 
 
 register_family(bn_folding, stage="simplify", order=70, targets=STANDARD, requires_op="BatchNormalization")

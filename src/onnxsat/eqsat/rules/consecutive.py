@@ -12,7 +12,7 @@ order never changes in these ops, so only the final shape matters.
 
 from __future__ import annotations
 
-from egglog import Ruleset, String, eq, i64, rule, ruleset, union
+from egglog import Ruleset, String, i64, rule, ruleset, union
 
 from onnxsat.eqsat.language import (
     Args,
@@ -27,6 +27,7 @@ from onnxsat.eqsat.language import (
     sole_use,
     static_dims,
 )
+from onnxsat.eqsat.rules.analysis import concat_parts, node_input, second_input
 from onnxsat.eqsat.rules.families import STANDARD, register_family
 from onnxsat.eqsat.rules.patterns import attr_flag, computed, result, unique
 
@@ -37,16 +38,18 @@ SHAPE_OPS = ("Reshape", "Squeeze", "Unsqueeze", "Flatten")
 
 @consecutive.register
 def _transposes(y: Tensor, z: Tensor, x: Tensor, outer: Attrs, inner: Attrs, id1: String, id2: String) -> object:
+    pair = (
+        node_input(y, "Transpose", z, Args.nil(), outer, id1),
+        node_input(z, "Transpose", x, Args.nil(), inner, id2),
+    )
     yield rule(
-        eq(y).to(result("Transpose", outer, args_of(z), id1)),
-        eq(z).to(result("Transpose", inner, args_of(x), id2)),
+        *pair,
         attr_flag(outer, "explicit_perm"),
         attr_flag(inner, "explicit_perm"),
         name=unique("Transpose+Transpose -> Transpose"),
     ).then(union(y).with_(result("Transpose", computed("compose_perm", outer, inner, Args.nil()), args_of(x), id1)))
     yield rule(
-        eq(y).to(result("Transpose", outer, args_of(z), id1)),
-        eq(z).to(result("Transpose", inner, args_of(x), id2)),
+        *pair,
         inverse_perms(outer, inner),
         name=unique("Transpose+Transpose(inverse) -> input"),
     ).then(union(y).with_(x))
@@ -60,8 +63,8 @@ def _shape_chains(
     for outer in SHAPE_OPS:
         for inner in SHAPE_OPS:
             yield rule(
-                eq(y).to(result(outer, a1, Args.cons(z, r1), id1)),
-                eq(z).to(result(inner, a2, Args.cons(x, r2), id2)),
+                node_input(y, outer, z, r1, a1, id1),
+                node_input(z, inner, x, r2, a2, id2),
                 has_shape(y, d),
                 static_dims(d),
                 opset_at_least(5),
@@ -72,8 +75,8 @@ def _shape_chains(
 @consecutive.register
 def _log_softmax(y: Tensor, z: Tensor, x: Tensor, a1: Attrs, a2: Attrs, id1: String, id2: String, k: i64) -> object:
     yield rule(
-        eq(y).to(result("LogSoftmax", a1, args_of(z), id1)),
-        eq(z).to(result("LogSoftmax", a2, args_of(x), id2)),
+        node_input(y, "LogSoftmax", z, Args.nil(), a1, id1),
+        node_input(z, "LogSoftmax", x, Args.nil(), a2, id2),
         attr_int(a1, "axis", k),
         attr_int(a2, "axis", k),
         name=unique("LogSoftmax+LogSoftmax -> LogSoftmax"),
@@ -96,19 +99,20 @@ def _concats(
     k: i64,
 ) -> object:
     for inner_tensors in ((a, b), (a, b, c)):
-        inner = eq(z).to(result("Concat", a2, args_of(*inner_tensors), id2))
+        count = len(inner_tensors)
+        inner = concat_parts(z, a, b, c if count == 3 else Tensor.absent(), count, a2, id2)
         # An inner Concat read elsewhere is computed anyway: splicing it saves nothing and only grows
         # the e-graph (DenseNet chains every block's Concats).
         same_axis = (attr_int(a1, "axis", k), attr_int(a2, "axis", k), sole_use(z))
         spliced = _followed_by(inner_tensors, rest)
         yield rule(
-            eq(y).to(result("Concat", a1, Args.cons(z, rest), id1)),
+            node_input(y, "Concat", z, rest, a1, id1),
             inner,
             *same_axis,
             name=unique("Concat+Concat -> Concat"),
         ).then(union(y).with_(result("Concat", a1, spliced, id1)))
         yield rule(
-            eq(y).to(result("Concat", a1, Args.cons(h, Args.cons(z, rest)), id1)),
+            second_input(y, "Concat", h, z, rest, a1, id1),
             inner,
             *same_axis,
             name=unique("Concat+Concat -> Concat"),

@@ -10,9 +10,10 @@ Float32 only: the constants are combined in float64, exact for float32 but not f
 
 from __future__ import annotations
 
-from egglog import Ruleset, String, eq, rule, ruleset, union
+from egglog import Ruleset, String, rule, ruleset, union
 
-from onnxsat.eqsat.language import Attrs, Tensor, args_of, is_float32, sole_use, static_value
+from onnxsat.eqsat.language import Attrs, Tensor, args_of, is_float32, sole_use
+from onnxsat.eqsat.rules.analysis import constant_operand
 from onnxsat.eqsat.rules.families import STANDARD, register_family
 from onnxsat.eqsat.rules.patterns import derived, result, unique
 
@@ -27,17 +28,13 @@ def _combine_constants(
 ) -> object:
     for op, kernel in COMBINE.items():
         combined = derived(kernel, args_of(c1, c2), a1)
-        for inner in (args_of(x, c1), args_of(c1, x)):
-            for outer in (args_of(z, c2), args_of(c2, z)):
-                yield rule(
-                    eq(y).to(result(op, a1, outer, id1)),
-                    eq(z).to(result(op, a2, inner, id2)),
-                    sole_use(z),
-                    static_value(c1),
-                    static_value(c2),
-                    is_float32(y),
-                    name=unique(f"({op} c1) {op} c2 -> {op} (c1 {op} c2)"),
-                ).then(union(y).with_(result(op, a1, args_of(x, combined), id1)))
+        yield rule(  # both in either operand order, c1 and c2 static
+            constant_operand(y, op, z, c2, a1, id1),
+            constant_operand(z, op, x, c1, a2, id2),
+            sole_use(z),
+            is_float32(y),
+            name=unique(f"({op} c1) {op} c2 -> {op} (c1 {op} c2)"),
+        ).then(union(y).with_(result(op, a1, args_of(x, combined), id1)))
 
 
 register_family(reassociation, stage="simplify", order=110, targets=STANDARD)
