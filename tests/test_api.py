@@ -265,3 +265,16 @@ def test_unwritable_report_is_an_output_path_error_and_writes_nothing(cnn_file: 
     with pytest.raises(OutputPathError):
         onnxsat.optimize(cnn_file, output, report=tmp_path / "missing" / "report.json")
     assert not output.exists()
+
+
+def test_no_module_of_the_package_hides_a_public_name() -> None:
+    """Importing a submodule binds it as an attribute of ``onnxsat``: when ``onnxsat/compress/`` held the
+    compress command's code, ``onnxsat.compress`` was that package, not the function, as soon as any API call
+    had imported it (the README's example failed: 'module' object is not callable)."""
+    import onnxsat.api  # what any first call imports
+
+    modules = {path.stem for path in Path(onnxsat.__file__).parent.iterdir() if path.is_dir() or path.suffix == ".py"}
+    public = set(onnxsat.__all__) | set(onnxsat._LAZY)
+    assert not public & modules
+    for name in ("optimize", "sparsify", "prune", "quantize", "compress", "run_pipeline", "verify"):
+        assert callable(getattr(onnxsat, name)), name

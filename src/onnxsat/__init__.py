@@ -30,7 +30,7 @@ _LAZY = {
     "SparsifyOptions": "onnxsat.sparsity.sparsify",
     "PruneOptions": "onnxsat.pruning.prune",
     "QuantizeOptions": "onnxsat.quantization.quantize",
-    "CompressOptions": "onnxsat.compress.compress",
+    "CompressOptions": "onnxsat.compression.compress",
     "Tolerance": "onnxsat.verification",
     "VerificationResult": "onnxsat.verification",
     "verify": "onnxsat.verification",
@@ -53,7 +53,7 @@ def __dir__() -> list[str]:
 
 if TYPE_CHECKING:
     from onnxsat.api import compress, optimize, prune, quantize, run_pipeline, sparsify
-    from onnxsat.compress.compress import CompressOptions
+    from onnxsat.compression.compress import CompressOptions
     from onnxsat.eqsat.optimizer import OptimizeOptions, optimize_model
     from onnxsat.pruning.prune import PruneOptions
     from onnxsat.quantization.quantize import QuantizeOptions

@@ -15,9 +15,9 @@ from typing import Any, Union
 
 import numpy as np
 
-from onnxsat.compress.compress import CompressOptions
-from onnxsat.compress.recipe_file import write_recipe
-from onnxsat.compress.report import CompressReport
+from onnxsat.compression.compress import CompressOptions
+from onnxsat.compression.recipe_file import write_recipe
+from onnxsat.compression.report import CompressReport
 from onnxsat.core import Pass
 from onnxsat.eqsat.optimizer import OptimizeOptions
 from onnxsat.inputs import InputSpec

@@ -123,7 +123,7 @@ def test_companions_travel_in_an_npz_of_samples(tmp_path: Path) -> None:
     """How compress hands its search data to worker processes: the rows come back with their samples, and a
     given input already fed per sample is not fitted again (the user's rows cover the whole data, the
     worker's samples only the search part)."""
-    from onnxsat.compress.evaluate import samples_npz
+    from onnxsat.compression.evaluate import samples_npz
     from onnxsat.data.sources import load_dataset
 
     ids, masks = ids_and_masks(6)

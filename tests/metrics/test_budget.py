@@ -343,7 +343,7 @@ def test_held_out_data_refutes_a_budget_only_beyond_its_sampling_error() -> None
 
 
 def test_metric_fidelity_is_auto_with_labels_ignored_in_every_budgeted_command() -> None:
-    from onnxsat.compress.compress import CompressOptions
+    from onnxsat.compression.compress import CompressOptions
     from onnxsat.pruning.prune import PruneOptions
     from onnxsat.quantization.quantize import QuantizeOptions
     from onnxsat.sparsity.sparsify import SparsifyOptions

@@ -7,8 +7,8 @@ from typing import Any
 
 from onnxsat.commands.arguments import add_input_options, add_model_arguments, input_spec
 from onnxsat.commands.printing import run_and_print
-from onnxsat.compress.compress import CompressOptions
-from onnxsat.compress.recipe_file import write_recipe
+from onnxsat.compression.compress import CompressOptions
+from onnxsat.compression.recipe_file import write_recipe
 from onnxsat.html.compress import compress_page
 from onnxsat.options import add_arguments, from_arguments
 from onnxsat.passes.compress import CompressPass

@@ -3,7 +3,7 @@ chosen recipe and what each technique added, accuracy (held-out too), latency, s
 
 from __future__ import annotations
 
-from onnxsat.compress.report import CompressReport
+from onnxsat.compression.report import CompressReport
 from onnxsat.html.charts import pareto_scatter
 from onnxsat.html.page import Page
 from onnxsat.html.scores import add_outcome, held_out_facts

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from onnxsat.compress.compress import CompressOptions, compress_model
+from onnxsat.compression.compress import CompressOptions, compress_model
 from onnxsat.core import OptionsPass
 
 

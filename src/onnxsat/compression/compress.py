@@ -24,12 +24,12 @@ from typing import Any
 import numpy as np
 import onnx
 
-from onnxsat.compress.evaluate import Outcome, Problem, samples_npz
-from onnxsat.compress.executor import make_executor
-from onnxsat.compress.recipe import CALIBRATION_LIMIT, Recipe
-from onnxsat.compress.report import CandidateRow, CompressReport, Contribution, mark_pareto
-from onnxsat.compress.search import MARGIN, PROBE_RATE, Evaluated, Search, SearchSettings
-from onnxsat.compress.timing import SideBySide, machine
+from onnxsat.compression.evaluate import Outcome, Problem, samples_npz
+from onnxsat.compression.executor import make_executor
+from onnxsat.compression.recipe import CALIBRATION_LIMIT, Recipe
+from onnxsat.compression.report import CandidateRow, CompressReport, Contribution, mark_pareto
+from onnxsat.compression.search import MARGIN, PROBE_RATE, Evaluated, Search, SearchSettings
+from onnxsat.compression.timing import SideBySide, machine
 from onnxsat.data.model_input import (
     batch_size_for,
     data_input,

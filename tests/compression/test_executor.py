@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from onnxsat.compress.executor import Executor, SerialExecutor, WorkerError, _portable, make_executor
+from onnxsat.compression.executor import Executor, SerialExecutor, WorkerError, _portable, make_executor
 from onnxsat.errors import MissingExtraError, SettingsError
 
 pytestmark = pytest.mark.xdist_group("compress_executor")
@@ -191,7 +191,7 @@ def test_ray_is_quiet_and_named() -> None:
     """A Ray instance started by a command prints nothing of its own (run apart: it starts and stops its own)."""
     pytest.importorskip("ray")
     code = (
-        "from onnxsat.compress.executor import make_executor\n"
+        "from onnxsat.compression.executor import make_executor\n"
         "with make_executor('auto', workers=1) as executor:\n"
         "    assert executor.map(abs, [-1, 2]) == [1, 2]\n"
         "    print(executor.name)\n"

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import onnx
 
-from onnxsat.compress.recipe import Recipe, build
+from onnxsat.compression.recipe import Recipe, build
 from onnxsat.data.sources import COMPANION_PREFIX, Dataset, companions_in
 from onnxsat.errors import OnnxSatError
 from onnxsat.inputs import InputSpec

@@ -52,10 +52,10 @@ from dataclasses import dataclass, field, replace
 
 import onnx
 
-from onnxsat.compress.evaluate import Outcome, Problem, Task, evaluate
-from onnxsat.compress.executor import Executor
-from onnxsat.compress.recipe import Recipe
-from onnxsat.compress.timing import SideBySide, Timed
+from onnxsat.compression.evaluate import Outcome, Problem, Task, evaluate
+from onnxsat.compression.executor import Executor
+from onnxsat.compression.recipe import Recipe
+from onnxsat.compression.timing import SideBySide, Timed
 from onnxsat.pruning.importance import channels_to_prune
 
 PROBE_RATE = 0.5

@@ -16,13 +16,13 @@ import pytest
 import yaml
 
 from onnxsat.cli import main
-from onnxsat.compress import compress as compress_module
-from onnxsat.compress.compress import CompressOptions, compress_model
-from onnxsat.compress.evaluate import Outcome
-from onnxsat.compress.recipe import Recipe
-from onnxsat.compress.report import CandidateRow, mark_pareto
-from onnxsat.compress.search import FUSED_ORIGINAL, Evaluated, Search, SearchSettings
-from onnxsat.compress.timing import Timed
+from onnxsat.compression import compress as compress_module
+from onnxsat.compression.compress import CompressOptions, compress_model
+from onnxsat.compression.evaluate import Outcome
+from onnxsat.compression.recipe import Recipe
+from onnxsat.compression.report import CandidateRow, mark_pareto
+from onnxsat.compression.search import FUSED_ORIGINAL, Evaluated, Search, SearchSettings
+from onnxsat.compression.timing import Timed
 from onnxsat.errors import SettingsError
 from onnxsat.normal_form import with_restated_inputs
 from onnxsat.quantization.quantize import QuantizeOptions
@@ -314,7 +314,7 @@ def test_the_pareto_front_keeps_candidates_nothing_beats_on_both() -> None:
 def test_a_candidates_quantization_search_gets_the_time_left(monkeypatch: pytest.MonkeyPatch) -> None:
     """Quantization's node search inside a candidate is limited to the search's time left (never less than
     a minute), not its own 20-minute default, so one candidate cannot run far past --budget-minutes."""
-    from onnxsat.compress import recipe as recipe_module
+    from onnxsat.compression import recipe as recipe_module
 
     monkeypatch.setattr(compress_module, "SideBySide", _SizeTimer)
     given: list[float] = []
@@ -357,9 +357,9 @@ def test_the_workers_keep_the_runtimes_own_warnings_off_stderr(
 def test_a_speedup_inside_the_noise_writes_nothing() -> None:
     """On a model with nothing to compress, a 1.03x whose interval reaches below 1 is noise: written on one
     run and not the next, before. Only a speedup whose interval clears the original is written."""
-    from onnxsat.compress.compress import _faster, _pays
-    from onnxsat.compress.evaluate import Outcome
-    from onnxsat.compress.search import Evaluated
+    from onnxsat.compression.compress import _faster, _pays
+    from onnxsat.compression.evaluate import Outcome
+    from onnxsat.compression.search import Evaluated
 
     def candidate(speedup: float, low: float, size: int = 1000) -> Evaluated:
         return Evaluated("fuse", Outcome(Recipe(fuse=True), model=b"m", size=size), Timed(speedup, 1.0, 1.0, low, 1.1))
@@ -374,8 +374,8 @@ def test_a_speedup_inside_the_noise_writes_nothing() -> None:
 def test_a_candidate_whose_drop_fits_only_by_luck_is_over_the_budget() -> None:
     """Inside the budget means the drop plus its sampling error at --confidence: a 0.4% drop that 60
     samples changing both ways netted is not inside 0.5%; the same drop from 4 lost samples is."""
-    from onnxsat.compress.evaluate import Outcome
-    from onnxsat.compress.search import Evaluated, Search, SearchSettings
+    from onnxsat.compression.evaluate import Outcome
+    from onnxsat.compression.search import Evaluated, Search, SearchSettings
     from onnxsat.metrics import OutputScore, Score
 
     def outcome(error: float) -> Outcome:
@@ -407,7 +407,7 @@ def test_a_model_nothing_can_prune_says_so() -> None:
     why pruning was missing from every candidate."""
     from onnx import TensorProto, helper, numpy_helper
 
-    from onnxsat.compress.report import CompressReport
+    from onnxsat.compression.report import CompressReport
 
     weight = numpy_helper.from_array(np.ones((8, 4), np.float32), "w")
     graph = helper.make_graph(
@@ -507,7 +507,7 @@ def test_a_recipe_gives_the_data_input_s_sizes_so_its_replay_runs_as_the_search_
 def test_a_timed_speedup_never_exceeds_what_the_median_times_beside_it_say() -> None:
     """Compress printed 1.59x beside 15.798 -> 13.095 ms (1.21x) on a loaded machine: the median of per-round
     ratios alone. Like every other command it now gives the lower of that and the ratio of the medians."""
-    from onnxsat.compress.timing import SideBySide
+    from onnxsat.compression.timing import SideBySide
     from onnxsat.inputs import random_inputs
     from onnxsat.zoo.synthetic import simple_classifier
 

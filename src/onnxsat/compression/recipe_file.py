@@ -14,8 +14,8 @@ from pathlib import Path
 
 import yaml
 
-from onnxsat.compress.evaluate import samples_npz
-from onnxsat.compress.report import CompressReport
+from onnxsat.compression.evaluate import samples_npz
+from onnxsat.compression.report import CompressReport
 from onnxsat.inputs import InputSpec
 from onnxsat.model_io import write_bytes_atomic, write_text_atomic
 
