@@ -693,6 +693,40 @@ def test_report_path_equal_to_output_is_refused(
     assert rc == 7, f"exit {rc}; {output} now starts with {output.read_bytes()[:20]!r}"
 
 
+@pytest.mark.parametrize(
+    ("command", "clash"),
+    [
+        (["sparsify", "{model}", "--sparsity", "0.5", "--data", "{data}", "-o", "{data}"], "output path"),
+        (["optimize", "{model}", "--inputs", "{feeds}", "-o", "{feeds}"], "output path"),
+        (["optimize", "{model}", "--inputs", "{feeds}", "-o", "{out}", "--report", "{feeds}"], "report path"),
+        (["sparsify", "{model}", "--sparsity", "0.5", "--data", "{data}", "-o", "{out}", "--html", "{data}"], "--html"),
+        (["compress", "{model}", "--data", "{out_dir}/s.recipe.npz", "-o", "{out_dir}/s.onnx"], "recipe file"),
+        (["compress", "{model}", "--data", "{data}", "--eval-data", "{out_dir}/s.recipe.fit.npz",
+          "-o", "{out_dir}/s.onnx"], "recipe file"),
+    ],
+)  # fmt: skip
+def test_no_output_replaces_data_or_feeds_the_run_reads(
+    command: list[str], clash: str, cnn_file: Path, out_dir: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """A data or feeds file is an input as much as the model: `-o`, `--report`, `--html` or compress's recipe
+    files (a rerun on the saved search samples) replaced one with exit 0."""
+    rng = np.random.default_rng(0)
+    data, feeds = out_dir / "data.npz", out_dir / "feeds.npz"
+    declared = onnx.load(cnn_file).graph.input[0]
+    samples = rng.standard_normal((8, *[d.dim_value for d in declared.type.tensor_type.shape.dim][1:]))
+    samples = samples.astype(np.float32)
+    for path in (data, out_dir / "s.recipe.npz", out_dir / "s.recipe.fit.npz"):
+        np.savez(path, inputs=samples)
+    np.savez(feeds, **{declared.name: samples[:1]})
+    before = {path: sha256(path) for path in out_dir.glob("*.npz")}
+    names = {"model": cnn_file, "data": data, "feeds": feeds, "out": out_dir / "r.onnx", "out_dir": out_dir}
+    rc, _out, err = run_cli([part.format(**names) for part in command], capfd)
+    assert rc == 7, err
+    assert clash in err and "choose another path" in err
+    assert {path: sha256(path) for path in out_dir.glob("*.npz")} == before
+    assert not (out_dir / "r.onnx").exists() and not (out_dir / "s.onnx").exists()
+
+
 def test_unwritable_report_writes_no_model(cnn_file: Path, out_dir: Path, capfd: pytest.CaptureFixture[str]) -> None:
     output = out_dir / "result.onnx"
     rc, _out, _err = run_cli(["optimize", cnn_file, "-o", output, "--report", out_dir / "missing" / "r.json"], capfd)

@@ -245,6 +245,10 @@ class Pass(ABC):
         """The message when this pass's result fails verification and nothing is forced."""
         return f"{self.result_name} failed verification; nothing was written"
 
+    def files_read(self) -> list[Path]:
+        """Files the pass reads beside the model (its data): nothing the run writes may replace them."""
+        return []
+
 
 def run_check(place: str, check: Callable[[], object]) -> None:
     """Run ``check()`` and prefix a SettingsError it raises with ``place``."""
@@ -258,6 +262,10 @@ def lossless(context: PassContext, before: Model, after: onnx.ModelProto, notice
     """A result that must compute what ``before`` computed, compared on the run's seeded inputs."""
     result = verify(before.proto, after, context.inputs, context.tolerance, base_dir=before.base_dir)
     return PassResult(after, result, notices)
+
+
+DATA_OPTIONS = ("data", "eval_data")
+"""Options that name data a pass reads (a path, or a built-in set such as ``digits``)."""
 
 
 class OptionsPass(Pass):
@@ -295,6 +303,10 @@ class OptionsPass(Pass):
         options, transform = self.options_for(context), type(self).transform
         result, report = transform(model.proto, options, source=model.source, base_dir=model.base_dir)
         return PassResult(result, report.verification, report.summary(), rebase=self.lossy, report=report)
+
+    def files_read(self) -> list[Path]:
+        values = (getattr(self.options, name, None) for name in DATA_OPTIONS)
+        return [Path(value) for value in values if isinstance(value, str) and Path(value).is_file()]
 
     def options_for(self, context: PassContext) -> Any:
         """The options with the run's settings in: its inputs, tolerance and verification timeout,

@@ -11,7 +11,7 @@ from __future__ import annotations
 import functools
 import os
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -197,6 +197,15 @@ def check_output_path(input_path: str | os.PathLike[str], output_path: str | os.
     if target.resolve() == source.resolve():
         raise OutputPathError(f"output path is the input model itself: {target}; choose another path")
     return target
+
+
+def check_not_read(output_path: str | os.PathLike[str], read: Iterable[str | os.PathLike[str]], what: str) -> None:
+    """Refuse an output (``what``: "output path", "report path") that would replace a file the run reads
+    besides the model: its data, held-out data, or given inputs."""
+    target = Path(output_path).resolve()
+    for path in read:
+        if Path(path).resolve() == target:
+            raise OutputPathError(f"{what} {output_path} is a file this run reads ({path}); choose another path")
 
 
 def data_file_path(output_path: str | os.PathLike[str]) -> Path:

@@ -96,6 +96,13 @@ def _failure(verification: dict[str, Any]) -> str:
     return "; ".join(f"{o['name']}: max abs diff {o['max_abs_diff']:.3g}" for o in bad) or "failed"
 
 
+def files_read(passes: Sequence[tuple[str, Pass]], settings: RunSettings) -> list[Path]:
+    """The files a run reads besides the model: the given inputs' file, the data, each pass's own data."""
+    named = [settings.inputs.source, settings.data]
+    found = [Path(name) for name in named if name is not None and Path(name).is_file()]
+    return found + [path for _, step in passes for path in step.files_read()]
+
+
 def run(
     input_path: str | Path,
     output_path: str | Path,
@@ -115,6 +122,10 @@ def run(
     target = model_io.check_output_path(input_path, output_path)
     if report_path is not None:
         model_io.check_report_path(report_path, input_path, output_path)
+    read = files_read(passes, settings)
+    model_io.check_not_read(target, read, "output path")
+    if report_path is not None:
+        model_io.check_not_read(report_path, read, "report path")
     start = time.perf_counter()
     on_disk = bool(passes) and all(step.weights_on_disk for _, step in passes)
     proto, loaded = model_io.load_runnable(input_path, weights_on_disk=on_disk)

@@ -8,10 +8,12 @@ from typing import Any
 from onnxsat.commands.arguments import add_input_options, add_model_arguments, input_spec
 from onnxsat.commands.printing import run_and_print
 from onnxsat.compression.compress import CompressOptions
-from onnxsat.compression.recipe_file import write_recipe
+from onnxsat.compression.recipe_file import recipe_paths, write_recipe
 from onnxsat.html.compress import compress_page
+from onnxsat.model_io import check_not_read
 from onnxsat.options import add_arguments, from_arguments
 from onnxsat.passes.compress import CompressPass
+from onnxsat.runner import RunSettings, files_read
 
 ORDER = 27
 
@@ -33,4 +35,7 @@ def run(args: argparse.Namespace) -> int:
             write_recipe(report, args.model, args.output, input_spec(args))
 
     step = CompressPass(from_arguments(CompressOptions, args))
+    read = files_read([("", step)], RunSettings(inputs=input_spec(args)))
+    for path in recipe_paths(args.output):  # said before the search, not after it
+        check_not_read(path, [args.model, *read], f"{args.output}'s recipe file")
     return run_and_print(args, step, compress_page, after=recipe)

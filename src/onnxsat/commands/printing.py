@@ -15,8 +15,9 @@ from onnxsat.core import Pass
 from onnxsat.errors import OnnxSatError, VerificationFailedError
 from onnxsat.extras import require
 from onnxsat.html import check_html_path, write_page
-from onnxsat.model_io import check_report_path, write_text_atomic
+from onnxsat.model_io import check_not_read, check_report_path, write_text_atomic
 from onnxsat.report import LatencyComparison
+from onnxsat.runner import RunSettings, files_read
 from onnxsat.verification import Tolerance
 
 PageBuilder = Callable[[Any], Any]
@@ -35,12 +36,15 @@ def run_and_print(
 
     Returns 8 when a failing result (or one over its budget on held-out data) was written because of ``--force``.
     """
+    inputs = input_spec(args)
+    read = files_read([("", step)], RunSettings(inputs=inputs)) if args.report or args.html else []
     if args.report:
         check_report_path(args.report, args.model, args.output)
+        check_not_read(args.report, read, "report path")
     if args.html:
         check_html_path(args.html, [args.model], [args.output, args.report])
+        check_not_read(args.html, read, "--html path")
         require("matplotlib.figure", "--html pages")  # before any work, not after the model is written
-    inputs = input_spec(args)
     try:
         report = run_file(step, args.model, args.output, None, inputs, tolerance, args.force, run_timeout)
     except OnnxSatError as error:
