@@ -36,10 +36,11 @@ def time_major(path: Path, batch: int | str = "N") -> Path:
     return _save(graph, path)
 
 
-def stateful(path: Path, echo_sr: bool = True) -> Path:
+def stateful(path: Path, echo_sr: bool = True, features: int | str = FEATURES) -> Path:
     """A recurrent cell as streaming exports have it: x [N, F], state [2, N, H] (batch on axis 1), sr a
     fixed int64 input; prob [N, 1] = sigmoid(h @ v), stateN = [h, h] with h = tanh(x @ w + state[0] @ u);
-    ``echo_sr``: also an output with no batch axis (sr passed through), as some exports have."""
+    ``echo_sr``: also an output with no batch axis (sr passed through), as some exports have; ``features``:
+    F as declared (a name: dynamic, as a voice detector declares its step of audio samples)."""
     rng = np.random.default_rng(4)
     inits = [
         numpy_helper.from_array(rng.normal(size=(FEATURES, HIDDEN)).astype(np.float32), "w"),
@@ -63,7 +64,7 @@ def stateful(path: Path, echo_sr: bool = True) -> Path:
         + ([helper.make_node("Identity", ["sr"], ["sr_seen"])] if echo_sr else []),
         "cell",
         [
-            helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", FEATURES]),
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", features]),
             helper.make_tensor_value_info("state", TensorProto.FLOAT, [2, "N", HIDDEN]),
             helper.make_tensor_value_info("sr", TensorProto.INT64, []),
         ],

@@ -55,6 +55,17 @@ def test_a_stateful_model_is_scored_over_its_streams(tmp_path: Path) -> None:
     assert code == 0 and set(report["metrics"]) == {"prob"}
 
 
+def test_a_stream_steps_size_sets_the_dynamic_step_of_a_stateful_model(tmp_path: Path) -> None:
+    """A cell declaring its step ``[N, "F"]`` ran its first check at ``[1, 1]`` beside streams of 8-feature
+    steps, and was refused for an input it never gets (Silero VAD, given 512-sample steps)."""
+    model = stateful(tmp_path / "cell.onnx", features="F")
+    feeds = tmp_path / "feeds.npz"
+    np.savez(feeds, sr=np.array(16000, dtype=np.int64))
+    code, report, _ = budget_run(model, streams(tmp_path / "s.npz"), tmp_path, "--stateful", "state=stateN",
+                                 "--inputs", str(feeds))  # fmt: skip
+    assert code == 0 and report["baseline"]["samples"] == 5 * 12
+
+
 def test_a_users_metric_from_the_command_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     (tmp_path / "line_metrics.py").write_text(
         "import numpy as np\n"

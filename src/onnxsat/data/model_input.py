@@ -253,16 +253,19 @@ def in_input_type(value: onnx.ValueInfoProto, dataset: Dataset) -> Dataset:
     return replace(dataset, inputs=inputs.astype(want))
 
 
-def sized_by_data(model: onnx.ModelProto, inputs: InputSpec, dataset: Dataset | None) -> InputSpec:
-    """``inputs`` with the data input's dynamic dims (past the batch) sized as the data's samples, when the
-    user gave no size for that input: the random inputs of the reference run, the verification and the
-    timings then have the data's sizes. A Conv1d audio model of dynamic length ran its reference at [1, 1]
-    beside 4,000-sample clips of data, and was refused for an input it never gets."""
-    if dataset is None or dataset.streams or not len(dataset.inputs):
+def sized_by_data(
+    model: onnx.ModelProto, inputs: InputSpec, dataset: Dataset | None, state: Collection[str] = ()
+) -> InputSpec:
+    """``inputs`` with the data input's dynamic dims (past the batch) sized as the data's samples (a stream's
+    steps, beside the ``state`` inputs), when the user gave no size for that input: the random inputs of the
+    reference run, the verification and the timings then have the data's sizes. A Conv1d audio model of
+    dynamic length ran its reference at [1, 1] beside 4,000-sample clips of data, and was refused for an
+    input it never gets; so did a voice detector fed streams of 512-sample steps."""
+    if dataset is None or not len(dataset.inputs):
         return inputs
-    value = data_input(model, inputs.given)
+    value = data_input(model, [*inputs.given, *state])
     dims = value.type.tensor_type.shape.dim if value.type.tensor_type.HasField("shape") else []
-    sample = dataset.inputs.shape[1:]
+    sample = dataset.inputs.shape[2:] if dataset.streams else dataset.inputs.shape[1:]
     if value.name in inputs.shapes or len(dims) != len(sample) + 1:
         return inputs
     if all(fixed_dim(dim) is not None for dim in dims[1:]):

@@ -254,7 +254,7 @@ def sparsify_model(
     graph = model.graph
     check_state(options.state, [v.name for v in graph.input], [v.name for v in graph.output])
     dataset = _dataset(model, options)  # data that does not fit is said first, and sizes random inputs like it
-    options = replace(options, inputs=sized_by_data(model, options.inputs, dataset))
+    options = replace(options, inputs=sized_by_data(model, options.inputs, dataset, options.state))
     model, normalised = _weights_folded(model, options, base_dir)
     model, lifted = lift_body_weights(model)
     original = reference_run(model, options.inputs, base_dir=base_dir)  # an input ORT cannot run is said first
