@@ -85,3 +85,12 @@ class MissingExtraError(OnnxSatError):
     """A command needs an optional part of ONNXSat that is not installed (``pip install 'onnxsat[report]'``)."""
 
     exit_code = 14
+
+
+class NothingPaysError(SettingsError):
+    """A search found no result worth writing: none inside the accuracy budget, or none faster (for
+    ``quantize``, nor smaller) than the input beyond timing noise. Nothing was written; the report says
+    what came closest. A ``SettingsError`` (a budget or mode to change), with its own exit code: no flag
+    was wrong, and a script can tell the two apart."""
+
+    exit_code = 15

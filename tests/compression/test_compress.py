@@ -244,7 +244,7 @@ def test_a_budget_nothing_meets_writes_nothing_and_names_the_closest(
     code = main([*args, "--max-drop", "0%", "--data", str(data), "--workers", "2", "--report", str(report)])
     printed = capsys.readouterr()
     err = printed.err.strip()
-    assert code != 0 and not out.exists() and not out.with_name("m.recipe.yaml").exists()
+    assert code == 15 and not out.exists() and not out.with_name("m.recipe.yaml").exists()
     assert "no candidate fits the 0.00% budget (closest: prune" in err and "Traceback" not in err
     written = json.loads(report.read_text())
     assert not written["written"] and written["chosen"] is None and written["candidates"]

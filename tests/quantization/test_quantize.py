@@ -729,10 +729,11 @@ def test_slower_nodes_counts_the_nodes_the_mode_quantizes_not_only_constant_weig
 
 def test_auto_refuses_a_model_that_pays_neither_in_speed_nor_in_size(tmp_path: Path) -> None:
     """A VAE decoder's static form ran 1.00x with a larger file and 0.38% less agreement, and was written.
-    ``auto`` now refuses it; an asked-for mode is written with the same words as a note."""
+    ``auto`` now refuses it (exit 15: nothing worth writing, not a bad option); an asked-for mode is written
+    with the same words as a note."""
     from types import SimpleNamespace
 
-    from onnxsat.errors import SettingsError
+    from onnxsat.errors import NothingPaysError, SettingsError
     from onnxsat.quantization import quantize as quantize_module
     from onnxsat.quantization.report import QuantizeReport
 
@@ -740,8 +741,9 @@ def test_auto_refuses_a_model_that_pays_neither_in_speed_nor_in_size(tmp_path: P
     size = model.ByteSize()
     candidate = quantize_module.Candidate("static", model, {}, None, latency={"speedup": 1.0})  # type: ignore[arg-type]
     options = SimpleNamespace(mode="auto")
-    with pytest.raises(SettingsError, match=r"no quantized form pays here: the fastest, static at 1.00x"):
+    with pytest.raises(NothingPaysError, match=r"no quantized form pays here: the fastest, static at 1.00x") as caught:
         quantize_module._choose([candidate], options, QuantizeReport("m", None, "auto"), size)  # type: ignore[arg-type]
+    assert isinstance(caught.value, SettingsError) and caught.value.exit_code == 15
     assert quantize_module._choose([candidate], options, QuantizeReport("m", None, "auto"), 2 * size) is candidate
     report = QuantizeReport("m", None, "static")
     chosen = quantize_module._choose([candidate], SimpleNamespace(mode="static"), report, size)  # type: ignore[arg-type]

@@ -40,7 +40,7 @@ from onnxsat.data.model_input import (
 )
 from onnxsat.data.sources import Dataset
 from onnxsat.eqsat.portable import portable_form
-from onnxsat.errors import SettingsError
+from onnxsat.errors import NothingPaysError, SettingsError
 from onnxsat.external_data import given_bytes, with_data_loaded
 from onnxsat.inputs import InputSpec
 from onnxsat.latency import against_file_as_given
@@ -208,7 +208,7 @@ def compress_model(
                     message = _nothing_fits(search.evaluated, options.max_drop, chosen)
                     if search.stopped_early:
                         message += f" (--budget-minutes ran out after {len(search.evaluated)} candidates)"
-                    raise SettingsError(message)
+                    raise NothingPaysError(message)
                 steps = _contributions(search, chosen)
             except SettingsError as error:  # the candidates tried are shown, and written with --report, --html
                 _searched(report, search, options)

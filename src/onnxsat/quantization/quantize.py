@@ -44,7 +44,7 @@ from onnxsat.data.model_input import (
 )
 from onnxsat.data.sources import Dataset
 from onnxsat.eqsat.portable import portable_form
-from onnxsat.errors import InvalidModelError, RuntimeUnsupportedError, SettingsError
+from onnxsat.errors import InvalidModelError, NothingPaysError, RuntimeUnsupportedError, SettingsError
 from onnxsat.external_data import given_bytes, inference_view, stored_bytes, structure_view, with_data_loaded
 from onnxsat.inputs import InputSpec, fixed_dim, random_inputs
 from onnxsat.latency import against_file_as_given, side_by_side
@@ -1054,7 +1054,8 @@ def _choose(
     speed nor in size (one line, nothing written); an asked-for mode is written with a note instead."""
     if not candidates:
         reasons = "; ".join(f"{t.mode}: {t.error}" for t in report.trials if t.error)
-        raise SettingsError(f"no quantized model fits: {reasons}")
+        error = NothingPaysError if options.mode == AUTO_MODE else SettingsError  # an asked-for mode that fails
+        raise error(f"no quantized model fits: {reasons}")
     best = max(candidates, key=lambda c: c.speedup or 0.0)
     message = ""
     if best.speedup is not None and best.speedup < NOT_SLOWER:
@@ -1068,7 +1069,7 @@ def _choose(
                 f"{given_size:,}; at most {PAYS_SIZE:.0%} pays)"
             )
     if message and options.mode == AUTO_MODE:
-        raise SettingsError(f"{message}; nothing written")
+        raise NothingPaysError(f"{message}; nothing written")
     if message:
         report.notes.append(message)
     return best
