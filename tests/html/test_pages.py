@@ -53,7 +53,7 @@ def searched_sparsify_report() -> SparsifyReport:
             "per_layer": {"levels": {}, "sparsity": 0.6, "drop": 0.015},
             "chosen": "per-layer",
             "evaluations": 12,
-            "trail": [("uniform 0.500", 0.5, 0.01), ("uniform 0.700", 0.7, 0.05)],
+            "trail": [("uniform 0.500", 0.5, 0.01, True), ("uniform 0.700", 0.7, 0.05, False)],
         },
         sizes={"original": 10_000, "pruned": 10_000},
         verification=VerificationResult(ok=True),

@@ -260,8 +260,9 @@ def test_sensitivity_curves_run_on_a_prefix_and_the_grid_is_refined_past_its_bes
     )
     assert len(prefix.dataset) < len(evaluator.dataset) and set(curves) == {t.name for t in targets}
     assert result is not None and result.drop <= 0.05
-    tried = [t for t, _, _ in result.trail]
+    tried = [t.what for t in result.trail]
     assert 8 <= len(tried) <= 8 + 3
+    assert result.chosen.sparsity == max(t.sparsity for t in result.trail if t.fits)  # the trail's verdicts
     assert evaluator.evaluations - before == 1 + 2 * 9 + len(tried)  # the prefix's reference and curves counted too
 
 

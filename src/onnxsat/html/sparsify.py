@@ -85,8 +85,7 @@ def _add_search(page: Page, report: SparsifyReport) -> None:
     if isinstance(trail, list) and trail:
         page.table(
             ["tried", "sparsity", "drop", "within budget"],
-            [
-                (what, f"{sparsity:.2%}", f"{drop:.2%}", report.max_drop is not None and drop <= report.max_drop)
-                for what, sparsity, drop in trail
-            ],
+            [(what, f"{sparsity:.2%}", f"{drop:.2%}", fits) for what, sparsity, drop, fits in trail],
+            caption="Within budget: the drop with its sampling error at the search's confidence, as the search "
+            "held it.",
         )

@@ -26,6 +26,7 @@ import copy
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import onnx
@@ -163,6 +164,16 @@ class Evaluator:
 MaskMaker = Callable[[float | Mapping[str, float]], MaskResult]
 
 
+class Tried(NamedTuple):
+    """One evaluation of a search: what was tried, the overall sparsity, the drop, and whether the budget
+    took it (its drop with the sampling error at the search's confidence, not the drop alone)."""
+
+    what: str
+    sparsity: float
+    drop: float
+    fits: bool
+
+
 @dataclass
 class SearchResult:
     """The chosen level(s) and every evaluation the search made, in order."""
@@ -171,8 +182,7 @@ class SearchResult:
     chosen: MaskResult
     accuracy: Score
     drop: float
-    trail: list[tuple[str, float, float]] = field(default_factory=list)
-    """(what was tried, overall sparsity, drop) per evaluation."""
+    trail: list[Tried] = field(default_factory=list)
 
 
 def mask_maker(
@@ -188,15 +198,15 @@ def search_uniform(
     evaluator: Evaluator, masks_at: MaskMaker, budget: float, step: float = 0.05, resolution: float = 0.005
 ) -> SearchResult:
     """The highest single level within ``budget`` (scan by ``step``, then bisect to ``resolution``)."""
-    trail: list[tuple[str, float, float]] = []
+    trail: list[Tried] = []
     best: tuple[float, MaskResult, Score, float] | None = None
 
     def attempt(level: float) -> bool:
         nonlocal best
         result = masks_at(level)
         drop, accuracy = evaluator.drop(result.masks)
-        trail.append((f"uniform {level:.3f}", result.sparsity, drop))
         fits = accuracy.fits(budget)
+        trail.append(Tried(f"uniform {level:.3f}", result.sparsity, drop, fits))
         if fits and (best is None or result.sparsity > best[1].sparsity):
             best = (level, result, accuracy, drop)
         return fits
@@ -261,7 +271,7 @@ def search_per_layer(
     if not positive:
         return None, curves
     grid = np.geomspace(min(positive), max(positive), tolerances)
-    trail: list[tuple[str, float, float]] = []
+    trail: list[Tried] = []
     best: SearchResult | None = None
     best_at = -1
 
@@ -270,8 +280,9 @@ def search_per_layer(
         levels = levels_within(curves, tolerance)
         result = masks_at(levels)
         drop, accuracy = evaluator.drop(result.masks)
-        trail.append((f"per-layer tolerance {tolerance:.4g}", result.sparsity, drop))
-        if accuracy.fits(budget) and (best is None or result.sparsity > best.chosen.sparsity):
+        fits = accuracy.fits(budget)
+        trail.append(Tried(f"per-layer tolerance {tolerance:.4g}", result.sparsity, drop, fits))
+        if fits and (best is None or result.sparsity > best.chosen.sparsity):
             best = SearchResult(levels, result, accuracy, drop)
             return True
         return False
