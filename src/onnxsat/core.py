@@ -174,6 +174,12 @@ class PassResult:
         if held is None or not held.refuted:
             return ""
         samples = held.score.samples
+        if held.as_is:
+            return (
+                f"held-out drop {held.drop:.2%} is over the budget (on {samples} samples the search never used; "
+                "its metric gives no per-sample measure, so the drop is held as it is: a metric of your own can "
+                "return one score per sample)"
+            )
         return (
             f"held-out drop {held.drop:.2%} is over the budget beyond its sampling error (on {samples} samples "
             "the search never used)"

@@ -136,6 +136,32 @@ def test_a_callable_from_the_python_api() -> None:
     assert budget.drop({"y": np.zeros((3, 2))})[0] == 1.0
 
 
+def test_a_users_metric_of_one_score_per_sample_gets_the_sampling_error_its_single_score_lacks() -> None:
+    """The same agreement returned whole or per sample: the same drop, but only per sample does the budget
+    know its error (and a held-out refusal names which it was: a drop held as it is, or beyond its error)."""
+    from onnxsat.metrics import HeldOut
+    from onnxsat.metrics.text import held_out_text
+
+    labels = np.arange(400) % 10
+    original, candidate = flipped(labels, 10, 8, 0)
+
+    def each(reference: np.ndarray, changed: np.ndarray, _: object) -> np.ndarray:
+        return (reference.argmax(1) == changed.argmax(1)).astype(np.float64)
+
+    scores = {}
+    for name, metric in (("each", each), ("whole", lambda r, c, labels: float(each(r, c, labels).mean()))):
+        budget = Budget({"logits": original}, {"logits": 0}, metric=metric, confidence=0.9)
+        scores[name] = budget.score({"logits": candidate})
+    assert scores["each"].drop == pytest.approx(scores["whole"].drop) == pytest.approx(0.02)
+    assert scores["each"].bound > scores["each"].drop and scores["whole"].bound == scores["whole"].drop
+    whole = HeldOut.of("held", scores["whole"], scores["whole"], 0.01, confidence=0.9)
+    assert whole.refuted and whole.as_is and "no per-sample measure" in held_out_text(whole)
+    each_held = HeldOut.of("held", scores["each"], scores["each"], 0.01, confidence=0.9)
+    assert not each_held.as_is
+    with pytest.raises(DataError, match=r"per-sample scores outside \[0, 1\]"):
+        Budget({"y": np.zeros((3, 2))}, {}, metric=lambda r, c, labels: np.full(3, 2.0))
+
+
 @pytest.mark.parametrize(
     ("function", "error", "message"),
     [

@@ -78,6 +78,9 @@ class OutputScore:
     error: float = 0.0
     """Standard error of ``drop`` from the paired per-sample measures (0 when the metric has none): how
     far the drop on these samples may be from the drop on the data they were drawn from."""
+    sampled: bool = True
+    """The metric measures each sample (so ``error`` is known); False for a measure over all samples at once
+    (F1 over boxes, SNR, a user's metric returning one score), whose drop is held as it is."""
 
     @property
     def drop(self) -> float:
@@ -228,7 +231,8 @@ class Budget:
             else:
                 base = next(o.value for o in baseline.outputs if o.output == name)
             error = paired_error(self._per_sample.get(name), measure.per_sample)
-            scored.append(OutputScore(name, metric.name, measure.value, base, dict(measure.details), error))
+            sampled = measure.per_sample is not None
+            scored.append(OutputScore(name, metric.name, measure.value, base, dict(measure.details), error, sampled))
         kind = (
             "accuracy" if self.labels is not None and any(m.uses_labels for m in self.metrics.values()) else "agreement"
         )
@@ -409,6 +413,11 @@ class HeldOut:
     the standard errors of the budget's confidence is still over it): the result is not written unless
     forced. A drop over the budget within that error (2 of 397 digits against 0.5%; 1 of 6 samples) cannot
     tell, and is a warning."""
+
+    @property
+    def as_is(self) -> bool:
+        """An output's metric scores all samples at once (no sampling error to allow): its drop is held as it is."""
+        return any(not o.sampled for o in self.score.outputs)
 
     @classmethod
     def of(cls, data: str, baseline: Score, score: Score, max_drop: float | None, confidence: float) -> HeldOut:

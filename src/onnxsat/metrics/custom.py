@@ -5,6 +5,10 @@ original's and the candidate's outputs as numpy arrays ``[N, ...]`` (samples fir
 labels ``[N]`` or None, and returns a score in [0, 1] where higher is better; the budget is a drop from
 the original's own score (``function(reference, reference, labels)``). A module in the current folder
 is found as Python would find it there.
+
+It may instead return one score per sample (``[N]`` values in [0, 1]): the score is their mean, and the
+budget pairs them with the original's to bound the drop's sampling error, as for the built-in per-sample
+metrics. A single score has no such error: the drop is held as it is, on the search data and held out.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ import numpy as np
 from onnxsat.errors import DataError, SettingsError
 from onnxsat.metrics.base import Labels, Measure, Metric
 
-UserFunction = Callable[[np.ndarray, np.ndarray, Labels], float]
+UserFunction = Callable[[np.ndarray, np.ndarray, Labels], float | np.ndarray]
 
 
 def is_user_spec(spec: object) -> bool:
@@ -36,6 +40,11 @@ def user_metric(spec: str | UserFunction) -> Metric:
             value = function(reference, candidate, labels)
         except Exception as error:  # the user's code may raise anything: one line naming it
             raise DataError(f"metric {name} failed: {type(error).__name__}: {error}") from None
+        if isinstance(value, np.ndarray) and value.ndim == 1 and len(value) == len(reference) > 1:
+            per_sample = value.astype(np.float64)
+            if not np.all((per_sample >= 0.0) & (per_sample <= 1.0)):  # also refuses NaN
+                raise DataError(f"metric {name} returned per-sample scores outside [0, 1]")
+            return Measure(float(per_sample.mean()), per_sample=per_sample)
         return Measure(_score(value, name))
 
     return Metric(name, f"the user's metric {name}", measure, lambda reference, axis: None, uses_labels=True)

@@ -25,6 +25,8 @@ def held_out_text(held_out: HeldOut) -> str:
     the budget held there (what a reader of any report looks for first)."""
     if held_out.within_budget:
         verdict = "inside the budget"
+    elif held_out.refuted and held_out.as_is:
+        verdict = "OUTSIDE the budget; its metric gives no per-sample measure, so the drop is held as it is"
     elif held_out.refuted:
         verdict = "OUTSIDE the budget beyond its sampling error"
     else:
