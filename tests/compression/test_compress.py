@@ -400,6 +400,8 @@ def test_a_group_never_pruned_is_reported_by_its_bound() -> None:
     assert unprobed == "g: never pruned: the time budget ran out before it was pruned alone at 50%"
     lower = compress_module._costly_line("c", 0.2, 0.99, rate=0.25)  # refinement found a lower rate that fits
     assert lower.endswith("over the budget: the chosen model prunes it at 25% only")
+    same = compress_module._costly_line("c", 0.2, 0.99, rate=0.5)  # "at 50% only" was said of the probe's own rate
+    assert same.endswith("the chosen model still prunes it at 50%, where the whole model is inside the budget")
 
 
 def test_a_model_nothing_can_prune_says_so() -> None:

@@ -490,10 +490,16 @@ def _rows(evaluated: list[Evaluated], max_drop: float) -> list[CandidateRow]:
 
 def _costly_line(group: str, bound: float, confidence: float, unprobed: bool = False, rate: float = 0.0) -> str:
     """Why a group is not pruned at the probe rate: alone there, its drop's bound (not the drop) is over budget,
-    or it failed, or its probe never ran; ``rate``: the lower rate the chosen model prunes it at (refinement
-    tries each group a step at a time from the lowest)."""
+    or it failed, or its probe never ran; ``rate``: the rate the chosen model prunes it at all the same
+    (refinement tries each group a step at a time from the lowest; beside the others' changes and their
+    refit, a whole candidate can be inside the budget where the group alone was not)."""
     probe = f"{group}: pruned alone at {PROBE_RATE:.0%}"
-    outcome = f"the chosen model prunes it at {rate * 100:g}% only" if rate else "never pruned"
+    if not rate:
+        outcome = "never pruned"
+    elif rate < PROBE_RATE:
+        outcome = f"the chosen model prunes it at {rate * 100:g}% only"
+    else:  # refinement raised it beside the others, and that whole candidate measured inside the budget
+        outcome = f"the chosen model still prunes it at {rate * 100:g}%, where the whole model is inside the budget"
     if unprobed:
         return f"{group}: {outcome}: the time budget ran out before it was pruned alone at {PROBE_RATE:.0%}"
     if bound == float("inf"):
