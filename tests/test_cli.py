@@ -827,3 +827,30 @@ def test_a_result_forced_out_over_its_held_out_budget_is_a_warning_and_exit_code
     held.within_budget = True
     assert printing.run_and_print(args, SimpleNamespace()) == 0
     assert capsys.readouterr().err == ""
+
+
+@pytest.mark.parametrize(
+    ("flag", "value", "message"),
+    [
+        ("--rtol", "-1", "--rtol must be 0 or more (got -1)"),
+        ("--atol", "-0.001", "--atol must be 0 or more"),
+        ("--max-iterations", "-5", "--max-iterations must be positive (got -5)"),
+        ("--max-seconds", "0", "--max-seconds must be positive"),
+    ],
+)
+def test_negative_limits_and_tolerances_are_refused(
+    cnn_file: Path, out_dir: Path, capfd: pytest.CaptureFixture[str], flag: str, value: str, message: str
+) -> None:
+    """A negative tolerance passed verification ("rtol -1"), a negative limit stopped at once, both exit 0."""
+    rc, _out, err = run_cli(["optimize", cnn_file, "-o", out_dir / "o.onnx", flag, value], capfd)
+    assert rc == 9 and message in err and not (out_dir / "o.onnx").exists()
+
+
+def test_bench_large_refuses_a_folder_it_cannot_make_in_one_line(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """It was an internal error (FileNotFoundError, exit 1); a missing folder is now made, as --keep's is."""
+    blocker = tmp_path / "file"
+    blocker.write_text("not a folder")
+    rc, _out, err = run_cli(["bench", "large", "--size-gb", "0.01", "--dir", blocker / "sub"], capfd)
+    assert rc == 7 and "cannot create --dir folder" in err and "Traceback" not in err

@@ -21,7 +21,7 @@ import onnx
 import onnxruntime as ort
 
 from onnxsat import custom_ops
-from onnxsat.errors import DataError, InvalidModelError, RuntimeUnsupportedError
+from onnxsat.errors import DataError, InvalidModelError, RuntimeUnsupportedError, SettingsError
 from onnxsat.external_data import expected_nbytes, iter_tensors, set_reference
 from onnxsat.inputs import InputsLike, InputSpec, declared_dims, fixed_dim
 from onnxsat.model_io import check_model, over_protobuf_limit
@@ -52,6 +52,11 @@ class Tolerance:
     ort_rounding: float = 2.0
     """An output that misses ``rtol``/``atol`` still passes within this many times the distance ONNX Runtime's
     own optimizations move the original's output on the same inputs (0: never; see ``verify``)."""
+
+    def __post_init__(self) -> None:
+        for flag, value in (("--rtol", self.rtol), ("--atol", self.atol), ("--ort-rounding", self.ort_rounding)):
+            if not value >= 0:  # also NaN
+                raise SettingsError(f"{flag} must be 0 or more (got {value:g})")
 
     def for_model(self, model: onnx.ModelProto) -> Tolerance:
         """These tolerances, widened to the floor of the lowest float precision ``model`` computes in."""

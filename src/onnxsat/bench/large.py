@@ -28,7 +28,7 @@ import onnxruntime as ort
 
 from onnxsat.errors import SettingsError
 from onnxsat.inputs import random_inputs
-from onnxsat.model_io import load_model
+from onnxsat.model_io import load_model, output_folder
 from onnxsat.timing import environment_line
 from onnxsat.verification import Tolerance, compare_outputs, session
 from onnxsat.zoo.large import write_large_model
@@ -134,6 +134,8 @@ def run_large_benchmark(size_gb: float, folder: str | None) -> int:
     """Print the measurement; exit 0 when the result is correct (the memory goal is reported in words)."""
     if size_gb <= 0:
         raise SettingsError(f"--size-gb must be positive (got {size_gb})")
+    if folder is not None:
+        folder = str(output_folder(folder, "--dir"))
     print(f"ONNXSat large-model benchmark ({environment_line()})", flush=True)
     with tempfile.TemporaryDirectory(prefix="onnxsat-large-", dir=folder) as work:
         result = measure_large_model(Path(work), int(size_gb * 1e9))

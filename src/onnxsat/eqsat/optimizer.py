@@ -90,6 +90,11 @@ class OptimizeOptions:
             raise SettingsError(f"unknown cost model {self.cost_model!r}; choose from {', '.join(sorted(COST_MODELS))}")
         if self.run_timeout <= 0:
             raise SettingsError(f"--run-timeout must be positive (got {self.run_timeout:g})")
+        limits = (("--max-iterations", self.max_iterations), ("--max-enodes", self.max_enodes))
+        limits += (("--max-seconds", self.max_seconds), ("--max-memory-mib", self.max_memory_mib))
+        for flag, value in limits:
+            if value <= 0:
+                raise SettingsError(f"{flag} must be positive (got {value:g})")
 
 
 class _Phases:
