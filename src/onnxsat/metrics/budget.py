@@ -60,6 +60,8 @@ def resolve(spec: MetricSpec) -> Metric | None:
         return user_metric(spec)  # type: ignore[arg-type]
     if spec == AUTO:
         return None
+    if str(spec) not in METRICS:  # the names --metric takes beside the registry's
+        raise SettingsError(f"unknown metric {spec!r}; choose from {', '.join([AUTO, FIDELITY, *METRICS])}")
     return METRICS.lookup(str(spec))
 
 
