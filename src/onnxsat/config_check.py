@@ -7,6 +7,7 @@ required key, a value of the wrong type, each naming its place in the file (``pa
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import types
 import typing
@@ -16,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from onnxsat.errors import SettingsError
+from onnxsat.options import percent
 
 
 def checked_keys(
@@ -38,6 +40,7 @@ def checked_keys(
     if unknown:
         known = ", ".join(sorted(fields)) or "none"
         raise SettingsError(f"{place}: {what} has no key {unknown[0]!r} (its keys: {known})")
+    config = {key: _as_the_flag_reads(value, fields.get(key), f"{place}.{key}") for key, value in config.items()}
     for key, field in fields.items():
         required = field.default is dataclasses.MISSING and field.default_factory is dataclasses.MISSING
         if required and key not in config:
@@ -46,6 +49,18 @@ def checked_keys(
             value = config[key]
             raise SettingsError(f"{place}.{key}: expected {describe(hints[key])}, got {type(value).__name__} {value!r}")
     return {key: value for key, value in config.items() if key in fields}
+
+
+def _as_the_flag_reads(value: Any, field: dataclasses.Field[Any] | None, place: str) -> Any:
+    """A string given for a number its flag parses (``max_drop: "1%"``, as ``--max-drop 1%``) parsed the same
+    way; any other value as it is."""
+    parser = field.metadata.get("cli", {}).get("type") if field is not None else None
+    if not isinstance(value, str) or parser is not percent:
+        return value
+    try:
+        return percent(value)
+    except argparse.ArgumentTypeError:
+        raise SettingsError(f"{place}: not a fraction or percentage: {value!r}") from None
 
 
 def matches(value: Any, hint: Any) -> bool:

@@ -102,7 +102,8 @@ def test_a_failing_pass_stops_the_pipeline_and_nothing_is_written(
     [
         ({"passes": [{"type": "distill"}]}, "passes[0].type: unknown pass 'distill'"),
         ({"passes": [{"type": "prune", "ratio": 0.5}]}, "passes[0]: the prune pass has no key 'ratio'"),
-        ({"passes": [{"type": "prune", "rate": "half"}]}, "passes[0].rate: expected float, got str 'half'"),
+        ({"passes": [{"type": "prune", "rate": "half"}]}, "passes[0].rate: not a fraction or percentage: 'half'"),
+        ({"passes": [{"type": "prune", "criterion": 3}]}, "passes[0].criterion: expected str, got int 3"),
         ({"passes": [{"type": "prune", "rate": 1.5}]}, "passes[0]: --rate must be in [0, 1)"),
         ({"passes": [{"type": "surgeries"}]}, "passes[0]: the surgeries pass needs the key 'surgeries'"),
         (
@@ -147,6 +148,15 @@ def test_unreadable_files_are_one_line(
 def test_a_missing_pipeline_file_is_exit_3(tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
     assert main(["run", str(tmp_path / "nope.yaml")]) == 3
     assert "pipeline file not found" in capfd.readouterr().err
+
+
+def test_a_percentage_is_read_in_a_file_as_its_flag_reads_it() -> None:
+    """``--max-drop 1%`` works on the command line; ``max_drop: 1%`` in a pipeline file was refused."""
+    from onnxsat.core import PASSES
+
+    sparsify = PASSES.lookup("sparsify").from_config({"sparsity": "50%", "max_drop": "1%", "data": "digits"}, "p")
+    assert (sparsify.options.sparsity, sparsify.options.max_drop) == (0.5, 0.01)  # type: ignore[attr-defined]
+    assert PASSES.lookup("prune").from_config({"rate": "0.3"}, "p").options.rate == 0.3  # type: ignore[attr-defined]
 
 
 def test_check_runs_nothing(model_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
