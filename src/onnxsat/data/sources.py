@@ -258,6 +258,26 @@ def require_shape(shape: Sequence[int], input_shape: Sequence[int | str | None],
         raise DataError(f"{where}: inputs have shape {list(shape)} but the model takes {_shape_text(input_shape)}")
 
 
+RANDOM = "random"
+"""The data spec of seeded random samples (``--data random``), which the budgeted passes take."""
+
+
+def check_data_spec(spec: str, folder: Path | None = None) -> None:
+    """Refuse, before any work, data that is no built-in set and no file or folder (``folder``: where a
+    relative path is also looked for, a pipeline file's own)."""
+    path = Path(spec).expanduser()
+    if spec in (DIGITS, DIGITS_TEST, DIGITS_TRAIN, RANDOM) or path.exists():
+        return
+    if folder is not None and (folder / path).exists():
+        return
+    if "/" in spec or "\\" in spec or path.suffix:
+        raise DataError(f"{path}: no such file or folder")
+    raise DataError(
+        f"unknown dataset {spec!r}: give {DIGITS!r}, {DIGITS_TEST!r}, {DIGITS_TRAIN!r} or a path to an image "
+        "folder, a CIFAR-10 batch folder or file, or a .npz"
+    )
+
+
 def _load(
     spec: str,
     input_shape: Sequence[int | str | None],
@@ -275,14 +295,8 @@ def _load(
         train, test = DIGITS_SPLIT.indices(len(digits))
         part = (test if spec == DIGITS_TEST else train)[:limit]
         return replace(digits.subset(part), name=spec + digits.name.removeprefix(DIGITS))
+    check_data_spec(spec)
     path = Path(spec).expanduser()
-    if not path.exists():
-        if "/" in spec or "\\" in spec or path.suffix:
-            raise DataError(f"{path}: no such file or folder")
-        raise DataError(
-            f"unknown dataset {spec!r}: give {DIGITS!r}, {DIGITS_TEST!r}, {DIGITS_TRAIN!r} or a path to an image "
-            "folder, a CIFAR-10 batch folder or file, or a .npz"
-        )
     if path.is_dir():
         batch_files = [path / name for name in CIFAR_BATCHES if (path / name).is_file()]
         if batch_files:

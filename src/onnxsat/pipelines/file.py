@@ -20,7 +20,9 @@ import yaml
 
 from onnxsat import model_io
 from onnxsat.config_check import checked_keys
-from onnxsat.errors import InputNotFoundError, OnnxSatError, SettingsError
+from onnxsat.core import DATA_OPTIONS
+from onnxsat.data.sources import check_data_spec
+from onnxsat.errors import DataError, InputNotFoundError, OnnxSatError, SettingsError
 from onnxsat.inputs import InputSpec
 from onnxsat.passes import Pass, catalogue
 from onnxsat.runner import PipelineReport, RunSettings, run
@@ -120,6 +122,15 @@ def _checked(source: Path, config: dict[str, Any]) -> Pipeline:
             report_path = model_io.check_report_path(folder / settings.report, input_path, output_path)
     except OnnxSatError as error:
         raise type(error)(f"{_key_of(error)}{error}") from None
+    named = [("data", settings.data)]
+    named += [(f"{place}.{name}", getattr(step, "options", None) and getattr(step.options, name, None))  # type: ignore[attr-defined]
+              for place, step in steps for name in DATA_OPTIONS]  # fmt: skip
+    for key, spec in named:
+        if isinstance(spec, str):
+            try:
+                check_data_spec(spec, folder)
+            except DataError as error:
+                raise DataError(f"{key}: {error}") from None
     shapes = [f"{name}:{','.join(map(str, dims))}" for name, dims in settings.input_shapes.items()]
     feeds = folder / settings.inputs if settings.inputs is not None else None
     try:
@@ -154,11 +165,12 @@ def run_pipeline(pipeline: Pipeline, force: bool = False) -> PipelineReport:
     data = settings.data
     if data is not None and (folder / data).exists():
         data = str(folder / data)
-    for _, step in pipeline.steps:  # a pass's own data file, as the top-level one, is read from this folder
+    for _, step in pipeline.steps:  # a pass's own data files, as the top-level one, are read from this folder
         options = getattr(step, "options", None)
-        own = getattr(options, "data", None)
-        if isinstance(own, str) and (folder / own).exists():
-            options.data = str(folder / own)  # type: ignore[union-attr]
+        for name in DATA_OPTIONS:
+            own = getattr(options, name, None)
+            if isinstance(own, str) and (folder / own).exists():
+                setattr(options, name, str(folder / own))
     run_settings = RunSettings(
         inputs=pipeline.inputs,
         tolerance=Tolerance(settings.rtol, settings.atol, settings.ort_rounding),
