@@ -532,3 +532,20 @@ def test_refinement_steps_only_to_rates_that_remove_more_channels() -> None:
     assert search._higher("small", 0.5) == 0.625  # too few channels to round: every rate counts
     assert search._distinct_rates(["conv"]) == [0.25, 0.5, 0.75]
     assert search._distinct_rates(["conv", "small"]) == [0.25, 0.375, 0.5, 0.625, 0.75]
+
+
+def test_the_report_says_how_the_final_timing_chose() -> None:
+    """The finalists' re-timing decides, and the table alone left a chosen model that looked dominated."""
+    search = _paced_search(100, {})
+    fast, small, other = (
+        Evaluated("refine", Outcome(Recipe.pruned({name: 0.5}), size=size), timed=Timed(speedup, 0.1, 0.2, low, 2.0))
+        for name, size, speedup, low in (("a", 500, 1.80, 1.70), ("b", 400, 1.76, 1.72), ("c", 900, 1.20, 1.10))
+    )
+    search.evaluated = [other, fast, small]
+    search.finalists = [fast, small]
+    search._best = small
+    line = compress_module._final_line(search)
+    assert line == (
+        "the fastest candidates timed again together: #2 1.80x [1.70-2.00], #3 1.76x [1.72-2.00]; chosen #3, the "
+        "smallest file not slower than the fastest beyond timing noise"
+    )

@@ -409,6 +409,23 @@ def _searched(
         _costly_line(group, bound, options.confidence, group in search.unprobed, (chosen or {}).get(group, 0.0))
         for group, bound in _costly(search, options)
     ]
+    if len(search.finalists) > 1:
+        report.notes.append(_final_line(search))
+
+
+def _final_line(search: Search) -> str:
+    """How the model was chosen among the fastest, timed again together (the table shows that run's figures
+    for them): the fastest, or a smaller file not slower beyond the timing noise."""
+    number = {id(e): index for index, e in enumerate(search.evaluated, 1)}
+    figures = ", ".join(
+        f"#{number[id(e)]} {e.speedup:.2f}x [{e.timed.low:.2f}-{e.timed.high:.2f}]"
+        for e in sorted(search.finalists, key=lambda e: -e.speedup)
+        if e.timed is not None and id(e) in number
+    )
+    chosen = search.best
+    fastest = max(search.finalists, key=lambda e: e.speedup)
+    why = "the fastest" if chosen is fastest else "the smallest file not slower than the fastest beyond timing noise"
+    return f"the fastest candidates timed again together: {figures}; chosen #{number.get(id(chosen), '?')}, {why}"
 
 
 def _pays(chosen: Evaluated, original_size: int) -> bool:

@@ -127,6 +127,9 @@ class Search:
     evaluated: list[Evaluated] = field(default_factory=list)
     sensitivity: dict[str, float] = field(default_factory=dict)
     unprobed: set[str] = field(default_factory=set)
+    finalists: list[Evaluated] = field(default_factory=list)
+    """The fastest candidates timed again together at the end (their ``timed`` is that run's), one of which is
+    chosen: what decided, for the report."""
     """Groups whose sensitivity probe never ran (the time budget ran out first): never pruned, not failed."""
     stopped_early: bool = False
     _cache: dict[Recipe, Evaluated] = field(default_factory=dict)
@@ -179,6 +182,7 @@ class Search:
         figures = self._measure([self._model(e) for e in finalists])
         for result, figure in zip(finalists, figures, strict=True):
             result.timed = figure
+        self.finalists = finalists
         self._best = _pick(finalists)
 
     def _quantized(self, bases: Sequence[Evaluated], also: Sequence[Recipe] = ()) -> None:
