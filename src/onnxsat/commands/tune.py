@@ -62,7 +62,8 @@ def run_tune(args: argparse.Namespace) -> int:
     print(f'speedup: median over rounds of ("{DEFAULT_LABEL}" time / candidate time)')
     print(result.table())
     best = result.best
-    print(f"best: {best.describe()}")
+    settled = "" if best != result.default.settings else f" ({DEFAULT_LABEL}: no candidate is faster beyond noise)"
+    print(f"best: {best.describe()}{settled}")
     if args.output is not None:
         write_text_atomic(best.to_json() + "\n", args.output)
         print(f"wrote {args.output}")

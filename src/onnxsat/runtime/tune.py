@@ -254,9 +254,12 @@ class TuneResult:
 
     @property
     def best(self) -> SessionSettings:
-        """The fastest candidate's settings (ORT's default when every candidate was skipped)."""
+        """The fastest candidate's settings when they beat ORT's default beyond the noise probe's band; else
+        the default's (a "best" within noise ran 0.89x the default on a second look)."""
         ok = [c for c in self.ranking if c.status == "ok"]
-        return ok[0].settings if ok else self.default.settings
+        if ok and self.verdict(ok[0]) in ("faster", ""):  # "": no noise probe to tell (one round)
+            return ok[0].settings
+        return self.default.settings
 
     def verdict(self, candidate: Candidate) -> str:
         """``faster``/``slower`` than ORT's default only beyond what a second default session measures."""
