@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 import onnx
+import pytest
 from pruning_helpers import Builder, assert_rate_zero_is_identity, prune, run, shape_of, status
 
 from onnxsat.pruning.prune import association_trees
@@ -20,11 +21,15 @@ B, S, E, H = 2, 6, 16, 4
 D = E // H
 
 
-def padded_encoder(layers: int = 2, dead: tuple[int, ...] = (), mask_axis_size: int = H) -> onnx.ModelProto:
+def padded_encoder(
+    layers: int = 2, dead: tuple[int, ...] = (), mask_axis_size: int = H, via_batch: bool = False
+) -> onnx.ModelProto:
     """x ``[B, S, E]`` -> ``layers`` attention blocks with a residual, all reading one repeated padding mask.
 
     The mask marks as padding the positions whose first feature is above 1 (a mask computed from the input, as
     a graph input would be). ``mask_axis_size``: the Expand's entry on the head axis (1: no repeat needed).
+    ``via_batch``: each layer repeats the mask itself and merges the copies into the batch dim ``[B*H, 1, S]``
+    and splits them back before adding them, as TorchScript's export of ``nn.MultiheadAttention`` does.
     """
     b = Builder()
     padding = b.node("Greater", [b.node("Gather", ["x", b.const("first", np.array(0, np.int64))], "f0", axis=2),
@@ -49,7 +54,13 @@ def padded_encoder(layers: int = 2, dead: tuple[int, ...] = (), mask_axis_size: 
         q, k, v = (heads_of(f"{n}{layer}", hidden, n == "v") for n in "qkv")
         k_t = b.node("Transpose", [k], f"k{layer}_tt", perm=[0, 1, 3, 2])
         scores = b.node("Mul", [b.node("MatMul", [q, k_t], f"qk{layer}"), scale], f"scaled{layer}")
-        masked = b.node("Add", [scores, copies], f"masked{layer}")
+        added = copies
+        if via_batch:
+            repeated = b.node("Expand", [planes, "repeat"], f"copies{layer}")
+            flat = b.const(f"flat{layer}", np.array([B * H, 1, S], np.int64))
+            back = b.const(f"back{layer}", np.array([B, H, 1, S], np.int64))
+            added = b.node("Reshape", [b.node("Reshape", [repeated, flat], f"merged{layer}"), back], f"split{layer}")
+        masked = b.node("Add", [scores, added], f"masked{layer}")
         weights = b.node("Softmax", [masked], f"softmax{layer}", axis=-1)
         context = b.node("MatMul", [weights, v], f"pv{layer}")
         context = b.node("Transpose", [context], f"ctx{layer}_t", perm=[0, 2, 1, 3])
@@ -66,18 +77,27 @@ def test_layers_reading_one_repeated_mask_are_one_group_of_heads() -> None:
     assert (group.channels, group.heads, group.prunable) == (H, True, True)
 
 
-def test_pruning_heads_that_compute_nothing_changes_no_output_and_repeats_the_mask_less() -> None:
-    model = padded_encoder(dead=(1, 3))
+@pytest.mark.parametrize("via_batch", [False, True])
+def test_pruning_heads_that_compute_nothing_changes_no_output_and_repeats_the_mask_less(via_batch: bool) -> None:
+    model = padded_encoder(dead=(1, 3), via_batch=via_batch)
     inputs = {"x": np.random.default_rng(3).normal(size=(B, S, E)).astype(np.float32)}
     inputs["x"][1, 4:, 0] = 2.0  # the last two positions of the second sample are padding
     pruned, report = prune(model, rate=0.5)
     assert status(report, "q0") == "pruned"
     assert shape_of(pruned, "wq0") == [E, 2 * D] and shape_of(pruned, "wo1") == [2 * D, E]
-    assert shape_of(pruned, "repeat") == [4]
-    repeat = next(t for t in pruned.graph.initializer if t.name.startswith("repeat"))
-    assert onnx.numpy_helper.to_array(repeat).tolist() == [1, 2, 1, 1]
+    values = {t.name: onnx.numpy_helper.to_array(t).tolist() for t in pruned.graph.initializer}
+    assert [1, 2, 1, 1] in [v for name, v in values.items() if name.startswith("repeat")]
+    if via_batch:  # the copies' targets edited as any tensor of these heads
+        assert [B * 2, 1, S] in [v for name, v in values.items() if name.startswith("flat0")]
+        assert [B, 2, 1, S] in [v for name, v in values.items() if name.startswith("back0")]
     np.testing.assert_allclose(run(pruned, inputs)[0], run(model, inputs)[0], rtol=1e-5, atol=1e-5)
     assert_rate_zero_is_identity(model)
+
+
+def test_copies_merged_into_the_batch_and_split_back_are_followed_per_layer() -> None:
+    _, _, forest = association_trees(padded_encoder(via_batch=True))
+    heads = [g for g in forest.groups if {"q0", "q1"} & {r.node for r in g.roots}]
+    assert len(heads) == 2 and all(g.prunable and g.heads for g in heads)  # each layer's copies are its own
 
 
 def test_a_mask_broadcast_without_copies_needs_no_edit() -> None:

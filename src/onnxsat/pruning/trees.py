@@ -110,6 +110,10 @@ RECURRENCE = "recurrence"
 STATE = "state"
 """A recurrent root's constant initial state ``initial_h``/``initial_c``: sliced, not scored."""
 
+MAX_COPY_RESHAPES = 3
+"""Reshapes followed back from a tensor to the Expand that repeats it once per channel (TorchScript's padding
+mask: merged into the batch dim and split back, two)."""
+
 ELEMENTWISE = frozenset({"Add", "Sub", "Mul", "Div", "PRelu", "Sum", "Max", "Min", "Mean", "Pow", "Where"})
 KEEPS_SPLIT = frozenset({"Transpose", "Unsqueeze", "Squeeze", "Identity", "Cast", "Dropout"})
 """Ops that move a pending split channel axis without deciding which of its dims the channels follow."""
@@ -1040,31 +1044,58 @@ class _Walk:
 
     def copies_per_channel(self, name: str, axis: int, layout: Layout, reader: int) -> bool:
         """``name`` is one value repeated along ``axis`` once per channel by an Expand of a size-1 dim
-        (``nn.MultiheadAttention`` repeats a key padding mask for every head), first read by node ``reader``:
-        with channels pruned it takes as many fewer copies, an edit of the Expand's shape entry there,
-        recorded here. ``name`` is then tracked like ``layout``, so another op reading the same copies (the next
-        layer's scores) is tied to these channels and the one edit fits both."""
-        producer = self.index.producers.get(name)
-        if producer is None or producer.op_type != "Expand" or producer.domain not in DEFAULT_DOMAINS:
-            return False
+        (``nn.MultiheadAttention`` repeats a key padding mask for every head), perhaps reshaped on the way
+        (TorchScript merges the copies into the batch dim and splits them back), first read by node
+        ``reader``: with channels pruned it takes as many fewer copies. The Expand's output is tracked with
+        the channels and its shape entry edited, and the Reshapes between are walked again with it (their
+        targets edited as for any tensor of these channels); ``name`` ends tracked like ``layout``, so another
+        op reading the same copies (the next layer's scores) is tied to these channels and the edits fit both."""
+        chain: list[int] = []  # the Reshapes from the Expand to ``name``, last first
+        current = name
+        while True:
+            producer = self.index.producers.get(current)
+            if producer is None or producer.domain not in DEFAULT_DOMAINS or current in self.layouts:
+                return False
+            later = [index for index, _ in self.index.consumers.get(current, []) if index < reader]
+            if (current == name and later) or len(later) > 1:
+                return False  # a reader already walked (other than the next Reshape) would get fewer copies unseen
+            node_index = next(i for i, n in enumerate(self.model.graph.node) if n is producer)
+            if producer.op_type == "Expand":
+                break
+            if producer.op_type != "Reshape" or len(chain) == MAX_COPY_RESHAPES:
+                return False
+            chain.append(node_index)
+            current = producer.input[0]
         if layout.split is not None or layout.outer is not None:
             return False
-        if any(index < reader for index, _ in self.index.consumers.get(name, [])):
-            return False  # a reader already walked would get fewer copies unseen
-        in_rank, out_rank = self.index.rank(producer.input[0]), self.index.rank(name)
-        entries = self.index.target_entries(producer.input[1])
-        in_shape = self.shape(producer.input[0])
-        if in_rank is None or out_rank is None or entries is None or in_shape is None:
+        found = self.repeated_axis(producer, layout.size, axis if not chain else None)
+        if found is None:
             return False
-        in_axis, position = axis - (out_rank - in_rank), axis - (out_rank - len(entries))
-        if (in_axis >= 0 and in_shape[in_axis] != 1) or position < 0 or entries[position] != layout.size:
-            return False
-        if self.uneditable(producer, position):
-            return False
-        node_index = next(i for i, n in enumerate(self.model.graph.node) if n is producer)
+        out_axis, position = found
         self.target_edit(node_index, position, layout.segments)
-        self.track(name, layout.moved(axis), node_label(producer))
-        return True
+        self.track(current, replace(layout, axis=out_axis), node_label(producer))
+        for index in reversed(chain):
+            node = self.model.graph.node[index]
+            self.visit(index, node, {0: self.layouts[node.input[0]]})
+        got = self.layouts.get(name)
+        return got is not None and got.axis == axis and got.structure() == layout.structure()
+
+    def repeated_axis(self, expand: onnx.NodeProto, size: int, axis: int | None) -> tuple[int, int] | None:
+        """(output axis, shape entry) where ``expand`` repeats a size-1 dim ``size`` times through an editable
+        entry: at ``axis`` when given, else the one such axis; None if there is none (or several)."""
+        in_rank, out_rank = self.index.rank(expand.input[0]), self.index.rank(expand.output[0])
+        entries = self.index.target_entries(expand.input[1])
+        in_shape = self.shape(expand.input[0])
+        if in_rank is None or out_rank is None or entries is None or in_shape is None:
+            return None
+        found = []
+        for out_axis in range(out_rank) if axis is None else [axis]:
+            in_axis, position = out_axis - (out_rank - in_rank), out_axis - (out_rank - len(entries))
+            if (in_axis >= 0 and in_shape[in_axis] != 1) or position < 0 or entries[position] != size:
+                continue
+            if not self.uneditable(expand, position):
+                found.append((out_axis, position))
+        return found[0] if len(found) == 1 else None
 
     def einsum(self, node_index: int, node: onnx.NodeProto, tracked: dict[int, Layout]) -> str:
         """Einsum passes the channels on when their letter is kept in the output, once per operand (no
