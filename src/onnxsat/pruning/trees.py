@@ -1050,11 +1050,17 @@ class _Walk:
         the channels and its shape entry edited, and the Reshapes between are walked again with it (their
         targets edited as for any tensor of these channels); ``name`` ends tracked like ``layout``, so another
         op reading the same copies (the next layer's scores) is tied to these channels and the edits fit both."""
+        if layout.split is not None or layout.outer is not None:
+            return False
         chain: list[int] = []  # the Reshapes from the Expand to ``name``, last first
         current = name
         while True:
             producer = self.index.producers.get(current)
             if producer is None or producer.domain not in DEFAULT_DOMAINS or current in self.layouts:
+                return False
+            if producer.op_type not in ("Expand", "Reshape"):
+                return False  # (most operands end here: a residual's other branch)
+            if producer.op_type == "Reshape" and len(chain) == MAX_COPY_RESHAPES:
                 return False
             later = [index for index, _ in self.index.consumers.get(current, []) if index < reader]
             if (current == name and later) or len(later) > 1:
@@ -1062,12 +1068,8 @@ class _Walk:
             node_index = next(i for i, n in enumerate(self.model.graph.node) if n is producer)
             if producer.op_type == "Expand":
                 break
-            if producer.op_type != "Reshape" or len(chain) == MAX_COPY_RESHAPES:
-                return False
             chain.append(node_index)
             current = producer.input[0]
-        if layout.split is not None or layout.outer is not None:
-            return False
         found = self.repeated_axis(producer, layout.size, axis if not chain else None)
         if found is None:
             return False
