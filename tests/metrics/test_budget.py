@@ -28,6 +28,15 @@ def yolo_like(count: int = 2) -> np.ndarray:
     return out
 
 
+def tagger_scores(always: int | None = None, count: int = 8, steps: int = 16, tags: int = 59) -> np.ndarray:
+    """``[count, steps, tags]`` emissions whose best tag per step stands out (a trained tagger's), or, with
+    ``always``, one feature far above the rest at every step (a hidden state's outlier feature)."""
+    scores = RNG.normal(size=(count, steps, tags))
+    best = np.full((count, steps), always) if always is not None else RNG.integers(0, tags, size=(count, steps))
+    np.put_along_axis(scores, best[..., None], 4.0, axis=-1)
+    return scores
+
+
 @pytest.mark.parametrize(
     ("name", "output", "batch_axis", "expected"),
     [
@@ -63,6 +72,10 @@ def yolo_like(count: int = 2) -> np.ndarray:
         ("recon", RNG.uniform(size=(2, 64)), 0, "snr"),  # its decoded pixels
         ("mul_out", RNG.normal(size=(2, 8)), 0, "top1"),  # "mu" inside a word names no latent
         ("output", softmax(RNG.normal(size=(2, 1, 50))), 0, "top1"),  # probabilities: classes after all
+        ("fetch_name_0", tagger_scores(), 0, "tokens"),  # a tagger's emissions: a class per step
+        ("output", RNG.normal(size=(8, 16, 59)), 0, "cosine"),  # features: no class structure
+        ("output", RNG.normal(size=(8, 16, 4)), 0, "cosine"),  # a random projection to 4 values
+        ("output", tagger_scores(always=3), 0, "cosine"),  # one feature wins at every step: no class per step
     ],
 )
 def test_auto_chooses_from_shape_values_and_name(name: str, output: np.ndarray, batch_axis: int, expected: str) -> None:

@@ -18,6 +18,8 @@ The rules, first match wins, each with the reason the report prints:
 - ``[N, T, V]`` scores (not probabilities) over a vocabulary of 10,000 or more: ``tokens``;
 - ``[N, T, C]`` whose rows are probabilities or log-probabilities, whose time axis came before the batch
   (``[T, N, C]``, as CTC models export), or named like logits: ``sequence``;
+- other ``[N, T, C]`` scores with a clear best class at most steps, several classes used (a tagger's
+  emissions): ``tokens``, the share of steps whose best class is kept;
 - maps ``[N, C, H, W]`` (or ``[N, H, W]`` of probabilities) that show classes: class probabilities per
   pixel, five channels or more (segmentation logits), a name like a mask or scores, or one channel of
   values mostly near 0 or 1 (a text detector's probability map): ``map``;
@@ -29,6 +31,7 @@ The rules, first match wins, each with the reason the report prints:
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 
@@ -120,9 +123,53 @@ def choose(name: str, reference: np.ndarray, batch_axis: int, detector: Metric |
             return Choice(METRICS["sequence"], f"{why} ({text} per sample)")
         if unit_interval(np.asarray(reference, dtype=np.float64)) and map_shape(reference) is not None:
             return _map_or_image(lowered, reference, f"a map of values in [0, 1] per sample ({text})", text)
+        clear = _clear_classes(reference)
+        if clear is not None:
+            return Choice(METRICS["tokens"], f"per-step class scores ({text} per sample): {clear}")
     elif len(shape) == 3 and map_shape(reference) is not None:
         return _map_or_image(lowered, reference, f"{shape[0]}-channel maps per sample ({text})", text)
     return Choice(METRICS["cosine"], f"no specific metric fits {text} per sample")
+
+
+CLEAR_GAP = 1.75
+"""How many times the median gap between a step's best and second score (in units of the step's spread) must
+exceed that of random rows of as many values for ``[N, T, C]`` scores to read as a class per step: a tagger's
+emissions over 59 tags, 0.69-0.80 against 0.31; a random projection over 4 values, 0.86 against 0.86."""
+CLEAR_STEPS = 4096
+"""Steps the gap is measured on (the first ones): enough for a median, cheap on any output."""
+ONE_CLASS_SHARE = 0.95
+"""A best class at more than this share of the steps is one feature that always wins, not a class per step (a
+tagger's commonest tag, "outside" in named-entity tagging, can be 80-90%)."""
+
+
+def _clear_classes(reference: np.ndarray) -> str | None:
+    """Why ``[N, T, C]`` values are a class per step (a tagger's emissions: cosine over them let half the sentences
+    change their tags inside a 1% "drop"), or None: a clear best class at most steps, and several classes used
+    (a hidden state whose one large feature wins at every step is no class)."""
+    rows = np.asarray(reference, dtype=np.float64).reshape(-1, reference.shape[-1])[:CLEAR_STEPS]
+    if rows.shape[-1] < 2 or len(rows) < 2:
+        return None
+    gap, chance = _median_gap(rows), _random_gap(rows.shape[-1])
+    counts = np.bincount(rows.argmax(axis=-1), minlength=rows.shape[-1])
+    used, commonest = int(np.count_nonzero(counts)), float(counts.max() / len(rows))
+    if gap < CLEAR_GAP * chance or used < 3 or commonest > ONE_CLASS_SHARE:
+        return None
+    return (
+        f"a clear best class at most steps (median gap {gap:.2f} of a step's spread, {chance:.2f} for random rows), "
+        f"{used} classes used"
+    )
+
+
+def _median_gap(rows: np.ndarray) -> float:
+    """Median over rows of (best - second best) / the row's standard deviation."""
+    ordered = np.sort(rows, axis=-1)
+    return float(np.median((ordered[:, -1] - ordered[:, -2]) / np.maximum(rows.std(axis=-1), 1e-12)))
+
+
+@functools.cache
+def _random_gap(width: int) -> float:
+    """:func:`_median_gap` of seeded standard-normal rows of ``width`` values: what no class structure gives."""
+    return _median_gap(np.random.default_rng(0).standard_normal((2048, width)))
 
 
 def _one_channel(shape: tuple[int, ...]) -> bool:
