@@ -251,9 +251,13 @@ class Pass(ABC):
         """The message when this pass's result fails verification and nothing is forced."""
         return f"{self.result_name} failed verification; nothing was written"
 
+    def data_specs(self) -> dict[str, str]:
+        """The data the pass reads, by option name (``data``, ``eval_data``): a path or a built-in set."""
+        return {}
+
     def files_read(self) -> list[Path]:
         """Files the pass reads beside the model (its data): nothing the run writes may replace them."""
-        return []
+        return [Path(spec) for spec in self.data_specs().values() if Path(spec).is_file()]
 
 
 def run_check(place: str, check: Callable[[], object]) -> None:
@@ -310,9 +314,9 @@ class OptionsPass(Pass):
         result, report = transform(model.proto, options, source=model.source, base_dir=model.base_dir)
         return PassResult(result, report.verification, report.summary(), rebase=self.lossy, report=report)
 
-    def files_read(self) -> list[Path]:
-        values = (getattr(self.options, name, None) for name in DATA_OPTIONS)
-        return [Path(value) for value in values if isinstance(value, str) and Path(value).is_file()]
+    def data_specs(self) -> dict[str, str]:
+        values = {name: getattr(self.options, name, None) for name in DATA_OPTIONS}
+        return {name: value for name, value in values.items() if isinstance(value, str)}
 
     def options_for(self, context: PassContext) -> Any:
         """The options with the run's settings in: its inputs, tolerance and verification timeout,

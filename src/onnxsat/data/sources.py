@@ -573,7 +573,7 @@ def companions_in(loaded: np.lib.npyio.NpzFile) -> dict[str, np.ndarray]:
 def carried_rows(spec: str | None) -> dict[str, np.ndarray]:
     """The ``companion:NAME`` arrays of a ``.npz`` data ``spec``, by input name (none for other data, and for
     a file that cannot be read: loading it says why)."""
-    if spec is None or not spec.endswith(".npz") or not Path(spec).is_file():
+    if spec is None or Path(spec).suffix.lower() != ".npz" or not Path(spec).is_file():
         return {}
     try:
         with np.load(spec, allow_pickle=False) as loaded:

@@ -20,7 +20,6 @@ import yaml
 
 from onnxsat import model_io
 from onnxsat.config_check import checked_keys
-from onnxsat.core import DATA_OPTIONS
 from onnxsat.data.sources import check_data_spec
 from onnxsat.errors import DataError, InputNotFoundError, OnnxSatError, SettingsError
 from onnxsat.inputs import InputSpec
@@ -122,15 +121,13 @@ def _checked(source: Path, config: dict[str, Any]) -> Pipeline:
             report_path = model_io.check_report_path(folder / settings.report, input_path, output_path)
     except OnnxSatError as error:
         raise type(error)(f"{_key_of(error)}{error}") from None
-    named = [("data", settings.data)]
-    named += [(f"{place}.{name}", getattr(step, "options", None) and getattr(step.options, name, None))  # type: ignore[attr-defined]
-              for place, step in steps for name in DATA_OPTIONS]  # fmt: skip
-    for key, spec in named:
-        if isinstance(spec, str):
-            try:
-                check_data_spec(spec, folder)
-            except DataError as error:
-                raise DataError(f"{key}: {error}") from None
+    named = {"data": settings.data} if settings.data is not None else {}
+    named |= {f"{place}.{name}": spec for place, step in steps for name, spec in step.data_specs().items()}
+    for key, spec in named.items():
+        try:
+            check_data_spec(spec, folder)
+        except DataError as error:
+            raise DataError(f"{key}: {error}") from None
     shapes = [f"{name}:{','.join(map(str, dims))}" for name, dims in settings.input_shapes.items()]
     feeds = folder / settings.inputs if settings.inputs is not None else None
     try:
@@ -166,11 +163,9 @@ def run_pipeline(pipeline: Pipeline, force: bool = False) -> PipelineReport:
     if data is not None and (folder / data).exists():
         data = str(folder / data)
     for _, step in pipeline.steps:  # a pass's own data files, as the top-level one, are read from this folder
-        options = getattr(step, "options", None)
-        for name in DATA_OPTIONS:
-            own = getattr(options, name, None)
-            if isinstance(own, str) and (folder / own).exists():
-                setattr(options, name, str(folder / own))
+        for name, own in step.data_specs().items():
+            if (folder / own).exists():
+                setattr(step.options, name, str(folder / own))  # type: ignore[attr-defined]  (an OptionsPass)
     run_settings = RunSettings(
         inputs=pipeline.inputs,
         tolerance=Tolerance(settings.rtol, settings.atol, settings.ort_rounding),
