@@ -146,7 +146,7 @@ def _clear_classes(reference: np.ndarray) -> str | None:
     """Why ``[N, T, C]`` values are a class per step (a tagger's emissions: cosine over them let half the sentences
     change their tags inside a 1% "drop"), or None: a clear best class at most steps, and several classes used
     (a hidden state whose one large feature wins at every step is no class)."""
-    rows = np.asarray(reference, dtype=np.float64).reshape(-1, reference.shape[-1])[:CLEAR_STEPS]
+    rows = np.asarray(reference).reshape(-1, reference.shape[-1])[:CLEAR_STEPS].astype(np.float64)
     if rows.shape[-1] < 2 or len(rows) < 2:
         return None
     gap, chance = _median_gap(rows), _random_gap(rows.shape[-1])
