@@ -191,3 +191,20 @@ def test_metric_fidelity_scores_agreement_with_the_original_not_the_labels(tmp_p
     scored = json.loads(report.read_text())
     assert "(fidelity)" in scored["scored_on"]
     assert scored["baseline"]["kind"] == "agreement" and scored["baseline"]["value"] == 1.0
+
+
+def test_calibration_on_inputs_that_give_every_input_is_those_values_once() -> None:
+    """A graph network whose every input was given with --inputs was refitted on 16 copies of them, and the
+    report called that "random (16 seeded normal inputs)"."""
+    from onnxsat.inputs import InputSpec
+    from onnxsat.pruning.prune import PruneOptions, calibration_batches
+
+    b = Builder()
+    model = b.model([b.conv("c1", "x", 3, 8), b.conv("c2", "c1", 8, 4)])
+    given = np.random.default_rng(0).normal(size=(2, 3, 8, 8)).astype(np.float32)
+    options = PruneOptions(inputs=InputSpec(given={"x": given}, source="feeds.npz"))
+    feeds, what = calibration_batches(model, options)
+    assert what == "the values feeds.npz gives" and len(feeds) == 1
+    np.testing.assert_array_equal(feeds[0]["x"], given)
+    feeds, what = calibration_batches(model, PruneOptions())
+    assert what.startswith("random (16 seeded") and len(feeds) == 16

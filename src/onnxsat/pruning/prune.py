@@ -209,6 +209,10 @@ def calibration_batches(
         dims = input_dims(model, options.inputs.given, options.inputs.shapes)
         dataset = load_dataset(options.data, dims, limit=options.limit, mean=options.mean, std=options.std)
     if dataset is None:
+        initializers = {t.name for t in model.graph.initializer}
+        fed = [v.name for v in model.graph.input if v.name not in initializers]
+        if fed and all(name in options.inputs.given for name in fed):  # nothing random to vary: one batch
+            return [random_inputs(model, options.inputs, 0)], f"the values {options.inputs.source or '--inputs'} gives"
         feeds = [random_inputs(model, options.inputs, seed) for seed in range(RANDOM_CALIBRATION_SAMPLES)]
         return feeds, f"random ({RANDOM_CALIBRATION_SAMPLES} seeded normal inputs)"
     given = options.inputs.given
