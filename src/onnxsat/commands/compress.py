@@ -30,12 +30,14 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    inputs = input_spec(args)  # read once: the recipe and the check of its paths both need it
+
     def recipe(report: Any) -> None:
         if report.written:
-            write_recipe(report, args.model, args.output, input_spec(args))
+            write_recipe(report, args.model, args.output, inputs)
 
     step = CompressPass(from_arguments(CompressOptions, args))
-    read = files_read([("", step)], RunSettings(inputs=input_spec(args)))
+    read = files_read([("", step)], RunSettings(inputs=inputs))
     for path in recipe_paths(args.output):  # said before the search, not after it
         check_not_read(path, [args.model, *read], f"{args.output}'s recipe file")
     return run_and_print(args, step, compress_page, after=recipe)
