@@ -260,6 +260,31 @@ def test_npz_without_labels_and_whole_float_labels(tmp_path: Path) -> None:
     assert labels is not None and labels.tolist() == [1, 3]
 
 
+@pytest.mark.parametrize(
+    ("labels", "expected"),
+    [
+        (np.array([0.5, -1.25, 3.0]), [0.5, -1.25, 3.0]),  # not whole: a regression's targets
+        (np.array([-2, 0, 5]), [-2.0, 0.0, 5.0]),  # negative: no class index
+        (np.array([[1.0, 2.0], [3.0, 4.5], [0.0, 0.0]]), [[1.0, 2.0], [3.0, 4.5], [0.0, 0.0]]),  # two per sample
+    ],
+    ids=["fractional", "negative", "two per sample"],
+)
+def test_npz_labels_that_are_no_classes_are_regression_targets(
+    tmp_path: Path, labels: np.ndarray, expected: list
+) -> None:
+    path = npz(tmp_path / "targets.npz", inputs=np.ones((3, 4)), labels=labels)
+    loaded = load_dataset(str(path), [None, 4]).labels
+    assert loaded is not None and loaded.dtype == np.float64 and loaded.tolist() == expected
+
+
+def test_one_hot_labels_are_classes(tmp_path: Path) -> None:
+    """Keras' ``to_categorical`` rows: classes, not four targets per sample."""
+    one_hot = np.eye(4, dtype=np.float32)[[2, 0, 3]]
+    path = npz(tmp_path / "one_hot.npz", inputs=np.ones((3, 4)), labels=one_hot)
+    loaded = load_dataset(str(path), [None, 4]).labels
+    assert loaded is not None and loaded.dtype == np.int64 and loaded.tolist() == [2, 0, 3]
+
+
 def test_dataset_batches_cover_every_sample_and_take_is_a_prefix() -> None:
     data = Dataset(np.arange(10, dtype=np.float32)[:, None], np.arange(10), "numbers")
     batches = list(data.batches(4))
@@ -344,7 +369,7 @@ BAD_INPUTS: dict[str, tuple[Case, str]] = {
             [1, 3, 32, 32],
             {},
         ),
-        "labels must be 0 or more, found -3",
+        "labels must be classes, whole numbers 0 or more",
     ),
     "npz without inputs": (
         lambda t: (str(npz(t / "d.npz", x=np.ones((2, 4)))), [1, 4], {}),
@@ -362,21 +387,13 @@ BAD_INPUTS: dict[str, tuple[Case, str]] = {
         lambda t: (str(npz(t / "d.npz", inputs=np.ones((4, 2)), labels=np.arange(3))), [1, 2], {}),
         "4 inputs but 3 labels",
     ),
-    "fractional labels": (
-        lambda t: (str(npz(t / "d.npz", inputs=np.ones((2, 2)), labels=np.array([0.0, 1.5]))), [1, 2], {}),
-        "labels must be whole numbers, found 1.5",
-    ),
     "text labels": (
         lambda t: (str(npz(t / "d.npz", inputs=np.ones((2, 2)), labels=np.array(["a", "b"]))), [1, 2], {}),
-        "not integer classes (--fidelity ignores them)",
+        "not numbers (--fidelity ignores them)",
     ),
-    "negative labels": (
-        lambda t: (str(npz(t / "d.npz", inputs=np.ones((2, 2)), labels=np.array([-1, 0]))), [1, 2], {}),
-        "labels must be 0 or more, found -1",
-    ),
-    "labels of two dims": (
-        lambda t: (str(npz(t / "d.npz", inputs=np.ones((2, 2)), labels=np.zeros((2, 2), int))), [1, 2], {}),
-        "one number per sample",
+    "labels with NaN": (
+        lambda t: (str(npz(t / "d.npz", inputs=np.ones((2, 2)), labels=np.array([0.5, np.nan]))), [1, 2], {}),
+        "labels hold NaN or infinity",
     ),
     "text inputs": (
         lambda t: (str(npz(t / "d.npz", inputs=np.array(["a", "b"]))), [1], {}),

@@ -126,3 +126,23 @@ def branches(path: Path) -> Path:
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", CLASSES])],
     )
     return _save(graph, path)
+
+
+def regressor(path: Path, hidden: int = 32) -> Path:
+    """x [N, F] -> MatMul -> Relu -> MatMul -> y [N, 1]: one real value per sample, of both signs."""
+    rng = np.random.default_rng(5)
+    graph = helper.make_graph(
+        [
+            helper.make_node("MatMul", ["x", "w1"], ["h"], name="hidden"),
+            helper.make_node("Relu", ["h"], ["r"]),
+            helper.make_node("MatMul", ["r", "w2"], ["y"], name="head"),
+        ],
+        "regressor",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", FEATURES])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 1])],
+        [
+            numpy_helper.from_array(rng.normal(size=(FEATURES, hidden)).astype(np.float32), "w1"),
+            numpy_helper.from_array((rng.normal(size=(hidden, 1)) / hidden).astype(np.float32), "w2"),
+        ],
+    )
+    return _save(graph, path)

@@ -7,8 +7,9 @@ import json
 from pathlib import Path
 
 import numpy as np
+import onnxruntime as ort
 import pytest
-from models import FEATURES, STEPS, stateful, time_major
+from models import FEATURES, STEPS, regressor, stateful, time_major
 
 from onnxsat.cli import main
 
@@ -31,6 +32,26 @@ def test_a_time_major_recognizer_is_budgeted_by_its_decoded_sequences(tmp_path: 
     assert report["accuracy"]["drop"] <= 0.10
     assert "per-position" in report["accuracy"]["outputs"][0]["details"]
     assert report["held_out"]["score"]["samples"] == 8
+
+
+def test_a_regression_is_budgeted_by_r2_against_the_datas_targets(tmp_path: Path) -> None:
+    """Targets that are not whole numbers make the data a regression's: R² against them, RMSE beside, on the
+    search data and held out."""
+    model = regressor(tmp_path / "reg.onnx")
+    rng = np.random.default_rng(6)
+    inputs = rng.normal(size=(200, FEATURES)).astype(np.float32)
+    session = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"])
+    predicted = session.run(None, {"x": inputs})[0][:, 0].astype(np.float64)
+    targets = predicted + rng.normal(scale=0.5 * predicted.std(), size=len(predicted))
+    data = tmp_path / "targets.npz"
+    np.savez(data, inputs=inputs, labels=targets)
+    code, report, out = budget_run(model, data, tmp_path)
+    assert code == 0 and out.exists()
+    assert report["metrics"]["y"]["metric"] == "r2" and "regression targets" in report["metrics"]["y"]["why"]
+    assert report["accuracy"]["kind"] == "accuracy" and "rmse" in report["accuracy"]["outputs"][0]["details"]
+    assert 0.5 < report["baseline"]["value"] < 1.0  # the noise left out of the model: R² near 0.8, not 1
+    assert report["accuracy"]["drop"] <= 0.10
+    assert report["held_out"]["score"]["metric"] == "r2"
 
 
 def streams(path: Path, count: int = 6, steps: int = 12) -> Path:

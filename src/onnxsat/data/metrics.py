@@ -40,6 +40,8 @@ class Accuracy:
 def topk_accuracy(logits: np.ndarray, labels: np.ndarray) -> Accuracy:
     """Top-1 and top-5 accuracy (top-k with k = min(5, classes)) of ``logits`` [N, classes] against ``labels``."""
     logits, labels = np.asarray(logits), np.asarray(labels)
+    if np.issubdtype(labels.dtype, np.floating) and not np.all(labels == np.round(labels)):
+        raise DataError("the labels are a regression's targets (not whole numbers): top-k accuracy needs classes")
     _check_rows(logits, len(labels), "labels")
     classes = logits.shape[1]
     if labels.min() < 0:

@@ -86,7 +86,7 @@ held out. Independent of the training seed, so every retrain is measured on the 
 @dataclass(frozen=True)
 class Dataset:
     """Model-ready samples: ``inputs`` ``[N, ...]`` (float32, or the integers a ``.npz`` holds), ``labels``
-    int64 ``[N]`` or None.
+    int64 classes ``[N]``, float64 regression targets ``[N, ...]``, or None.
 
     With ``streams``, the data is sequences for a model that keeps state: ``inputs`` ``[S, T, ...]`` are S
     streams of T steps (each step one sample, fed as a batch of one), ``lengths`` ``[S]`` how many steps
@@ -403,7 +403,7 @@ def _read_cifar_batch(path: Path) -> tuple[np.ndarray, np.ndarray]:
     if not isinstance(data, np.ndarray) or data.dtype != np.uint8 or data.ndim != 2 or data.shape[1] != 3 * side**2:
         what = f"{data.dtype} {list(data.shape)}" if isinstance(data, np.ndarray) else type(data).__name__
         raise DataError(f"{path}: not a CIFAR-10 batch ('data' is {what}, not uint8 [N, 3072])")
-    labels = _checked_labels(raw_labels, len(data), str(path))
+    labels = _checked_labels(raw_labels, len(data), str(path), targets=False)
     return data.reshape(len(data), 3, side, side), labels
 
 
@@ -656,25 +656,36 @@ def _unreadable_npz(path: Path, error: Exception) -> DataError:
     return DataError(f"{path}: not a readable .npz ({reason})")
 
 
-def _checked_labels(values: object, count: int, where: str) -> np.ndarray:
-    """Labels as int64: one per sample, whole numbers, none negative."""
+def _checked_labels(values: object, count: int, where: str, targets: bool = True) -> np.ndarray:
+    """Labels, one entry per sample: int64 classes when they are whole numbers 0 or more (or one-hot rows),
+    else float64 targets (a regression's: not whole, negative, or several values per sample), which a source
+    of classes only (``targets`` False: a CIFAR batch) refuses."""
     try:
         labels = np.asarray(values)
     except ValueError:
-        raise DataError(f"{where}: labels are not a flat list of numbers") from None
-    if labels.ndim != 1:
-        raise DataError(f"{where}: labels must be one number per sample, but have shape {list(labels.shape)}")
+        raise DataError(f"{where}: labels are not an array of numbers") from None
+    if not (np.issubdtype(labels.dtype, np.integer) or np.issubdtype(labels.dtype, np.floating)):
+        raise DataError(f"{where}: labels hold {labels.dtype} values, not numbers (--fidelity ignores them)")
+    if labels.ndim == 0:
+        raise DataError(f"{where}: labels must be one entry per sample, got a single number")
     if len(labels) != count:
         raise DataError(f"{where}: {count} inputs but {len(labels)} labels")
-    if np.issubdtype(labels.dtype, np.floating):
-        whole = np.isfinite(labels) & (labels == np.round(labels))
-        if not whole.all():
-            raise DataError(f"{where}: labels must be whole numbers, found {labels[~whole][0]}")
-    elif not np.issubdtype(labels.dtype, np.integer):
-        raise DataError(f"{where}: labels hold {labels.dtype} values, not integer classes (--fidelity ignores them)")
-    if count and labels.min() < 0:
-        raise DataError(f"{where}: labels must be 0 or more, found {labels.min()}")
-    return labels.astype(np.int64)
+    if not np.all(np.isfinite(labels)):
+        raise DataError(f"{where}: labels hold NaN or infinity")
+    if _one_hot(labels):
+        return np.argmax(labels, axis=1).astype(np.int64)
+    if labels.ndim == 1 and np.all(labels == np.round(labels)) and (not count or labels.min() >= 0):
+        return labels.astype(np.int64)
+    if not targets:
+        raise DataError(f"{where}: labels must be classes, whole numbers 0 or more, one per sample")
+    return labels.astype(np.float64)
+
+
+def _one_hot(labels: np.ndarray) -> bool:
+    """Rows of 0s with one 1 (Keras' ``to_categorical``): classes, not several targets per sample."""
+    if labels.ndim != 2 or labels.shape[1] < 2 or not len(labels):
+        return False
+    return bool(np.all((labels == 0) | (labels == 1)) and np.all(labels.sum(axis=1) == 1))
 
 
 def _fixed(dim: int | str | None) -> int | None:

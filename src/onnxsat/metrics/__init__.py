@@ -5,7 +5,15 @@ scores candidates with them, ``selection`` picks one per output for ``--metric a
 loads a user's own ``module:function``.
 """
 
-from onnxsat.metrics import classification, dense_maps, detection, sequence, similarity, tokens  # noqa: F401
+from onnxsat.metrics import (  # noqa: F401
+    classification,
+    dense_maps,
+    detection,
+    regression,
+    sequence,
+    similarity,
+    tokens,
+)
 from onnxsat.metrics.base import METRICS, Measure, Metric
 from onnxsat.metrics.budget import (
     AUTO,

@@ -19,7 +19,13 @@ import numpy as np
 from onnxsat.registry import Registry
 
 Labels = np.ndarray | None
-"""Int64 labels ``[N]``, one per sample, when the data has them."""
+"""The data's labels, when it has them: int64 ``[N]`` classes, or float64 ``[N, ...]`` targets (a regression's
+values: numbers that are not whole, negative, or several per sample); ``is_targets`` tells them apart."""
+
+
+def is_targets(labels: Labels) -> bool:
+    """Whether ``labels`` are a regression's targets rather than classes."""
+    return labels is not None and np.issubdtype(labels.dtype, np.floating)
 
 
 @dataclass(frozen=True)
@@ -51,14 +57,15 @@ DOMINANT_SHARE = 0.95
 
 @dataclass(frozen=True)
 class Metric:
-    """A named way of scoring one output; ``uses_labels``: against labels when the data has them
-    (else agreement with the original), otherwise always agreement with the original."""
+    """A named way of scoring one output; ``uses_labels``: against class labels when the data has them,
+    ``uses_targets``: against regression targets when it has those (else agreement with the original)."""
 
     name: str
     summary: str
     measure: Measurer
     fits: Fit
     uses_labels: bool = False
+    uses_targets: bool = False
     blind_spot: BlindSpot | None = None
     """Scored by agreement with the original (no labels), an output whose answer (nearly) never varies on
     the data cannot show damage to the other answers; this says when that is so."""
@@ -66,6 +73,13 @@ class Metric:
 
 METRICS: Registry[Metric] = Registry("metric", "metric")
 """Built-in metrics by name, filled by the modules beside this one; ``module:function`` names a user's own."""
+
+
+def reads(metric: Metric, labels: Labels) -> bool:
+    """Whether ``metric`` scores against ``labels`` (classes or targets, as it takes them)."""
+    if labels is None:
+        return False
+    return metric.uses_targets if is_targets(labels) else metric.uses_labels
 
 
 def register(metric: Metric) -> Metric:

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from onnxsat.errors import SettingsError
-from onnxsat.metrics.base import METRICS, VARIED_SAMPLES, Labels, Metric
+from onnxsat.metrics.base import METRICS, VARIED_SAMPLES, Labels, Metric, reads
 from onnxsat.metrics.custom import is_user_spec, user_metric
 from onnxsat.metrics.detection import exported_detector
 from onnxsat.metrics.selection import choose
@@ -202,7 +202,7 @@ class Budget:
             if isinstance(metric, Mapping):
                 self.metrics[name], self.reasons[name] = metric[name], "as on the search data"
             elif fixed is None:
-                choice = choose(name, output, axis, detector)
+                choice = choose(name, output, axis, detector, labels)
                 self.metrics[name], self.reasons[name] = choice.metric, f"auto: {choice.why}"
             else:
                 why_not = fixed.fits(output, axis)
@@ -225,7 +225,7 @@ class Budget:
     def _score(self, outputs: Mapping[str, np.ndarray], baseline: Score | None) -> Score:
         scored = []
         for name, metric in self.metrics.items():
-            labels = self.labels if metric.uses_labels else None
+            labels = self.labels if reads(metric, self.labels) else None
             measure = metric.measure(self.reference[name], outputs[name], labels)
             if baseline is None:
                 self._per_sample[name] = measure.per_sample
@@ -235,11 +235,12 @@ class Budget:
             error = paired_error(self._per_sample.get(name), measure.per_sample)
             sampled = measure.per_sample is not None
             scored.append(OutputScore(name, metric.name, measure.value, base, dict(measure.details), error, sampled))
-        kind = (
-            "accuracy" if self.labels is not None and any(m.uses_labels for m in self.metrics.values()) else "agreement"
-        )
+        kind = "accuracy" if self._reads_labels() else "agreement"
         samples = len(next(iter(self.reference.values())))
         return Score(tuple(scored), samples, kind, self.z)
+
+    def _reads_labels(self) -> bool:
+        return any(reads(metric, self.labels) for metric in self.metrics.values())
 
     def distortion(self, outputs: Mapping[str, np.ndarray]) -> float:
         """How far ``outputs`` moved from the original's: ||outputs - original|| / ||original|| over every
@@ -261,7 +262,7 @@ class Budget:
         few = few_samples_note(self.baseline.samples, names, self.confidence)
         coarse = resolution_note(self.baseline.samples, names, self.confidence, max_drop) if max_drop else None
         notes += [note for note in (few, coarse) if note]
-        if self.labels is not None and self.metrics and not any(m.uses_labels for m in self.metrics.values()):
+        if self.labels is not None and self.metrics and not self._reads_labels():
             scored = ", ".join(f"{name} by {m.name}" for name, m in self.metrics.items())
             notes.append(
                 f"the data's labels are not used: no scored output is scored against labels ({scored}, agreement "
@@ -283,7 +284,8 @@ class Budget:
         wide, and a candidate loses few of them where it loses more on new data (a ResNet trained on 1,400
         digits: a candidate 0.21% down on them was 1.01% down on the 397 it never saw)."""
         samples = len(self.labels) if self.labels is not None else 0
-        perfect = [o.output for o in self.baseline.outputs if self.metrics[o.output].uses_labels and o.value >= 1.0]
+        scored = self.baseline.outputs
+        perfect = [o.output for o in scored if reads(self.metrics[o.output], self.labels) and o.value >= 1.0]
         if not perfect or samples < VARIED_SAMPLES:
             return []
         return [

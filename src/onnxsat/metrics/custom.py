@@ -2,9 +2,10 @@
 
 The function is called as ``function(reference, candidate, labels)`` for each scored output, with the
 original's and the candidate's outputs as numpy arrays ``[N, ...]`` (samples first) and the data's
-labels ``[N]`` or None, and returns a score in [0, 1] where higher is better; the budget is a drop from
-the original's own score (``function(reference, reference, labels)``). A module in the current folder
-is found as Python would find it there.
+labels (int64 classes ``[N]``, float64 regression targets ``[N, ...]``) or None, and returns a score in
+[0, 1] where higher is better; the budget is a drop from the original's own score
+(``function(reference, reference, labels)``). A module in the current folder is found as Python would
+find it there.
 
 It may instead return one score per sample (``[N]`` values in [0, 1]): the score is their mean, and the
 budget pairs them with the original's to bound the drop's sampling error, as for the built-in per-sample
@@ -47,7 +48,9 @@ def user_metric(spec: str | UserFunction) -> Metric:
             return Measure(float(per_sample.mean()), per_sample=per_sample)
         return Measure(_score(value, name))
 
-    return Metric(name, f"the user's metric {name}", measure, lambda reference, axis: None, uses_labels=True)
+    return Metric(
+        name, f"the user's metric {name}", measure, lambda reference, axis: None, uses_labels=True, uses_targets=True
+    )
 
 
 def _score(value: object, name: str) -> float:

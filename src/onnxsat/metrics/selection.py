@@ -3,8 +3,12 @@
 The rules, first match wins, each with the reason the report prints:
 - one integer or boolean per sample: ``label`` (a predicted class, scored against the labels);
 - other integer or boolean values: ``exact``;
+- as many real values per sample as the data's regression targets, which the original predicts better than
+  their mean: ``r2`` against them; one value per sample that follows whole-number labels other than 0 and 1
+  (an age in years: R² 0.5 or more for the original): ``r2`` against them too;
 - one value per sample: ``binary`` (a probability or a logit), unless its values are all of one sign outside
-  [0, 1] (a regression: an intensity, an age, a price): ``snr``;
+  [0, 1] (a regression: an intensity, an age, a price): ``r2`` against the original's values; ``binary``
+  reads labels only when they are 0 and 1;
 - named like an embedding (``embed``, ``hidden``, ``feature``, ``pooler``, ``vector``) or a latent
   (``latent``, or the word ``mu``, ``logvar``, ``z``: a VAE's encoder): ``cosine``;
 - named like a reconstruction (``recon``: a VAE's decoded pixels): ``snr``;
@@ -33,11 +37,11 @@ from __future__ import annotations
 
 import functools
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
-from onnxsat.metrics.base import METRICS, Metric, per_sample_shape, shape_text, unit_interval
+from onnxsat.metrics.base import METRICS, Labels, Metric, is_targets, per_sample_shape, shape_text, unit_interval
 from onnxsat.metrics.classification import class_scores
 from onnxsat.metrics.dense_maps import map_shape
 from onnxsat.metrics.detection import boxes_in_pixels, yolo_layout
@@ -66,30 +70,47 @@ _CACHE_NAMES = ("present", "past_key", "key_cache", "value_cache", "kv_cache")
 reads, compared by direction like any hidden state, never as a map of values in [0, 1]."""
 
 
+FOLLOWS_LABELS = 0.5
+"""The R² of the original against whole-number labels from which a one-value output reads as a regression on
+them (an age model's years) rather than a score beside a classifier's labels (another head's digit classes
+have no such fit)."""
+
+
 @dataclass(frozen=True)
 class Choice:
     metric: Metric
     why: str
 
 
-def choose(name: str, reference: np.ndarray, batch_axis: int, detector: Metric | None = None) -> Choice:
+def choose(
+    name: str, reference: np.ndarray, batch_axis: int, detector: Metric | None = None, labels: Labels = None
+) -> Choice:
     """The metric for output ``name`` of the original (``reference``, samples first; ``batch_axis``: where
     the model had the batch), with the reason. ``detector``: the ``detection`` the model's exporter
-    describes (``detection.exported_detector``), taken for an output it fits."""
+    describes (``detection.exported_detector``), taken for an output it fits; ``labels``: the data's, when
+    it has them (the chosen metric reads them only where they fit this output)."""
     shape = per_sample_shape(reference)
     text = shape_text(shape)
     if not np.issubdtype(reference.dtype, np.floating):
         if int(np.prod(shape, dtype=np.int64)) == 1:
             return Choice(METRICS["label"], f"one {reference.dtype} class per sample")
         return Choice(METRICS["exact"], f"{reference.dtype} values")
+    regression = _regression_on(reference, labels)
+    if regression is not None:
+        return regression
     if int(np.prod(shape, dtype=np.int64)) == 1:
         values = np.asarray(reference, dtype=np.float64)
         finite = values[np.isfinite(values)]
         if finite.size and not unit_interval(values) and (finite.min() > 0 or finite.max() < 0):
             return Choice(
-                METRICS["snr"],
+                _unlabelled(METRICS["r2"]),
                 "one value per sample, all of one sign and not in [0, 1] (a regression, not a probability or a "
-                "logit): its error against its energy",
+                "logit): R² against the original's values",
+            )
+        if labels is not None and not is_targets(labels) and not np.isin(labels, (0, 1)).all():
+            return Choice(
+                _unlabelled(METRICS["binary"]),
+                "one value per sample; the labels go beyond 0 and 1, so decisions are compared with the original's",
             )
         return Choice(METRICS["binary"], "one value per sample")
     lowered = name.lower()
@@ -129,6 +150,40 @@ def choose(name: str, reference: np.ndarray, batch_axis: int, detector: Metric |
     elif len(shape) == 3 and map_shape(reference) is not None:
         return _map_or_image(lowered, reference, f"{shape[0]}-channel maps per sample ({text})", text)
     return Choice(METRICS["cosine"], f"no specific metric fits {text} per sample")
+
+
+def _regression_on(reference: np.ndarray, labels: Labels) -> Choice | None:
+    """``r2`` against the labels when they are this output's regression targets (see ``choose``), else None."""
+    if labels is None or not len(labels):
+        return None
+    values = int(np.prod(per_sample_shape(reference), dtype=np.int64))
+    wanted = int(np.prod(labels.shape[1:], dtype=np.int64))
+    if values != wanted or (not is_targets(labels) and (values != 1 or np.isin(labels, (0, 1)).all())):
+        return None
+    fit = _fit(reference, labels)
+    if is_targets(labels) and fit > 0:
+        count = "one value" if values == 1 else f"{values} values"
+        why = f"{count} per sample, as the data's regression targets: R² against them (the original's {fit:.3f})"
+        return Choice(METRICS["r2"], why)
+    if not is_targets(labels) and fit >= FOLLOWS_LABELS:
+        return Choice(
+            METRICS["r2"],
+            f"one value per sample that follows the whole-number labels (R² {fit:.3f} for the original): a regression "
+            "on them, R² against them",
+        )
+    return None
+
+
+def _fit(reference: np.ndarray, labels: np.ndarray) -> float:
+    """The original's R² against ``labels`` (minus infinity when it gives NaN or infinity)."""
+    with np.errstate(all="ignore"):
+        value = METRICS["r2"].measure(np.asarray(labels, np.float64), reference, None).value
+    return value if np.isfinite(value) else float("-inf")
+
+
+def _unlabelled(metric: Metric) -> Metric:
+    """``metric`` scoring agreement with the original only: for an output the data's labels do not describe."""
+    return replace(metric, uses_labels=False, uses_targets=False)
 
 
 CLEAR_GAP = 1.75
