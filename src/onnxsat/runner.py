@@ -19,7 +19,7 @@ import onnx
 
 from onnxsat import model_io
 from onnxsat.core import Model, Pass, PassContext, PassResult, ReportBase, RunFacts
-from onnxsat.data.model_input import data_input
+from onnxsat.data.model_input import data_input, with_data_rows
 from onnxsat.errors import OnnxSatError, SettingsError, VerificationFailedError
 from onnxsat.inputs import InputSpec
 from onnxsat.normal_form import densify_sparse_initializers, working_form
@@ -182,8 +182,8 @@ def run(
             single.record_phase("save", time.perf_counter() - start)
     report = single if single is not None else pipeline_report
     sources = [settings.data, *(getattr(getattr(step, "options", None), "data", None) for _, step in passes)]
-    uses_data = any(source not in (None, "random") for source in sources)  # "random": seeded samples, not data
-    report.record_run(_run_facts(proto, settings.inputs, normalised, uses_data))
+    data = next((source for source in sources if source not in (None, "random")), None)  # "random": no data
+    report.record_run(_run_facts(proto, settings.inputs, normalised, data))
     if report_path is not None:
         model_io.write_text_atomic(report.to_json() + "\n", report_path)
     if not ok and not settings.force:
@@ -202,18 +202,25 @@ def run(
     return report
 
 
-def _run_facts(model: onnx.ModelProto, inputs: InputSpec, normalised: list[str], uses_data: bool) -> RunFacts:
-    """What the report says about the run itself: which inputs were given, which fed from ``--data`` (when a
-    pass reads it), which random, and how the loaded model was brought to normal form."""
+def _run_facts(model: onnx.ModelProto, inputs: InputSpec, normalised: list[str], data: str | None) -> RunFacts:
+    """What the report says about the run itself: which inputs were given, which fed from ``data`` (the
+    ``--data`` a pass reads: its samples, and the rows its ``.npz`` carries for other inputs), which random,
+    and how the loaded model was brought to normal form."""
+    if data is None:
+        return RunFacts(inputs=inputs.described(model), inputs_file=inputs.source, normal_form=normalised)
+    inputs = with_data_rows(inputs, data)
     described = inputs.described(model)
-    if uses_data:
-        try:
-            fed = data_input(model, inputs.given).name
-        except SettingsError:  # no single data input: the pass said so already, or read none
-            fed = None
-        if fed in described["random"]:
-            described["random"].remove(fed)
-            described["data"] = [fed]
+    carried = [name for name in described["given"] if name in inputs.from_data]
+    described["given"] = [name for name in described["given"] if name not in carried]
+    try:
+        fed = data_input(model, inputs.given).name
+    except SettingsError:  # no single data input: the pass said so already, or read none
+        fed = None
+    if fed in described["random"]:
+        described["random"].remove(fed)
+    fed_data = ([fed] if fed is not None else []) + carried
+    if fed_data:
+        described["data"] = fed_data
     return RunFacts(inputs=described, inputs_file=inputs.source, normal_form=normalised)
 
 

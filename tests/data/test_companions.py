@@ -188,6 +188,7 @@ def test_rows_the_data_carries_per_sample_leave_the_data_input_to_the_samples(
         evaluation_data(text_model(), str(bare), spec, held_out=True)
     argv = ["quantize", str(path), "-o", str(tmp_path / "q.onnx"), "--mode", "dynamic", "--no-node-timing"]
     assert main([*argv, "--data", str(data)]) == 0
+    assert capsys.readouterr().out.rstrip().endswith("inputs: ids from the data, mask from the data")  # not "random"
     argv = ["compress", str(path), "-o", str(tmp_path / "c.onnx"), "--data", str(data), "--eval-data", str(bare)]
     assert main(argv) != 0
     assert "save theirs as `companion:mask`" in capsys.readouterr().err

@@ -791,3 +791,42 @@ def test_a_form_no_faster_and_not_small_enough_names_its_share_of_the_file(tmp_p
     with pytest.raises(SettingsError) as refused:
         quantize_module._choose([candidate], options, QuantizeReport("m", None, "auto"), round(size / 0.965))
     assert "its file is 96% of the given one" in str(refused.value) and "at most 90% pays" in str(refused.value)
+
+
+def test_of_forms_tied_in_speed_auto_writes_the_smallest(tmp_path: Path) -> None:
+    """A Chinese tagger whose embedding table is 94% of its file: dynamic (its two GRU-side MatMuls) at 1.01x
+    and weight-only (the table in 4 bits) at 1.00x are one speed within timing noise; auto took the faster
+    and then refused it for a file 100% of the given one. Of forms tied in speed the smallest file is taken."""
+    from onnxsat.quantization import quantize as quantize_module
+    from onnxsat.quantization.report import QuantizeReport
+
+    small = onnx.load(mlp(tmp_path / "mlp.onnx"))
+    large = onnx.ModelProto()
+    large.CopyFrom(small)
+    large.graph.initializer.append(numpy_helper.from_array(np.zeros(50_000, np.float32), "padding"))
+    given = quantize_module.stored_bytes(large)
+    faster = quantize_module.Candidate("dynamic", large, {}, None, latency={"speedup": 1.01})
+    smaller = quantize_module.Candidate("weight-only", small, {}, None, latency={"speedup": 1.0})
+    report = QuantizeReport("m", None, "auto")
+    assert quantize_module._choose([faster, smaller], quantize_module.QuantizeOptions(), report, given) is smaller
+    assert report.notes[-1].startswith("weight-only chosen for its size: 1.00x is within timing noise of dynamic's")
+    clearly_faster = quantize_module.Candidate("dynamic", large, {}, None, latency={"speedup": 1.2})
+    assert quantize_module._choose([clearly_faster, smaller], quantize_module.QuantizeOptions(), report, given) is (
+        clearly_faster
+    )
+    slower = quantize_module.Candidate("weight-only", small, {}, None, latency={"speedup": 0.95})
+    assert quantize_module._choose([faster, slower], quantize_module.QuantizeOptions(), report, round(given / 0.5)) is (
+        faster
+    )
+
+
+def test_auto_tries_weight_only_on_a_large_embedding_table(tmp_path: Path) -> None:
+    """Weight-only mode stores embedding tables in 4 bits; auto tried it only for large MatMuls, so a model that
+    is mostly a table (a tagger's, a recommender's) never had the one form that makes it smaller tried."""
+    from onnxsat.quantization import quantize as quantize_module
+
+    model = onnx.load(embedding_bag(tmp_path / "bag.onnx"))
+    assert "weight-only" not in quantize_module.applicable_modes(model)  # 5,000 x 64: small
+    table = next(t for t in model.graph.initializer if t.name == "table")
+    table.CopyFrom(numpy_helper.from_array(np.zeros((20_000, 64), np.float32), "table"))
+    assert "weight-only" in quantize_module.applicable_modes(model)

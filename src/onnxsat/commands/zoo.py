@@ -34,7 +34,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
 def add_build_arguments(build: argparse.ArgumentParser) -> None:
     """The options of ``zoo build`` (shared with ``python -m tools.zoo build``)."""
     build.add_argument("names", nargs="*", metavar="NAME", help="models to build (see --list)")
-    build.add_argument("--out", help="folder to write into (created if missing)")
+    build.add_argument("--out", help="folder to write into (created if missing; needed unless --list)")
     build.add_argument("--list", action="store_true", help="list the models and where each comes from, build nothing")
     build.add_argument("--seed", type=int, default=0, help="seed of the random weights (default 0)")
 

@@ -81,7 +81,11 @@ NOT_SLOWER = 0.97
 """``auto`` writes nothing whose whole-model speedup is below this (ratio noise on this machine)."""
 PAYS_SPEEDUP, PAYS_SIZE = 1.03, 0.9
 """Below this speedup (within timing noise), ``auto`` writes a quantized model only when its file is at most
-this share of the given one: a model no faster, no smaller and a little less accurate pays nothing."""
+this share of the given one: a model no faster, no smaller and a little less accurate pays nothing. Forms
+within this speedup of the fastest are timing ties: of those, ``auto`` takes the smallest file."""
+LARGE_WEIGHT = 2**20
+"""Elements from which a weight (a MatMul's, or an embedding table) makes ``auto`` try weight-only mode: 4 bits
+pay in size on large tables (a Chinese tagger whose embedding is 94% of its file), not on small layers."""
 RANDOM_SAMPLES = 32
 WORST_SHOWN = 5
 """How many of a budget search's most damaging nodes its trial keeps for the report."""
@@ -517,7 +521,7 @@ def _modes(model: onnx.ModelProto, options: QuantizeOptions) -> list[QuantMode]:
     if (weighted | inside_ops) & {"MatMul", "Gemm", "LSTM"}:
         modes.append(MODES["dynamic"])
     bodies = any(MODES["weight-only"].in_bodies(node) for node in inside)
-    if ({"MatMul", "Gemm"} & weighted or bodies) and _largest_matmul(model) >= 2**20:
+    if ({"MatMul", "Gemm", "Gather"} & weighted or bodies) and _largest_weight(model) >= LARGE_WEIGHT:
         modes.append(MODES["weight-only"])
     if not modes:  # an int4 decoder: its MatMuls are MatMulNBits already, its embedding table still float
         readers = "/".join(sorted(weighted | inside_ops))
@@ -583,10 +587,14 @@ def _weighted_nodes(model: onnx.ModelProto) -> list[onnx.NodeProto]:
     ]
 
 
-def _largest_matmul(model: onnx.ModelProto) -> int:
+def _largest_weight(model: onnx.ModelProto) -> int:
+    """Elements of the largest float weight weight-only mode stores in 4 bits: a MatMul's or Gemm's (in the
+    main graph or a body), or an embedding table a Gather looks up."""
     sizes = {t.name: int(np.prod(t.dims)) for graph in all_graphs(model.graph) for t in graph.initializer}
-    matmuls = [n for n in [*_weighted_nodes(model), *_weighted_in_bodies(model)] if n.op_type in ("MatMul", "Gemm")]
-    return max((sizes.get(n.input[1], 0) for n in matmuls), default=0)
+    nodes = [*_weighted_nodes(model), *_weighted_in_bodies(model)]
+    weights = [n.input[1] for n in nodes if n.op_type in ("MatMul", "Gemm")]
+    tables = [n.input[0] for n in nodes if n.op_type == "Gather"]
+    return max((sizes.get(name, 0) for name in [*weights, *tables]), default=0)
 
 
 @dataclass
@@ -1056,7 +1064,7 @@ def _choose(
         reasons = "; ".join(f"{t.mode}: {t.error}" for t in report.trials if t.error)
         error = NothingPaysError if options.mode == AUTO_MODE else SettingsError  # an asked-for mode that fails
         raise error(f"no quantized model fits: {reasons}")
-    best = max(candidates, key=lambda c: c.speedup or 0.0)
+    best = _fastest_then_smallest(candidates, report)
     message = ""
     if best.speedup is not None and best.speedup < NOT_SLOWER:
         message = f"every quantized form is slower than the float model here (best: {best.mode} {best.speedup:.2f}x)"
@@ -1073,6 +1081,30 @@ def _choose(
     if message:
         report.notes.append(message)
     return best
+
+
+def _fastest_then_smallest(candidates: list[Candidate], report: QuantizeReport) -> Candidate:
+    """The fastest candidate, or of those tied with it within timing noise (and not slower than the float
+    model), the one with the smallest file; a note says when size decided."""
+    fastest = max(candidates, key=lambda c: c.speedup or 0.0)
+    if fastest.speedup is None:
+        return fastest
+    tied = [
+        c
+        for c in candidates
+        if c.speedup is not None and c.speedup >= NOT_SLOWER and c.speedup * PAYS_SPEEDUP >= fastest.speedup
+    ]
+    if len(tied) < 2:
+        return fastest
+    sizes = {id(c): stored_bytes(c.model) for c in tied}
+    smallest = min(tied, key=lambda c: sizes[id(c)])
+    if smallest is not fastest and sizes[id(smallest)] < sizes[id(fastest)]:
+        report.notes.append(
+            f"{smallest.mode} chosen for its size: {smallest.speedup:.2f}x is within timing noise of {fastest.mode}'s "
+            f"{fastest.speedup:.2f}x, and its file is {sizes[id(smallest)]:,} bytes against {sizes[id(fastest)]:,}"
+        )
+        return smallest
+    return fastest
 
 
 def _decisions(model: onnx.ModelProto, chosen: Candidate, mode: QuantMode) -> list[NodeDecision]:
