@@ -44,6 +44,7 @@ def tagger_scores(always: int | None = None, count: int = 8, steps: int = 16, ta
         ("head", RNG.normal(size=(4, 10, 1, 1)), 0, "top1"),
         ("speech", RNG.uniform(size=(4, 1)), 0, "binary"),
         ("score", RNG.normal(size=(4, 1)), 0, "binary"),  # logits of both signs
+        ("variable", RNG.normal(size=(4, 1)), 0, "r2"),  # skl2onnx's name for a regressor's output
         ("intensity", RNG.uniform(2.5, 3.5, size=(4, 1)), 0, "r2"),  # a regression: no threshold to cross
         ("label", RNG.integers(0, 5, size=(4,)), 0, "label"),
         ("tokens", RNG.integers(0, 5, size=(4, 7)), 0, "exact"),

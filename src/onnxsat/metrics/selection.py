@@ -7,8 +7,8 @@ The rules, first match wins, each with the reason the report prints:
   their mean: ``r2`` against them; one value per sample that follows whole-number labels other than 0 and 1
   (an age in years: R² 0.5 or more for the original): ``r2`` against them too;
 - one value per sample: ``binary`` (a probability or a logit), unless its values are all of one sign outside
-  [0, 1] (a regression: an intensity, an age, a price): ``r2`` against the original's values; ``binary``
-  reads labels only when they are 0 and 1;
+  [0, 1] (a regression: an intensity, an age, a price) or its name is a regression's (``variable``, ``value``,
+  ``target``): ``r2`` against the original's values; ``binary`` reads labels only when they are 0 and 1;
 - named like an embedding (``embed``, ``hidden``, ``feature``, ``pooler``, ``vector``) or a latent
   (``latent``, or the word ``mu``, ``logvar``, ``z``: a VAE's encoder): ``cosine``;
 - named like a reconstruction (``recon``: a VAE's decoded pixels): ``snr``;
@@ -57,6 +57,9 @@ _EMBEDDING_NAMES = ("embed", "hidden", "feature", "pooler", "vector")
 _LATENT_WORDS = frozenset({"mu", "logvar", "log_var", "z", "z_mean", "z_log_var"})
 """Whole words (split at anything but letters and digits) that name a VAE encoder's outputs: too short to
 look for inside other names (``mul``, ``zoom``)."""
+_REGRESSION_WORDS = frozenset({"variable", "value", "values", "target", "regression", "regressor", "price"})
+"""Whole words naming a one-value output as a regression's, whatever the sign of its values: ``variable`` is
+what skl2onnx and onnxmltools call every regressor's output (a scikit-learn MLP, LightGBM, XGBoost)."""
 _MAP_NAMES = ("seg", "mask", "logit", "class", "prob", "label", "sigmoid", "softmax", "score", "heatmap")
 """Names of outputs that hold per-pixel classes or scores (PP-OCR's ``sigmoid_0.tmp_0``)."""
 MAP_CLASSES = 5
@@ -106,6 +109,11 @@ def choose(
                 _unlabelled(METRICS["r2"]),
                 "one value per sample, all of one sign and not in [0, 1] (a regression, not a probability or a "
                 "logit): R² against the original's values",
+            )
+        if _REGRESSION_WORDS & set(re.split(r"[^a-z0-9]+", name.lower())):
+            return Choice(
+                _unlabelled(METRICS["r2"]),
+                f"one value per sample, named like a regression's ({name!r}): R² against the original's values",
             )
         if labels is not None and not is_targets(labels) and not np.isin(labels, (0, 1)).all():
             return Choice(
