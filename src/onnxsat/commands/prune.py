@@ -7,9 +7,11 @@ from pathlib import Path
 
 from onnxsat.commands.arguments import add_input_options, add_report_arguments, input_spec
 from onnxsat.commands.printing import run_and_print
+from onnxsat.data.model_input import first_sample_inputs
 from onnxsat.errors import SettingsError
 from onnxsat.html.prune import prune_page
 from onnxsat.latency import compare_latency
+from onnxsat.model_io import load_model
 from onnxsat.options import add_arguments, from_arguments
 from onnxsat.passes.prune import PrunePass
 from onnxsat.pruning.prune import PruneOptions, show_trees
@@ -44,6 +46,8 @@ def run(args: argparse.Namespace) -> int:
 
     def add_latency(report: PruneReport) -> None:
         if args.latency:
-            report.latency = [compare_latency(Path(args.model), Path(args.output), input_spec(args))]
+            model = load_model(args.model)
+            timed = first_sample_inputs(model, args.data, input_spec(args), mean=args.mean, std=args.std)
+            report.latency = [compare_latency(Path(args.model), Path(args.output), timed)]
 
     return run_and_print(args, PrunePass(from_arguments(PruneOptions, args)), prune_page, after=add_latency)

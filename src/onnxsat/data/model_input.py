@@ -127,6 +127,30 @@ def evaluation_data(
     return fitted_to_model(model, dataset, inputs.given, held_out=held_out, from_data=inputs.from_data)
 
 
+def first_sample_inputs(
+    model: onnx.ModelProto,
+    spec: str | None,
+    inputs: InputSpec,
+    *,
+    mean: Sequence[float] | None = None,
+    std: Sequence[float] | None = None,
+) -> InputSpec:
+    """``inputs`` with the data input fed the first sample of ``--data`` (the model's batch of them when it
+    fixes one), and the rows the data's ``.npz`` carries for other inputs: what a latency comparison times,
+    at the sizes the model sees (a tagger's 16 tokens, not its dynamic dims set to 1). ``inputs`` as they
+    are without data, with ``random``, or with streams."""
+    if spec is None or spec == "random":
+        return inputs
+    inputs = with_data_rows(inputs, spec)
+    dims = input_dims(model, inputs.given, inputs.shapes)
+    dataset = evaluation_data(model, spec, inputs, limit=dims[0] if dims and dims[0] else 1, mean=mean, std=std)
+    if dataset is None or dataset.streams or not len(dataset):
+        return inputs
+    samples, rows = dataset.first(dims[0] if dims and dims[0] else 1)
+    name = data_input(model, inputs.given).name
+    return replace(inputs, given={**inputs.given, **rows, name: samples})
+
+
 def with_data_rows(inputs: InputSpec, spec: str | None) -> InputSpec:
     """``inputs`` with each input the ``--data`` .npz feeds per sample (``companion:NAME``) and ``--inputs``
     does not give held at its first row (``InputSpec.from_data``): the data input is then the one left, as
