@@ -24,6 +24,7 @@ from onnxsat.compression.report import CandidateRow, mark_pareto
 from onnxsat.compression.search import FUSED_ORIGINAL, Evaluated, Search, SearchSettings
 from onnxsat.compression.timing import Timed
 from onnxsat.errors import SettingsError
+from onnxsat.inputs import InputSpec
 from onnxsat.normal_form import with_restated_inputs
 from onnxsat.quantization.quantize import QuantizeOptions
 from onnxsat.zoo.digits_cnn import bundled_digits_cnn
@@ -549,3 +550,26 @@ def test_the_report_says_how_the_final_timing_chose() -> None:
         "the fastest candidates timed again together: #2 1.80x [1.70-2.00], #3 1.76x [1.72-2.00]; chosen #3, the "
         "smallest file not slower than the fastest beyond timing noise"
     )
+
+
+def test_quantization_after_a_pruning_that_spent_the_budget_says_so(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A tagger's candidate read "no subset of nodes fits the budget (... against 0.00%)": a pass, to the eye, where
+    the pruning before it had used up the 1% budget. The refusal now says what was left."""
+    from onnxsat.compression import recipe as recipe_module
+    from onnxsat.errors import NothingPaysError
+
+    def refuse(model: onnx.ModelProto, options: QuantizeOptions, **kwargs: object) -> None:
+        assert options.max_drop == 0.0
+        raise NothingPaysError("no quantized model fits: dynamic: no subset of nodes fits the budget")
+
+    monkeypatch.setattr(
+        recipe_module, "prune_model", lambda model, options, **kwargs: (model, SimpleNamespace(notes=[]))
+    )
+    monkeypatch.setattr(recipe_module, "quantize_model", refuse)
+    recipe = Recipe.pruned({"conv1": 0.25}).with_quantize("dynamic", 0.01, ())
+    with pytest.raises(
+        NothingPaysError, match=r"fits the budget \(the pruning before it leaves 0.00% of the 1.00% budget\)"
+    ):
+        recipe_module.build(recipe, bundled_digits_cnn(), "digits", InputSpec(), spent=lambda model: 0.012)

@@ -23,6 +23,7 @@ from typing import Any
 import onnx
 
 from onnxsat.eqsat.optimizer import OptimizeOptions, optimize_model
+from onnxsat.errors import OnnxSatError
 from onnxsat.inputs import InputSpec
 from onnxsat.pruning.prune import PruneOptions, prune_model
 from onnxsat.quantization.quantize import QuantizeOptions, quantize_model
@@ -181,7 +182,15 @@ def build(
             inputs=inputs,
             **(settings if searching else scoring),
         )
-        model, quantize_report = quantize_model(model, options, base_dir=base_dir)
+        try:
+            model, quantize_report = quantize_model(model, options, base_dir=base_dir)
+        except OnnxSatError as error:
+            if budget is None or recipe.quantize_budget is None or budget >= recipe.quantize_budget:
+                raise
+            left = f"the pruning before it leaves {budget:.2%} of the {recipe.quantize_budget:.2%} budget"
+            said = type(error)(f"{error} ({left})")
+            said.report = error.report
+            raise said from None
         base_dir = None
         kept = tuple(n.node for n in quantize_report.nodes if not n.quantized)
         recipe = recipe.with_quantize(recipe.quantize, None, kept)
