@@ -7,6 +7,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
+from onnxsat.inputs import InputSpec
 from onnxsat.verification import check_lossy, reference_run
 
 
@@ -38,3 +39,22 @@ def test_a_data_dependent_count_may_change_and_a_fixed_one_may_not() -> None:
     assert note.startswith(f"changed by pruning: shape [2, {count}] -> [2, ") and "computes from its data" in note
     _, fixed = check_lossy(original, finder(0.5, count_dim=count), ["found"], "pruning")
     assert not fixed.ok and fixed.error.startswith("output 'found': shape/dtype")
+
+
+def test_a_single_value_is_shown_as_it_moved_not_by_a_cosine_of_one() -> None:
+    """The cosine of one value is 1 whatever the change ("relative L2 error 0.414, cosine 1.000")."""
+    graph = helper.make_graph(
+        [helper.make_node("ReduceSum", ["x"], ["y"], keepdims=1), helper.make_node("Mul", ["y", "scale"], ["z"])],
+        "one",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
+        [helper.make_tensor_value_info("z", TensorProto.FLOAT, [1, 1])],
+    )
+
+    def scaled(scale: float) -> onnx.ModelProto:
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+        model.graph.initializer.append(numpy_helper.from_array(np.array(scale, np.float32), "scale"))
+        return model
+
+    original = reference_run(scaled(1.0), InputSpec(given={"x": np.ones((1, 4), np.float32)}))
+    _, result = check_lossy(original, scaled(1.5), ["z"], "sparsity")
+    assert result.outputs[0].note == "changed by sparsity: relative L2 error 0.5 (4 -> 6)"

@@ -644,6 +644,8 @@ def _change(want: np.ndarray, got: np.ndarray) -> str:
     with np.errstate(all="ignore"):  # inf or NaN outputs (a log of 0) give NaN figures, said as such, not warned
         relative = float(np.linalg.norm(g - w)) / max(float(np.linalg.norm(w)), tiny)
         cosine = float(w @ g) / max(float(np.linalg.norm(w) * np.linalg.norm(g)), tiny)
+    if w.size == 1:  # the cosine of one value is its sign's agreement, 1 whatever the change: the values say more
+        return f"relative L2 error {relative:.3g} ({w[0]:.6g} -> {g[0]:.6g})"
     return f"relative L2 error {relative:.3g}, cosine {cosine:.3f}"
 
 
