@@ -30,7 +30,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    inputs = input_spec(args)  # read once: the recipe and the check of its paths both need it
+    inputs = input_spec(args)  # read once: the run, its recipe and the check of the recipe's paths need it
 
     def recipe(report: Any) -> None:
         if report.written:
@@ -40,4 +40,4 @@ def run(args: argparse.Namespace) -> int:
     read = files_read([("", step)], RunSettings(inputs=inputs))
     for path in recipe_paths(args.output):  # said before the search, not after it
         check_not_read(path, [args.model, *read], f"{args.output}'s recipe file")
-    return run_and_print(args, step, compress_page, after=recipe)
+    return run_and_print(args, step, compress_page, after=recipe, inputs=inputs)

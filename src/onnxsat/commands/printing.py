@@ -15,6 +15,7 @@ from onnxsat.core import Pass
 from onnxsat.errors import OnnxSatError, VerificationFailedError
 from onnxsat.extras import require
 from onnxsat.html import check_html_path, write_page
+from onnxsat.inputs import InputSpec
 from onnxsat.model_io import check_not_read, check_report_path, write_text_atomic
 from onnxsat.report import LatencyComparison
 from onnxsat.runner import RunSettings, files_read
@@ -30,13 +31,15 @@ def run_and_print(
     tolerance: Tolerance | None = None,
     run_timeout: float | None = None,
     after: Callable[[Any], None] | None = None,
+    inputs: InputSpec | None = None,
 ) -> int:
     """Run ``step`` from ``args.model`` to ``args.output`` and print its report; ``page`` builds the
-    ``--html`` page from the report, ``after`` adds to a written report before it is printed (latency).
+    ``--html`` page from the report, ``after`` adds to a written report before it is printed (latency);
+    ``inputs``: the spec ``args`` give, when the caller read it already (a feeds file is read once).
 
     Returns 8 when a failing result (or one over its budget on held-out data) was written because of ``--force``.
     """
-    inputs = input_spec(args)
+    inputs = inputs if inputs is not None else input_spec(args)
     read = files_read([("", step)], RunSettings(inputs=inputs)) if args.report or args.html else []
     if args.report:
         check_report_path(args.report, args.model, args.output)
