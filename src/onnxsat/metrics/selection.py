@@ -183,7 +183,7 @@ def _regression_on(reference: np.ndarray, labels: Labels) -> Choice | None:
 
 
 def _fit(reference: np.ndarray, labels: np.ndarray) -> float:
-    """The original's R² against ``labels`` (minus infinity when it gives NaN or infinity)."""
+    """The original's R² against ``labels`` (0 when it gives NaN or infinity: no fit)."""
     with np.errstate(all="ignore"):
         value = METRICS["r2"].measure(np.asarray(labels, np.float64), reference, None).value
     return value if np.isfinite(value) else float("-inf")
