@@ -181,11 +181,26 @@ def _declare_unknown_ranks(graph: onnx.GraphProto) -> None:
             value.type.tensor_type.shape.SetInParent()
 
 
+TEMPORARY_NAME_EXTRA = len(".") + 8 + len(".tmp")
+"""Bytes a temporary output's name adds to the output's (``.NAME.XXXXXXXX.tmp``, see ``_temporary_beside``)."""
+
+
 def check_output_path(input_path: str | os.PathLike[str], output_path: str | os.PathLike[str]) -> Path:
-    """Refuse an output that would overwrite the input, is a folder, or sits in a missing folder."""
+    """Refuse an output that would overwrite the input, is a folder, a device or a pipe, sits in a missing
+    folder, or has a name too long to be written atomically."""
+    text = os.fspath(output_path)
+    if text == "-":
+        raise OutputPathError("'-' is no file: outputs and reports are written to files, not to standard output")
+    if text.endswith(("/", os.sep)):
+        raise OutputPathError(f"output path {text} names a folder; give a file name")
     source, target = Path(input_path), Path(output_path)
     if target.exists() and target.is_dir():
         raise OutputPathError(f"output path is a directory: {target}")
+    if target.exists() and not target.is_file():
+        raise OutputPathError(
+            f"output path {target} is a device or a pipe, not a file: an output is written beside it and renamed over "
+            "it, which would replace it; give a file path"
+        )
     if not target.parent.exists():
         raise OutputPathError(f"output folder does not exist: {target.parent}")
     if not target.parent.is_dir():
@@ -196,7 +211,21 @@ def check_output_path(input_path: str | os.PathLike[str], output_path: str | os.
         raise OutputPathError(f"output path is the input model itself: {target}; choose another path")
     if target.resolve() == source.resolve():
         raise OutputPathError(f"output path is the input model itself: {target}; choose another path")
+    longest = _longest_name(target.parent)
+    if len(os.fsencode(target.name)) + len(".data") + TEMPORARY_NAME_EXTRA > longest:
+        raise OutputPathError(
+            f"output file name too long: {len(os.fsencode(target.name))} bytes, and its temporary and data files add "
+            f"{TEMPORARY_NAME_EXTRA + len('.data')} to the {longest} this folder allows; give a shorter name"
+        )
     return target
+
+
+def _longest_name(folder: Path) -> int:
+    """The longest file name ``folder``'s file system allows (255 on Linux file systems)."""
+    try:
+        return int(os.pathconf(folder, "PC_NAME_MAX"))
+    except (OSError, ValueError, AttributeError):  # not POSIX, or the file system will not say
+        return 255
 
 
 def check_not_read(output_path: str | os.PathLike[str], read: Iterable[str | os.PathLike[str]], what: str) -> None:
@@ -204,8 +233,28 @@ def check_not_read(output_path: str | os.PathLike[str], read: Iterable[str | os.
     besides the model: its data, held-out data, or given inputs."""
     target = Path(output_path).resolve()
     for path in read:
-        if Path(path).resolve() == target:
+        if Path(path).resolve() == target or _same_file(path, target):
             raise OutputPathError(f"{what} {output_path} is a file this run reads ({path}); choose another path")
+
+
+def _same_file(path: str | os.PathLike[str], other: Path) -> bool:
+    """Whether two existing paths are one file (hard links to it, too)."""
+    try:
+        return os.path.samefile(path, other)
+    except OSError:  # one of them does not exist (yet)
+        return False
+
+
+def weight_files(model_path: str | os.PathLike[str], outputs: Iterable[str | os.PathLike[str] | None]) -> list[Path]:
+    """The external data files the model at ``model_path`` reads, when one of ``outputs`` exists as a file (an
+    output could then replace one: nothing to find otherwise, and the model is not read)."""
+    if not any(path is not None and Path(path).is_file() for path in outputs):
+        return []
+    try:
+        model = onnx.load(os.fspath(model_path), load_external_data=False)
+    except Exception:  # an unreadable model is said by the run that loads it
+        return []
+    return sorted(external_data.external_paths(model, model_folder(model_path)))
 
 
 def data_file_path(output_path: str | os.PathLike[str]) -> Path:
@@ -238,7 +287,7 @@ def save_model(
     ``load_model(weights_on_disk=True)`` left in the one-file model ``inline_source`` go back into one
     file, streamed, as long as it stays under protobuf's 2 GiB.
     """
-    target = Path(output_path)
+    target = _followed(Path(output_path))
     if inline_source is not None and base_dir is not None and _one_file_fits(model, base_dir, inline_source):
         _write_atomically(
             target, lambda temporary: inline_weights.write_one_file(model, base_dir, inline_source, temporary)
@@ -281,9 +330,15 @@ def write_bytes_atomic(data: bytes, output_path: str | os.PathLike[str]) -> None
 
 def _write_atomically(target: Path, write: Callable[[str], None]) -> None:
     """Have ``write`` fill a temporary file beside ``target``, then rename it over ``target``."""
+    target = _followed(target)
     with _temporary_beside(target) as temporary:
         write(temporary)
         os.replace(temporary, target)
+
+
+def _followed(target: Path) -> Path:
+    """The file a symbolic link ``target`` names (written there, the link stays a link), else ``target``."""
+    return Path(os.path.realpath(target)) if target.is_symlink() else target
 
 
 @contextmanager

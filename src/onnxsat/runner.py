@@ -17,7 +17,7 @@ from typing import Any
 
 import onnx
 
-from onnxsat import model_io
+from onnxsat import external_data, model_io
 from onnxsat.core import Model, Pass, PassContext, PassResult, ReportBase, RunFacts
 from onnxsat.data.model_input import data_input, with_data_rows
 from onnxsat.errors import OnnxSatError, SettingsError, VerificationFailedError
@@ -37,6 +37,8 @@ class RunSettings:
     data: str | None = None
     force: bool = False
     run_timeout: float | None = None
+    reads: tuple[str, ...] = ()
+    """Other files the run reads, which no output may replace: the pipeline file."""
 
 
 @dataclass
@@ -98,7 +100,7 @@ def _failure(verification: dict[str, Any]) -> str:
 
 def files_read(passes: Sequence[tuple[str, Pass]], settings: RunSettings) -> list[Path]:
     """The files a run reads besides the model: the given inputs' file, the data, each pass's own data."""
-    named = [settings.inputs.source, settings.data]
+    named = [settings.inputs.source, settings.data, *settings.reads]
     found = [Path(name) for name in named if name is not None and Path(name).is_file()]
     return found + [path for _, step in passes for path in step.files_read()]
 
@@ -134,6 +136,10 @@ def run(
     if not (passes and passes[0][1].checks_input):
         model_io.check_model(proto)
     model_io.check_data_path(target, proto, base_dir)
+    weights = sorted(external_data.external_paths(proto, base_dir))  # the input's own: replacing one loses it
+    model_io.check_not_read(target, weights, "output path")
+    if report_path is not None:
+        model_io.check_not_read(report_path, weights, "report path")
     proto, normalised, restated = working_form(proto, settings.inputs.given, in_place=True)
     normalised[:0] = loaded
     settings.inputs.check(proto)

@@ -10,7 +10,7 @@ from onnxsat.commands.printing import run_and_print
 from onnxsat.compression.compress import CompressOptions
 from onnxsat.compression.recipe_file import recipe_paths, write_recipe
 from onnxsat.html.compress import compress_page
-from onnxsat.model_io import check_not_read
+from onnxsat.model_io import check_not_read, check_output_path, weight_files
 from onnxsat.options import add_arguments, from_arguments
 from onnxsat.passes.compress import CompressPass
 from onnxsat.runner import RunSettings, files_read
@@ -38,6 +38,9 @@ def run(args: argparse.Namespace) -> int:
 
     step = CompressPass(from_arguments(CompressOptions, args))
     read = files_read([("", step)], RunSettings(inputs=inputs))
-    for path in recipe_paths(args.output):  # said before the search, not after it
+    recipes = recipe_paths(args.output)
+    read += weight_files(args.model, recipes)
+    for path in recipes:  # said before the search, not after it
+        check_output_path(args.model, path)
         check_not_read(path, [args.model, *read], f"{args.output}'s recipe file")
     return run_and_print(args, step, compress_page, after=recipe, inputs=inputs)

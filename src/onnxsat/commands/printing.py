@@ -16,7 +16,7 @@ from onnxsat.errors import OnnxSatError, VerificationFailedError
 from onnxsat.extras import require
 from onnxsat.html import check_html_path, write_page
 from onnxsat.inputs import InputSpec
-from onnxsat.model_io import check_not_read, check_report_path, write_text_atomic
+from onnxsat.model_io import check_not_read, check_report_path, weight_files, write_text_atomic
 from onnxsat.report import LatencyComparison
 from onnxsat.runner import RunSettings, files_read
 from onnxsat.verification import Tolerance
@@ -41,6 +41,7 @@ def run_and_print(
     """
     inputs = inputs if inputs is not None else input_spec(args)
     read = files_read([("", step)], RunSettings(inputs=inputs)) if args.report or args.html else []
+    read += weight_files(args.model, [args.report, args.html])  # the input's own external data
     if args.report:
         check_report_path(args.report, args.model, args.output)
         check_not_read(args.report, read, "report path")

@@ -171,6 +171,7 @@ def run_pipeline(pipeline: Pipeline, force: bool = False) -> PipelineReport:
         tolerance=Tolerance(settings.rtol, settings.atol, settings.ort_rounding),
         data=data,
         force=force or settings.force,
+        reads=(str(pipeline.source),),
     )
     return run(
         pipeline.input_path,
