@@ -648,7 +648,7 @@ def test_subprocess_debug_shows_traceback(tmp_path: Path) -> None:
     result = run_subprocess(
         ["--debug", "optimize", "missing.onnx", "-o", out_dir / "result.onnx"], cwd=tmp_path, via="module"
     )
-    assert result.returncode != 0
+    assert result.returncode == InputNotFoundError.exit_code
     assert "Traceback (most recent call last)" in result.stderr
     assert "InputNotFoundError" in result.stderr
     assert "onnxsat: error:" not in result.stderr
@@ -664,10 +664,12 @@ def test_subprocess_debug_shows_traceback(tmp_path: Path) -> None:
     ],
 )
 def test_debug_works_after_the_command_too(argv: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """The one-line error says "rerun with --debug", and people add it at the end."""
+    """The one-line error says "rerun with --debug", and people add it at the end. With it, the traceback and the
+    same exit code (it was 1 for every error, which scripts branching on the code misread)."""
     paths = [str(tmp_path / arg) if arg.endswith(".onnx") else arg for arg in argv]
-    with pytest.raises(InputNotFoundError):
-        main(paths)
+    assert main(paths) == InputNotFoundError.exit_code
+    err = capsys.readouterr().err
+    assert "Traceback (most recent call last)" in err and "InputNotFoundError" in err
     assert main([arg for arg in paths if arg != "--debug"]) == InputNotFoundError.exit_code
     assert "onnxsat: error: input model not found" in capsys.readouterr().err
 

@@ -5,10 +5,12 @@ traceback instead."""
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
+import traceback
 from collections.abc import Sequence
+from typing import Any
 
-from onnxsat.commands import add_all
 from onnxsat.errors import OnnxSatError, OutOfMemoryError
 from onnxsat.runtime.logs import QUIET, WARNINGS, set_runtime_logs
 
@@ -21,6 +23,8 @@ DESCRIPTION = (
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="onnxsat", description=DESCRIPTION)
     parser.add_argument("--debug", action="store_true", help="show tracebacks")
+    from onnxsat.commands import add_all  # every command's module: imported here, where an interrupt is one line
+
     add_all(parser.add_subparsers(dest="command", required=True, metavar="COMMAND"))
     _debug_anywhere(parser)
     return parser
@@ -36,13 +40,42 @@ def _debug_anywhere(parser: argparse.ArgumentParser) -> None:
                 _debug_anywhere(command)
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (``kill``, ``docker stop``, a batch system's stop), raised where the process is, as Ctrl-C is: the
+    same cleanups run (temporary files, the workers of a search), then one line and exit 143."""
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    # ORT's own log lines stay off stderr (a model whose declared output shape is wrong gets a coloured
-    # warning on every run, 32 in one calibration by ORT's quantizer); --debug shows its warnings
-    set_runtime_logs(WARNINGS if args.debug else QUIET)
+    previous = _on_terminate(_terminated)
+    try:
+        return _run(argv)
+    finally:
+        if previous is not None:
+            _on_terminate(previous)
+
+
+def _terminated(signum: int, frame: object) -> None:
+    raise Terminated()
+
+
+def _on_terminate(handler: Any) -> Any:
+    """Set the SIGTERM handler, returning the one it replaces (None off the main thread, where Python allows
+    no handler: an embedding program keeps its own)."""
+    try:
+        return signal.signal(signal.SIGTERM, handler)
+    except ValueError:
+        return None
+
+
+def _run(argv: Sequence[str] | None) -> int:
+    debug = False
     try:
         try:
+            args = build_parser().parse_args(argv)  # within the handlers: a Ctrl-C while commands import is one line
+            debug = args.debug
+            # ORT's own log lines stay off stderr (a model whose declared output shape is wrong gets a coloured
+            # warning on every run, 32 in one calibration by ORT's quantizer); --debug shows its warnings
+            set_runtime_logs(WARNINGS if debug else QUIET)
             return int(args.handler(args))
         except MemoryError:
             raise OutOfMemoryError(
@@ -50,19 +83,24 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "(a smaller --input-shape helps when dynamic dims are the cause)"
             ) from None
     except OnnxSatError as error:
-        if args.debug:
-            raise
-        print(f"onnxsat: error: {error}", file=sys.stderr)
+        if debug:  # the traceback, and the exit code scripts branch on all the same
+            traceback.print_exc()
+        else:
+            print(f"onnxsat: error: {error}", file=sys.stderr)
         return error.exit_code
     except BrokenPipeError:  # output piped into `head` and closed: not an error of ours
         sys.stderr.close()
         return 141
+    except Terminated:
+        print("onnxsat: terminated", file=sys.stderr)
+        return 143
     except KeyboardInterrupt:
         print("onnxsat: interrupted", file=sys.stderr)
         return 130
     except Exception as error:
-        if args.debug:
-            raise
+        if debug:
+            traceback.print_exc()
+            return 1
         print(
             f"onnxsat: internal error: {type(error).__name__}: {error} (rerun with --debug for details)",
             file=sys.stderr,

@@ -28,12 +28,14 @@ Why this way:
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import io
 import logging
 import multiprocessing
 import os
 import pickle
+import signal
 import socket
 import sys
 from collections.abc import Callable, Sequence
@@ -117,6 +119,21 @@ def _guarded(fn: Callable[[T], R], item: T) -> R | _Failure:
         return fn(item)
     except Exception as error:
         return _Failure(_portable(error))
+
+
+def _leave_interrupts() -> None:
+    """In a worker: Ctrl-C reaches every process of the terminal's group; the parent stops the workers, which
+    would otherwise each print a traceback of the interrupt. Stopped (SIGTERM, from the parent or a whole-group
+    ``timeout``), a worker removes its temporary folders first: the pool's loop catches any exception a
+    handler raises, so the worker's exit functions are run here, then it ends."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, _end_worker)
+
+
+def _end_worker(signum: int, frame: object) -> None:
+    with contextlib.suppress(Exception):
+        atexit._run_exitfuncs()  # the finalizers of its TemporaryDirectory objects, as a normal exit runs them
+    os._exit(128 + signum)
 
 
 def _unwrapped(outcome: R | _Failure) -> R:
@@ -205,7 +222,9 @@ class PoolExecutor(_Closing):
         # environment they inherit (an initializer would run after the main module's imports, too late)
         self._set = [name for name in ONE_THREAD_MATHS if name not in os.environ]
         os.environ.update({name: ONE_THREAD_MATHS[name] for name in self._set})
-        self._pool = ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"))
+        self._pool = ProcessPoolExecutor(
+            max_workers=workers, mp_context=multiprocessing.get_context("spawn"), initializer=_leave_interrupts
+        )
 
     def map(
         self,
@@ -235,8 +254,16 @@ class PoolExecutor(_Closing):
         except BaseException:
             for future in pending:
                 future.cancel()
+            self._stop_workers()  # interrupted, or failed: the running items' results would be thrown away
             raise
         return [done.get(index) for index in range(len(items))]
+
+    def _stop_workers(self) -> None:
+        """End the workers now: closing the pool waits for the items they run (minutes, for a candidate), and a
+        signal that ends this process leaves them running, holding its output pipes open."""
+        for process in list(getattr(self._pool, "_processes", {}).values()):
+            if process.is_alive():
+                process.terminate()
 
     def close(self) -> None:
         self._pool.shutdown(wait=True, cancel_futures=True)

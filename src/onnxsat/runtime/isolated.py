@@ -51,10 +51,15 @@ def crash_in_child(
             target=work or _load_and_run, args=(str(path), str(data), level)
         )
         child.start()
-        child.join(CHILD_SECONDS)
-        if child.is_alive():
-            child.kill()
-            child.join()
+        hung = False
+        try:
+            child.join(CHILD_SECONDS)
+        finally:  # also when this process is interrupted or terminated while it waits
+            if child.is_alive():
+                hung = True
+                child.kill()
+                child.join()
+        if hung:  # it hung, which is no crash
             return None
     code = child.exitcode
     if code is None or code >= 0:
