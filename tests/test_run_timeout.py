@@ -5,7 +5,9 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+import numpy as np
 import onnx
+import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper
 
@@ -61,3 +63,28 @@ def test_run_timeout_must_be_positive(value: str, tmp_path: Path, capfd: pytest.
     onnx.save(endless_loop(), str(source))
     assert main(["optimize", str(source), "-o", str(tmp_path / "o.onnx"), "--run-timeout", value]) == 9
     assert capfd.readouterr().err.count("\n") == 1
+
+
+def test_onnx_runtime_out_of_memory_is_exit_11_not_the_models_fault(monkeypatch: pytest.MonkeyPatch) -> None:
+    """ORT says std::bad_alloc where Python would raise MemoryError: "cannot run the input model" (exit 6) blamed
+    the model for the machine's memory."""
+    from onnxsat.errors import OutOfMemoryError
+    from onnxsat.verification import run_model
+
+    def exhausted(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("Non-zero status code returned while running Conv node. Status Message: std::bad_alloc")
+
+    monkeypatch.setattr(ort.InferenceSession, "run", exhausted)
+    model = helper.make_model(
+        helper.make_graph(
+            [helper.make_node("Relu", ["x"], ["y"])],
+            "g",
+            [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
+            [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])],
+        ),
+        opset_imports=[helper.make_opsetid("", 17)],
+        ir_version=8,
+    )
+    with pytest.raises(OutOfMemoryError, match="ONNX Runtime ran out of memory running the input model"):
+        run_model(model, {"x": np.ones((1, 4), np.float32)}, "input model")
+    assert OutOfMemoryError.exit_code == 11

@@ -71,7 +71,8 @@ def load_feeds(path: str | Path) -> dict[str, np.ndarray]:
     """The named arrays of a ``.npz`` feeds file; a DataError (one line) when it cannot be one."""
     source = Path(path)
     if not source.is_file():
-        raise DataError(f"--inputs {source}: no such file")
+        what = "not a regular file (a pipe, a device or a folder)" if source.exists() else "no such file"
+        raise DataError(f"--inputs {source}: {what}")
     try:
         archive = np.load(source, allow_pickle=False)
     except (OSError, ValueError, EOFError, zipfile.BadZipFile) as error:

@@ -21,7 +21,7 @@ import onnx
 import onnxruntime as ort
 
 from onnxsat import custom_ops
-from onnxsat.errors import DataError, InvalidModelError, RuntimeUnsupportedError, SettingsError
+from onnxsat.errors import DataError, InvalidModelError, OutOfMemoryError, RuntimeUnsupportedError, SettingsError
 from onnxsat.external_data import expected_nbytes, iter_tensors, set_reference
 from onnxsat.inputs import InputsLike, InputSpec, declared_dims, fixed_dim
 from onnxsat.model_io import check_model, over_protobuf_limit
@@ -361,11 +361,20 @@ def run_model(
                 f"ONNX Runtime did not finish running the {what} within {timeout:g} s (see --run-timeout)"
             ) from None
         message = tidy_ort_message(" ".join(str(error).split())) or type(error).__name__
+        if any(sign in message for sign in OUT_OF_MEMORY_SIGNS):
+            raise OutOfMemoryError(
+                f"ONNX Runtime ran out of memory running the {what} ({message}): the model or the inputs made to run "
+                "it are too large for this machine (a smaller --input-shape helps when dynamic dims are the cause)"
+            ) from None
         raise RuntimeUnsupportedError(f"ONNX Runtime cannot run the {what}: {_explain(model, message)}") from None
     finally:
         timer.cancel()
         if timer.ident is not None:
             timer.join()
+
+
+OUT_OF_MEMORY_SIGNS = ("std::bad_alloc", "Failed to allocate memory")
+"""How ONNX Runtime's messages say an allocation failed: no fault of the model's (exit 11, not 6)."""
 
 
 def check_exchangeable(sess: ort.InferenceSession, feeds: Mapping[str, object], what: str) -> None:

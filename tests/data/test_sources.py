@@ -260,11 +260,16 @@ def test_npz_without_labels_and_whole_float_labels(tmp_path: Path) -> None:
     assert labels is not None and labels.tolist() == [1, 3]
 
 
+def _pipe(path: Path) -> Path:
+    os.mkfifo(path)
+    return path
+
+
 @pytest.mark.parametrize(
     ("labels", "expected"),
     [
         (np.array([0.5, -1.25, 3.0]), [0.5, -1.25, 3.0]),  # not whole: a regression's targets
-        (np.array([-2, 0, 5]), [-2.0, 0.0, 5.0]),  # negative: no class index
+        (np.array([-2.0, 0.0, 5.0]), [-2.0, 0.0, 5.0]),  # negative floats: no class index
         (np.array([[1.0, 2.0], [3.0, 4.5], [0.0, 0.0]]), [[1.0, 2.0], [3.0, 4.5], [0.0, 0.0]]),  # two per sample
     ],
     ids=["fractional", "negative", "two per sample"],
@@ -390,6 +395,14 @@ BAD_INPUTS: dict[str, tuple[Case, str]] = {
     "text labels": (
         lambda t: (str(npz(t / "d.npz", inputs=np.ones((2, 2)), labels=np.array(["a", "b"]))), [1, 2], {}),
         "not numbers (--fidelity ignores them)",
+    ),
+    "integer labels below 0": (
+        lambda t: (str(npz(t / "d.npz", inputs=np.ones((2, 2)), labels=np.array([-1, 3]))), [1, 2], {}),
+        "labels must be classes 0 or more, found -1 (a regression's targets are floats)",
+    ),
+    "a pipe named .npz": (
+        lambda t: (str(_pipe(t / "d.npz")), [1, 2], {}),
+        "not a regular file (a pipe, a device or a folder)",  # reading it would wait for a writer forever
     ),
     "labels with NaN": (
         lambda t: (str(npz(t / "d.npz", inputs=np.ones((2, 2)), labels=np.array([0.5, np.nan]))), [1, 2], {}),

@@ -94,3 +94,10 @@ def test_targets_an_output_does_not_fit_leave_it_to_agreement_and_are_said_unuse
 def test_binary_given_labels_beyond_zero_and_one_is_one_line() -> None:
     with pytest.raises(DataError, match="binary scores against labels 0 and 1; the data's labels hold 2"):
         Budget({"p": RNG.uniform(size=(4, 1))}, {}, labels=np.array([0, 1, 2, 1]), metric="binary")
+
+
+def test_a_class_metric_asked_for_on_regression_targets_is_one_line() -> None:
+    """Asked for top1 with targets, the budget fell back to agreement, said only in a note."""
+    targets, _ = regression(8)
+    with pytest.raises(DataError, match="--metric top1 scores against class labels, and the data's labels are a"):
+        Budget({"logits": RNG.normal(size=(8, 10))}, {}, labels=targets, metric="top1")

@@ -624,6 +624,8 @@ def _npz_streams(path: Path, input_shape: Sequence[int | str | None], limit: int
 def _read_npz(path: Path) -> tuple[np.ndarray, np.ndarray | None, dict[str, np.ndarray]]:
     """The ``inputs``, ``labels`` (None if absent) and companion arrays of a .npz archive; pickled objects
     are refused."""
+    if path.exists() and not path.is_file():  # a pipe would block the read until something writes to it
+        raise DataError(f"{path}: not a regular file (a pipe, a device or a folder); give the .npz file itself")
     try:
         with open(path, "rb") as handle:
             magic = handle.read(6)
@@ -658,8 +660,9 @@ def _unreadable_npz(path: Path, error: Exception) -> DataError:
 
 def _checked_labels(values: object, count: int, where: str, targets: bool = True) -> np.ndarray:
     """Labels, one entry per sample: int64 classes when they are whole numbers 0 or more (or one-hot rows),
-    else float64 targets (a regression's: not whole, negative, or several values per sample), which a source
-    of classes only (``targets`` False: a CIFAR batch) refuses."""
+    else float64 targets (a regression's, stored as floats: not whole, negative, or several values per sample),
+    which a source of classes only (``targets`` False: a CIFAR batch) refuses. Integers below 0 are refused
+    (-1 marks "no label" in many datasets, and is no regression target)."""
     try:
         labels = np.asarray(values)
     except ValueError:
@@ -678,6 +681,10 @@ def _checked_labels(values: object, count: int, where: str, targets: bool = True
         return labels.astype(np.int64)
     if not targets:
         raise DataError(f"{where}: labels must be classes, whole numbers 0 or more, one per sample")
+    if labels.ndim == 1 and np.issubdtype(labels.dtype, np.integer):  # -1 often marks "no label": no target
+        raise DataError(
+            f"{where}: labels must be classes 0 or more, found {labels.min()} (a regression's targets are floats)"
+        )
     return labels.astype(np.float64)
 
 

@@ -16,8 +16,8 @@ from typing import Any
 
 import numpy as np
 
-from onnxsat.errors import SettingsError
-from onnxsat.metrics.base import METRICS, VARIED_SAMPLES, Labels, Metric, reads
+from onnxsat.errors import DataError, SettingsError
+from onnxsat.metrics.base import METRICS, VARIED_SAMPLES, Labels, Metric, is_targets, reads
 from onnxsat.metrics.custom import is_user_spec, user_metric
 from onnxsat.metrics.detection import exported_detector
 from onnxsat.metrics.selection import choose
@@ -205,6 +205,12 @@ class Budget:
                 choice = choose(name, output, axis, detector, labels)
                 self.metrics[name], self.reasons[name] = choice.metric, f"auto: {choice.why}"
             else:
+                if labels is not None and is_targets(labels) and fixed.uses_labels and not fixed.uses_targets:
+                    raise DataError(
+                        f"--metric {fixed.name} scores against class labels, and the data's labels are a regression's "
+                        "targets (not whole numbers 0 or more, or several per sample): --metric r2 reads them, "
+                        "--fidelity ignores them"
+                    )
                 why_not = fixed.fits(output, axis)
                 if why_not is not None:
                     raise SettingsError(

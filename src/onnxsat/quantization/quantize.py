@@ -1062,8 +1062,7 @@ def _choose(
     speed nor in size (one line, nothing written); an asked-for mode is written with a note instead."""
     if not candidates:
         reasons = "; ".join(f"{t.mode}: {t.error}" for t in report.trials if t.error)
-        error = NothingPaysError if options.mode == AUTO_MODE else SettingsError  # an asked-for mode that fails
-        raise error(f"no quantized model fits: {reasons}")
+        raise NothingPaysError(f"no quantized model fits: {reasons}")  # whichever mode was asked for
     best = _fastest_then_smallest(candidates, report)
     message = ""
     if best.speedup is not None and best.speedup < NOT_SLOWER:
