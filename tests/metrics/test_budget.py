@@ -423,3 +423,12 @@ def test_a_budget_finer_than_the_data_can_confirm_is_said() -> None:
     assert resolution_note(2000, ["top1"], 0.99, 0.005) is None  # enough samples
     assert resolution_note(175, ["snr"], 0.99, 0.005) is None  # not right-or-wrong answers
     assert resolution_note(20, ["top1"], 0.99, 0.005) is None  # the few-samples note covers it
+
+
+def test_a_candidate_output_of_another_size_is_one_line_naming_it() -> None:
+    """A detector's box count follows the data: 100 boxes from the float model, 38 from its int8 form, and
+    cosine ended in numpy's broadcast error (exit 1, an internal error)."""
+    boxes = RNG.uniform(0, 320, size=(1, 100, 4))
+    budget = Budget({"boxes": boxes}, {})
+    with pytest.raises(DataError, match=r"output 'boxes' has \[38, 4\] per sample from a candidate and \[100, 4\]"):
+        budget.score({"boxes": boxes[:, :38]})

@@ -117,9 +117,13 @@ def test_map_iou_of_thresholded_and_best_class_regions() -> None:
 def test_cosine_snr_and_exact() -> None:
     reference = RNG.normal(size=(5, 16))
     noise = RNG.normal(size=(5, 16))
-    noise *= 0.1 * np.linalg.norm(reference) / np.linalg.norm(noise)  # 20 dB
+    variation = reference - reference.mean(axis=1, keepdims=True)
+    noise *= 0.1 * np.linalg.norm(variation) / np.linalg.norm(noise)  # 20 dB of each sample's variation
     found = measure("snr", reference, reference + noise)
     assert found.value == pytest.approx(0.99) and found.details["snr_db"] == pytest.approx(20.0)
+    depth = 10.0 + reference  # a depth map: its energy mostly its mean, which the signal leaves out
+    assert measure("snr", depth, depth + 10 * noise).value == pytest.approx(0.0)  # noise as loud as the variation
+    assert measure("snr", depth[:, :1], depth[:, :1] + 0.1).value > 0.99  # one value per sample: its whole energy
     assert measure("cosine", reference, reference).value == pytest.approx(1.0)
     assert measure("cosine", reference, -reference).value == 0.0
     assert measure("cosine", np.zeros((2, 3)), np.zeros((2, 3))).value == 1.0

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from onnxsat.errors import DataError, SettingsError
-from onnxsat.metrics.base import METRICS, VARIED_SAMPLES, Labels, Metric, is_targets, reads
+from onnxsat.metrics.base import METRICS, VARIED_SAMPLES, Labels, Metric, is_targets, reads, shape_text
 from onnxsat.metrics.custom import is_user_spec, user_metric
 from onnxsat.metrics.detection import exported_detector
 from onnxsat.metrics.selection import choose
@@ -232,6 +232,7 @@ class Budget:
         scored = []
         for name, metric in self.metrics.items():
             labels = self.labels if reads(metric, self.labels) else None
+            _same_size(name, self.reference[name], outputs[name], metric)
             measure = metric.measure(self.reference[name], outputs[name], labels)
             if baseline is None:
                 self._per_sample[name] = measure.per_sample
@@ -302,6 +303,21 @@ class Budget:
     def describe(self) -> dict[str, dict[str, str]]:
         """Per scored output, its metric and why it was chosen (for reports)."""
         return {name: {"metric": m.name, "why": self.reasons[name]} for name, m in self.metrics.items()}
+
+
+def _same_size(name: str, reference: np.ndarray, candidate: np.ndarray, metric: Metric) -> None:
+    """Refuse, in one line, a candidate's output whose size is not the original's: a size the model computes
+    from its data (a detector's count of boxes: 100 from the float Keypoint R-CNN, 38 from its int8 form),
+    which no built-in metric compares element by element (cosine ended in numpy's broadcast error). A user's
+    metric gets the two as they are."""
+    if reference.shape == candidate.shape or metric.name not in METRICS:
+        return
+    raise DataError(
+        f"output {name!r} has {shape_text(candidate.shape[1:])} per sample from a candidate and "
+        f"{shape_text(reference.shape[1:])} from the original (a size the model computes from its data, as a "
+        f"detector's count of boxes): {metric.name} compares outputs of one size; score other outputs with "
+        "--metric-output, or give a metric of your own (--metric package.module:function)"
+    )
 
 
 DEFAULT_CONFIDENCE = 0.9

@@ -39,11 +39,19 @@ def cosine(reference: np.ndarray, candidate: np.ndarray, labels: Labels) -> Meas
 
 def snr(reference: np.ndarray, candidate: np.ndarray, labels: Labels) -> Measure:
     """1 - noise energy / signal energy over the whole output (0 when the noise is as loud as the signal):
-    a drop of 1% is a signal-to-noise ratio of 20 dB. The ratio in dB is a detail."""
+    a drop of 1% is a signal-to-noise ratio of 20 dB. The ratio in dB is a detail.
+
+    The signal is each sample's variation about its own mean: a depth map's or an image's energy is mostly
+    its mean, and against it a depth model kept "inside a 1% budget" had 58% of its depth variation as error
+    (each map correlating 0.61 with the original's). Outputs of one value per sample, or none varying, are
+    held to their whole energy."""
     del labels
     ref = np.asarray(reference, dtype=np.float64)
     noise = float(np.sum((np.asarray(candidate, dtype=np.float64) - ref) ** 2))
-    signal = float(np.sum(ref**2))
+    rows = ref.reshape(len(ref), -1)
+    signal = float(np.sum((rows - rows.mean(axis=1, keepdims=True)) ** 2)) if rows.shape[1] > 1 else 0.0
+    if signal == 0.0:
+        signal = float(np.sum(ref**2))
     if not np.isfinite(noise):
         return Measure(0.0, {"snr_db": float("-inf")})
     if noise == 0.0:
@@ -63,5 +71,12 @@ def exact(reference: np.ndarray, candidate: np.ndarray, labels: Labels) -> Measu
 
 
 register(Metric("cosine", "mean cosine similarity of each sample's output with the original's", cosine, _any))
-register(Metric("snr", "1 - noise/signal energy against the original (0.01 drop = 20 dB)", snr, _any))
+register(
+    Metric(
+        "snr",
+        "1 - noise/signal energy against the original, the signal about each sample's mean (0.01 = 20 dB)",
+        snr,
+        _any,
+    )
+)
 register(Metric("exact", "share of samples whose output is exactly the original's (integer outputs)", exact, _any))
