@@ -28,8 +28,8 @@ The rules, first match wins, each with the reason the report prints:
   pixel, five channels or more (segmentation logits), a name like a mask or scores, or one channel of
   values mostly near 0 or 1 (a text detector's probability map): ``map``;
 - other maps (an image, a diffusion model's latents or noise, a depth map): ``snr``, the error's energy
-  against the image's, since the best class of R, G and B or a threshold at 0.5 of a grey image means
-  nothing;
+  against the image's variation about its mean, since the best class of R, G and B or a threshold at 0.5 of
+  a grey image means nothing;
 - anything else: ``cosine``.
 """
 
@@ -136,7 +136,7 @@ def choose(
         return Choice(
             METRICS["snr"],
             f"one channel of {shape[-1]:,} values per sample ({text}: a signal or an embedding, not one score per "
-            "class): its error against its energy",
+            "class): its error against its variation",
         )
     if class_scores(reference) is not None:
         return Choice(METRICS["top1"], f"one score per class per sample ({text})")
@@ -259,7 +259,7 @@ def _map_or_image(lowered: str, reference: np.ndarray, why: str, text: str) -> C
         decided = np.count_nonzero((values < 0.1) | (values > 0.9)) / values.size
         if decided >= DECIDED_SHARE:
             return Choice(METRICS["map"], f"a probability map, {decided:.0%} of it near 0 or 1 ({text} per sample)")
-    return Choice(METRICS["snr"], f"an image-like map ({text} per sample): its error against its energy")
+    return Choice(METRICS["snr"], f"an image-like map ({text} per sample): its error against its variation")
 
 
 def _sequence_reason(name: str, reference: np.ndarray, batch_axis: int) -> str | None:
