@@ -69,6 +69,19 @@ class OverBudgetPass(Pass, kind="test-over-budget", register=False):
         return PassResult(model.proto, VerificationResult(True), report=report)
 
 
+@dataclass
+class ReplacingPass(Pass, kind="test-replacing", register=False):
+    """A pass during which a producer publishes a new version of the input (not registered: used directly)."""
+
+    source: str = ""
+
+    def run(self, model: Model, context: PassContext) -> PassResult:
+        newer = Path(self.source).with_name("newer.onnx")
+        onnx.save(demo_cnn(), str(newer))
+        newer.replace(self.source)  # atomically, as a publishing job does
+        return PassResult(model.proto, VerificationResult(True))
+
+
 @pytest.fixture
 def model_file(tmp_path: Path) -> Iterator[Path]:
     path = tmp_path / "model.onnx"
@@ -223,3 +236,14 @@ def test_reports_write_strict_json_without_nan_or_infinity() -> None:
     assert json.loads(text, parse_constant=lambda token: pytest.fail(f"non-standard JSON {token}")) == {
         "values": {"damage": None, "snr_db": "inf", "low": "-inf", "rows": [[1.5, 2]]}
     }
+
+
+def test_an_input_replaced_during_the_run_writes_nothing(model_file: Path, tmp_path: Path) -> None:
+    """A large one-file model's weights are read from its file as the result is written: replaced meanwhile, the
+    result mixed two versions' weights, with "verification PASSED"."""
+    from onnxsat.errors import InputChangedError
+
+    output = tmp_path / "out.onnx"
+    with pytest.raises(InputChangedError, match="changed on disk while ONNXSat ran"):
+        run(model_file, output, [("replace", ReplacingPass(str(model_file)))], RunSettings())
+    assert not output.exists() and InputChangedError.exit_code == 3

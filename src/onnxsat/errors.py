@@ -20,6 +20,11 @@ class InputNotFoundError(OnnxSatError):
     exit_code = 3
 
 
+class InputChangedError(InputNotFoundError):
+    """The model file, or a data file it reads, changed on disk during the run: weights read from it by then
+    would mix its old and new contents."""
+
+
 class NotOnnxError(OnnxSatError):
     """The file does not parse as an ONNX model (wrong format or truncated)."""
 

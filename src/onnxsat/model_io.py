@@ -20,7 +20,7 @@ from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message import DecodeError, EncodeError, Message
 
 from onnxsat import custom_ops, external_data, inline_weights
-from onnxsat.errors import InputNotFoundError, InvalidModelError, NotOnnxError, OutputPathError
+from onnxsat.errors import InputChangedError, InputNotFoundError, InvalidModelError, NotOnnxError, OutputPathError
 from onnxsat.ir_version import lower_ir_version
 from onnxsat.node_order import sort_model
 from onnxsat.proto_fields import all_graphs
@@ -243,6 +243,35 @@ def _same_file(path: str | os.PathLike[str], other: Path) -> bool:
         return os.path.samefile(path, other)
     except OSError:  # one of them does not exist (yet)
         return False
+
+
+FileState = tuple[int, int, int, int]
+"""(device, inode, size, modification time in ns): what changes when a file is replaced or rewritten."""
+
+
+def file_states(paths: Iterable[str | os.PathLike[str]]) -> dict[Path, FileState]:
+    """The state of each of ``paths`` now, to tell later whether one changed (:func:`check_unchanged`)."""
+    states = {}
+    for path in paths:
+        found = os.stat(path)
+        states[Path(path)] = (found.st_dev, found.st_ino, found.st_size, found.st_mtime_ns)
+    return states
+
+
+def check_unchanged(states: dict[Path, FileState]) -> None:
+    """Refuse to go on when a file read at the start changed since: its weights are read from it as the result is
+    written, and a model replaced meanwhile (a producer publishing a new version) gave a result that mixed both,
+    verified against the new one."""
+    for path, state in states.items():
+        try:
+            now = file_states([path])[path]
+        except OSError:
+            now = None
+        if now != state:
+            raise InputChangedError(
+                f"{path} changed on disk while ONNXSat ran (replaced, rewritten or removed); nothing was written, "
+                "as the result would mix its old and new contents: run again once it stays put"
+            )
 
 
 def weight_files(model_path: str | os.PathLike[str], outputs: Iterable[str | os.PathLike[str] | None]) -> list[Path]:

@@ -137,6 +137,7 @@ def run(
         model_io.check_model(proto)
     model_io.check_data_path(target, proto, base_dir)
     weights = sorted(external_data.external_paths(proto, base_dir))  # the input's own: replacing one loses it
+    read_from = model_io.file_states([input_path, *(path for path in weights if path.is_file())])
     model_io.check_not_read(target, weights, "output path")
     if report_path is not None:
         model_io.check_not_read(report_path, weights, "report path")
@@ -179,6 +180,7 @@ def run(
         single.record_phase("load", load_seconds)
     if ok or settings.force:
         start = time.perf_counter()
+        model_io.check_unchanged(read_from)
         model_io.save_model(model.proto, target, base_dir, inline_source=Path(input_path) if on_disk else None)
         pipeline_report.written = True
         for _, _, result in steps:
