@@ -856,3 +856,19 @@ def test_bench_large_refuses_a_folder_it_cannot_make_in_one_line(
     blocker.write_text("not a folder")
     rc, _out, err = run_cli(["bench", "large", "--size-gb", "0.01", "--dir", blocker / "sub"], capfd)
     assert rc == 7 and "cannot create --dir folder" in err and "Traceback" not in err
+
+
+def test_a_cache_that_cannot_be_kept_is_a_one_line_warning(
+    cnn_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A read-only home gave raw Python warnings (source path, code line) on an otherwise quiet run; a cache folder
+    under an unknown user's home was an internal error."""
+    blocker = tmp_path / "a_file"
+    blocker.write_text("")
+    monkeypatch.setenv("ONNXSAT_CACHE_DIR", str(blocker))
+    assert main(["optimize", str(cnn_file), "-o", str(tmp_path / "o.onnx"), "--cost", "measured"]) == 0
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert lines and all(line.startswith("onnxsat: warning: ") and "cost cache" in line for line in lines)
+    monkeypatch.setenv("ONNXSAT_CACHE_DIR", "~no_such_user_here/cache")
+    assert main(["optimize", str(cnn_file), "-o", str(tmp_path / "o2.onnx"), "--cost", "measured"]) == 9
+    assert "names a home folder that cannot be found" in capsys.readouterr().err

@@ -8,11 +8,16 @@ import argparse
 import signal
 import sys
 import traceback
+import warnings
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from onnxsat.errors import OnnxSatError, OutOfMemoryError
 from onnxsat.runtime.logs import QUIET, WARNINGS, set_runtime_logs
+
+PACKAGE = Path(__file__).resolve().parent
+_SHOW_WARNING = warnings.showwarning
 
 DESCRIPTION = (
     "Make a pre-trained ONNX model smaller and faster without retraining, and prove it did no harm: "
@@ -68,6 +73,23 @@ def _on_terminate(handler: Any) -> Any:
 
 
 def _run(argv: Sequence[str] | None) -> int:
+    with warnings.catch_warnings():
+        warnings.showwarning = _warning_line
+        return _handled(argv)
+
+
+def _warning_line(
+    message: Warning | str, category: type[Warning], filename: str, lineno: int, file: Any = None, line: Any = None
+) -> None:
+    """ONNXSat's own warnings (a cache it cannot write) as the one line every other warning is; others as Python
+    shows them."""
+    if Path(filename).resolve().is_relative_to(PACKAGE):
+        print(f"onnxsat: warning: {message}", file=sys.stderr)
+    else:
+        _SHOW_WARNING(message, category, filename, lineno, file, line)
+
+
+def _handled(argv: Sequence[str] | None) -> int:
     debug = False
     try:
         try:

@@ -34,6 +34,8 @@ from typing import Any
 
 import onnxruntime
 
+from onnxsat.errors import SettingsError
+
 CACHE_ENV = "ONNXSAT_CACHE_DIR"
 FORMAT = 1
 
@@ -41,7 +43,11 @@ FORMAT = 1
 def cache_root() -> Path:
     """``$ONNXSAT_CACHE_DIR`` if set, else ``~/.cache/onnxsat`` (read at call time, so tests can redirect it)."""
     configured = os.environ.get(CACHE_ENV)
-    return Path(configured).expanduser() if configured else Path.home() / ".cache" / "onnxsat"
+    try:
+        return Path(configured).expanduser() if configured else Path.home() / ".cache" / "onnxsat"
+    except RuntimeError:  # "~nobody/...", or no home at all
+        where = f"{CACHE_ENV}={configured!r} names" if configured else "the cache is kept in"
+        raise SettingsError(f"{where} a home folder that cannot be found; set {CACHE_ENV} to a folder") from None
 
 
 def cpu_model_name() -> str:
