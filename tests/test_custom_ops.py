@@ -99,6 +99,15 @@ def test_a_named_library_that_is_no_file_is_one_line(monkeypatch: pytest.MonkeyP
     monkeypatch.setenv(custom_ops.ENVIRONMENT, str(tmp_path / "missing.so"))
     with pytest.raises(SettingsError, match=r"ONNXSAT_CUSTOM_OPS names .*missing\.so, which is not a file"):
         custom_ops.register(ort.SessionOptions())
+    graph = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["y"])],
+        "plain",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])],
+    )
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), tmp_path / "m.onnx")
+    # a setting, exit 9: it was "ONNX Runtime cannot run the input model" (6), with advice on the model's sizes
+    assert main(["optimize", str(tmp_path / "m.onnx"), "-o", str(tmp_path / "o.onnx")]) == 9
 
 
 def test_a_model_without_custom_ops_registers_nothing(tmp_path: Path) -> None:

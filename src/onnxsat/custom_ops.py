@@ -36,12 +36,16 @@ def register(options: ort.SessionOptions) -> ort.SessionOptions:
     """``options`` with every library of :func:`libraries` registered; a named file that is missing or that
     ONNX Runtime cannot load is one clear error."""
     for path in libraries():
+        shown = path if len(path) <= 200 else f"{path[:200]}..."  # the message stays one readable line
         if not Path(path).is_file():
-            raise SettingsError(f"{ENVIRONMENT} names {path}, which is not a file")
+            raise SettingsError(f"{ENVIRONMENT} names {shown}, which is not a file")
         try:
             options.register_custom_ops_library(path)
         except Exception as error:  # ORT raises its own types for a library it cannot load
-            raise SettingsError(f"ONNX Runtime cannot load the custom-op library {path}: {error}") from None
+            reason = " ".join(str(error).split())[:200]
+            raise SettingsError(
+                f"{ENVIRONMENT}: ONNX Runtime cannot load the custom-op library {shown}: {reason}"
+            ) from None
     return options
 
 

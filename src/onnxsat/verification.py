@@ -21,7 +21,14 @@ import onnx
 import onnxruntime as ort
 
 from onnxsat import custom_ops
-from onnxsat.errors import DataError, InvalidModelError, OutOfMemoryError, RuntimeUnsupportedError, SettingsError
+from onnxsat.errors import (
+    DataError,
+    InvalidModelError,
+    OnnxSatError,
+    OutOfMemoryError,
+    RuntimeUnsupportedError,
+    SettingsError,
+)
 from onnxsat.external_data import expected_nbytes, iter_tensors, set_reference
 from onnxsat.inputs import InputsLike, InputSpec, declared_dims, fixed_dim
 from onnxsat.model_io import check_model, over_protobuf_limit
@@ -353,7 +360,7 @@ def run_model(
                 raise
             # a kernel that insists on a constant weight: the weights as initializers, which ORT copies
             return run(weights_as_inputs=False)
-    except RuntimeUnsupportedError:
+    except OnnxSatError:  # said already (a custom-op library that cannot be loaded: a setting, not the model)
         raise
     except Exception as error:  # ORT raises several unrelated exception types
         if run_options.terminate:
