@@ -132,3 +132,12 @@ def test_a_zipmap_output_is_compared_as_numbers_within_the_tolerance() -> None:
     assert near_result.ok and 0 < near_result.max_abs_diff < 1e-8
     assert not far_result.ok and abs(far_result.max_abs_diff - 0.1) < 1e-12
     assert not other_result.ok and other_result.note == "the maps' keys differ"
+
+
+def test_outputs_with_no_finite_value_say_nothing_was_compared() -> None:
+    """All-NaN inputs gave "verification PASSED ... max abs 0": NaN matched NaN, nothing was checked."""
+    nan = np.full((2, 3), np.nan)
+    (compared,) = compare_outputs(["y"], [nan], [nan.copy()], Tolerance())
+    assert compared.ok and compared.note.startswith("no finite value on these inputs")
+    (plain,) = compare_outputs(["y"], [np.ones((2, 3))], [np.ones((2, 3))], Tolerance())
+    assert plain.note == ""
