@@ -476,11 +476,13 @@ def test_the_budget_search_stops_at_its_time_budget(
     assert code != 0 and not out.exists() and len(judged) == 1
     captured = capsys.readouterr()
     err = captured.err
-    assert "the search stopped at --budget-minutes" in err
+    assert "found before --budget-minutes ran out" in err
     # the refusal still prints and writes what was measured: the mode tried and its most damaging nodes
     assert report["written"] is False and report["chosen"] is None
     (trial,) = report["trials"]
-    assert trial["mode"] == "static" and trial["error"].startswith("no subset of nodes fits the budget")
+    # cut short, it cannot say none fits (a segmentation net's said so after 19 of its evaluations)
+    assert trial["mode"] == "static"
+    assert trial["error"].startswith("no subset of nodes inside the budget found before --budget-minutes ran out")
     assert trial["worst"] and all(isinstance(damage, float) for _, damage in trial["worst"])
     assert "most damaging nodes: " + trial["worst"][0][0] in captured.out
     assert "with its sampling error, against 0.00%" in err  # the drop alone (0.00% here, maybe) is not what fits

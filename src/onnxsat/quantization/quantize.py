@@ -810,8 +810,10 @@ def _within_budget(
     fully += f", against {budget:.2%}"
     trial.worst = ordered[:WORST_SHOWN]
     if best is None:
-        late = f"; {OUT_OF_TIME}" if _now() >= deadline else ""
-        trial.error = f"no subset of nodes fits the budget ({fully}){late}"
+        if _now() >= deadline:  # cut short: it cannot say that none fits
+            trial.error = f"no subset of nodes inside the budget found before --budget-minutes ran out ({fully})"
+        else:
+            trial.error = f"no subset of nodes fits the budget ({fully})"
         return None
     ranked, damage = [name for name, _ in ordered], dict(ordered)
     count, quantized, score = best
