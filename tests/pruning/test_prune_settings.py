@@ -45,6 +45,18 @@ def test_an_unknown_op_keeps_its_group_whole_and_the_others_prune() -> None:
     assert kept(report, "c2") == 4 and shape_of(pruned, "c3_w")[1] == 4
 
 
+def test_a_pixel_shuffle_keeps_its_group_whole_for_what_it_does() -> None:
+    """DepthToSpace moves blocks of channels into space: the unknown-op message advised a library entry that is
+    then refused, a dead end."""
+    b = Builder()
+    shuffled = b.node("DepthToSpace", [b.conv("c1", "x", 3, 8)], "shuffle", blocksize=2)
+    r2 = b.node("Relu", [b.conv("c2", shuffled, 2, 8)], "r2")
+    _, report = prune(b.model([b.conv("c3", r2, 8, 2)]), rate=0.5)
+    assert kept(report, "c1") == 8 and "moves blocks of channels into space" in status(report, "c1")
+    assert "--library" not in status(report, "c1")
+    assert kept(report, "c2") == 4  # the others prune
+
+
 @pytest.mark.parametrize(("axis", "keepdims"), [(1, 1), (2, 1), (-1, 0)])
 def test_argmax_at_the_end_of_a_classifier_prunes_the_layers_before_it(axis: int, keepdims: int) -> None:
     """A label output (ArgMax over the logits) no longer stops pruning: ArgMax over height or width keeps

@@ -108,6 +108,14 @@ _NEXT_PROCESS = (
 )
 _STOP_PROCESS = ("Shape", "Size")
 
+KEPT_WHOLE: Mapping[str, str] = {
+    "DepthToSpace": "moves blocks of channels into space (a super-resolution net's pixel shuffle): pruning through "
+    "it would need whole blocks of channels",
+    "SpaceToDepth": "moves space into blocks of channels: pruning through it would need whole blocks of channels",
+}
+"""Ops no library entry can describe (their channels are not kept one for one, nor ignored): the group they read
+stays whole, for this reason, where an unknown op's message would point to a library entry that is refused."""
+
 BUILTIN: Mapping[str, str] = {
     **dict.fromkeys(_PRUNED, PRUNED),
     **dict.fromkeys(_NEXT_NO_PROCESS, NEXT_NO_PROCESS),

@@ -90,7 +90,7 @@ from onnxsat.pruning.layout import (
     sized_by_target,
     split_axis,
 )
-from onnxsat.pruning.library import BUILTIN, NEXT_NO_PROCESS, NEXT_PROCESS, PRUNED, STOP_PROCESS
+from onnxsat.pruning.library import BUILTIN, KEPT_WHOLE, NEXT_NO_PROCESS, NEXT_PROCESS, PRUNED, STOP_PROCESS
 
 ROOT = "root"
 ROOT_BIAS = "root bias"
@@ -496,7 +496,9 @@ class _Walk:
         label = node_label(node)
         op = qualified_op(node.domain, node.op_type, ".")
         category = self.library.get(op)
-        if category is None:  # never guessed: the group stays whole, the others prune
+        if category is None and op in KEPT_WHOLE:
+            role = self.spoil(list(tracked.values()), f"{op} (node {label!r}) {KEPT_WHOLE[op]}")
+        elif category is None:  # never guessed: the group stays whole, the others prune
             entry, end = json.dumps({op: NEXT_NO_PROCESS}), json.dumps({op: STOP_PROCESS})
             role = self.spoil(
                 list(tracked.values()),
