@@ -251,10 +251,11 @@ class PoolExecutor(_Closing):
                     done[index] = _unwrapped(future.result())
                     if on_result is not None:
                         on_result(index, done[index])
-        except BaseException:
+        except BaseException as error:
             for future in pending:
                 future.cancel()
-            self._stop_workers()  # interrupted, or failed: the running items' results would be thrown away
+            if isinstance(error, KeyboardInterrupt):  # Ctrl-C or SIGTERM: the run ends, and its workers with it
+                self._stop_workers()
             raise
         return [done.get(index) for index in range(len(items))]
 
