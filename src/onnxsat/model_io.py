@@ -293,8 +293,9 @@ def data_file_path(output_path: str | os.PathLike[str]) -> Path:
 
 
 def check_data_path(output_path: str | os.PathLike[str], model: onnx.ModelProto, base_dir: Path) -> None:
-    """Refuse an output whose data file would replace a file the input model still reads."""
-    data_path = data_file_path(output_path)
+    """Refuse an output whose data file would replace a file the input model still reads (beside the file a
+    symbolic link names, as the output is written there)."""
+    data_path = data_file_path(_followed(Path(output_path)))
     if data_path.is_dir():
         raise OutputPathError(f"the output's data file would replace a directory: {data_path}")
     if data_path.resolve() in external_data.external_paths(model, base_dir):

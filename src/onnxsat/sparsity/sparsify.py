@@ -437,7 +437,9 @@ def _search(
     report.search["uniform"] = {"level": best.levels, "sparsity": best.chosen.sparsity, "drop": best.drop}
     trail = best.trail
     if options.per_layer and get_method(options.method).per_layer and len(targets) > 1:
-        per_layer, curves = search_per_layer(evaluator, masks_at, targets, options.max_drop, options.step)
+        per_layer, curves = search_per_layer(
+            evaluator, masks_at, targets, options.max_drop, options.step, outside=best.outside
+        )
         report.search["sensitivity"] = curves
         if per_layer is not None:
             report.search["per_layer"] = {
