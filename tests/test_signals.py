@@ -20,8 +20,17 @@ WORKERS_SECONDS = 60.0
 
 
 def _group_left(group: int) -> list[str]:
-    listed = subprocess.run(["ps", "-o", "pid=,stat=", "-g", str(group)], capture_output=True, text=True).stdout
-    return [line for line in listed.splitlines() if line.split()[1:2] != ["Z"]]  # zombies wait for init to reap them
+    """The live processes of process group ``group``, read from /proc (a minimal machine may have no ``ps``);
+    zombies are left out, as they wait for init to reap them."""
+    left = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()  # after "pid (command)": state, ppid, pgrp, ...
+        except (OSError, IndexError):  # ended meanwhile
+            continue
+        if int(fields[2]) == group and fields[0] != "Z":
+            left.append(stat.parent.name)
+    return left
 
 
 @pytest.mark.skipif(sys.platform != "linux", reason="process groups and ps as on Linux")
