@@ -838,6 +838,7 @@ def test_a_result_forced_out_over_its_held_out_budget_is_a_warning_and_exit_code
         ("--atol", "-0.001", "--atol must be 0 or more"),
         ("--max-iterations", "-5", "--max-iterations must be positive (got -5)"),
         ("--max-seconds", "0", "--max-seconds must be positive"),
+        ("--max-seconds", "nan", "--max-seconds must be positive (got nan)"),  # it meant no limit
     ],
 )
 def test_negative_limits_and_tolerances_are_refused(

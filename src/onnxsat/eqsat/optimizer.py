@@ -88,12 +88,12 @@ class OptimizeOptions:
         rulesets_for(self.target)
         if self.cost_model not in COST_MODELS:
             raise SettingsError(f"unknown cost model {self.cost_model!r}; choose from {', '.join(sorted(COST_MODELS))}")
-        if self.run_timeout <= 0:
+        if not self.run_timeout > 0:  # also NaN, which compares false with everything
             raise SettingsError(f"--run-timeout must be positive (got {self.run_timeout:g})")
         limits = (("--max-iterations", self.max_iterations), ("--max-enodes", self.max_enodes))
         limits += (("--max-seconds", self.max_seconds), ("--max-memory-mib", self.max_memory_mib))
         for flag, value in limits:
-            if value <= 0:
+            if not value > 0:  # also NaN ("--max-seconds nan" meant no limit)
                 raise SettingsError(f"{flag} must be positive (got {value:g})")
 
 
