@@ -10,10 +10,8 @@ from onnxsat.commands.printing import run_and_print
 from onnxsat.compression.compress import CompressOptions
 from onnxsat.compression.recipe_file import recipe_paths, write_recipe
 from onnxsat.html.compress import compress_page
-from onnxsat.model_io import check_not_read, check_output_path, weight_files
 from onnxsat.options import add_arguments, from_arguments
 from onnxsat.passes.compress import CompressPass
-from onnxsat.runner import RunSettings, files_read
 
 ORDER = 27
 
@@ -30,17 +28,12 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    inputs = input_spec(args)  # read once: the run, its recipe and the check of the recipe's paths need it
+    inputs = input_spec(args)  # read once: the run and its recipe need it
 
     def recipe(report: Any) -> None:
         if report.written:
             write_recipe(report, args.model, args.output, inputs)
 
     step = CompressPass(from_arguments(CompressOptions, args))
-    read = files_read([("", step)], RunSettings(inputs=inputs))
-    recipes = recipe_paths(args.output)
-    read += weight_files(args.model, recipes)
-    for path in recipes:  # said before the search, not after it
-        check_output_path(args.model, path)
-        check_not_read(path, [args.model, *read], f"{args.output}'s recipe file")
-    return run_and_print(args, step, compress_page, after=recipe, inputs=inputs)
+    recipes = {path: f"{args.output}'s recipe file" for path in recipe_paths(args.output)}  # checked before the search
+    return run_and_print(args, step, compress_page, after=recipe, inputs=inputs, more_outputs=recipes)

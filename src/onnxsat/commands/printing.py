@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any
 
 from onnxsat.api import run_file
@@ -16,7 +17,7 @@ from onnxsat.errors import OnnxSatError, VerificationFailedError
 from onnxsat.extras import require
 from onnxsat.html import check_html_path, write_page
 from onnxsat.inputs import InputSpec
-from onnxsat.model_io import check_not_read, check_report_path, weight_files, write_text_atomic
+from onnxsat.model_io import check_not_read, check_output_path, check_report_path, weight_files, write_text_atomic
 from onnxsat.report import LatencyComparison
 from onnxsat.runner import RunSettings, files_read
 from onnxsat.verification import Tolerance
@@ -32,16 +33,23 @@ def run_and_print(
     run_timeout: float | None = None,
     after: Callable[[Any], None] | None = None,
     inputs: InputSpec | None = None,
+    more_outputs: Mapping[Path, str] | None = None,
 ) -> int:
     """Run ``step`` from ``args.model`` to ``args.output`` and print its report; ``page`` builds the
     ``--html`` page from the report, ``after`` adds to a written report before it is printed (latency);
-    ``inputs``: the spec ``args`` give, when the caller read it already (a feeds file is read once).
+    ``inputs``: the spec ``args`` give, when the caller read it already (a feeds file is read once);
+    ``more_outputs``: other files ``after`` writes (compress's recipe), each with what to call it in a
+    refusal, checked before any work as the report and the page are.
 
     Returns 8 when a failing result (or one over its budget on held-out data) was written because of ``--force``.
     """
     inputs = inputs if inputs is not None else input_spec(args)
-    read = files_read([("", step)], RunSettings(inputs=inputs)) if args.report or args.html else []
-    read += weight_files(args.model, [args.report, args.html])  # the input's own external data
+    written = [path for path in (args.report, args.html, *(more_outputs or {})) if path]
+    read = files_read([("", step)], RunSettings(inputs=inputs)) if written else []
+    read += weight_files(args.model, written)  # the input's own external data
+    for path, what in (more_outputs or {}).items():
+        check_output_path(args.model, path)
+        check_not_read(path, read, what)
     if args.report:
         check_report_path(args.report, args.model, args.output)
         check_not_read(args.report, read, "report path")
