@@ -106,3 +106,13 @@ def test_an_output_through_a_symbolic_link_writes_the_file_it_names(
     assert main(["optimize", str(external), "-o", str(link)]) == 0, capsys.readouterr().err
     assert link.is_symlink() and real.stat().st_size > 0
     onnx.checker.check_model(str(link))
+
+
+def test_a_compress_recipe_path_that_cannot_be_written_is_refused_before_the_search(
+    external: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`c.recipe.npz` a folder: the search ran 68 s and wrote the model, then failed on the recipe (exit 7)."""
+    external.with_name("c.recipe.npz").mkdir()
+    argv = ["compress", str(external), "-o", str(external.with_name("c.onnx")), "--data", "random"]
+    assert "output path is a directory" in refused(argv, capsys)
+    assert not external.with_name("c.onnx").exists()
