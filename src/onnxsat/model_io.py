@@ -11,7 +11,7 @@ from __future__ import annotations
 import functools
 import os
 import tempfile
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -292,13 +292,13 @@ def data_file_path(output_path: str | os.PathLike[str]) -> Path:
     return target.with_name(f"{target.name}.data")
 
 
-def check_data_path(output_path: str | os.PathLike[str], model: onnx.ModelProto, base_dir: Path) -> None:
-    """Refuse an output whose data file would replace a file the input model still reads (beside the file a
-    symbolic link names, as the output is written there)."""
+def check_data_path(output_path: str | os.PathLike[str], weights: Collection[Path]) -> None:
+    """Refuse an output whose data file would replace a file the input model still reads (``weights``: its
+    resolved external data files), beside the file a symbolic link names, as the output is written there."""
     data_path = data_file_path(_followed(Path(output_path)))
     if data_path.is_dir():
         raise OutputPathError(f"the output's data file would replace a directory: {data_path}")
-    if data_path.resolve() in external_data.external_paths(model, base_dir):
+    if data_path.resolve() in weights:
         raise OutputPathError(
             f"the output's data file {data_path} is the input model's own external data; choose another output name"
         )

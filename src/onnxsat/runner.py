@@ -135,8 +135,8 @@ def run(
     base_dir = model_io.model_folder(input_path)
     if not (passes and passes[0][1].checks_input):
         model_io.check_model(proto)
-    model_io.check_data_path(target, proto, base_dir)
     weights = sorted(external_data.external_paths(proto, base_dir))  # the input's own: replacing one loses it
+    model_io.check_data_path(target, weights)
     read_from = model_io.file_states([input_path, *(path for path in weights if path.is_file())])
     model_io.check_not_read(target, weights, "output path")
     if report_path is not None:
