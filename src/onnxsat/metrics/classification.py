@@ -80,10 +80,15 @@ def _fits_decision(reference: np.ndarray, batch_axis: int) -> str | None:
     return None
 
 
+def decision_labels(labels: np.ndarray) -> bool:
+    """Whether ``labels`` are decisions, 0 and 1 only: the labels ``binary`` scores against."""
+    return bool(np.isin(labels, (0, 1)).all())
+
+
 def binary(reference: np.ndarray, candidate: np.ndarray, labels: Labels) -> Measure:
     """Share of samples whose decision (value at or above the threshold) is the original's; with labels
     (0 or 1), share of right decisions."""
-    if labels is not None and not np.isin(labels, (0, 1)).all():
+    if labels is not None and not decision_labels(labels):
         other = labels[~np.isin(labels, (0, 1))][0]
         raise DataError(f"binary scores against labels 0 and 1; the data's labels hold {other}")
     threshold = decision_threshold(reference)

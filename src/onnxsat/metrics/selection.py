@@ -42,7 +42,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from onnxsat.metrics.base import METRICS, Labels, Metric, is_targets, per_sample_shape, shape_text, unit_interval
-from onnxsat.metrics.classification import class_scores
+from onnxsat.metrics.classification import class_scores, decision_labels
 from onnxsat.metrics.dense_maps import map_shape
 from onnxsat.metrics.detection import boxes_in_pixels, yolo_layout
 
@@ -115,7 +115,7 @@ def choose(
                 _unlabelled(METRICS["r2"]),
                 f"one value per sample, named like a regression's ({name!r}): R² against the original's values",
             )
-        if labels is not None and not is_targets(labels) and not np.isin(labels, (0, 1)).all():
+        if labels is not None and not is_targets(labels) and not decision_labels(labels):
             return Choice(
                 _unlabelled(METRICS["binary"]),
                 "one value per sample; the labels go beyond 0 and 1, so decisions are compared with the original's",
@@ -166,7 +166,7 @@ def _regression_on(reference: np.ndarray, labels: Labels) -> Choice | None:
         return None
     values = int(np.prod(per_sample_shape(reference), dtype=np.int64))
     wanted = int(np.prod(labels.shape[1:], dtype=np.int64))
-    if values != wanted or (not is_targets(labels) and (values != 1 or np.isin(labels, (0, 1)).all())):
+    if values != wanted or (not is_targets(labels) and (values != 1 or decision_labels(labels))):
         return None
     fit = _fit(reference, labels)
     if is_targets(labels) and fit > 0:
