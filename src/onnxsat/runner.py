@@ -19,7 +19,8 @@ import onnx
 
 from onnxsat import external_data, model_io
 from onnxsat.core import Model, Pass, PassContext, PassResult, ReportBase, RunFacts
-from onnxsat.data.model_input import data_input, with_data_rows
+from onnxsat.data.model_input import data_input
+from onnxsat.data.sources import carried_names
 from onnxsat.errors import OnnxSatError, SettingsError, VerificationFailedError
 from onnxsat.inputs import InputSpec
 from onnxsat.normal_form import densify_sparse_initializers, working_form
@@ -214,19 +215,16 @@ def _run_facts(model: onnx.ModelProto, inputs: InputSpec, normalised: list[str],
     """What the report says about the run itself: which inputs were given, which fed from ``data`` (the
     ``--data`` a pass reads: its samples, and the rows its ``.npz`` carries for other inputs), which random,
     and how the loaded model was brought to normal form."""
-    if data is None:
-        return RunFacts(inputs=inputs.described(model), inputs_file=inputs.source, normal_form=normalised)
-    inputs = with_data_rows(inputs, data)
     described = inputs.described(model)
-    carried = [name for name in described["given"] if name in inputs.from_data]
-    described["given"] = [name for name in described["given"] if name not in carried]
+    if data is None:
+        return RunFacts(inputs=described, inputs_file=inputs.source, normal_form=normalised)
+    carried = [name for name in carried_names(data) if name in described["random"]]  # not given by --inputs
     try:
-        fed = data_input(model, inputs.given).name
+        fed = data_input(model, [*inputs.given, *carried]).name
     except SettingsError:  # no single data input: the pass said so already, or read none
         fed = None
-    if fed in described["random"]:
-        described["random"].remove(fed)
-    fed_data = ([fed] if fed is not None else []) + carried
+    fed_data = [name for name in (fed, *carried) if name is not None]
+    described["random"] = [name for name in described["random"] if name not in fed_data]
     if fed_data:
         described["data"] = fed_data
     return RunFacts(inputs=described, inputs_file=inputs.source, normal_form=normalised)

@@ -18,11 +18,12 @@ extra. ``.npz`` files and CIFAR-10 batches need numpy alone.
 from __future__ import annotations
 
 import pickle
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from itertools import chain, zip_longest
 from pathlib import Path
 from types import ModuleType
+from typing import TypeVar
 
 import numpy as np
 
@@ -567,19 +568,37 @@ how a dataset with them is written for another process (compress's workers) and 
 
 def companions_in(loaded: np.lib.npyio.NpzFile) -> dict[str, np.ndarray]:
     """The ``companion:NAME`` arrays of an open ``.npz``, by input name."""
-    return {key[len(COMPANION_PREFIX) :]: loaded[key] for key in loaded.files if key.startswith(COMPANION_PREFIX)}
+    return {name: loaded[f"{COMPANION_PREFIX}{name}"] for name in _companion_names(loaded)}
+
+
+def _companion_names(loaded: np.lib.npyio.NpzFile) -> list[str]:
+    """The input names of an open ``.npz``'s ``companion:NAME`` entries, from its index (no array is read)."""
+    return [key[len(COMPANION_PREFIX) :] for key in loaded.files if key.startswith(COMPANION_PREFIX)]
+
+
+Read = TypeVar("Read")
 
 
 def carried_rows(spec: str | None) -> dict[str, np.ndarray]:
     """The ``companion:NAME`` arrays of a ``.npz`` data ``spec``, by input name (none for other data, and for
     a file that cannot be read: loading it says why)."""
+    return _from_archive(spec, companions_in, {})
+
+
+def carried_names(spec: str | None) -> list[str]:
+    """The inputs a ``.npz`` data ``spec`` carries rows for (``companion:NAME``), read from its index alone."""
+    return _from_archive(spec, _companion_names, [])
+
+
+def _from_archive(spec: str | None, read: Callable[[np.lib.npyio.NpzFile], Read], empty: Read) -> Read:
+    """``read`` of the open ``.npz`` ``spec``, or ``empty`` for other data and for a file that cannot be read."""
     if spec is None or Path(spec).suffix.lower() != ".npz" or not Path(spec).is_file():
-        return {}
+        return empty
     try:
         with np.load(spec, allow_pickle=False) as loaded:
-            return companions_in(loaded) if isinstance(loaded, np.lib.npyio.NpzFile) else {}
+            return read(loaded) if isinstance(loaded, np.lib.npyio.NpzFile) else empty
     except Exception:  # numpy and zipfile raise several types for a damaged or foreign file
-        return {}
+        return empty
 
 
 def _numbers(inputs: np.ndarray, path: Path) -> np.ndarray:
