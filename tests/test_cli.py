@@ -639,7 +639,27 @@ def test_subprocess_output_equals_input(cnn_file: Path, tmp_path: Path) -> None:
 def test_subprocess_usage_error_exits_2(tmp_path: Path) -> None:
     result = run_subprocess(["optimize", "model.onnx"], cwd=tmp_path, via="script")
     assert result.returncode == 2
-    assert "usage:" in result.stderr and "Traceback" not in result.stderr
+    assert result.stderr.count("\n") == 1 and "Traceback" not in result.stderr
+    assert result.stderr.startswith("onnxsat optimize: error: the following arguments are required: -o/--output")
+    assert "onnxsat optimize --help" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("argv", "start"),
+    [
+        (["quantize", "m.onnx", "-o", "o.onnx", "--max-drop", "abc"], "onnxsat quantize: error: argument --max-drop"),
+        (["optimize", "m.onnx", "-o", "o.onnx", "--bogus"], "onnxsat optimize: error: unrecognized arguments: --bogus"),
+        (["zoo", "build", "--frob"], "onnxsat zoo build: error: unrecognized arguments: --frob"),
+        ([], "onnxsat: error: the following arguments are required: COMMAND"),
+    ],
+)
+def test_usage_error_is_one_line_naming_the_command(argv: list[str], start: str, capfd) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(argv)
+    assert exit_info.value.code == 2
+    _out, err = capfd.readouterr()
+    assert err.startswith(start) and err.count("\n") == 1, err
+    assert "--help shows the usage" in err
 
 
 def test_subprocess_debug_shows_traceback(tmp_path: Path) -> None:

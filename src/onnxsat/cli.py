@@ -11,7 +11,7 @@ import traceback
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from onnxsat.errors import OnnxSatError, OutOfMemoryError
 from onnxsat.runtime.logs import QUIET, WARNINGS, set_runtime_logs
@@ -25,8 +25,34 @@ DESCRIPTION = (
 )
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """A usage error is one line, as every other error is: the block of usage argparse prints before it buries
+    the line that says what was wrong (14 lines for ``quantize``). Subcommands inherit the class."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} ({self.prog} --help shows the usage)\n")
+
+    def parse_args(self, args: Sequence[str] | None = None, namespace: Any = None) -> argparse.Namespace:  # type: ignore[override]
+        """Options no parser knows are reported by the command they were given to (``onnxsat optimize ...``),
+        whose ``--help`` lists the options that exist, not by the top level's."""
+        parsed, unknown = self.parse_known_args(args, namespace)
+        if unknown:
+            _chosen(self, parsed).error(f"unrecognized arguments: {' '.join(unknown)}")
+        return parsed
+
+
+def _chosen(parser: argparse.ArgumentParser, parsed: argparse.Namespace) -> argparse.ArgumentParser:
+    """The deepest subcommand's parser the parsed arguments name (``onnxsat zoo build`` -> zoo build's)."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            name = getattr(parsed, action.dest, None)
+            if name in action.choices:
+                return _chosen(action.choices[name], parsed)
+    return parser
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="onnxsat", description=DESCRIPTION)
+    parser = OneLineParser(prog="onnxsat", description=DESCRIPTION)
     parser.add_argument("--debug", action="store_true", help="show tracebacks")
     from onnxsat.commands import add_all  # every command's module: imported here, where an interrupt is one line
 
