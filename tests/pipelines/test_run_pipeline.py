@@ -138,6 +138,9 @@ def test_every_mistake_is_one_line_naming_its_place_and_nothing_runs(
         ("pipe.json", '{"input_model": "chain.onnx",', "not valid JSON"),
         ("pipe.yaml", "passes: [\n  - type", "not valid YAML"),
         ("pipe.yaml", "- just\n- a list\n", "expected a mapping"),
+        # a key given twice: the readers keep the last one silently (a second max_drop further down would win)
+        ("pipe.yaml", "passes:\n  - type: sparsify\n    max_drop: 1%\n    max_drop: 5%\n", "'max_drop' is given twice"),
+        ("pipe.json", '{"output_model": "a.onnx", "output_model": "b.onnx"}', "'output_model' is given twice"),
     ],
 )
 def test_unreadable_files_are_one_line(
@@ -146,6 +149,14 @@ def test_unreadable_files_are_one_line(
     assert main(["run", str(write(tmp_path, text, name))]) == 9
     err = capfd.readouterr().err.strip()
     assert message in err and "\n" not in err
+
+
+def test_yaml_merge_keys_may_be_overridden(model_file: Path, tmp_path: Path) -> None:
+    """``<<: *defaults`` then a key of its own is YAML's way to override, not a key given twice."""
+    text = "input_model: chain.onnx\noutput_model: out.onnx\n"
+    text += "passes:\n  - &base {type: eqsat}\n  - <<: *base\n    type: verify\n"
+    assert main(["run", str(write(tmp_path, text, "pipe.yaml"))]) == 0
+    assert (tmp_path / "out.onnx").exists()
 
 
 def test_a_missing_pipeline_file_is_exit_3(tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:

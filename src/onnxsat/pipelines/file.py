@@ -92,7 +92,12 @@ def read_pipeline(
 def _parse(source: Path) -> dict[str, Any]:
     text = source.read_text(encoding="utf-8", errors="replace")
     try:
-        config = json.loads(text) if source.suffix.lower() == ".json" else yaml.safe_load(text)
+        if source.suffix.lower() == ".json":
+            config = json.loads(text, object_pairs_hook=_json_mapping)
+        else:
+            config = yaml.load(text, Loader=_UniqueKeyLoader)  # a SafeLoader
+    except DuplicateKeyError as error:
+        raise SettingsError(f"{source.name}: {error}") from None
     except json.JSONDecodeError as error:
         where = f"line {error.lineno}, column {error.colno}"
         raise SettingsError(f"{source.name}: not valid JSON: {error.msg} ({where})") from None
@@ -104,6 +109,37 @@ def _parse(source: Path) -> dict[str, Any]:
     if not isinstance(config, dict):
         raise SettingsError(f"{source.name}: expected a mapping with input_model, output_model and passes")
     return config
+
+
+class DuplicateKeyError(ValueError):
+    """A key given twice in one mapping: YAML and JSON readers keep the last silently, so ``max_drop: 1%`` then
+    ``max_drop: 5%`` further down would run with 5%, and a pass's second ``method`` would replace its first."""
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """YAML's safe loader, refusing a key given twice in one mapping."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: set[Any] = set()
+        for key_node, _value in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":  # ``<<: *defaults``: its keys may be overridden
+                continue
+            key = self.construct_object(key_node, deep=deep)
+            if key in seen:
+                mark = key_node.start_mark
+                raise DuplicateKeyError(f"{key!r} is given twice (line {mark.line + 1}); give each key once")
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
+def _json_mapping(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object, refusing a key given twice."""
+    mapping: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in mapping:
+            raise DuplicateKeyError(f"{key!r} is given twice in one object; give each key once")
+        mapping[key] = value
+    return mapping
 
 
 def _checked(source: Path, config: dict[str, Any]) -> Pipeline:
