@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import onnx
+import pytest
 from onnx import TensorProto, helper
 
 from onnxsat.node_order import sort_graph, topological_order
@@ -113,6 +114,33 @@ def test_a_model_stamped_with_a_newer_ir_version_than_the_runtime_reads_is_broug
     ort.InferenceSession(str(out), providers=["CPUExecutionProvider"])
     newest_opset = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 99)], ir_version=99)
     assert lower_ir_version(newest_opset) is None and newest_opset.ir_version == 99  # needs what ORT lacks
+
+
+def test_an_opset_that_needs_a_newer_ir_is_named_with_the_opset_to_export_at(tmp_path, capfd) -> None:
+    """ORT said only "Unsupported model IR version: 14, max supported IR version: 13", a number no exporter
+    takes; the user's lever is the opset."""
+    from onnxsat.cli import main
+    from onnxsat.ir_version import runtime_ir_version, runtime_opset
+
+    needing = [opset for _, ir, opset, *_ in helper.VERSION_TABLE if ir > runtime_ir_version()]
+    if not needing:
+        pytest.skip("onnx knows no opset past what this ONNX Runtime reads")
+    graph = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["y"])],
+        "too_new",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])],
+    )
+    opset = min(needing)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    model.ir_version = helper.find_min_ir_version_for([helper.make_opsetid("", opset)])
+    path = tmp_path / "too_new.onnx"
+    onnx.save(model, path)
+    assert main(["optimize", str(path), "-o", str(tmp_path / "out.onnx")]) == 6
+    err = capfd.readouterr().err
+    assert f"the model uses ai.onnx opset {opset}, which needs IR version {model.ir_version}" in err
+    assert f"export at opset {runtime_opset()} or convert" in err and err.count("\n") == 1
+    assert runtime_opset() < opset
 
 
 def test_show_trees_and_profile_read_the_model_as_the_commands_run_it(tmp_path, capsys) -> None:

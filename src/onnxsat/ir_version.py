@@ -21,20 +21,47 @@ _ONNX_DOMAINS = ("", "ai.onnx", "ai.onnx.ml", "ai.onnx.training", "ai.onnx.previ
 @functools.cache
 def runtime_ir_version() -> int:
     """The newest IR version this ONNX Runtime loads, found once by loading a one-node model."""
+    for version in range(onnx.IR_VERSION, 3, -1):
+        if _loads(opset=13, ir_version=version):
+            return version
+    return 3
+
+
+@functools.cache
+def runtime_opset() -> int:
+    """The newest ai.onnx opset this ONNX Runtime loads (at the IR version it reads), found the same way."""
+    for opset in range(onnx.defs.onnx_opset_version(), 7, -1):
+        if _loads(opset=opset, ir_version=runtime_ir_version()):
+            return opset
+    return 7
+
+
+def _loads(opset: int, ir_version: int) -> bool:
     graph = helper.make_graph(
         [helper.make_node("Identity", ["x"], ["y"])],
         "probe",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])],
     )
-    for version in range(onnx.IR_VERSION, 3, -1):
-        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=version)
-        try:
-            ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-        except Exception:  # refused: try the previous IR version
-            continue
-        return version
-    return 3
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], ir_version=ir_version)
+    try:
+        ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    except Exception:  # refused
+        return False
+    return True
+
+
+def too_new_ir(model: onnx.ModelProto) -> str:
+    """Why ONNX Runtime refuses ``model``'s IR version, said by what the user can change: the opset it was
+    exported at (ORT names only the IR version, which no exporter exposes)."""
+    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), None)
+    reads = f"ONNX Runtime {ort.__version__} reads IR version {runtime_ir_version()} at most"
+    if opset is None or opset <= runtime_opset():
+        return f"the model's IR version is {model.ir_version}; {reads}"
+    return (
+        f"the model uses ai.onnx opset {opset}, which needs IR version {model.ir_version}; {reads} and opset "
+        f"{runtime_opset()} at most: export at opset {runtime_opset()} or convert with onnx.version_converter"
+    )
 
 
 def lower_ir_version(model: onnx.ModelProto) -> str | None:

@@ -31,6 +31,7 @@ from onnxsat.errors import (
 )
 from onnxsat.external_data import expected_nbytes, iter_tensors, set_reference
 from onnxsat.inputs import InputsLike, InputSpec, declared_dims, fixed_dim
+from onnxsat.ir_version import too_new_ir
 from onnxsat.model_io import check_model, over_protobuf_limit
 from onnxsat.output_values import as_array, map_keys
 from onnxsat.proto_fields import copy_fields, with_initializers_replaced
@@ -497,6 +498,8 @@ def _explain(model: onnx.ModelProto, message: str) -> str:
             f"ONNX Runtime {ort.__version__} supports ai.onnx up to opset {newest.group(1)} and the model uses "
             f"opset {opset}; convert it to opset {newest.group(1)} with onnx.version_converter"
         )
+    if "Unsupported model IR version" in message:
+        return too_new_ir(model)
     message = message[:400]
     if "Numpy_type" in message or "No corresponding Numpy type" in message:  # a value check_exchangeable did not see
         return f"{message} (ONNX Runtime's Python API {_CANNOT_EXCHANGE} bfloat16, float8 or int4 values)"
