@@ -129,3 +129,14 @@ def compare_latency_levels(original: Path, optimized: Path, inputs: InputsLike =
     """The bar to beat (ORT with all its optimizations) and what the rewrites alone buy (ORT with none)."""
     levels = (ort.GraphOptimizationLevel.ORT_ENABLE_ALL, ort.GraphOptimizationLevel.ORT_DISABLE_ALL)
     return [compare_latency(original, optimized, inputs, level) for level in levels]
+
+
+def latency_phrase(latency: Mapping[str, float], before: str, after: str, where: str | None = None) -> str:
+    """One report's side-by-side latency as every command prints it (text, table and HTML alike):
+    ``latency[before]`` and ``latency[after]`` in ms, the speedup and the conditions it was measured under."""
+    measured = f", measured on {where}" if where else ""
+    return (
+        f"{latency[before]:.3f} -> {latency[after]:.3f} ms ({latency['speedup']:.2f}x, ORT all optimizations, "
+        f"{int(latency['threads'])} thread(s), batch {int(latency.get('batch', 1))}, median of interleaved "
+        f"rounds{measured})"
+    )

@@ -8,6 +8,7 @@ from typing import Any
 
 from onnxsat.core import ReportBase
 from onnxsat.data.sources import Dataset
+from onnxsat.latency import latency_phrase
 from onnxsat.metrics import HeldOut, Score, with_score_headlines
 from onnxsat.metrics.text import summary_lines, table_lines
 from onnxsat.verification import VerificationResult
@@ -102,11 +103,7 @@ class CompressReport(ReportBase):
     def summary(self) -> list[str]:
         lines = [f"chosen: {self.chosen or 'nothing'} ({len(self.candidates)} candidates evaluated)"]
         if self.latency:
-            lines.append(
-                f"latency {self.latency['original_ms']:.3f} -> {self.latency['compressed_ms']:.3f} ms "
-                f"({self.latency['speedup']:.2f}x, ORT all, {int(self.latency['threads'])} thread(s), "
-                f"batch {int(self.latency['batch'])})"
-            )
+            lines.append("latency " + latency_phrase(self.latency, "original_ms", "compressed_ms"))
         lines += summary_lines(self.data, self.baseline, self.accuracy, self.held_out)
         return lines + self.notes
 
@@ -138,12 +135,8 @@ class CompressReport(ReportBase):
         if self.fitted_on:
             lines.append(f"pruning refitted on {self.fitted_on}")
         if self.latency:
-            lines.append(
-                f"latency (ORT all optimizations, {int(self.latency['threads'])} thread(s), batch "
-                f"{int(self.latency['batch'])}, median of interleaved rounds, on {self.latency_where}): original "
-                f"{self.latency['original_ms']:.3f} ms, compressed {self.latency['compressed_ms']:.3f} ms, "
-                f"{self.latency['speedup']:.2f}x"
-            )
+            phrase = latency_phrase(self.latency, "original_ms", "compressed_ms", self.latency_where)
+            lines.append("latency, original -> compressed: " + phrase)
         if self.sizes:
             lines.append("file size: " + ", ".join(f"{k} {v:,} bytes" for k, v in self.sizes.items()))
         if self.recipe_path:

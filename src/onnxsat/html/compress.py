@@ -7,6 +7,7 @@ from onnxsat.compression.report import CompressReport
 from onnxsat.html.charts import pareto_scatter
 from onnxsat.html.page import Page
 from onnxsat.html.scores import add_outcome, held_out_facts
+from onnxsat.latency import latency_phrase
 
 
 def compress_page(report: CompressReport) -> Page:
@@ -20,15 +21,7 @@ def compress_page(report: CompressReport) -> Page:
         ("seconds", f"{report.seconds:.1f}" + (" (stopped by the time budget)" if report.stopped_early else "")),
     ]
     if report.latency:
-        latency = report.latency
-        facts.append(
-            (
-                "latency",
-                f"{latency['original_ms']:.3f} ms -> {latency['compressed_ms']:.3f} ms ({latency['speedup']:.2f}x, "
-                f"ORT all optimizations, {int(latency['threads'])} thread(s), batch {int(latency['batch'])}, "
-                f"measured on {report.latency_where})",
-            )
-        )
+        facts.append(("latency", latency_phrase(report.latency, "original_ms", "compressed_ms", report.latency_where)))
     facts += held_out_facts(report.held_out)
     if report.recipe_path:
         facts.append(("recipe", f"{report.recipe_path} (onnxsat run rebuilds the model from it)"))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from onnxsat.html.page import Page
 from onnxsat.html.scores import add_outcome, held_out_facts
+from onnxsat.latency import latency_phrase
 from onnxsat.quantization.report import QuantizeReport
 
 
@@ -16,16 +17,7 @@ def quantize_page(report: QuantizeReport) -> Page:
         ("seconds", f"{report.seconds:.2f}"),
     ]
     if report.latency:
-        latency = report.latency
-        threads = int(latency["threads"])
-        facts.append(
-            (
-                "latency",
-                f"{latency['fp32_ms']:.3f} ms -> {latency['quantized_ms']:.3f} ms "
-                f"({latency['speedup']:.2f}x, ORT all optimizations, {threads} thread(s), "
-                f"batch {int(latency.get('batch', 1))})",
-            )
-        )
+        facts.append(("latency", latency_phrase(report.latency, "fp32_ms", "quantized_ms")))
     facts += held_out_facts(report.held_out)
     page.facts(facts)
     if report.trials:

@@ -6,6 +6,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from onnxsat.core import ReportBase
+from onnxsat.latency import latency_phrase
 from onnxsat.metrics import HeldOut, Score, with_score_headlines
 from onnxsat.metrics.text import summary_lines, table_lines
 from onnxsat.verification import VerificationResult
@@ -84,11 +85,7 @@ class QuantizeReport(ReportBase):
         quantized = sum(n.quantized for n in self.nodes)
         lines = [f"{self.chosen or 'nothing'}: {quantized} of {len(self.nodes)} quantizable nodes quantized"]
         if self.latency:
-            lines.append(
-                f"latency {self.latency['fp32_ms']:.2f} -> {self.latency['quantized_ms']:.2f} ms "
-                f"({self.latency['speedup']:.2f}x, ORT all, {int(self.latency['threads'])} thread(s), "
-                f"batch {int(self.latency.get('batch', 1))})"
-            )
+            lines.append("latency " + latency_phrase(self.latency, "fp32_ms", "quantized_ms"))
         lines += summary_lines(self.data, self.baseline, self.accuracy, self.held_out)
         return lines + self.notes
 
@@ -123,12 +120,7 @@ class QuantizeReport(ReportBase):
         if self.max_drop is not None:
             lines.append(f"budget: drop at most {self.max_drop:.2%} at {self.confidence:.0%} confidence")
         if self.latency:
-            lines.append(
-                f"latency (ORT all optimizations, {int(self.latency['threads'])} thread(s), batch "
-                f"{int(self.latency.get('batch', 1))}, median of interleaved rounds): original "
-                f"{self.latency['fp32_ms']:.3f} ms, quantized "
-                f"{self.latency['quantized_ms']:.3f} ms, {self.latency['speedup']:.2f}x"
-            )
+            lines.append("latency, original -> quantized: " + latency_phrase(self.latency, "fp32_ms", "quantized_ms"))
         if self.sizes:
             lines.append("file size: " + ", ".join(f"{k} {v:,} bytes" for k, v in self.sizes.items()))
         lines.extend(f"note: {note}" for note in self.notes)
