@@ -263,6 +263,7 @@ def test_a_budget_nothing_meets_writes_nothing_and_names_the_closest(
         (["--max-drop", "150%"], "--max-drop must be in [0%, 100%]"),
         (["--latency-batch", "0"], "--latency-batch must be at least 1"),
         (["--confidence", "0.3"], "--confidence must be in [0.5, 1)"),
+        (["--budget-minutes", "nan"], "--budget-minutes must be positive, got nan"),  # passed `<= 0`
     ],
 )
 def test_bad_settings_are_one_line(

@@ -58,6 +58,7 @@ from onnxsat.metrics.scorer import ModelScorer
 from onnxsat.options import float_list, option, percent
 from onnxsat.pruning.prune import association_trees, kept_multiple
 from onnxsat.quantization.quantize import applicable_modes, slower_nodes
+from onnxsat.time_budget import BUDGET_MINUTES, check_budget_minutes
 from onnxsat.verification import check_lossy, reference_run
 
 TECHNIQUES = ("prune", "quantize", "fuse")
@@ -98,7 +99,7 @@ class CompressOptions:
     latency_batch: int = option(1, type=int, help="batch size latency is measured at (default 1)")
     threads: int = option(1, type=int, help="intra-op threads latency is measured with (default 1)")
     budget_minutes: float = option(
-        20.0,
+        BUDGET_MINUTES,
         type=float,
         help="the whole run's time limit (the work before the search counts): a candidate starts only if, at the "
         "pace of the ones before it, it ends in time for the best so far to be fused, timed and verified by then",
@@ -125,8 +126,7 @@ class CompressOptions:
             raise SettingsError(f"--workers must be at least 1, got {self.workers}")
         if self.limit is not None and self.limit < 1:
             raise SettingsError(f"--limit must be at least 1, got {self.limit}")
-        if self.budget_minutes <= 0:
-            raise SettingsError(f"--budget-minutes must be positive, got {self.budget_minutes:g}")
+        check_budget_minutes(self.budget_minutes)
         unknown = [t for t in self.techniques if t not in TECHNIQUES]
         if unknown or not self.techniques:
             what = f"unknown technique {unknown[0]!r}" if unknown else "name at least one technique"

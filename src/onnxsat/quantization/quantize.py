@@ -72,6 +72,7 @@ from onnxsat.quantized_already import NARROW_TYPES, integer_op, quantized_note
 from onnxsat.runtime.isolated import crash_in_child, has_control_flow
 from onnxsat.surgery.graph_edit import consumers, drop_unused_initializers
 from onnxsat.surgery.surgeons.precision import Float16ToFloat32, store_in_float16
+from onnxsat.time_budget import BUDGET_MINUTES, OUT_OF_TIME, check_budget_minutes, out_of_time
 from onnxsat.verification import check_lossy, reference_run, run_model, session, with_outputs
 
 AUTO_MODE = "auto"
@@ -128,7 +129,9 @@ class QuantizeOptions:
     nodes pay, and how much, is measured at the batch the model will run at."""
     node_timing: bool = option(True, flag="--no-node-timing", negate=True, help="skip timing each node alone")
     budget_minutes: float = option(
-        20.0, type=float, help="stop the budget search after this long and keep the best model found (default 20)"
+        BUDGET_MINUTES,
+        type=float,
+        help=f"stop the budget search after this long and keep the best model found (default {BUDGET_MINUTES:g})",
     )
     """Leaving nodes in float for the budget measures each suspect node with a model build and a scoring run:
     on GPT-2 small, 20 s a node."""
@@ -151,8 +154,7 @@ class QuantizeOptions:
             raise SettingsError(f"--threads must be at least 1, got {self.threads}")
         if self.latency_batch < 1:
             raise SettingsError(f"--latency-batch must be at least 1, got {self.latency_batch}")
-        if not self.budget_minutes > 0:
-            raise SettingsError(f"--budget-minutes must be positive, got {self.budget_minutes:g}")
+        check_budget_minutes(self.budget_minutes)
         self.metric, self.fidelity = with_fidelity(self.metric, self.fidelity)
         check_spec(self.metric)
         check_confidence(self.confidence)
@@ -243,7 +245,7 @@ def quantize_model(
             half,
         )
     if _now() >= deadline:
-        report.notes.append(f"{OUT_OF_TIME} ({options.budget_minutes:g} min), with the best model found by then")
+        report.notes.append(f"{out_of_time(options.budget_minutes)}, with the best model found by then")
     try:
         chosen = _choose(candidates, options, report, given_size)
         if _integer_nodes(chosen.model) <= _integer_nodes(prepared):
@@ -862,7 +864,6 @@ def _bisect(
     return best
 
 
-OUT_OF_TIME = "the search stopped at --budget-minutes"
 _now = time.monotonic
 """The clock ``--budget-minutes`` is kept by (a test moves it)."""
 EXACT_DAMAGE_NODES = 32
