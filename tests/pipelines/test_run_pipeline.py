@@ -116,6 +116,18 @@ def test_a_failing_pass_stops_the_pipeline_and_nothing_is_written(
         ({"data": "missing.npz"}, "data: missing.npz: no such file or folder"),
         ({"passes": [{"type": "prune", "data": "gone/d.npz"}]}, "passes[0].data: gone/d.npz: no such file or folder"),
         ({"passes": [{"type": "sparsify", "data": "digitz", "max_drop": 0.01}]}, "unknown dataset 'digitz'"),
+        (
+            {"passes": [{"type": "sparsify", "data": "digits", "max_drop": 0.01, "budget_minutes": 0}]},
+            "passes[0]: --budget-minutes must be positive, got 0",
+        ),
+        (
+            {"passes": [{"type": "sparsify", "data": "digits", "max_drop": 0.01, "budget_minutes": "soon"}]},
+            "passes[0].budget_minutes: expected float, got str 'soon'",
+        ),
+        (
+            {"passes": [{"type": "sparsify", "data": "digits", "max_drop": 0.01, "budget_minute": 5}]},
+            "passes[0]: the sparsify pass has no key 'budget_minute'",
+        ),
         ({"outputs": "x.onnx"}, "pipeline: a pipeline file has no key 'outputs'"),
         ({"input_model": "missing.onnx"}, "input_model: "),
         ({"output_model": "no/such/folder/out.onnx"}, "output folder does not exist"),

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import numpy as np
@@ -162,6 +162,9 @@ def no_weights(path: Path) -> Path:
         (["--sparsity", "0.5", "--data", "EMPTY_DIR"], 12, ""),
         (["--sparsity", "0.5", "--data", "BAD_LABELS"], 12, "classes"),
         (["--sparsity", "0.5", "--model", "NO_WEIGHTS"], 9, "no prunable weights"),
+        (["--max-drop", "5%", "--data", "digits", "--budget-minutes", "0"], 9, "--budget-minutes must be positive"),
+        (["--sparsity", "0.5", "--budget-minutes=-2"], 9, "--budget-minutes must be positive, got -2"),
+        (["--sparsity", "0.5", "--budget-minutes", "nan"], 9, "--budget-minutes must be positive, got nan"),
     ],
     ids=[
         "full",
@@ -173,6 +176,9 @@ def no_weights(path: Path) -> Path:
         "empty",
         "labels",
         "no_weights",
+        "no_time",
+        "negative_time",
+        "nan_time",
     ],
 )
 def test_bad_input_is_one_line_and_writes_nothing(
@@ -399,3 +405,130 @@ def test_a_quantized_weight_is_not_said_to_be_folded(tmp_path: Path) -> None:
     notes = json.loads(report.read_text())["notes"]
     assert "1 weights computed from constants are left as they are: none of them folds" in notes
     assert not any(note.startswith("normalised first") for note in notes)
+
+
+def _clock_stops_after_a_fit(monkeypatch: pytest.MonkeyPatch, budget: float, minutes: float = 20.0) -> list[bool]:
+    """Moves sparsify's clock past ``minutes`` once the search has scored a level inside ``budget``; returns
+    the verdicts of the levels scored, in order."""
+    from onnxsat.sparsity import search
+
+    fits: list[bool] = []
+    drop = search.Evaluator.drop
+
+    def judged(self: search.Evaluator, masks: dict[str, np.ndarray]) -> tuple[float, object]:
+        found = drop(self, masks)
+        fits.append(found[1].fits(budget))
+        return found
+
+    monkeypatch.setattr(search.Evaluator, "drop", judged)
+    monkeypatch.setattr(search, "_now", lambda: minutes * 60 + 1 if any(fits) else 0.0)
+    return fits
+
+
+def test_a_search_out_of_time_writes_the_sparsest_level_found_inside_the_budget(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A face-embedding net's budget search ran 519 s (245 evaluations): with the clock past --budget-minutes
+    after the first level inside the budget, nothing more is evaluated, and that level is written, verified,
+    with the report, the page and the printed table saying the search stopped."""
+    source = mlp(tmp_path / "mlp.onnx")
+    data = labelled_data(source, tmp_path / "data.npz")
+    args = ["sparsify", str(source), "--max-drop", "5%", "--data", str(data), "--holdout", "0"]
+    free = tmp_path / "free.json"
+    assert main([*args, "-o", str(tmp_path / "free.onnx"), "--report", str(free)]) == 0
+    capsys.readouterr()
+    fits = _clock_stops_after_a_fit(monkeypatch, 0.05)
+    out, report, page = tmp_path / "out.onnx", tmp_path / "report.json", tmp_path / "report.html"
+    assert main([*args, "-o", str(out), "--report", str(report), "--html", str(page)]) == 0
+    found, unlimited = json.loads(report.read_text()), json.loads(free.read_text())
+    note = "the search stopped at --budget-minutes (20 min), with the sparsest level inside the budget found by then"
+    assert note in found["notes"] and not any("--budget-minutes" in n for n in unlimited["notes"])
+    assert note in capsys.readouterr().out and note in page.read_text()
+    assert fits == [True]  # the first level fitted: no other level, no sensitivity scan, was evaluated
+    search = found["search"]
+    assert [tried[0] for tried in search["trail"]] == ["uniform 0.050"] and "sensitivity" not in search
+    assert search["evaluations"] < unlimited["search"]["evaluations"]
+    assert search["chosen"] == "uniform" and found["overall"] == pytest.approx(0.05, abs=0.002)
+    assert found["overall"] < unlimited["overall"]
+    assert found["written"] and found["verification"]["ok"] and found["accuracy"]["drop"] <= 0.05
+    # the written model scores what the report says, inside the budget
+    x, labels = np.load(data)["inputs"], np.load(data)["labels"]
+    logits = ort.InferenceSession(str(out), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    assert (logits.argmax(axis=1) == labels).mean() == pytest.approx(found["accuracy"]["value"])
+    assert 1.0 - found["accuracy"]["value"] <= 0.05
+
+
+def test_a_search_out_of_time_before_any_level_fits_writes_the_model_unpruned(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Out of time before any level was scored: what sparsify writes when no level fits (the model as it was,
+    exit 0), with the note saying the time, not the budget, left it unpruned."""
+    from onnxsat.sparsity import search
+
+    source = mlp(tmp_path / "mlp.onnx")
+    data = labelled_data(source, tmp_path / "data.npz")
+    clock = iter([0.0])  # the run's start; every later reading is past the limit
+    monkeypatch.setattr(search, "_now", lambda: next(clock, 1e18))
+    out, report = tmp_path / "out.onnx", tmp_path / "report.json"
+    args = ["--max-drop", "5%", "--data", str(data), "--budget-minutes", "0.5", "--report", str(report)]
+    assert main(["sparsify", str(source), "-o", str(out), *args]) == 0
+    found = json.loads(report.read_text())
+    assert "the search stopped at --budget-minutes (0.5 min) before any level inside the budget was found: " in (
+        " ".join(found["notes"])
+    )
+    assert found["search"]["trail"] == [] and found["overall"] == 0.0 and found["verification"]["ok"]
+    assert found["search"]["evaluations"] == 1  # the dense reference alone
+    written, given = weights(out), weights(source)
+    assert all(np.array_equal(written[name], given[name]) for name in given)
+
+
+def test_the_searches_start_no_evaluation_past_the_deadline(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Measured on a clock that ticks once per evaluation: each search makes exactly the evaluations the
+    deadline leaves it, keeps the sparsest inside the budget among them, and says it was cut short."""
+    from onnxsat.data.sources import Dataset
+    from onnxsat.sparsity import search
+    from onnxsat.sparsity.methods import MaskResult, sparsity_masks
+    from onnxsat.sparsity.targets import sparsity_targets
+
+    path = mlp(tmp_path / "mlp.onnx")
+    model, values = onnx.load(path), weights(path)
+    targets = sparsity_targets(model)
+    x = np.random.default_rng(5).normal(size=(300, 16)).astype(np.float32)
+    evaluator = search.Evaluator(model, targets, values, Dataset(x, None, "random"), batch_size=64)
+    monkeypatch.setattr(search, "_now", lambda: float(evaluator.evaluations))
+
+    def masks_at(levels: float | Mapping[str, float]) -> MaskResult:
+        return sparsity_masks("relative", targets, values, levels, None)
+
+    free = search.search_uniform(evaluator, masks_at, 0.05)
+    assert len(free.trail) > 4
+    deadline = search.Deadline(4 / 60)  # four evaluations from now
+    before = evaluator.evaluations
+    cut = search.search_uniform(evaluator, masks_at, 0.05, deadline=deadline)
+    assert evaluator.evaluations - before == 4 and cut.trail == free.trail[:4] and deadline.reached
+    assert cut.chosen.sparsity == max(t.sparsity for t in cut.trail if t.fits)
+    # the sensitivity scan cut short: no tolerance is judged on curves it did not finish
+    deadline, before = search.Deadline(5 / 60), evaluator.evaluations
+    result, curves = search.search_per_layer(evaluator, masks_at, targets, 0.05, 0.1, deadline=deadline)
+    assert result is None and evaluator.evaluations - before == 5 and deadline.reached
+    assert sum(len(curve) for curve in curves.values()) < 2 * 9
+    never = search.Deadline()
+    assert search.search_uniform(evaluator, masks_at, 0.05, deadline=never).trail == free.trail
+    assert not never.reached
+
+
+def test_a_pipeline_sparsify_pass_takes_budget_minutes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The pass's ``budget_minutes`` key is the flag: read from the file, and kept by the search."""
+    source = mlp(tmp_path / "mlp.onnx")
+    labelled_data(source, tmp_path / "data.npz")
+    text = "input_model: mlp.onnx\noutput_model: out.onnx\nreport: pipe.json\npasses:\n"
+    text += "  - {type: sparsify, max_drop: 5%, data: data.npz, holdout: 0, budget_minutes: 0.5}\n"
+    (tmp_path / "pipe.yaml").write_text(text)
+    fits = _clock_stops_after_a_fit(monkeypatch, 0.05, minutes=0.5)
+    assert main(["run", str(tmp_path / "pipe.yaml")]) == 0
+    assert fits == [True] and (tmp_path / "out.onnx").exists()
+    note = "the search stopped at --budget-minutes (0.5 min), with the sparsest level inside the budget found by then"
+    assert note in capsys.readouterr().out
+    assert note in (tmp_path / "pipe.json").read_text()
