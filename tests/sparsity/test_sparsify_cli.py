@@ -458,28 +458,40 @@ def test_a_search_out_of_time_writes_the_sparsest_level_found_inside_the_budget(
     assert 1.0 - found["accuracy"]["value"] <= 0.05
 
 
-def test_a_search_out_of_time_before_any_level_fits_writes_the_model_unpruned(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+def test_a_search_out_of_time_before_any_level_fits_writes_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
 ) -> None:
-    """Out of time before any level was scored: what sparsify writes when no level fits (the model as it was,
-    exit 0), with the note saying the time, not the budget, left it unpruned."""
+    """Out of time before any level was scored: nothing written, exit 15, and the line says the time, not the
+    budget, was the reason."""
     from onnxsat.sparsity import search
 
     source = mlp(tmp_path / "mlp.onnx")
     data = labelled_data(source, tmp_path / "data.npz")
     clock = iter([0.0])  # the run's start; every later reading is past the limit
     monkeypatch.setattr(search, "_now", lambda: next(clock, 1e18))
-    out, report = tmp_path / "out.onnx", tmp_path / "report.json"
-    args = ["--max-drop", "5%", "--data", str(data), "--budget-minutes", "0.5", "--report", str(report)]
-    assert main(["sparsify", str(source), "-o", str(out), *args]) == 0
-    found = json.loads(report.read_text())
-    assert "the search stopped at --budget-minutes (0.5 min) before any level inside the budget was found: " in (
-        " ".join(found["notes"])
-    )
-    assert found["search"]["trail"] == [] and found["overall"] == 0.0 and found["verification"]["ok"]
-    assert found["search"]["evaluations"] == 1  # the dense reference alone
-    written, given = weights(out), weights(source)
-    assert all(np.array_equal(written[name], given[name]) for name in given)
+    out = tmp_path / "out.onnx"
+    args = ["--max-drop", "5%", "--data", str(data), "--budget-minutes", "0.5"]
+    assert main(["sparsify", str(source), "-o", str(out), *args]) == 15
+    err = capfd.readouterr().err
+    assert "the search stopped at --budget-minutes (0.5 min) before any level was scored; nothing written" in err
+    assert err.count("\n") == 1 and not out.exists()
+
+
+def test_a_budget_no_level_fits_writes_nothing_and_names_the_closest(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """A copy of the input at 0% sparsity and exit 0 read as success to a script; quantize and compress write
+    nothing when nothing fits, and sparsify now does the same, naming the level that came closest."""
+    from onnxsat.metrics.budget import Score
+
+    source = mlp(tmp_path / "mlp.onnx")
+    data = labelled_data(source, tmp_path / "data.npz")
+    monkeypatch.setattr(Score, "fits", lambda self, max_drop: False)  # every level outside, with its real drop
+    out = tmp_path / "out.onnx"
+    assert main(["sparsify", str(source), "-o", str(out), "--max-drop", "5%", "--data", str(data)]) == 15
+    err = capfd.readouterr().err
+    assert err.startswith("onnxsat: error: no sparsity level inside --max-drop 5.00%: the closest, ")
+    assert "nothing written" in err and err.count("\n") == 1 and not out.exists()
 
 
 def test_the_searches_start_no_evaluation_past_the_deadline(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

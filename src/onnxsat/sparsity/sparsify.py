@@ -31,7 +31,7 @@ from onnxsat.data.outputs import check_state, first_feeds, parse_stateful
 from onnxsat.data.sources import Dataset, load_dataset
 from onnxsat.eqsat.facts import NONDETERMINISTIC_OPS
 from onnxsat.eqsat.portable import portable_form
-from onnxsat.errors import SettingsError
+from onnxsat.errors import NothingPaysError, SettingsError
 from onnxsat.external_data import given_bytes, stored_bytes, tensor_value
 from onnxsat.inputs import InputSpec, random_inputs
 from onnxsat.metrics import (
@@ -52,7 +52,15 @@ from onnxsat.sparsity.bodies import lift_body_weights
 from onnxsat.sparsity.calibration import channel_norms
 from onnxsat.sparsity.methods import METHODS, MaskResult, check_sparsity, get_method, sparsity_masks
 from onnxsat.sparsity.report import SparsifyReport
-from onnxsat.sparsity.search import Deadline, Evaluator, MaskMaker, mask_maker, search_per_layer, search_uniform
+from onnxsat.sparsity.search import (
+    Deadline,
+    Evaluator,
+    MaskMaker,
+    Tried,
+    mask_maker,
+    search_per_layer,
+    search_uniform,
+)
 from onnxsat.sparsity.storage import to_sparse_initializers, with_masks
 from onnxsat.sparsity.targets import SparsityTarget, select, sparsity_targets
 from onnxsat.time_budget import BUDGET_MINUTES, check_budget_minutes, out_of_time
@@ -470,14 +478,25 @@ def _search(
     report.search["evaluations"] = evaluator.evaluations
     report.search["trail"] = trail
     report.accuracy = best.accuracy
+    if not any(tried.fits for tried in trail):
+        raise NothingPaysError(_nothing_fits(trail, options, deadline))
     if deadline.reached:
-        found = any(tried.fits for tried in trail)
         report.notes.append(
-            out_of_time(options.budget_minutes)
-            + (
-                ", with the sparsest level inside the budget found by then"
-                if found
-                else " before any level inside the budget was found: nothing pruned"
-            )
+            f"{out_of_time(options.budget_minutes)}, with the sparsest level inside the budget found by then"
         )
     return best.chosen
+
+
+def _nothing_fits(trail: list[Tried], options: SparsifyOptions, deadline: Deadline) -> str:
+    """Why no model is written: a copy of the input at 0% sparsity is no answer a script should take for one,
+    as ``quantize`` and ``compress`` write nothing when nothing fits; the closest level tried is named."""
+    assert options.max_drop is not None
+    if deadline.reached and not trail:
+        return f"{out_of_time(options.budget_minutes)} before any level was scored; nothing written"
+    closest = min(trail, key=lambda tried: tried.drop)
+    ran_out = f" found before --budget-minutes ({options.budget_minutes:g} min) ran out" if deadline.reached else ""
+    return (
+        f"no sparsity level inside --max-drop {options.max_drop:.2%}{ran_out}: the closest, {closest.what} "
+        f"({closest.sparsity:.1%} sparsity), dropped {closest.drop:.2%}; nothing written (a larger --max-drop or "
+        "lower --confidence lets one in)"
+    )
