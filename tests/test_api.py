@@ -18,6 +18,7 @@ from onnx import TensorProto, helper
 import onnxsat
 from onnxsat import model_io
 from onnxsat.errors import (
+    DataError,
     InputNotFoundError,
     InvalidModelError,
     NotOnnxError,
@@ -278,3 +279,46 @@ def test_no_module_of_the_package_hides_a_public_name() -> None:
     assert not public & modules
     for name in ("optimize", "sparsify", "prune", "quantize", "compress", "run_pipeline", "verify"):
         assert callable(getattr(onnxsat, name)), name
+
+
+def test_an_in_memory_model_is_taken_as_a_file_is(cnn_file: Path, tmp_path: Path) -> None:
+    """What an exporter or ``onnx.load`` returns goes in as it is, through the same checks as a file."""
+    output = tmp_path / "out.onnx"
+    report = onnxsat.optimize(onnx.load(cnn_file), output)
+    assert report.written and report.verification is not None and report.verification.ok
+    np.testing.assert_allclose(runs_in_ort(output), runs_in_ort(cnn_file), rtol=1e-4, atol=1e-5)
+    assert not Path(report.input).exists()  # the temporary copy is gone
+
+
+def test_an_in_memory_model_naming_external_data_is_refused(cnn_file: Path, tmp_path: Path) -> None:
+    model = onnx.load(cnn_file)
+    onnx.save(
+        model,
+        tmp_path / "split.onnx",
+        save_as_external_data=True,
+        all_tensors_to_one_file=True,
+        location="split.data",
+        size_threshold=0,
+    )
+    without_weights = onnx.load(tmp_path / "split.onnx", load_external_data=False)
+    with pytest.raises(InvalidModelError, match=r"onnx\.load"):
+        onnxsat.optimize(without_weights, tmp_path / "out.onnx")
+    assert not (tmp_path / "out.onnx").exists()
+
+
+def test_compress_keeps_an_in_memory_input_for_its_recipe(tmp_path: Path) -> None:
+    """The recipe replays from the original: an in-memory one is kept beside it, and only when a model is
+    written."""
+    from onnxsat.cli import main
+    from onnxsat.zoo.digits_cnn import bundled_digits_cnn
+
+    model, out = onnx.load(bundled_digits_cnn()), tmp_path / "small.onnx"
+    settings = {"data": "digits-train", "limit": 200, "techniques": ["prune"], "max_drop": 0.02, "workers": 1}
+    report = onnxsat.compress(model, out, **settings)
+    kept = tmp_path / "small.recipe.input.onnx"
+    assert report.written and kept.exists()
+    assert onnx.load(kept).graph == model.graph
+    assert main(["run", str(tmp_path / "small.recipe.yaml"), "-o", str(tmp_path / "replay.onnx")]) == 0
+    with pytest.raises(DataError):
+        onnxsat.compress(model, tmp_path / "none.onnx", **{**settings, "data": str(tmp_path / "missing.npz")})
+    assert not (tmp_path / "none.recipe.input.onnx").exists()

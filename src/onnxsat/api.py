@@ -1,5 +1,8 @@
 """The Python API: one function per pass, from file to file, through the same runner as the command line.
 
+The input may also be an ``onnx.ModelProto`` held in memory (what an exporter or ``onnx.load`` returns): it is
+written to a temporary folder and read from there, so it goes through the same checks as a file.
+
 Each function's keyword arguments are its options dataclass's fields (``onnxsat.optimize(..., target=
 "portable", max_seconds=10)``), or a ready ``options`` object; ``report`` also writes the report as JSON,
 ``inputs`` gives some inputs' values (a ``.npz`` feeds file or a mapping of names to arrays; the others
@@ -9,18 +12,24 @@ failed verification.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import contextlib
+import tempfile
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Union
 
 import numpy as np
+import onnx
 
 from onnxsat.compression.compress import CompressOptions
-from onnxsat.compression.recipe_file import write_recipe
+from onnxsat.compression.recipe_file import recipe_input_path, write_recipe
 from onnxsat.compression.report import CompressReport
 from onnxsat.core import Pass
 from onnxsat.eqsat.optimizer import OptimizeOptions
+from onnxsat.errors import InvalidModelError
+from onnxsat.external_data import has_external_data
 from onnxsat.inputs import InputSpec
+from onnxsat.model_io import save_model
 from onnxsat.passes.compress import CompressPass
 from onnxsat.passes.eqsat import EqsatPass
 from onnxsat.passes.prune import PrunePass
@@ -38,13 +47,15 @@ from onnxsat.sparsity.sparsify import SparsifyOptions
 from onnxsat.verification import DEFAULT_RUN_TIMEOUT, Tolerance
 
 PathLike = str | Path
+ModelLike = Union[PathLike, onnx.ModelProto]  # noqa: UP007  (a runtime alias)
+"""A model file's path, or the model itself."""
 Feeds = Union[PathLike, Mapping[str, Any], InputSpec, None]  # noqa: UP007  (a runtime alias)
 """Given input values: a ``.npz`` feeds file, a mapping of input names to arrays, or a ready spec."""
 
 
 def run_file(
     step: Pass,
-    input_path: PathLike,
+    input_path: ModelLike,
     output_path: PathLike,
     report: PathLike | None = None,
     inputs: InputSpec | None = None,
@@ -63,7 +74,32 @@ def run_file(
     settings = RunSettings(
         inputs=inputs or InputSpec(), tolerance=tolerance or Tolerance(), force=force, run_timeout=run_timeout
     )
-    return run_one(step, input_path, output_path, settings, report)
+    with model_file(input_path) as path:
+        return run_one(step, path, output_path, settings, report)
+
+
+@contextlib.contextmanager
+def model_file(model: ModelLike) -> Iterator[PathLike]:
+    """``model`` as a path: a path as it is; a ``ModelProto`` saved in a temporary folder, removed afterwards.
+
+    A model whose weights still point to external data files cannot be saved elsewhere (the paths are relative
+    to a folder it no longer knows): it is refused, with the two ways around it."""
+    if not isinstance(model, onnx.ModelProto):
+        yield model
+        return
+    with tempfile.TemporaryDirectory(prefix="onnxsat-api-") as folder:
+        path = Path(folder) / "model.onnx"
+        _save_in_memory(model, path)
+        yield path
+
+
+def _save_in_memory(model: onnx.ModelProto, path: Path) -> None:
+    if has_external_data(model):
+        raise InvalidModelError(
+            "the in-memory model's weights are in external data files it only names; load it with its weights "
+            "(onnx.load(path), which reads them) or pass the model's path instead"
+        )
+    save_model(model, path)
 
 
 def input_spec(input_shapes: Mapping[str, Sequence[int]] | None = None, inputs: Feeds = None) -> InputSpec:
@@ -78,7 +114,7 @@ def input_spec(input_shapes: Mapping[str, Sequence[int]] | None = None, inputs: 
 
 
 def optimize(
-    input_path: PathLike,
+    input_path: ModelLike,
     output_path: PathLike,
     options: OptimizeOptions | None = None,
     *,
@@ -101,7 +137,7 @@ def optimize(
 
 
 def sparsify(
-    input_path: PathLike,
+    input_path: ModelLike,
     output_path: PathLike,
     options: SparsifyOptions | None = None,
     *,
@@ -118,7 +154,7 @@ def sparsify(
 
 
 def quantize(
-    input_path: PathLike,
+    input_path: ModelLike,
     output_path: PathLike,
     options: QuantizeOptions | None = None,
     *,
@@ -135,7 +171,7 @@ def quantize(
 
 
 def prune(
-    input_path: PathLike,
+    input_path: ModelLike,
     output_path: PathLike,
     options: PruneOptions | None = None,
     *,
@@ -152,7 +188,7 @@ def prune(
 
 
 def compress(
-    input_path: PathLike,
+    input_path: ModelLike,
     output_path: PathLike,
     options: CompressOptions | None = None,
     *,
@@ -166,9 +202,23 @@ def compress(
     ``CompressOptions``' fields, e.g. ``data="digits-train", eval_data="digits-test", max_drop=0.005``)."""
     step = CompressPass(options or CompressOptions(**settings))
     spec = _spec(input_shapes, inputs)
-    result = run_file(step, input_path, output_path, report, spec, force=force)
-    if result.written:
-        write_recipe(result, input_path, output_path, spec or step.options.inputs)
+    if not isinstance(input_path, onnx.ModelProto):
+        result = run_file(step, input_path, output_path, report, spec, force=force)
+        if result.written:
+            write_recipe(result, input_path, output_path, spec or step.options.inputs)
+        return result
+    # the recipe replays from the original, so an in-memory one is kept beside it (removed if nothing is written)
+    kept = recipe_input_path(output_path)
+    _save_in_memory(input_path, kept)
+    written = False
+    try:
+        result = run_file(step, kept, output_path, report, spec, force=force)
+        if result.written:
+            write_recipe(result, kept, output_path, spec or step.options.inputs)
+        written = result.written
+    finally:
+        if not written:
+            kept.unlink(missing_ok=True)
     return result
 
 

@@ -28,6 +28,12 @@ def recipe_paths(output_path: str | Path) -> tuple[Path, Path, Path]:
     return output.with_name(names[0]), output.with_name(names[1]), output.with_name(names[2])
 
 
+def recipe_input_path(output_path: str | Path) -> Path:
+    """Where the Python API keeps an in-memory input beside the output, for the recipe to replay from."""
+    pipeline_path = recipe_paths(output_path)[0]
+    return pipeline_path.with_name(pipeline_path.name.replace(".recipe.yaml", ".recipe.input.onnx"))
+
+
 def write_recipe(report: CompressReport, input_path: str | Path, output_path: str | Path, inputs: InputSpec) -> Path:
     """Write the report's recipe and the samples it was built on beside ``output_path``; return the pipeline
     file's path."""
