@@ -494,6 +494,25 @@ def test_a_budget_no_level_fits_writes_nothing_and_names_the_closest(
     assert "nothing written" in err and err.count("\n") == 1 and not out.exists()
 
 
+def test_a_benchmark_may_take_the_unpruned_model_when_no_level_fits(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Experiment 3 measures every model it is given: there, no level inside the budget is a row at 0%, said."""
+    from onnxsat.metrics.budget import Score
+    from onnxsat.sparsity.sparsify import SparsifyOptions, sparsify_model
+
+    source = mlp(tmp_path / "mlp.onnx")
+    data = labelled_data(source, tmp_path / "data.npz")
+    monkeypatch.setattr(Score, "fits", lambda self, max_drop: False)
+    options = SparsifyOptions(sparsity=None, max_drop=0.05, data=str(data), holdout=0.0)
+    model, report = sparsify_model(onnx.load(source), options, unpruned_if_nothing_fits=True)
+    assert report.overall == 0.0
+    given = {t.name: numpy_helper.to_array(t) for t in onnx.load(source).graph.initializer}
+    assert all(np.array_equal(numpy_helper.to_array(t), given[t.name]) for t in model.graph.initializer)
+    assert any(note.startswith("no sparsity level inside --max-drop 5.00%") for note in report.notes)
+    assert any("the model is left unpruned" in note for note in report.notes)
+
+
 def test_the_searches_start_no_evaluation_past_the_deadline(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Measured on a clock that ticks once per evaluation: each search makes exactly the evaluations the
     deadline leaves it, keeps the sparsest inside the budget among them, and says it was cut short."""

@@ -264,9 +264,15 @@ def _weights_folded(
 
 
 def sparsify_model(
-    model: onnx.ModelProto, options: SparsifyOptions, source: str = "<memory>", base_dir: Path | None = None
+    model: onnx.ModelProto,
+    options: SparsifyOptions,
+    source: str = "<memory>",
+    base_dir: Path | None = None,
+    unpruned_if_nothing_fits: bool = False,
 ) -> tuple[onnx.ModelProto, SparsifyReport]:
-    """Prune ``model`` (left unchanged) as ``options`` say; return the result and its report."""
+    """Prune ``model`` (left unchanged) as ``options`` say; return the result and its report. A budget no level
+    fits raises ``NothingPaysError``, unless ``unpruned_if_nothing_fits`` (a benchmark measuring every model it
+    is given): then the model comes back unpruned."""
     start = time.perf_counter()
     options.check()
     deadline = Deadline(options.budget_minutes)  # the work before the search counts too
@@ -330,7 +336,7 @@ def sparsify_model(
         report.notes += evaluator.budget.blind_spots()
     if options.max_drop is not None:
         report.confidence = options.confidence
-        result = _search(evaluator, masks_at, targets, options, report, deadline)
+        result = _search(evaluator, masks_at, targets, options, report, deadline, not unpruned_if_nothing_fits)
         if held_out is not None:
             held = _evaluator(model, targets, weights, held_out, options, evaluator.budget.metrics, base_dir)
             _, score = held.drop(result.masks)
@@ -451,6 +457,7 @@ def _search(
     options: SparsifyOptions,
     report: SparsifyReport,
     deadline: Deadline,
+    refuse_nothing: bool = True,
 ) -> MaskResult:
     """The budget search: uniform, then per-layer if asked and the method allows it and there is time; the
     sparser wins. Cut short by ``deadline``, the sparsest inside the budget found by then, which the notes say."""
@@ -479,7 +486,9 @@ def _search(
     report.search["trail"] = trail
     report.accuracy = best.accuracy
     if not any(tried.fits for tried in trail):
-        raise NothingPaysError(_nothing_fits(trail, options, deadline))
+        if refuse_nothing:
+            raise NothingPaysError(_nothing_fits(trail, options, deadline, "nothing written"))
+        report.notes.append(_nothing_fits(trail, options, deadline, "the model is left unpruned"))
     if deadline.reached:
         report.notes.append(
             f"{out_of_time(options.budget_minutes)}, with the sparsest level inside the budget found by then"
@@ -487,16 +496,16 @@ def _search(
     return best.chosen
 
 
-def _nothing_fits(trail: list[Tried], options: SparsifyOptions, deadline: Deadline) -> str:
+def _nothing_fits(trail: list[Tried], options: SparsifyOptions, deadline: Deadline, outcome: str) -> str:
     """Why no model is written: a copy of the input at 0% sparsity is no answer a script should take for one,
     as ``quantize`` and ``compress`` write nothing when nothing fits; the closest level tried is named."""
     assert options.max_drop is not None
     if deadline.reached and not trail:
-        return f"{out_of_time(options.budget_minutes)} before any level was scored; nothing written"
+        return f"{out_of_time(options.budget_minutes)} before any level was scored; {outcome}"
     closest = min(trail, key=lambda tried: tried.drop)
     ran_out = f" found before --budget-minutes ({options.budget_minutes:g} min) ran out" if deadline.reached else ""
     return (
         f"no sparsity level inside --max-drop {options.max_drop:.2%}{ran_out}: the closest, {closest.what} "
-        f"({closest.sparsity:.1%} sparsity), dropped {closest.drop:.2%}; nothing written (a larger --max-drop or "
+        f"({closest.sparsity:.1%} sparsity), dropped {closest.drop:.2%}; {outcome} (a larger --max-drop or "
         "lower --confidence lets one in)"
     )

@@ -141,7 +141,7 @@ def search_sparsest(
         limit=len(dataset),
         batch_size=fixed_batch(model) or settings.batch_size,
     )
-    return sparsify_model(model, options, source=label)
+    return sparsify_model(model, options, source=label, unpruned_if_nothing_fits=True)  # measured as it is
 
 
 def batch_of(dataset: Dataset, size: int, dtype: type) -> np.ndarray:
