@@ -13,7 +13,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from onnxsat.eqsat.costs import disk_cache
 from onnxsat.quantization import node_speed
-from onnxsat.quantization.node_speed import NodeSpeed, node_speeds, quantizable_nodes
+from onnxsat.quantization.node_speed import CACHE_VERSION, NodeSpeed, node_speeds, quantizable_nodes
 
 
 @pytest.fixture(autouse=True)
@@ -129,7 +129,7 @@ def test_the_cache_is_written_then_read_without_timing(monkeypatch: pytest.Monke
     path = tmp_path / "cache" / "quant_speed" / f"{disk_cache.machine_key()}.json"
     entries = json.loads(path.read_text())["entries"]
     assert len(entries) == 3
-    assert all(key.endswith("|static|t1|v1") and entry["int8_us"] > 0 for key, entry in entries.items())
+    assert all(key.endswith(f"|static|t1|v{CACHE_VERSION}") and entry["int8_us"] > 0 for key, entry in entries.items())
 
     def refuse(*args: object, **kwargs: object) -> None:
         raise AssertionError("timed a node the cache holds")

@@ -29,6 +29,7 @@ from onnxsat.model_io import over_protobuf_limit
 from onnxsat.node_order import sort_graph
 from onnxsat.proto_fields import all_nodes, subgraph_captures
 from onnxsat.quantization.alone import quantize_alone
+from onnxsat.quantization.widening import widen_narrow_convolutions
 from onnxsat.quantized_already import narrow_weight_readers, quantized_nodes
 from onnxsat.registry import Registry
 from onnxsat.surgery.graph_edit import remove_where
@@ -256,7 +257,7 @@ def static(
     from onnxruntime.quantization import QuantFormat, QuantType, quantize_static
 
     assert calibration is not None
-    return _through_file(
+    quantized = _through_file(
         lambda target: quantize_static(
             _copy(model),
             target,
@@ -279,6 +280,8 @@ def static(
             **calibration.arguments(),  # type: ignore[arg-type]
         )
     )
+    widen_narrow_convolutions(quantized)
+    return quantized
 
 
 DYNAMIC_OPS = ("MatMul", "Gemm", "Attention", "LSTM")

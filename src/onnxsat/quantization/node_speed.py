@@ -48,6 +48,7 @@ from onnx import TensorProto, helper
 from onnxsat.eqsat.costs import disk_cache
 from onnxsat.eqsat.costs.microbench import MIN_IR_VERSION
 from onnxsat.eqsat.costs.signature import NodeSignature, TensorInfo
+from onnxsat.quantization.widening import widen_narrow_convolutions
 from onnxsat.quantized_already import quantized_nodes
 from onnxsat.timing import LEVELS, round_order, timing_session
 
@@ -56,7 +57,7 @@ log = logging.getLogger(__name__)
 QUANTIZABLE_OPS = frozenset({"Conv", "ConvTranspose", "MatMul", "Gemm"})
 """The ops whose weight (input 1) the quantizer turns to INT8."""
 MODES = ("static", "dynamic")
-CACHE_VERSION = 1
+CACHE_VERSION = 2
 """Part of every cache key: bump it when the measurement changes meaning (quantizer settings, core model)."""
 PER_CHANNEL_OPSET = 13
 """The first ai.onnx opset whose DequantizeLinear takes an ``axis`` (per-channel scales)."""
@@ -363,6 +364,8 @@ def quantize(job: OneNode, mode: str) -> onnx.ModelProto | None:
         else:
             quantize_dynamic(str(source), str(target), weight_type=QuantType.QInt8)
         result = onnx.load(str(target))
+    if mode == "static":
+        widen_narrow_convolutions(result)  # as the whole model's static mode does
     before = [n.op_type for n in job.model.graph.node]
     return None if [n.op_type for n in result.graph.node] == before else result
 
