@@ -282,6 +282,21 @@ def test_npz_labels_that_are_no_classes_are_regression_targets(
     assert loaded is not None and loaded.dtype == np.float64 and loaded.tolist() == expected
 
 
+@pytest.mark.parametrize("column", [np.array([[0], [1], [1]]), np.array([[3.0], [0.0], [9.0]])], ids=["0/1", "digits"])
+def test_a_column_of_classes_reads_as_one_class_per_sample(tmp_path: Path, column: np.ndarray) -> None:
+    """``[N, 1]`` whole numbers are the ``[N]`` classes they hold (they became one regression target each)."""
+    path = npz(tmp_path / "column.npz", inputs=np.ones((3, 4)), labels=column)
+    loaded = load_dataset(str(path), [None, 4]).labels
+    assert loaded is not None and loaded.dtype == np.int64 and loaded.tolist() == column[:, 0].tolist()
+
+
+def test_whole_float_targets_beyond_zero_and_one_stay_targets(tmp_path: Path) -> None:
+    """Counts or pixel coordinates stored as floats: a regression's targets, several per sample."""
+    labels = np.array([[3.0, 12.0], [0.0, 7.0], [5.0, 2.0]])
+    loaded = load_dataset(str(npz(tmp_path / "t.npz", inputs=np.ones((3, 4)), labels=labels)), [None, 4]).labels
+    assert loaded is not None and loaded.dtype == np.float64 and loaded.tolist() == labels.tolist()
+
+
 def test_one_hot_labels_are_classes(tmp_path: Path) -> None:
     """Keras' ``to_categorical`` rows: classes, not four targets per sample."""
     one_hot = np.eye(4, dtype=np.float32)[[2, 0, 3]]
@@ -399,6 +414,14 @@ BAD_INPUTS: dict[str, tuple[Case, str]] = {
     "integer labels below 0": (
         lambda t: (str(npz(t / "d.npz", inputs=np.ones((2, 2)), labels=np.array([-1, 3]))), [1, 2], {}),
         "labels must be classes 0 or more, found -1 (a regression's targets are floats)",
+    ),
+    "per-pixel 0/1 masks": (  # classes, but not one per sample: no regression's targets (R² against masks)
+        lambda t: (str(npz(t / "d.npz", inputs=np.ones((2, 2)), labels=np.ones((2, 3, 3), np.float32))), [1, 2], {}),
+        "labels of shape [2, 3, 3] hold whole numbers: classes, but not one per sample",
+    ),
+    "integer labels two per sample": (
+        lambda t: (str(npz(t / "d.npz", inputs=np.ones((2, 2)), labels=np.array([[1, 5], [2, 7]]))), [1, 2], {}),
+        "a regression's targets are floats",
     ),
     "a pipe named .npz": (
         lambda t: (str(_pipe(t / "d.npz")), [1, 2], {}),

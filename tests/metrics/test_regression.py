@@ -101,3 +101,20 @@ def test_a_class_metric_asked_for_on_regression_targets_is_one_line() -> None:
     targets, _ = regression(8)
     with pytest.raises(DataError, match="--metric top1 scores against class labels, and the data's labels are a"):
         Budget({"logits": RNG.normal(size=(8, 10))}, {}, labels=targets, metric="top1")
+
+
+def test_a_regression_word_inside_a_decision_name_is_no_regression() -> None:
+    """``target_prob``: a probability (of the target class), read as decisions against 0/1 labels."""
+    probability = RNG.uniform(size=(200, 1))
+    labels = (probability[:, 0] > 0.5).astype(np.int64)
+    assert choose("target_prob", probability, 0, labels=labels).metric.name == "binary"
+    assert choose("target", RNG.normal(size=(200, 1)), 0).metric.name == "r2"
+
+
+def test_a_regression_never_negative_with_exact_zeros_is_no_decision() -> None:
+    """A ReLU regression head (9% exact zeros): as ``binary`` at threshold 0 every answer was "yes", and a
+    model with every weight zeroed stayed inside a 1% budget."""
+    values = np.maximum(RNG.normal(loc=2.0, scale=2.0, size=(300, 1)), 0.0)
+    assert (values == 0).any() and values.max() > 1
+    choice = choose("pixel", values, 0)
+    assert choice.metric.name == "r2" and "all of one sign" in choice.why

@@ -60,6 +60,10 @@ look for inside other names (``mul``, ``zoom``)."""
 _REGRESSION_WORDS = frozenset({"variable", "value", "values", "target", "regression", "regressor", "price"})
 """Whole words naming a one-value output as a regression's, whatever the sign of its values: ``variable`` is
 what skl2onnx and onnxmltools call every regressor's output (a scikit-learn MLP, LightGBM, XGBoost)."""
+_DECISION_WORDS = frozenset(
+    {"prob", "probs", "probability", "probabilities", "logit", "logits", "score", "scores", "class", "label"}
+)
+"""Words that make a name with a regression's word in it a decision's (``target_prob``, ``value_logits``)."""
 _MAP_NAMES = ("seg", "mask", "logit", "class", "prob", "label", "sigmoid", "softmax", "score", "heatmap")
 """Names of outputs that hold per-pixel classes or scores (PP-OCR's ``sigmoid_0.tmp_0``)."""
 MAP_CLASSES = 5
@@ -104,13 +108,14 @@ def choose(
     if int(np.prod(shape, dtype=np.int64)) == 1:
         values = np.asarray(reference, dtype=np.float64)
         finite = values[np.isfinite(values)]
-        if finite.size and not unit_interval(values) and (finite.min() > 0 or finite.max() < 0):
+        if finite.size and not unit_interval(values) and (finite.min() >= 0 or finite.max() < 0):
             return Choice(
                 _unlabelled(METRICS["r2"]),
                 "one value per sample, all of one sign and not in [0, 1] (a regression, not a probability or a "
                 "logit): R² against the original's values",
             )
-        if _REGRESSION_WORDS & set(re.split(r"[^a-z0-9]+", name.lower())):
+        words = set(re.split(r"[^a-z0-9]+", name.lower()))
+        if _REGRESSION_WORDS & words and not _DECISION_WORDS & words:
             return Choice(
                 _unlabelled(METRICS["r2"]),
                 f"one value per sample, named like a regression's ({name!r}): R² against the original's values",
