@@ -118,3 +118,9 @@ def test_a_regression_never_negative_with_exact_zeros_is_no_decision() -> None:
     assert (values == 0).any() and values.max() > 1
     choice = choose("pixel", values, 0)
     assert choice.metric.name == "r2" and "all of one sign" in choice.why
+
+
+def test_skl2onnx_gaussian_process_outputs_are_regressions() -> None:
+    """``GPmean`` (both signs) and ``GPcovstd`` (tiny, in [0, 1]) were scored as decisions at 0 and 0.5."""
+    assert choose("GPmean", RNG.normal(size=(50, 1)), 0).metric.name == "r2"
+    assert choose("GPcovstd", RNG.uniform(0, 1e-5, size=(50, 1)), 0).metric.name == "r2"

@@ -60,6 +60,9 @@ look for inside other names (``mul``, ``zoom``)."""
 _REGRESSION_WORDS = frozenset({"variable", "value", "values", "target", "regression", "regressor", "price"})
 """Whole words naming a one-value output as a regression's, whatever the sign of its values: ``variable`` is
 what skl2onnx and onnxmltools call every regressor's output (a scikit-learn MLP, LightGBM, XGBoost)."""
+_REGRESSOR_OUTPUTS = frozenset({"gpmean", "gpcovstd"})
+"""Whole names converters give regressors' outputs: skl2onnx's Gaussian process (its mean and standard deviation;
+the mean's values are of both signs, the deviation's all in [0, 1e-5] on training rows: no rule on values tells)."""
 _DECISION_WORDS = frozenset(
     {"prob", "probs", "probability", "probabilities", "logit", "logits", "score", "scores", "class", "label"}
 )
@@ -115,7 +118,7 @@ def choose(
                 "logit): R² against the original's values",
             )
         words = set(re.split(r"[^a-z0-9]+", name.lower()))
-        if _REGRESSION_WORDS & words and not _DECISION_WORDS & words:
+        if (_REGRESSION_WORDS & words and not _DECISION_WORDS & words) or name.lower() in _REGRESSOR_OUTPUTS:
             return Choice(
                 _unlabelled(METRICS["r2"]),
                 f"one value per sample, named like a regression's ({name!r}): R² against the original's values",
