@@ -489,7 +489,7 @@ def _search(
         if refuse_nothing:
             raise NothingPaysError(_nothing_fits(trail, options, deadline, "nothing written"))
         report.notes.append(_nothing_fits(trail, options, deadline, "the model is left unpruned"))
-    if deadline.reached:
+    elif deadline.reached:
         report.notes.append(
             f"{out_of_time(options.budget_minutes)}, with the sparsest level inside the budget found by then"
         )
@@ -500,7 +500,7 @@ def _nothing_fits(trail: list[Tried], options: SparsifyOptions, deadline: Deadli
     """Why no model is written: a copy of the input at 0% sparsity is no answer a script should take for one,
     as ``quantize`` and ``compress`` write nothing when nothing fits; the closest level tried is named."""
     assert options.max_drop is not None
-    if deadline.reached and not trail:
+    if not trail:  # the scan tries a level first unless the time is out (--step is below 100%)
         return f"{out_of_time(options.budget_minutes)} before any level was scored; {outcome}"
     closest = min(trail, key=lambda tried: tried.drop)
     ran_out = f" found before --budget-minutes ({options.budget_minutes:g} min) ran out" if deadline.reached else ""
