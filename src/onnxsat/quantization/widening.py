@@ -20,7 +20,14 @@ import onnx
 from onnx import helper, numpy_helper
 
 from onnxsat.node_order import sort_graph
-from onnxsat.surgery.graph_edit import initializers, producers, remove_where, unique_name, used_names
+from onnxsat.surgery.graph_edit import (
+    drop_unused_initializers,
+    initializers,
+    producers,
+    remove_where,
+    unique_name,
+    used_names,
+)
 
 CHANNEL_MULTIPLE = 4
 """Input channels MLAS's indirect int8 convolution kernel packs together."""
@@ -51,18 +58,15 @@ def widen_narrow_convolutions(model: onnx.ModelProto) -> list[str]:
         wide_weight = numpy_helper.from_array(
             np.concatenate([values, zeros], axis=1), unique_name(graph, f"{weight.name}_widened", taken)
         )
-        taken.add(wide_weight.name)
         graph.initializer.append(wide_weight)
         pads = numpy_helper.from_array(
             np.array([0, 0, 0, 0, 0, extra, 0, 0], dtype=np.int64), unique_name(graph, f"{node.name}_pads", taken)
         )
-        taken.add(pads.name)
         graph.initializer.append(pads)
         quantized, scale, zero_point = input_dq.input[0], input_dq.input[1], input_dq.input[2]
         padded = unique_name(graph, f"{quantized}_widened", taken)
         dequantized = unique_name(graph, f"{padded}_dequantized", taken)
         wide_weight_float = unique_name(graph, f"{wide_weight.name}_dequantized", taken)
-        taken.update((padded, dequantized, wide_weight_float))
         added += [
             helper.make_node("Pad", [quantized, pads.name, zero_point], [padded], name=f"{node.name}_widen_input"),
             helper.make_node(
@@ -126,6 +130,4 @@ def _drop_unread(graph: onnx.GraphProto, replaced: list[onnx.NodeProto]) -> None
     read = {name for node in graph.node for name in node.input} | {o.name for o in graph.output}
     unread = {id(node): node for node in replaced if not set(node.output) & read}
     remove_where(graph.node, lambda node: id(node) in unread)
-    still = {name for node in graph.node for name in node.input}
-    weights = {node.input[0] for node in unread.values()}
-    remove_where(graph.initializer, lambda tensor: tensor.name in weights and tensor.name not in still)
+    drop_unused_initializers(graph, among=[node.input[0] for node in unread.values()])
