@@ -15,6 +15,8 @@ import onnx
 import onnxruntime as ort
 from onnx import TensorProto, helper
 
+from onnxsat.op_kinds import default_opset_version
+
 _ONNX_DOMAINS = ("", "ai.onnx", "ai.onnx.ml", "ai.onnx.training", "ai.onnx.preview.training")
 
 
@@ -54,9 +56,9 @@ def _loads(opset: int, ir_version: int) -> bool:
 def too_new_ir(model: onnx.ModelProto) -> str:
     """Why ONNX Runtime refuses ``model``'s IR version, said by what the user can change: the opset it was
     exported at (ORT names only the IR version, which no exporter exposes)."""
-    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), None)
+    opset = default_opset_version(model, missing=0)
     reads = f"ONNX Runtime {ort.__version__} reads IR version {runtime_ir_version()} at most"
-    if opset is None or opset <= runtime_opset():
+    if not opset or opset <= runtime_opset():
         return f"the model's IR version is {model.ir_version}; {reads}"
     return (
         f"the model uses ai.onnx opset {opset}, which needs IR version {model.ir_version}; {reads} and opset "

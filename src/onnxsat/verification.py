@@ -33,6 +33,7 @@ from onnxsat.external_data import expected_nbytes, iter_tensors, set_reference
 from onnxsat.inputs import InputsLike, InputSpec, declared_dims, fixed_dim
 from onnxsat.ir_version import too_new_ir
 from onnxsat.model_io import check_model, over_protobuf_limit
+from onnxsat.op_kinds import default_opset_version
 from onnxsat.output_values import as_array, map_keys
 from onnxsat.proto_fields import copy_fields, with_initializers_replaced
 
@@ -491,9 +492,9 @@ def _explain(model: onnx.ModelProto, message: str) -> str:
     implementation for AveragePool(1)``), and buries its newest opset in a C++ signature when a
     model is too new; the user needs the model's opset and which way to convert it.
     """
-    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), None)
+    opset = default_opset_version(model, missing=0)
     newest = _NEWEST_SUPPORTED.search(message)
-    if newest and opset is not None:
+    if newest and opset:
         return (
             f"ONNX Runtime {ort.__version__} supports ai.onnx up to opset {newest.group(1)} and the model uses "
             f"opset {opset}; convert it to opset {newest.group(1)} with onnx.version_converter"
@@ -507,7 +508,7 @@ def _explain(model: onnx.ModelProto, message: str) -> str:
     if refused_type:
         kind, op = refused_type.groups()
         return f"{message} (ONNX Runtime {ort.__version__} has no CPU kernel for {op} on {kind}: export it in float32)"
-    if "Could not find an implementation" in message and opset is not None:
+    if "Could not find an implementation" in message and opset:
         return (
             f"{message} (the model uses opset {opset} of ai.onnx; ONNX Runtime {ort.__version__} has no kernel for "
             "this op at that opset: convert the model to a newer opset with onnx.version_converter)"
