@@ -681,6 +681,75 @@ def test_node_timing_reads_a_reshape_target_and_a_mode_is_timed_whole_too(
     assert trial["note"].endswith("4.00x without; then the budget left 1 more in float: 7.00x")
 
 
+def test_a_node_barely_faster_alone_is_timed_whole_in_float_too(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A YOLO-style stem timed 1.14x quantized alone, yet the model ran 3% faster with it in float (its
+    activation fused into the float convolution, no int8 round trip over its output): a node barely faster
+    alone is timed whole left in float too, and the faster form kept, either way."""
+    from onnxsat.quantization import quantize as quantize_module
+
+    rng = np.random.default_rng(3)
+    graph = helper.make_graph(
+        [
+            helper.make_node("Conv", ["x", "w1"], ["c1"], name="stem", pads=[1, 1, 1, 1]),
+            helper.make_node("Relu", ["c1"], ["r1"], name="relu1"),
+            helper.make_node("Conv", ["r1", "w2"], ["c2"], name="body", pads=[1, 1, 1, 1]),
+            helper.make_node("GlobalAveragePool", ["c2"], ["pooled"], name="pool"),
+            helper.make_node("Flatten", ["pooled"], ["features"], name="flatten"),
+            helper.make_node("MatMul", ["features", "w3"], ["logits"], name="fc"),
+        ],
+        "stem_net",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 1, 8, 8])],
+        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["N", 10])],
+        [
+            numpy_helper.from_array(rng.normal(size=(8, 1, 3, 3)).astype(np.float32), "w1"),
+            numpy_helper.from_array(rng.normal(size=(8, 8, 3, 3)).astype(np.float32) * 0.3, "w2"),
+            numpy_helper.from_array(rng.normal(size=(8, 10)).astype(np.float32), "w3"),
+        ],
+    )
+    path = tmp_path / "stem.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), path)
+
+    def speeds(model: onnx.ModelProto, nodes: list[str], **_: object) -> dict[str, node_speed.NodeSpeed]:
+        return {name: node_speed.NodeSpeed(name, "Conv", 11.0 if name == "stem" else 30.0, 10.0) for name in nodes}
+
+    def stem_in_float(model: onnx.ModelProto) -> bool:
+        floats = {t.name for t in model.graph.initializer if t.data_type == TensorProto.FLOAT}
+        return any(node.name == "stem" and node.input[1] in floats for node in model.graph.node)
+
+    def latency_favouring(float_stem: bool) -> object:
+        def latency(original: onnx.ModelProto, candidate: onnx.ModelProto, *_: object) -> dict[str, float]:
+            speedup = 3.0 if stem_in_float(candidate) == float_stem else 2.5
+            return {"fp32_ms": 1.0, "quantized_ms": 1.0 / speedup, "speedup": speedup, "threads": 1.0}
+
+        return latency
+
+    monkeypatch.setattr(node_speed, "node_speeds", speeds)
+    args = ("--mode", "static", "--data", "digits-test", "--max-drop", "100%")
+    monkeypatch.setattr(quantize_module, "_latency", latency_favouring(float_stem=True))
+    code, report, out = quantize(path, tmp_path, *args)
+    assert code == 0, report
+    (trial,) = report["trials"]
+    assert (
+        trial["note"]
+        == "1 node barely faster alone (< 1.25x) kept in float: the model ran 2.50x with them, 3.00x without"
+    )
+    why = {node["node"]: node["why"] for node in report["nodes"] if not node["quantized"]}
+    assert why == {"stem": "faster in float in the whole model (1.10x alone)"}
+    assert stem_in_float(onnx.load(out)) and report["latency"]["speedup"] == pytest.approx(3.0)
+
+    monkeypatch.setattr(quantize_module, "_latency", latency_favouring(float_stem=False))
+    code, report, out = quantize(path, tmp_path, *args)
+    assert code == 0, report
+    (trial,) = report["trials"]
+    assert (
+        trial["note"] == "1 node barely faster alone (< 1.25x) quantized: the model ran 3.00x with them, 2.50x without"
+    )
+    assert all(node["quantized"] for node in report["nodes"] if node["op_type"] in ("Conv", "MatMul"))
+    assert not stem_in_float(onnx.load(out))
+
+
 def test_histogram_calibrators_get_batches_of_one_size() -> None:
     """ORT's entropy and percentile calibrators stack per-batch activations and refused 7 x 64 + 1 x 32 samples
     with "inhomogeneous shape": the smaller last batch is left out for them, kept for MinMax."""
