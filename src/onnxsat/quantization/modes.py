@@ -29,6 +29,7 @@ from onnxsat.model_io import over_protobuf_limit
 from onnxsat.node_order import sort_graph
 from onnxsat.proto_fields import all_nodes, subgraph_captures
 from onnxsat.quantization.alone import quantize_alone
+from onnxsat.quantization.opsets import INT4_OPSET, at_least_opset
 from onnxsat.quantization.widening import widen_narrow_convolutions
 from onnxsat.quantized_already import narrow_weight_readers, quantized_nodes
 from onnxsat.registry import Registry
@@ -358,11 +359,6 @@ def weight_only(
     return quantizer.model.model
 
 
-INT4_OPSET = 21
-"""The first opset whose tensors may be 4-bit: ORT's quantizer stamps it on a model whose embedding tables it
-quantizes, whatever ops the model holds (a ReduceMean with an ``axes`` attribute is then invalid)."""
-
-
 def embedding_tables(model: onnx.ModelProto, types: Sequence[int]) -> set[str]:
     """Names of the main graph's 2-D initializers of ``types``: the tables an embedding lookup reads."""
     return {t.name for t in model.graph.initializer if len(t.dims) == 2 and t.data_type in types}
@@ -375,19 +371,11 @@ def looks_up(node: onnx.NodeProto, tables: Collection[str]) -> bool:
 
 
 def _at_int4_opset(model: onnx.ModelProto) -> onnx.ModelProto | None:
-    """``model`` at opset 21 or later (ONNX's version converter), or None when it cannot be brought there."""
-    current = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), INT4_OPSET)
-    if current >= INT4_OPSET:
-        return model
-    from onnx import version_converter
-
+    """``model`` at opset 21 or later, or None when ONNX's converter cannot bring it there."""
     try:
-        converted = version_converter.convert_version(model, INT4_OPSET)
-        converted.ir_version = max(converted.ir_version, 10)
-        onnx.checker.check_model(converted)
+        return at_least_opset(model, INT4_OPSET)
     except Exception:  # the converter raises several types on ops it cannot lift
         return None
-    return converted
 
 
 MODES.register(

@@ -48,6 +48,8 @@ from onnx import TensorProto, helper
 from onnxsat.eqsat.costs import disk_cache
 from onnxsat.eqsat.costs.microbench import MIN_IR_VERSION
 from onnxsat.eqsat.costs.signature import NodeSignature, TensorInfo
+from onnxsat.op_kinds import default_opset_version
+from onnxsat.quantization.opsets import PER_CHANNEL_OPSET
 from onnxsat.quantization.widening import widen_narrow_convolutions
 from onnxsat.quantized_already import quantized_nodes
 from onnxsat.timing import LEVELS, round_order, timing_session
@@ -59,8 +61,6 @@ QUANTIZABLE_OPS = frozenset({"Conv", "ConvTranspose", "MatMul", "Gemm"})
 MODES = ("static", "dynamic")
 CACHE_VERSION = 2
 """Part of every cache key: bump it when the measurement changes meaning (quantizer settings, core model)."""
-PER_CHANNEL_OPSET = 13
-"""The first ai.onnx opset whose DequantizeLinear takes an ``axis`` (per-channel scales)."""
 CALIBRATION_SAMPLES = 3
 SEED = 0
 
@@ -164,7 +164,7 @@ def node_speeds(
         return {}
     inferred = _with_shapes(model, shapes or {})
     facts = _tensor_facts(inferred)
-    opset = _default_opset(model)
+    opset = default_opset_version(model, missing=PER_CHANNEL_OPSET)
     if mode == "static":  # per-channel DequantizeLinear (its axis) needs opset 13, and ORT's quantizer no longer
         opset = max(opset, PER_CHANNEL_OPSET)  # upgrades it; Conv, ConvTranspose, MatMul, Gemm mean the same there
     weights = {t.name: t for t in model.graph.initializer}
@@ -524,10 +524,6 @@ def _tensor_facts(model: onnx.ModelProto) -> dict[str, TensorFacts]:
         )
         facts[value.name] = (tensor.elem_type, shape)
     return facts
-
-
-def _default_opset(model: onnx.ModelProto) -> int:
-    return next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 13)
 
 
 # -------------------------------------------------------------------------------------------- cache

@@ -60,17 +60,18 @@ from onnxsat.metrics import (
 )
 from onnxsat.metrics.scorer import ModelScorer
 from onnxsat.normal_form import normal_form
-from onnxsat.op_kinds import FLOAT_TYPES
+from onnxsat.op_kinds import FLOAT_TYPES, default_opset_version
 from onnxsat.options import float_list, option, percent
 from onnxsat.proto_fields import all_graphs, all_nodes, bodies_of
 from onnxsat.quantization import node_speed
 from onnxsat.quantization.calibration import calibration_reader
 from onnxsat.quantization.modes import CALIBRATIONS, MODES, Calibration, QuantMode, embedding_tables, looks_up
+from onnxsat.quantization.opsets import PER_CHANNEL_OPSET, at_least_opset
 from onnxsat.quantization.report import ModeTrial, NodeDecision, QuantizeReport
 from onnxsat.quantization.tensor_types import type_from_runtime
 from onnxsat.quantized_already import NARROW_TYPES, integer_op, quantized_note
 from onnxsat.runtime.isolated import crash_in_child, has_control_flow
-from onnxsat.surgery.graph_edit import consumers, drop_unused_initializers
+from onnxsat.surgery.graph_edit import consumers
 from onnxsat.surgery.surgeons.precision import Float16ToFloat32, store_in_float16
 from onnxsat.time_budget import BUDGET_MINUTES, OUT_OF_TIME, check_budget_minutes, out_of_time
 from onnxsat.verification import check_lossy, reference_run, run_model, session, with_outputs
@@ -463,42 +464,19 @@ def _flatten_gemm_biases(graph: onnx.GraphProto) -> int:
 
 EVERY_NODE_IN_FLOAT = "every node stays in float (slower quantized, or excluded)"
 
-PER_CHANNEL_OPSET = 13
-"""Per-channel weights need DequantizeLinear's ``axis``, from opset 13; ORT's quantizer writes it whatever
-the model's opset, and ORT then refuses an opset-12 model (Paddle2ONNX exports are opset 11-12). Older
-models (the classic model-zoo CNNs are opset 7-9) are converted the same way."""
-
-
-OPSET_IR_VERSION = 7
-"""The IR version that came with opset 13."""
-
 
 def _at_least_opset(model: onnx.ModelProto, opset: int, report: QuantizeReport) -> onnx.ModelProto:
     """``model`` converted to ``opset`` when older (ONNX's version converter), as the report says."""
-    current = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), opset)
-    if current >= opset:
-        return model
-    from onnx import version_converter
-
+    current = default_opset_version(model, missing=opset)
     try:
-        converted = version_converter.convert_version(model, opset)
-        # the converter keeps the IR version: below 4 every initializer must also be a graph input, which
-        # the quantizer's new scales and zero points are not; there the listing was a formality, not an
-        # input a caller may override, and ORT neither folds nor pre-packs a weight listed as an input
-        if converted.ir_version < 4:
-            weights = {t.name for t in converted.graph.initializer}
-            inputs = [v for v in converted.graph.input if v.name not in weights]
-            del converted.graph.input[:]
-            converted.graph.input.extend(inputs)
-            drop_unused_initializers(converted.graph)  # the shapes folding left unread
-        converted.ir_version = max(converted.ir_version, OPSET_IR_VERSION)
-        onnx.checker.check_model(converted)
+        converted = at_least_opset(model, opset)
     except Exception as error:  # the converter raises several types on ops it cannot lift
         raise SettingsError(
             f"the model uses opset {current} and ONNX's converter cannot bring it to opset {opset}, which "
             f"per-channel quantization needs: {' '.join(str(error).split())[:160]}"
         ) from None
-    report.notes.append(f"converted from opset {current} to {opset} first (per-channel weights need it)")
+    if converted is not model:
+        report.notes.append(f"converted from opset {current} to {opset} first (per-channel weights need it)")
     return converted
 
 
