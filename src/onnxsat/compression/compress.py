@@ -57,7 +57,7 @@ from onnxsat.metrics import (
 from onnxsat.metrics.scorer import ModelScorer
 from onnxsat.options import float_list, option, percent
 from onnxsat.pruning.prune import association_trees, kept_multiple
-from onnxsat.quantization.quantize import applicable_modes, slower_nodes
+from onnxsat.quantization.quantize import NodeTimes, applicable_modes, slower_nodes
 from onnxsat.time_budget import BUDGET_MINUTES, check_budget_minutes
 from onnxsat.verification import check_lossy, reference_run
 
@@ -190,7 +190,7 @@ def compress_model(
     )
     feeds = _latency_feeds(model, search_data, input_name, options)
     timer = SideBySide(model, feeds, options.threads)
-    slow = _SlowNodes(options.inputs, options.threads)
+    float_sets = _FloatSets(options.inputs, options.threads)
     workers = options.workers or os.cpu_count() or 1
     with make_executor(options.ray, workers) as executor:
         report.evaluated_on = executor.name
@@ -199,7 +199,7 @@ def compress_model(
             began + options.budget_minutes * 60, width=workers,
         )  # fmt: skip
         progress = _Progress()
-        search = Search(problem, settings, executor, timer, slow, on_progress=progress.update)
+        search = Search(problem, settings, executor, timer, float_sets, on_progress=progress.update)
         original = Outcome(Recipe(), scorer.baseline, 0.0, None, len(problem.model))
         try:
             chosen = search.run(original)
@@ -358,21 +358,22 @@ def _latency_feeds(
     return {**options.inputs.given, **companions, name: samples.astype(dtype)}
 
 
-class _SlowNodes:
-    """``slower_nodes`` per (model, mode), measured here once; None when every node is slower quantized."""
+class _FloatSets:
+    """The forms of each (model, mode) worth building, as ``NodeTimes.float_sets``: nodes timed alone here
+    once, per model and mode; none when the mode's nodes cannot be timed (it is then quantized whole)."""
 
     def __init__(self, inputs: InputSpec, threads: int) -> None:
         self.inputs, self.threads = inputs, threads
-        self.cache: dict[tuple[str, str], tuple[str, ...] | None] = {}
+        self.cache: dict[tuple[str, str], dict[str, tuple[str, ...]]] = {}
 
-    def __call__(self, model: bytes, mode: str) -> tuple[str, ...] | None:
+    def __call__(self, model: bytes, mode: str) -> dict[str, tuple[str, ...]]:
         key = (hashlib.sha256(model).hexdigest(), mode)
         if key not in self.cache:
             try:
-                slow, count = slower_nodes(onnx.load_from_string(model), mode, self.inputs, self.threads)
+                times = slower_nodes(onnx.load_from_string(model), mode, self.inputs, self.threads)
             except Exception:  # timing is advice: a model it cannot time is quantized whole
-                slow, count = (), 1
-            self.cache[key] = slow if len(slow) < count else None
+                times = NodeTimes((), (), 1)
+            self.cache[key] = times.float_sets()
         return self.cache[key]
 
 

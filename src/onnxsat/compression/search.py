@@ -6,8 +6,11 @@ reconstruction or a quantizer's calibration, and scores it on the data) and they
 every stage proposes a batch of candidates that the executor builds and scores in parallel; the driver
 then times the ones inside the budget side by side on this machine.
 
-1. **Quantization of the original**, in each mode the ops call for; nodes measured slower quantized on
-   this machine stay in float. First, since it is often the largest single gain and the probes below
+1. **Quantization of the original**, in each mode the ops call for, in up to three forms timed whole: the
+   nodes measured slower quantized alone on this machine left in float, none left, and those with the ones
+   barely faster alone (timings alone do not add up: MobileNetV2's four depthwise convolutions slower alone
+   left in float made the model 1.47x where quantizing them too made it 2.16x). The pruned models are
+   quantized in the form that won here. First, since it is often the largest single gain and the probes below
    grow with the model: on a YOLO11n with 73 channel groups they spent a 3-minute budget before any
    quantized candidate was tried (then int8 alone ran 1.24x, inside the budget). The original fused is
    built beside them (lossless; its build time is what fusing the best will take, see **Time**).
@@ -121,8 +124,9 @@ class Search:
     settings: SearchSettings
     executor: Executor
     timer: SideBySide
-    slow_nodes: Callable[[bytes, str], tuple[str, ...] | None]
-    """Nodes of a model that run slower quantized in a mode, timed on this machine; None when all do."""
+    float_sets: Callable[[bytes, str], dict[str, tuple[str, ...]]]
+    """The sets of nodes worth leaving in float when a model is quantized in a mode, by what they hold (nodes
+    slower quantized alone, none...), the default first: each a form to build and time (``NodeTimes``)."""
     on_progress: Callable[[Evaluated | None, int], None] = lambda best, count: None
     evaluated: list[Evaluated] = field(default_factory=list)
     sensitivity: dict[str, float] = field(default_factory=dict)
@@ -134,7 +138,10 @@ class Search:
     stopped_early: bool = False
     _cache: dict[Recipe, Evaluated] = field(default_factory=dict)
     _slow: dict[Recipe, tuple[str, ...]] = field(default_factory=dict)
-    """Per quantized recipe as proposed: the nodes measured slower quantized, left in float."""
+    """Per quantized recipe as proposed: the nodes it leaves in float for their speed."""
+    _form: dict[str, str] = field(default_factory=dict)
+    """Per mode, the float set (by what it holds) whose form ran fastest on the first model quantized: the one
+    proposed for the models after it."""
     _node_counts: dict[int, int] = field(default_factory=dict)
     _timing_seconds: float = 0.0
     """The longest time one model's side-by-side timing has taken so far (with its share of the original's)."""
@@ -186,21 +193,34 @@ class Search:
         self._best = _pick(finalists)
 
     def _quantized(self, bases: Sequence[Evaluated], also: Sequence[Recipe] = ()) -> None:
-        """Each of ``bases`` quantized in each mode the ops call for, with what the budget has left after it;
-        nodes measured slower quantized stay in float. ``also``: recipes built in the same batch."""
+        """Each of ``bases`` quantized in each mode the ops call for, with what the budget has left after it.
+        Nodes timed alone do not add up (a node left in float for its speed costs its neighbours a quantize and
+        a dequantize; one quantized for its speed may cost them a fused activation), so the first base is
+        quantized in each form its float sets give, all timed; the bases after it in the form of the set that
+        ran fastest there. ``also``: recipes built in the same batch."""
         recipes = list(also)
+        forms: dict[Recipe, tuple[str, str]] = {}
         for number, base in enumerate(bases):
             if number and not self._time_left():  # timing a base's nodes takes a while on a big model
                 break
             for mode in self.settings.modes:
-                slow = self.slow_nodes(self._model(base), mode)
-                if slow is None:
-                    continue  # nothing in this mode is faster quantized here
-                recipe = base.recipe.with_quantize(mode, self.settings.max_drop, slow)
-                self._slow[recipe] = slow
-                recipes.append(recipe)
-        if recipes:
-            self._time(self.batch("quantize", recipes))
+                sets = self.float_sets(self._model(base), mode)
+                if mode in self._form:
+                    label = self._form[mode] if self._form[mode] in sets else next(iter(sets), None)
+                    sets = {label: sets[label]} if label is not None else {}
+                for label, keep in sets.items():
+                    recipe = base.recipe.with_quantize(mode, self.settings.max_drop, keep)
+                    self._slow[recipe] = keep
+                    forms[recipe] = (mode, label)
+                    recipes.append(recipe)
+        if not recipes:
+            return
+        results = self.batch("quantize", recipes)
+        self._time(results)
+        for mode in self.settings.modes:
+            timed = [r for r in self._inside(results) if forms.get(r.requested, ("",))[0] == mode]
+            if mode not in self._form and timed:
+                self._form[mode] = forms[_pick(timed).requested][1]
 
     def _sensitivity(self) -> None:
         probes = {group: Recipe.pruned({group: PROBE_RATE}) for group in self.settings.groups}

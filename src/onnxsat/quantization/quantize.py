@@ -26,6 +26,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import onnx
@@ -1180,18 +1181,41 @@ def applicable_modes(model: onnx.ModelProto) -> list[str]:
         return []
 
 
-def slower_nodes(model: onnx.ModelProto, mode: str, inputs: InputSpec, threads: int = 1) -> tuple[tuple[str, ...], int]:
-    """(nodes of ``model`` that run slower quantized in ``mode`` than in float, each timed alone on this
-    machine; how many nodes the mode quantizes, as quantize searches them: those with a constant weight and
-    those reading float values, a MatMul whose weight is dequantized at run time for one). Names are as
-    quantization names them: what a caller that quantizes elsewhere (compress's workers) should leave in
-    float. Modes that are not timed per node (weight-only) give none."""
+class NodeTimes(NamedTuple):
+    """A mode's nodes, each timed alone on this machine (``slower_nodes``)."""
+
+    slow: tuple[str, ...]
+    """Slower quantized than in float."""
+    barely: tuple[str, ...]
+    """Faster quantized by less than ``MARGINAL``."""
+    count: int
+    """Every node the mode quantizes."""
+
+    def float_sets(self) -> dict[str, tuple[str, ...]]:
+        """The sets of nodes worth leaving in float, by what they hold, the measured default first; each is a
+        form to build and time whole, since timings alone do not add up (quantize's ``_start_mode`` times the
+        same forms). A set that leaves every node in float is no form."""
+        sets = {"slower alone": self.slow, "none": (), "slower or barely faster alone": self.slow + self.barely}
+        kept: dict[str, tuple[str, ...]] = {}
+        for label, nodes in sets.items():
+            if len(nodes) < self.count and tuple(sorted(nodes)) not in kept.values():
+                kept[label] = tuple(sorted(nodes))
+        return kept
+
+
+def slower_nodes(model: onnx.ModelProto, mode: str, inputs: InputSpec, threads: int = 1) -> NodeTimes:
+    """The nodes of ``model`` that run slower, or barely faster, quantized in ``mode`` than in float, each
+    timed alone on this machine, and how many nodes the mode quantizes, as quantize searches them: those with
+    a constant weight and those reading float values, a MatMul whose weight is dequantized at run time for
+    one. Names are as quantization names them: what a caller that quantizes elsewhere (compress's workers)
+    may leave in float. Modes that are not timed per node (weight-only) give none."""
     options = QuantizeOptions(mode=mode, inputs=inputs, threads=threads)
     report = QuantizeReport(input="<memory>", output=None, mode=mode, max_drop=None)
     prepared, _ = _prepare(model, options, None, report)
     count = len(_mode_nodes(prepared, MODES[mode]))
     nodes = [n.name for n in _weighted_nodes(prepared) if n.op_type in MODES[mode].ops]
     if mode not in ("static", "dynamic"):
-        return (), count
+        return NodeTimes((), (), count)
     speeds = _node_speeds(prepared, nodes, mode, inputs.dims(), threads)
-    return tuple(sorted(name for name, ratio in speeds.items() if ratio < SLOWER)), count
+    slow = tuple(sorted(name for name, ratio in speeds.items() if ratio < SLOWER))
+    return NodeTimes(slow, tuple(sorted(name for name, ratio in speeds.items() if SLOWER <= ratio < MARGINAL)), count)
