@@ -3,6 +3,9 @@ reported alike, so the commands cannot drift apart in what they accept or how th
 
 from __future__ import annotations
 
+import math
+import time
+
 from onnxsat.errors import SettingsError
 
 BUDGET_MINUTES = 20.0
@@ -20,3 +23,32 @@ def check_budget_minutes(minutes: float) -> None:
 def out_of_time(minutes: float) -> str:
     """The start of the report's note for a search cut short: ``OUT_OF_TIME`` with the limit it kept."""
     return f"{OUT_OF_TIME} ({minutes:g} min)"
+
+
+_now = time.monotonic
+"""The clock ``--budget-minutes`` is kept by (a test moves it)."""
+
+
+class Deadline:
+    """When a search stops starting evaluations, and whether it had to: an evaluation runs the data through a
+    model, so the limit is checked before each one, never in the middle of one."""
+
+    def __init__(self, minutes: float = math.inf, at: float | None = None) -> None:
+        self.at = _now() + minutes * 60 if at is None else at
+        self.reached = False
+        """Set once ``passed`` said so: some evaluation a search would have made was not made."""
+
+    def passed(self) -> bool:
+        """Whether the time is out; asked before an evaluation, which is skipped when it is."""
+        self.reached = self.reached or _now() >= self.at
+        return self.reached
+
+    def halfway(self) -> Deadline:
+        """Half the time left, from now: a first step that must leave the rest for a second."""
+        now = _now()
+        return Deadline(at=now + max(0.0, self.at - now) / 2)
+
+
+def late(deadline: Deadline | None) -> bool:
+    """Whether a search given ``deadline`` (None: no limit, as the Python API's callers may have it) must stop."""
+    return deadline is not None and deadline.passed()

@@ -14,6 +14,7 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
+from onnxsat import time_budget
 from onnxsat.cli import main
 from onnxsat.normal_form import with_restated_inputs
 from onnxsat.quantization import node_speed
@@ -460,7 +461,6 @@ def test_the_budget_search_stops_at_its_time_budget(
     """Time runs out after the first node measured alone: the others are ranked by the one-run estimate,
     the bisection is not run, and the report says the search stopped; nothing fits, so nothing is written."""
     from onnxsat.metrics.scorer import ModelScorer
-    from onnxsat.quantization import quantize as quantize_module
 
     judged = []
     judge = ModelScorer.judge
@@ -470,7 +470,7 @@ def test_the_budget_search_stops_at_its_time_budget(
         return judge(self, candidate)
 
     monkeypatch.setattr(ModelScorer, "judge", judge_once)
-    monkeypatch.setattr(quantize_module, "_now", lambda: 1e18 if judged else 0.0)
+    monkeypatch.setattr(time_budget, "_now", lambda: 1e18 if judged else 0.0)
     args = ["--mode", "static", "--no-node-timing", "--metric", "snr", *DIGITS, "--max-drop", "0"]
     code, report, out = quantize(bundled_digits_cnn(), tmp_path, *args)
     assert code != 0 and not out.exists() and len(judged) == 1
@@ -528,7 +528,7 @@ def test_a_budget_search_cut_short_keeps_what_it_found(tmp_path: Path, monkeypat
         return result
 
     monkeypatch.setattr(quantize_module.ModelScorer, "score", score_counting)
-    monkeypatch.setattr(quantize_module, "_now", lambda: 1e18 if any(scored[1:]) else 0.0)  # after a fit
+    monkeypatch.setattr(time_budget, "_now", lambda: 1e18 if any(scored[1:]) else 0.0)  # after a fit
     code, report, out = quantize(bundled_digits_cnn(), tmp_path, *args, "--max-drop", repr(budget))
     assert code == 0 and out.exists() and report["accuracy"]["drop"] <= budget
     assert any(note.startswith("the search stopped at --budget-minutes (20 min)") for note in report["notes"])
@@ -549,7 +549,7 @@ def test_modes_after_the_first_are_not_tried_once_the_time_is_out(
         return score(self, candidate)
 
     monkeypatch.setattr(quantize_module.ModelScorer, "score", score_counting)
-    monkeypatch.setattr(quantize_module, "_now", lambda: 1e18 if scored else 0.0)
+    monkeypatch.setattr(time_budget, "_now", lambda: 1e18 if scored else 0.0)
     _, report, _ = quantize(bundled_digits_cnn(), tmp_path, "--no-node-timing", *DIGITS)
     first, *rest = report["trials"]
     assert first["error"] is None and first["quantized"] > 0

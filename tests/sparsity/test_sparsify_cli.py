@@ -12,6 +12,7 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
+from onnxsat import time_budget
 from onnxsat.cli import main
 from onnxsat.zoo.digits_cnn import bundled_digits_cnn
 
@@ -421,7 +422,7 @@ def _clock_stops_after_a_fit(monkeypatch: pytest.MonkeyPatch, budget: float, min
         return found
 
     monkeypatch.setattr(search.Evaluator, "drop", judged)
-    monkeypatch.setattr(search, "_now", lambda: minutes * 60 + 1 if any(fits) else 0.0)
+    monkeypatch.setattr(time_budget, "_now", lambda: minutes * 60 + 1 if any(fits) else 0.0)
     return fits
 
 
@@ -463,12 +464,11 @@ def test_a_search_out_of_time_before_any_level_fits_writes_nothing(
 ) -> None:
     """Out of time before any level was scored: nothing written, exit 15, and the line says the time, not the
     budget, was the reason."""
-    from onnxsat.sparsity import search
 
     source = mlp(tmp_path / "mlp.onnx")
     data = labelled_data(source, tmp_path / "data.npz")
     clock = iter([0.0])  # the run's start; every later reading is past the limit
-    monkeypatch.setattr(search, "_now", lambda: next(clock, 1e18))
+    monkeypatch.setattr(time_budget, "_now", lambda: next(clock, 1e18))
     out = tmp_path / "out.onnx"
     args = ["--max-drop", "5%", "--data", str(data), "--budget-minutes", "0.5"]
     assert main(["sparsify", str(source), "-o", str(out), *args]) == 15
@@ -526,24 +526,24 @@ def test_the_searches_start_no_evaluation_past_the_deadline(tmp_path: Path, monk
     targets = sparsity_targets(model)
     x = np.random.default_rng(5).normal(size=(300, 16)).astype(np.float32)
     evaluator = search.Evaluator(model, targets, values, Dataset(x, None, "random"), batch_size=64)
-    monkeypatch.setattr(search, "_now", lambda: float(evaluator.evaluations))
+    monkeypatch.setattr(time_budget, "_now", lambda: float(evaluator.evaluations))
 
     def masks_at(levels: float | Mapping[str, float]) -> MaskResult:
         return sparsity_masks("relative", targets, values, levels, None)
 
     free = search.search_uniform(evaluator, masks_at, 0.05)
     assert len(free.trail) > 4
-    deadline = search.Deadline(4 / 60)  # four evaluations from now
+    deadline = time_budget.Deadline(4 / 60)  # four evaluations from now
     before = evaluator.evaluations
     cut = search.search_uniform(evaluator, masks_at, 0.05, deadline=deadline)
     assert evaluator.evaluations - before == 4 and cut.trail == free.trail[:4] and deadline.reached
     assert cut.chosen.sparsity == max(t.sparsity for t in cut.trail if t.fits)
     # the sensitivity scan cut short: no tolerance is judged on curves it did not finish
-    deadline, before = search.Deadline(5 / 60), evaluator.evaluations
+    deadline, before = time_budget.Deadline(5 / 60), evaluator.evaluations
     result, curves = search.search_per_layer(evaluator, masks_at, targets, 0.05, 0.1, deadline=deadline)
     assert result is None and evaluator.evaluations - before == 5 and deadline.reached
     assert sum(len(curve) for curve in curves.values()) < 2 * 9
-    never = search.Deadline()
+    never = time_budget.Deadline()
     assert search.search_uniform(evaluator, masks_at, 0.05, deadline=never).trail == free.trail
     assert not never.reached
 

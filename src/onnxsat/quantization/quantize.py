@@ -74,7 +74,7 @@ from onnxsat.quantized_already import NARROW_TYPES, integer_op, quantized_note
 from onnxsat.runtime.isolated import crash_in_child, has_control_flow
 from onnxsat.surgery.graph_edit import consumers
 from onnxsat.surgery.surgeons.precision import Float16ToFloat32, store_in_float16
-from onnxsat.time_budget import BUDGET_MINUTES, OUT_OF_TIME, check_budget_minutes, out_of_time
+from onnxsat.time_budget import BUDGET_MINUTES, OUT_OF_TIME, Deadline, check_budget_minutes, late, out_of_time
 from onnxsat.verification import check_lossy, reference_run, run_model, session, with_outputs
 
 AUTO_MODE = "auto"
@@ -194,7 +194,7 @@ def quantize_model(
     options.check()
     options = replace(options, inputs=with_data_rows(options.inputs, options.data))  # inputs --data feeds per sample
     given_size = given_bytes(model, source)
-    deadline = _now() + options.budget_minutes * 60
+    deadline = Deadline(options.budget_minutes)
     report = QuantizeReport(input=source, output=None, mode=options.mode, max_drop=options.max_drop)
     report.confidence = options.confidence
     given, model_input, dataset = _budget_data(model, options, report)  # data that does not fit is said first
@@ -250,7 +250,7 @@ def quantize_model(
             deadline,
             half,
         )
-    if _now() >= deadline:
+    if deadline.passed():
         report.notes.append(f"{out_of_time(options.budget_minutes)}, with the best model found by then")
     try:
         chosen = _choose(candidates, options, report, given_size)
@@ -606,7 +606,7 @@ def _search_modes(
     check_feeds: Mapping[str, np.ndarray],
     time_model: Callable[[onnx.ModelProto], dict[str, float]],
     shapes: Mapping[str, Sequence[int]],
-    deadline: float = math.inf,
+    deadline: Deadline | None = None,
     half: frozenset[str] = frozenset(),
 ) -> list[Candidate]:
     """Each mode's best model inside the budget (see the module docstring); a trial per mode says how it went.
@@ -622,7 +622,7 @@ def _search_modes(
     for mode in modes:
         trial = ModeTrial(mode.name)
         report.trials.append(trial)
-        if report.trials[:-1] and _now() >= deadline:  # the first mode is tried whatever the time: else nothing is
+        if report.trials[:-1] and late(deadline):  # the first mode is tried whatever the time: else nothing is
             trial.error = f"not tried: {OUT_OF_TIME}"
             continue
         clock, evaluations = time.perf_counter(), scorer.evaluations
@@ -645,7 +645,7 @@ def _search_modes(
             than = f"{leader.mode} ({best:.2f}x), which fits the budget" if leader else "float"
             trial.error = f"not searched: with every node quantized it runs {full.speedup:.2f}x, no faster than {than}"
             continue
-        if _now() >= deadline:
+        if late(deadline):
             trial.error = f"not searched: {OUT_OF_TIME}"
             continue
         clock, evaluations = time.perf_counter(), scorer.evaluations
@@ -803,14 +803,14 @@ def _within_budget(
     scorer: ModelScorer,
     build: Callable[..., onnx.ModelProto],
     trial: ModeTrial,
-    deadline: float = math.inf,
+    deadline: Deadline | None = None,
 ) -> Candidate | None:
     """Leave the fewest most damaging nodes in float so the drop fits: damage ranked (see ``_damage``), then
     a bisection on how many of the worst to leave out. Both stop at ``deadline`` with what they have; the
     damage measurements get half the time left, so the bisection always runs."""
     ordered = _damage(model, candidate, nodes, scorer, build, EXACT_DAMAGE_NODES, _halfway(deadline))
     best = _bisect([name for name, _ in ordered], budget, scorer, build, deadline)
-    if best is None and len(nodes) > EXACT_DAMAGE_NODES and _now() < deadline:
+    if best is None and len(nodes) > EXACT_DAMAGE_NODES and not late(deadline):
         # the estimate misled: measure every node alone
         ordered = _damage(model, candidate, nodes, scorer, build, len(nodes), _halfway(deadline))
         best = _bisect([name for name, _ in ordered], budget, scorer, build, deadline)
@@ -819,7 +819,7 @@ def _within_budget(
     fully += f", against {budget:.2%}"
     trial.worst = ordered[:WORST_SHOWN]
     if best is None:
-        if _now() >= deadline:  # cut short: it cannot say that none fits
+        if late(deadline):  # cut short: it cannot say that none fits
             trial.error = f"no subset of nodes inside the budget found before --budget-minutes ran out ({fully})"
         else:
             trial.error = f"no subset of nodes fits the budget ({fully})"
@@ -839,10 +839,9 @@ def _within_budget(
     return Candidate(candidate.mode, quantized, excluded, score, damage, candidate.speeds)
 
 
-def _halfway(deadline: float) -> float:
-    """Half the time left until ``deadline``, from now."""
-    now = _now()
-    return now + max(0.0, deadline - now) / 2
+def _halfway(deadline: Deadline | None) -> Deadline | None:
+    """Half the time left until ``deadline``, from now (None: no limit)."""
+    return deadline.halfway() if deadline is not None else None
 
 
 def _bisect(
@@ -850,13 +849,13 @@ def _bisect(
     budget: float,
     scorer: ModelScorer,
     build: Callable[..., onnx.ModelProto],
-    deadline: float = math.inf,
+    deadline: Deadline | None = None,
 ) -> tuple[int, onnx.ModelProto, Score] | None:
     """The fewest of the first ``ranked`` nodes to leave in float for the drop to fit (drops are nearly
     monotone in that count); None when leaving all but one out still does not fit. At ``deadline``, the
     fewest found so far."""
     low, high, best = 1, len(ranked) - 1, None
-    while low <= high and _now() < deadline:
+    while low <= high and not late(deadline):
         middle = (low + high) // 2
         try:
             quantized = build(ranked[:middle])
@@ -871,7 +870,6 @@ def _bisect(
     return best
 
 
-_now = time.monotonic
 """The clock ``--budget-minutes`` is kept by (a test moves it)."""
 EXACT_DAMAGE_NODES = 32
 """At most this many nodes have their damage measured exactly (quantized alone, the model scored); the
@@ -892,7 +890,7 @@ def _damage(
     scorer: ModelScorer,
     build: Callable[..., onnx.ModelProto],
     exact_limit: int,
-    deadline: float = math.inf,
+    deadline: Deadline | None = None,
 ) -> list[tuple[str, float]]:
     """The nodes, most damaging first, with the damage measured. Exactly, for up to ``exact_limit``:
     the scored outputs' relative change with that node alone quantized. With more,
@@ -909,10 +907,10 @@ def _damage(
         suspects, rest = by_estimate[:exact_limit], [(n, estimate[n]) for n in by_estimate[exact_limit:]]
     exact: dict[str, tuple[float, float]] = {}
     for name in _progress(suspects, f"{candidate.mode}: damage per node"):
-        if _now() >= deadline:
-            late = [n for n in suspects if n not in exact]
-            estimate = estimate or _error_jumps(model, candidate.model, late, scorer)
-            rest = sorted(((n, estimate[n]) for n in late), key=lambda item: -item[1]) + rest
+        if late(deadline):
+            unmeasured = [n for n in suspects if n not in exact]
+            estimate = estimate or _error_jumps(model, candidate.model, unmeasured, scorer)
+            rest = sorted(((n, estimate[n]) for n in unmeasured), key=lambda item: -item[1]) + rest
             break
         try:
             score, distortion = scorer.judge(build([], alone=name))

@@ -26,8 +26,6 @@ face-embedding net's scan and search took 245 evaluations, 519 s.
 from __future__ import annotations
 
 import copy
-import math
-import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -43,6 +41,7 @@ from onnxsat.data.sources import Dataset
 from onnxsat.metrics import AUTO, Budget, Metric, MetricSpec, Score
 from onnxsat.sparsity.methods import MaskResult, sparsity_masks
 from onnxsat.sparsity.targets import SparsityTarget
+from onnxsat.time_budget import Deadline, late
 from onnxsat.verification import session
 
 SENSITIVITY_SAMPLES = 256
@@ -168,29 +167,6 @@ class Evaluator:
 
 MaskMaker = Callable[[float | Mapping[str, float]], MaskResult]
 
-_now = time.monotonic
-"""The clock ``--budget-minutes`` is kept by (a test moves it)."""
-
-
-class Deadline:
-    """When the searches stop starting evaluations, and whether they had to: an evaluation runs the whole
-    data through the model, so the limit is checked before each one, never in the middle of one."""
-
-    def __init__(self, minutes: float = math.inf) -> None:
-        self.at = _now() + minutes * 60
-        self.reached = False
-        """Set once ``passed`` said so: some evaluation a search would have made was not made."""
-
-    def passed(self) -> bool:
-        """Whether the time is out; asked before an evaluation, which is skipped when it is."""
-        self.reached = self.reached or _now() >= self.at
-        return self.reached
-
-
-def _late(deadline: Deadline | None) -> bool:
-    """Whether a search given ``deadline`` (None: no limit, as the Python API's callers had it) must stop."""
-    return deadline is not None and deadline.passed()
-
 
 class Tried(NamedTuple):
     """One evaluation of a search: what was tried, the overall sparsity, the drop, and whether the budget
@@ -249,7 +225,7 @@ def search_uniform(
 
     low, high = 0.0, None
     for level in np.round(np.arange(step, 1.0, step), 6):
-        if _late(deadline):
+        if late(deadline):
             break
         if attempt(float(level)):
             low = float(level)
@@ -257,7 +233,7 @@ def search_uniform(
             high = float(level)
             break
     if high is not None:
-        while high - low > resolution and not _late(deadline):
+        while high - low > resolution and not late(deadline):
             middle = (low + high) / 2
             low, high = (middle, high) if attempt(middle) else (low, middle)
     if best is None:  # nothing inside the budget (or found in time): the unpruned model is the answer
@@ -288,7 +264,7 @@ def sensitivities(
     for target in targets:
         curve: list[tuple[float, float]] = []
         for level in np.round(np.arange(step, 1.0, step), 6):
-            if _late(deadline):
+            if late(deadline):
                 if curve:
                     curves[target.name] = curve
                 return curves
@@ -327,14 +303,14 @@ def search_per_layer(
     the sensitivity scans (``CAP_FACTOR``). At ``deadline``, the sparsest inside the budget tried by then (None
     when it passes during the scans: no tolerance can be judged on curves cut short).
     """
-    if _late(deadline):
+    if late(deadline):
         return None, {}
     scanning = evaluator.first(SENSITIVITY_SAMPLES)
     cap = None
-    if outside is not None and not _late(deadline):
+    if outside is not None and not late(deadline):
         cap = CAP_FACTOR * scanning.distortion(masks_at(outside).masks)
     curves = sensitivities(scanning, masks_at, targets, step, cap, deadline)
-    if _late(deadline):
+    if late(deadline):
         return None, curves
     positive = [d for curve in curves.values() for _, d in curve if d > 0]
     if not positive:
@@ -357,13 +333,13 @@ def search_per_layer(
         return False
 
     for index, tolerance in enumerate(grid):
-        if _late(deadline):
+        if late(deadline):
             break
         if attempt(float(tolerance)):
             best_at = index
     if 0 <= best_at < len(grid) - 1:  # the grid's step past the best: a finer grid between the two
         for tolerance in np.geomspace(grid[best_at], grid[best_at + 1], refinements + 2)[1:-1]:
-            if _late(deadline):
+            if late(deadline):
                 break
             attempt(float(tolerance))
     if best is not None:

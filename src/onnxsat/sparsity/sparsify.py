@@ -53,7 +53,6 @@ from onnxsat.sparsity.calibration import channel_norms
 from onnxsat.sparsity.methods import METHODS, MaskResult, check_sparsity, get_method, sparsity_masks
 from onnxsat.sparsity.report import SparsifyReport
 from onnxsat.sparsity.search import (
-    Deadline,
     Evaluator,
     MaskMaker,
     Tried,
@@ -63,7 +62,7 @@ from onnxsat.sparsity.search import (
 )
 from onnxsat.sparsity.storage import to_sparse_initializers, with_masks
 from onnxsat.sparsity.targets import SparsityTarget, select, sparsity_targets
-from onnxsat.time_budget import BUDGET_MINUTES, check_budget_minutes, out_of_time
+from onnxsat.time_budget import BUDGET_MINUTES, Deadline, check_budget_minutes, out_of_time
 from onnxsat.verification import Tolerance, check_lossy, reference_run, verify
 
 RANDOM_CALIBRATION_SAMPLES = 32
