@@ -584,8 +584,10 @@ def test_the_original_is_quantized_in_each_float_set_s_form_and_the_fastest_form
     speeds = {("a",): 1.5, (): 2.2, ("a", "b"): 1.4}
 
     class Executor:
+        inside = True
+
         def map(self, fn: object, tasks: list, **_: object) -> list[Outcome]:
-            fits = SimpleNamespace(fits=lambda budget: True, drop=0.0, bound=0.0)
+            fits = SimpleNamespace(fits=lambda budget: self.inside, drop=0.0, bound=0.0)
             return [Outcome(t.recipe, fits, model=repr(t.recipe.keep_float).encode(), size=100) for t in tasks]
 
     class Timer:
@@ -603,6 +605,14 @@ def test_the_original_is_quantized_in_each_float_set_s_form_and_the_fastest_form
     pruned = Evaluated("prune", Outcome(Recipe.pruned({"g": 0.5}), model=b"()"), timed=Timed(1.0, 1.0, 1.0))
     search._quantized([pruned])
     assert [(e.recipe.prune, e.recipe.keep_float) for e in search.evaluated[3:]] == [((("g", 0.5),), ())]
+
+    # no form inside the budget: the measured default is carried, not every form built again per pruned model
+    outside = Executor()
+    outside.inside = False
+    search = Search(problem, settings, outside, Timer(), lambda model, mode: sets)  # type: ignore[arg-type]
+    search._best = Evaluated("original", Outcome(Recipe()))
+    search._quantized([search._best])
+    assert search._form == {"static": "slower alone"} and search.best.recipe == Recipe()
 
 
 def test_the_float_sets_are_the_distinct_forms_that_quantize_something() -> None:

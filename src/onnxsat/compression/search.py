@@ -218,9 +218,12 @@ class Search:
         results = self.batch("quantize", recipes)
         self._time(results)
         for mode in self.settings.modes:
+            proposed = [label for kind, label in forms.values() if kind == mode]
+            if mode in self._form or not proposed:
+                continue
             timed = [r for r in self._inside(results) if forms.get(r.requested, ("",))[0] == mode]
-            if mode not in self._form and timed:
-                self._form[mode] = forms[_pick(timed).requested][1]
+            # none inside the budget: the measured default, so the pruned models do not each build every form
+            self._form[mode] = forms[_pick(timed).requested][1] if timed else proposed[0]
 
     def _sensitivity(self) -> None:
         probes = {group: Recipe.pruned({group: PROBE_RATE}) for group in self.settings.groups}
