@@ -146,3 +146,112 @@ def regressor(path: Path, hidden: int = 32) -> Path:
         ],
     )
     return _save(graph, path)
+
+
+DETECTION_ROWS = 12
+"""Candidate rows per image of :func:`detector`."""
+
+
+def detector(path: Path, threshold: float | None = 0.05, masks: bool = False, keypoints: int = 0) -> Path:
+    """A detector with its post-processing inside, as torchvision exports one (fixed batch of 1, outputs
+    without a batch axis): image [1, 12, 6] holds candidate rows x1, y1, x2, y2, score, class; rows @ w
+    (the identity) then keep the rows scoring above ``threshold`` (None: all 12), best first, as boxes
+    [K, 4], labels [K] int64 and scores [K]. ``masks``: also masks [K, 1, 8, 8], each box's rows and columns
+    of an 8x8 grid (coordinates / 8); ``keypoints``: also keypoints [K, J, 3] (the box's corners and centre
+    in turn, visibility 1) and keypoints_scores [K, J]."""
+    nodes = [
+        helper.make_node("Squeeze", ["image", "zero"], ["rows"]),
+        helper.make_node("MatMul", ["rows", "w"], ["moved"], name="head"),
+        helper.make_node("Gather", ["moved", "four"], ["all_scores"], axis=1),
+    ]
+    inits = [
+        numpy_helper.from_array(np.eye(6, dtype=np.float32), "w"),
+        numpy_helper.from_array(np.array([0], np.int64), "zero"),
+        numpy_helper.from_array(np.array(4, np.int64), "four"),
+        numpy_helper.from_array(np.array(5, np.int64), "five"),
+        numpy_helper.from_array(np.array([0], np.int64), "start"),
+        numpy_helper.from_array(np.array([4], np.int64), "end"),
+        numpy_helper.from_array(np.array([1], np.int64), "one"),
+    ]
+    if threshold is None:
+        nodes.append(helper.make_node("Identity", ["moved"], ["kept"]))
+        nodes.append(helper.make_node("Identity", ["all_scores"], ["kept_scores"]))
+    else:
+        inits.append(numpy_helper.from_array(np.array(threshold, np.float32), "threshold"))
+        nodes += [
+            helper.make_node("Greater", ["all_scores", "threshold"], ["above"]),
+            helper.make_node("NonZero", ["above"], ["where"]),
+            helper.make_node("Squeeze", ["where", "zero"], ["index"]),
+            helper.make_node("Gather", ["moved", "index"], ["kept"], axis=0),
+            helper.make_node("Gather", ["all_scores", "index"], ["kept_scores"], axis=0),
+        ]
+    nodes += [
+        helper.make_node("Shape", ["kept_scores"], ["count"]),
+        helper.make_node("TopK", ["kept_scores", "count"], ["scores", "order"], axis=0),
+        helper.make_node("Gather", ["kept", "order"], ["ranked"], axis=0),
+        helper.make_node("Slice", ["ranked", "start", "end", "one"], ["boxes"]),
+        helper.make_node("Gather", ["ranked", "five"], ["classes"], axis=1),
+        helper.make_node("Cast", ["classes"], ["labels"], to=TensorProto.INT64),
+    ]
+    outputs = [
+        helper.make_tensor_value_info("boxes", TensorProto.FLOAT, ["K", 4]),
+        helper.make_tensor_value_info("labels", TensorProto.INT64, ["K"]),
+        helper.make_tensor_value_info("scores", TensorProto.FLOAT, ["K"]),
+    ]
+    if masks:  # mask[k, 0, r, c] = 1 inside box k's cells of an 8x8 grid over coordinates 0-64
+        inits.append(numpy_helper.from_array((np.arange(8, dtype=np.float32) * 8 + 4), "cells"))
+        inits.append(numpy_helper.from_array(np.array([2], np.int64), "cell_axes"))
+        nodes += [
+            helper.make_node("Split", ["boxes"], ["x1", "y1", "x2", "y2"], axis=1),
+            helper.make_node("Unsqueeze", ["y1", "cell_axes"], ["y1e"]),
+            helper.make_node("Unsqueeze", ["y2", "cell_axes"], ["y2e"]),
+            helper.make_node("Unsqueeze", ["x1", "cell_axes"], ["x1e"]),
+            helper.make_node("Unsqueeze", ["x2", "cell_axes"], ["x2e"]),
+            helper.make_node("Reshape", ["cells", "column_shape"], ["rows_at"]),
+            helper.make_node("GreaterOrEqual", ["rows_at", "y1e"], ["below_top"]),
+            helper.make_node("LessOrEqual", ["rows_at", "y2e"], ["above_bottom"]),
+            helper.make_node("GreaterOrEqual", ["cells", "x1e"], ["right_of_left"]),
+            helper.make_node("LessOrEqual", ["cells", "x2e"], ["left_of_right"]),
+            helper.make_node("And", ["below_top", "above_bottom"], ["in_rows"]),
+            helper.make_node("And", ["right_of_left", "left_of_right"], ["in_columns"]),
+            helper.make_node("And", ["in_rows", "in_columns"], ["inside"]),
+            helper.make_node("Cast", ["inside"], ["inside_float"], to=TensorProto.FLOAT),
+            helper.make_node("Unsqueeze", ["inside_float", "one"], ["masks"]),
+        ]
+        inits.append(numpy_helper.from_array(np.array([8, 1], np.int64), "column_shape"))
+        outputs.append(helper.make_tensor_value_info("masks", TensorProto.FLOAT, ["K", 1, 8, 8]))
+    if keypoints:  # the corners and the centre of the box, in turn, then visibility 1
+        corners = np.zeros((4, keypoints * 3), np.float32)
+        for joint in range(keypoints):
+            x, y = [(0, 1), (2, 1), (2, 3), (0, 3), (None, None)][joint % 5]
+            if x is None:
+                corners[[0, 2], joint * 3] = corners[[1, 3], joint * 3 + 1] = 0.5
+            else:
+                corners[x, joint * 3] = corners[y, joint * 3 + 1] = 1.0
+        visible = np.zeros(keypoints * 3, np.float32)
+        visible[2::3] = 1.0
+        inits += [
+            numpy_helper.from_array(corners, "corners"),
+            numpy_helper.from_array(visible, "visible"),
+            numpy_helper.from_array(np.array([-1, keypoints, 3], np.int64), "joint_shape"),
+            numpy_helper.from_array(np.full(keypoints, 2.0, np.float32), "joint_weights"),
+        ]
+        nodes += [
+            helper.make_node("MatMul", ["boxes", "corners"], ["joint_xy"]),
+            helper.make_node("Add", ["joint_xy", "visible"], ["joint_flat"]),
+            helper.make_node("Reshape", ["joint_flat", "joint_shape"], ["keypoints"]),
+            helper.make_node("Unsqueeze", ["scores", "one"], ["score_column"]),
+            helper.make_node("Mul", ["score_column", "joint_weights"], ["keypoints_scores"]),
+        ]
+        outputs += [
+            helper.make_tensor_value_info("keypoints", TensorProto.FLOAT, ["K", keypoints, 3]),
+            helper.make_tensor_value_info("keypoints_scores", TensorProto.FLOAT, ["K", keypoints]),
+        ]
+    graph = helper.make_graph(
+        nodes,
+        "detector",
+        [helper.make_tensor_value_info("image", TensorProto.FLOAT, [1, DETECTION_ROWS, 6])],
+        outputs,
+        inits,
+    )
+    return _save(graph, path)

@@ -128,21 +128,46 @@ class OutputRunner:
     def _gathered(self, fixed: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         if self.dataset.streams:
             return self._streams(fixed)
+        first = self.batch_axes is None
         if self.batch_axes is None:
             self.batch_axes = self._find_batch_axes(fixed)
-            if not self._named:  # an output with no element has nothing to score (a merged decoder's unused
-                self.empty = [name for name in self.outputs if name in self._empty]  # cache): left out, and said
-                self.outputs = [name for name in self.outputs if name not in self._empty]
+            if not self._named and self.fixed_batch is None:  # an output with no element has nothing to score (a
+                self.empty = [name for name in self.outputs if name in self._empty]  # merged decoder's unused
+                self.outputs = [name for name in self.outputs if name not in self._empty]  # cache): left out, said
         step = self.batch_size if all(axis is not None for axis in self.batch_axes.values()) else 1
-        gathered: dict[str, list[np.ndarray]] = {name: [] for name in self.outputs}
+        runs: dict[str, list[np.ndarray]] = {name: [] for name in self.outputs}
+        counts = []
         for inputs, companions, _ in self.dataset.feed_batches(step):
             count = len(inputs)
             if self.fixed_batch is not None and count < self.fixed_batch:  # pad; the padding's rows are dropped
                 inputs = np.concatenate([inputs, np.zeros((self.fixed_batch - count, *inputs.shape[1:]), inputs.dtype)])
             results = self._run({**fixed, **companions, self.input_name: inputs.astype(self.dtype, copy=False)})
+            counts.append(count)
             for name, value in zip(self.outputs, results, strict=True):
-                gathered[name].append(_samples_first(value, self.batch_axes[name], count, name))
-        return {name: _joined(parts, name) for name, parts in gathered.items()}
+                runs[name].append(np.asarray(value))
+        if first and self.fixed_batch is not None:
+            self._settle(runs)
+        return {
+            name: _joined(
+                [_samples_first(v, self.batch_axes[name], n, name) for v, n in zip(runs[name], counts, strict=True)],
+                name,
+            )
+            for name in self.outputs
+        }
+
+    def _settle(self, runs: Mapping[str, list[np.ndarray]]) -> None:
+        """A fixed batch's axes are guessed from one run, where a size the model computes from its data (a
+        detector's one box for its first image, or none) passes for the batch or for an empty output: on the
+        first pass over the data, an axis not of the batch's size in every run of a batch of 1 is none, and an
+        output is left out as empty only when every run gave it no element."""
+        assert self.batch_axes is not None
+        for name, parts in runs.items():
+            axis = self.batch_axes[name]
+            if axis is not None and self.fixed_batch == 1 and any(p.ndim <= axis or p.shape[axis] != 1 for p in parts):
+                self.batch_axes[name] = None
+        if not self._named:
+            self.empty = [name for name in self.outputs if name in self._empty and all(not p.size for p in runs[name])]
+            self.outputs = [name for name in self.outputs if name not in self.empty]
 
     def _find_batch_axes(self, fixed: Mapping[str, np.ndarray]) -> dict[str, int | None]:
         """Per output, the axis that holds the samples (None: the output has none)."""
@@ -338,7 +363,15 @@ def _samples_first(value: np.ndarray, axis: int | None, count: int, name: str) -
 
 
 def _joined(parts: list[np.ndarray], name: str) -> np.ndarray:
+    """The samples of every run as one array; when only their count of rows differs (a detector's K boxes per
+    image), an object array of the per-sample arrays, for a metric that reads them sample by sample."""
     shapes = {part.shape[1:] for part in parts}
+    if len(shapes) > 1 and len({shape[1:] for shape in shapes}) == 1 and all(shapes):
+        samples = [sample for part in parts for sample in part]
+        ragged = np.empty(len(samples), dtype=object)
+        for index, sample in enumerate(samples):
+            ragged[index] = sample
+        return ragged
     if len(shapes) > 1:
         sizes = ", ".join(str(list(s)) for s in sorted(shapes)[:3])
         raise DataError(f"output {name!r} has a different shape per sample ({sizes}): it cannot be scored as one array")

@@ -9,6 +9,7 @@ from onnxsat.metrics import (  # noqa: F401
     classification,
     dense_maps,
     detection,
+    instances,
     regression,
     sequence,
     similarity,

@@ -10,7 +10,7 @@ traceback from inside numpy.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -69,10 +69,30 @@ class Metric:
     blind_spot: BlindSpot | None = None
     """Scored by agreement with the original (no labels), an output whose answer (nearly) never varies on
     the data cannot show damage to the other answers; this says when that is so."""
+    joins: tuple[tuple[str, str], ...] = ()
+    """For a metric that scores several outputs as one answer (a detector's boxes, labels and scores): each
+    part's role and the output that holds it. The metric is kept under the first output's name, and its
+    ``measure``, ``fits`` and ``blind_spot`` get :func:`joined` outputs, not that output alone."""
 
 
 METRICS: Registry[Metric] = Registry("metric", "metric")
 """Built-in metrics by name, filled by the modules beside this one; ``module:function`` names a user's own."""
+
+
+def joined(outputs: Mapping[str, np.ndarray], joins: Sequence[tuple[str, str]]) -> np.ndarray:
+    """Per sample, each part's array by role: an object array ``[N]`` of dicts (``{"boxes": [K, 4], ...}``).
+    An output whose rows per sample differ from sample to sample (a detector's K boxes per image) is itself
+    an object array of per-sample arrays; either form is read sample by sample."""
+    count = len(outputs[joins[0][1]])
+    packed = np.empty(count, dtype=object)
+    for index in range(count):
+        packed[index] = {role: np.asarray(outputs[name][index]) for role, name in joins}
+    return packed
+
+
+def ragged(output: np.ndarray) -> bool:
+    """Whether ``output`` is an object array of per-sample arrays whose sizes differ (see :func:`joined`)."""
+    return output.dtype == object
 
 
 def reads(metric: Metric, labels: Labels) -> bool:

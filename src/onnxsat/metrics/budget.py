@@ -17,7 +17,8 @@ from typing import Any
 import numpy as np
 
 from onnxsat.errors import DataError, SettingsError
-from onnxsat.metrics.base import METRICS, VARIED_SAMPLES, Labels, Metric, is_targets, reads, shape_text
+from onnxsat.metrics import instances
+from onnxsat.metrics.base import METRICS, VARIED_SAMPLES, Labels, Metric, is_targets, joined, ragged, reads, shape_text
 from onnxsat.metrics.custom import is_user_spec, user_metric
 from onnxsat.metrics.detection import exported_detector
 from onnxsat.metrics.selection import choose
@@ -193,12 +194,34 @@ class Budget:
             raise SettingsError("no output is left to score: every output is fed back as state")
         self.metrics: dict[str, Metric] = {}
         self.reasons: dict[str, str] = {}
+        self.folded: dict[str, str] = {}
+        """Outputs scored as part of another's answer (a detector's labels and scores, with its boxes): by name,
+        the output whose metric scores them."""
+        self._views: dict[str, np.ndarray] = {}
         fixed = None if isinstance(metric, Mapping) else resolve(metric)
         detector = exported_detector(metadata or {})
         if fixed is not None and detector is not None and fixed.name == detector.name:
             fixed = detector
+        together = None
+        if isinstance(metric, Mapping):
+            joins = [m.joins for m in metric.values() if m.joins]
+        else:
+            together = self._detector(names, fixed)
+            joins = [together.joins] if together is not None else []
+        for parts in joins:
+            self.folded.update({name: parts[0][1] for _, name in parts[1:]})
         for name in names:
             output, axis = self.reference[name], batch_axes.get(name) or 0
+            if name in self.folded:
+                continue
+            if isinstance(metric, Mapping) and metric[name].joins:
+                self.metrics[name], self.reasons[name] = metric[name], "as on the search data"
+                continue
+            if together is not None and name == together.joins[0][1]:
+                why = "given" if fixed is not None else f"auto: {instances.describe(together, self.reference)}"
+                self.metrics[name], self.reasons[name] = together, why
+                continue
+            _one_array(name, output, len(reference))
             if isinstance(metric, Mapping):
                 self.metrics[name], self.reasons[name] = metric[name], "as on the search data"
             elif fixed is None:
@@ -221,6 +244,25 @@ class Budget:
         self.baseline = self._score(self.reference, None)
         self._signal: float | None = None
 
+    def _detector(self, names: Sequence[str], fixed: Metric | None) -> Metric | None:
+        """``detection`` over a detector's boxes, labels and scores (see ``instances``) among ``names``, for
+        ``auto`` or a given ``detection`` (which then takes boxes without scores too), else None."""
+        if fixed is not None and fixed.name != "detection":
+            return None
+        if fixed is not None and any(fixed.fits(self.reference[name], 0) is None for name in names):
+            return None  # a YOLO-style output the given metric reads as it is
+        return instances.find(self.reference, names, need_scores=fixed is None)
+
+    def _view(self, outputs: Mapping[str, np.ndarray], name: str) -> np.ndarray:
+        """What output ``name``'s metric reads of ``outputs``: the output, or the parts it joins."""
+        metric = self.metrics[name]
+        if outputs is self.reference and name in self._views:
+            return self._views[name]
+        view = joined(outputs, metric.joins) if metric.joins else outputs[name]
+        if outputs is self.reference:
+            self._views[name] = view
+        return view
+
     def score(self, outputs: Mapping[str, np.ndarray]) -> Score:
         return self._score(outputs, self.baseline)
 
@@ -232,8 +274,9 @@ class Budget:
         scored = []
         for name, metric in self.metrics.items():
             labels = self.labels if reads(metric, self.labels) else None
-            _same_size(name, self.reference[name], outputs[name], metric)
-            measure = metric.measure(self.reference[name], outputs[name], labels)
+            if not metric.joins:  # joined parts (a detector's K boxes) may differ in size from the original's
+                _same_size(name, self.reference[name], outputs[name], metric)
+            measure = metric.measure(self._view(self.reference, name), self._view(outputs, name), labels)
             if baseline is None:
                 self._per_sample[name] = measure.per_sample
                 base = measure.value
@@ -252,10 +295,19 @@ class Budget:
     def distortion(self, outputs: Mapping[str, np.ndarray]) -> float:
         """How far ``outputs`` moved from the original's: ||outputs - original|| / ||original|| over every
         scored output. Unlike a metric (steps of one sample) it moves smoothly, so it can rank what hurts."""
+        names = [part for name in self.metrics for part in self._moving(name)]
         if self._signal is None:
-            self._signal = sum(_sum_of_squares(self.reference[name]) for name in self.metrics)
-        noise = sum(_sum_of_squares(self.reference[name], outputs[name]) for name in self.metrics)
+            self._signal = sum(_sum_of_squares(self.reference[name]) for name in names)
+        noise = sum(_sum_of_squares(self.reference[name], outputs[name]) for name in names)
         return float(np.sqrt(noise) / max(np.sqrt(self._signal), 1e-12))
+
+    def _moving(self, name: str) -> list[str]:
+        """The outputs the distortion of output ``name`` is measured on: it, or the real-valued parts it joins
+        (a detector's labels are classes, no values to move)."""
+        metric = self.metrics[name]
+        if not metric.joins:
+            return [name]
+        return [part for _, part in metric.joins if _real(self.reference[part])]
 
     def blind_spots(self, max_drop: float | None = None) -> list[str]:
         """Warnings for the report: scored outputs whose agreement with the original cannot see damage,
@@ -278,7 +330,7 @@ class Budget:
         elif self.labels is not None:
             return notes + self._perfect_on_labels()
         for name, metric in self.metrics.items():
-            same = metric.blind_spot(self.reference[name]) if metric.blind_spot is not None else None
+            same = metric.blind_spot(self._view(self.reference, name)) if metric.blind_spot is not None else None
             if same is not None:
                 notes.append(
                     f"{name}: the original {same}, so {metric.name} agreement with it cannot see a model that "
@@ -302,7 +354,27 @@ class Budget:
 
     def describe(self) -> dict[str, dict[str, str]]:
         """Per scored output, its metric and why it was chosen (for reports)."""
-        return {name: {"metric": m.name, "why": self.reasons[name]} for name, m in self.metrics.items()}
+        described = {name: {"metric": m.name, "why": self.reasons[name]} for name, m in self.metrics.items()}
+        for name, owner in self.folded.items():
+            described[name] = {"metric": self.metrics[owner].name, "why": f"scored with {owner!r}, as one answer"}
+        return described
+
+
+def _real(output: np.ndarray) -> bool:
+    """Whether ``output`` (an object array: its first sample) holds real numbers."""
+    sample = np.asarray(output[0]) if ragged(output) and len(output) else output
+    return np.issubdtype(sample.dtype, np.floating)
+
+
+def _one_array(name: str, output: np.ndarray, outputs: int) -> None:
+    """Refuse, in one line, an output whose samples differ in size (no part of a detector's answer)."""
+    if not ragged(output):
+        return
+    sizes = ", ".join(str(list(s)) for s in sorted({np.shape(sample) for sample in output})[:3])
+    raise DataError(
+        f"output {name!r} has a different shape per sample ({sizes}): it cannot be scored as one array"
+        + ("; name the outputs to score with --metric-output" if outputs > 1 else "")
+    )
 
 
 def _same_size(name: str, reference: np.ndarray, candidate: np.ndarray, metric: Metric) -> None:
@@ -404,6 +476,8 @@ SQUARES_CHUNK = 1 << 22
 def _sum_of_squares(reference: np.ndarray, value: np.ndarray | None = None) -> float:
     """sum((value - reference)²), or sum(reference²) without ``value``, accumulated in float64 a chunk at a
     time."""
+    if ragged(reference) or (value is not None and (ragged(value) or value.shape != reference.shape)):
+        return _padded_squares(reference, value)
     flat = np.asarray(reference).reshape(-1)
     other = None if value is None else np.asarray(value).reshape(-1)
     total = 0.0
@@ -412,6 +486,22 @@ def _sum_of_squares(reference: np.ndarray, value: np.ndarray | None = None) -> f
         if other is not None:
             chunk = other[start : start + SQUARES_CHUNK].astype(np.float64) - chunk
         total += float(np.dot(chunk, chunk))
+    return total
+
+
+def _padded_squares(reference: np.ndarray, value: np.ndarray | None) -> float:
+    """:func:`_sum_of_squares` sample by sample, the one with fewer rows (a detector's K boxes) padded with
+    zeros to the other's."""
+    total = 0.0
+    for index, sample in enumerate(reference):
+        ref = np.asarray(sample, dtype=np.float64)
+        if value is None:
+            total += float(np.sum(ref**2))
+            continue
+        other = np.asarray(value[index], dtype=np.float64)
+        rows = max(len(ref), len(other))
+        ref, other = (np.concatenate([a, np.zeros((rows - len(a), *a.shape[1:]))]) for a in (ref, other))
+        total += float(np.sum((other - ref) ** 2))
     return total
 
 

@@ -141,11 +141,17 @@ def _nms(boxes: np.ndarray, classes: np.ndarray) -> np.ndarray:
 def matched(reference: tuple[np.ndarray, ...], candidate: tuple[np.ndarray, ...]) -> int:
     """How many of the candidate's boxes (best first) find an unmatched original box of the same class
     at IoU >= 0.5."""
+    return len(pairs(reference, candidate))
+
+
+def pairs(reference: tuple[np.ndarray, ...], candidate: tuple[np.ndarray, ...]) -> list[tuple[int, int]]:
+    """(original's index, candidate's index) of each match :func:`matched` counts: each candidate box in its
+    order (best first) takes the unmatched original box of its class it overlaps most, at IoU >= 0.5."""
     ref_boxes, _, ref_classes = reference
     boxes, _, classes = candidate
     free = np.ones(len(ref_boxes), dtype=bool)
-    count = 0
-    for box, cls in zip(boxes, classes, strict=True):
+    found = []
+    for index, (box, cls) in enumerate(zip(boxes, classes, strict=True)):
         options = np.flatnonzero(free & (ref_classes == cls))
         if not len(options):
             continue
@@ -153,8 +159,8 @@ def matched(reference: tuple[np.ndarray, ...], candidate: tuple[np.ndarray, ...]
         best = int(np.argmax(overlaps))
         if overlaps[best] >= MATCH_IOU:
             free[options[best]] = False
-            count += 1
-    return count
+            found.append((int(options[best]), index))
+    return found
 
 
 def _fits(reference: np.ndarray, batch_axis: int, classes: int | None = None, table: bool = False) -> str | None:

@@ -17,6 +17,10 @@ The rules, first match wins, each with the reason the report prints:
 - one channel of values along a last axis (``[N, 1, T]``: a vocoder's waveform, a speech model's
   embedding), unless its rows are probabilities or its name says scores: ``snr``, since the position of
   the loudest sample is no class;
+- a detector's answer per image, boxes ``[K, 4]`` with scores ``[K]`` (labels, masks, keypoints), as
+  torchvision's R-CNNs, RetinaNet, SSD and FCOS export it: chosen by the budget over those outputs together
+  (``instances``), not here; scored without its boxes, scores sorted best first get ``r2`` against the
+  original's and keypoints ``[K, J, 2 or 3]`` ``snr``;
 - one score per class (``[N, C]``, ``[N, C, 1, 1]``): ``top1``;
 - ``[N, K, A]`` with a short axis of box coordinates in pixels then scores in [0, 1]: ``detection``;
 - ``[N, T, V]`` scores (not probabilities) over a vocabulary of 10,000 or more: ``tokens``;
@@ -45,6 +49,7 @@ from onnxsat.metrics.base import METRICS, Labels, Metric, is_targets, per_sample
 from onnxsat.metrics.classification import class_scores, decision_labels
 from onnxsat.metrics.dense_maps import map_shape
 from onnxsat.metrics.detection import boxes_in_pixels, yolo_layout
+from onnxsat.metrics.instances import detector_role
 
 _ROW_TOLERANCE = 1e-3
 LANGUAGE_MODEL_VOCABULARY = 10_000
@@ -146,6 +151,9 @@ def choose(
             f"one channel of {shape[-1]:,} values per sample ({text}: a signal or an embedding, not one score per "
             "class): its error against its variation",
         )
+    alone = _detector_part(name, reference)
+    if alone is not None:
+        return alone
     if class_scores(reference) is not None:
         return Choice(METRICS["top1"], f"one score per class per sample ({text})")
     if len(shape) == 2:
@@ -166,6 +174,35 @@ def choose(
     elif len(shape) == 3 and map_shape(reference) is not None:
         return _map_or_image(lowered, reference, f"{shape[0]}-channel maps per sample ({text})", text)
     return Choice(METRICS["cosine"], f"no specific metric fits {text} per sample")
+
+
+SORTED_DETECTIONS = 10
+"""Scores named so, this many or more per sample and sorted best first in every sample, are a detector's (100
+from a torchvision R-CNN); a classifier's few class scores can be in one order on every sample (a two-class
+model whose first class always wins)."""
+
+
+def _detector_part(name: str, reference: np.ndarray) -> Choice | None:
+    """For a detector's scores or keypoints scored without its boxes (``--metric-output``; with them, the budget
+    scores them all as detections): the scores of its K detections, best first, are no class scores, and its
+    keypoints' coordinates no class map."""
+    shape = per_sample_shape(reference)
+    role = detector_role(name)
+    if role == "scores" and len(shape) == 1 and shape[0] >= SORTED_DETECTIONS:
+        values = np.asarray(reference, dtype=np.float64)
+        if unit_interval(values) and np.all(np.diff(values, axis=1) <= 0):
+            return Choice(
+                _unlabelled(METRICS["r2"]),
+                f"a detector's scores, best first ({shape_text(shape)} per sample), not one score per class: R² "
+                "against the original's values",
+            )
+    if role == "keypoints" and len(shape) == 3 and shape[2] in (2, 3):
+        return Choice(
+            METRICS["snr"],
+            f"a detector's keypoints ({shape_text(shape)} per sample: coordinates, not a class map): their error "
+            "against their variation",
+        )
+    return None
 
 
 def _regression_on(reference: np.ndarray, labels: Labels) -> Choice | None:
