@@ -576,43 +576,54 @@ def test_quantization_after_a_pruning_that_spent_the_budget_says_so(
         recipe_module.build(recipe, bundled_digits_cnn(), "digits", InputSpec(), spent=lambda model: 0.012)
 
 
-def test_the_original_is_quantized_in_each_float_set_s_form_and_the_fastest_form_carries_to_pruned_models() -> None:
+def test_the_fastest_float_set_s_form_is_searched_and_carries_to_pruned_models() -> None:
     """Nodes timed alone do not add up: MobileNetV2's four depthwise convolutions, slower quantized alone, were
-    left in float and the model ran 1.47x, where quantizing them too made it 2.16x. Each form is built and
-    timed whole on the original; the pruned models are quantized in the form that won."""
+    left in float and the model ran 1.47x, where quantizing them too made it 2.16x. Each form is built whole
+    (without the budget's search) and timed on the original; the fastest is searched inside the budget, and the
+    pruned models are quantized in it."""
     sets = {"slower alone": ("a",), "none": (), "slower or barely faster alone": ("a", "b")}
     speeds = {("a",): 1.5, (): 2.2, ("a", "b"): 1.4}
 
     class Executor:
-        inside = True
+        whole_fits = False
 
         def map(self, fn: object, tasks: list, **_: object) -> list[Outcome]:
-            fits = SimpleNamespace(fits=lambda budget: self.inside, drop=0.0, bound=0.0)
-            return [Outcome(t.recipe, fits, model=repr(t.recipe.keep_float).encode(), size=100) for t in tasks]
+            outcomes = []
+            for task in tasks:
+                fits = task.recipe.quantize_budget is not None or self.whole_fits
+                score = SimpleNamespace(fits=lambda budget, fits=fits: fits, drop=0.0, bound=0.0)
+                outcomes.append(Outcome(task.recipe, score, model=repr(task.recipe.keep_float).encode(), size=100))
+            return outcomes
 
     class Timer:
         def measure(self, models: list[bytes]) -> list[Timed]:
             return [Timed(speeds[eval(m)], 1.0, 1.0, speeds[eval(m)], speeds[eval(m)]) for m in models]
 
-    settings = SearchSettings(0.01, {}, ["static"], False, time.monotonic() + 1000)
-    problem = SimpleNamespace(model=b"original")
-    search = Search(problem, settings, Executor(), Timer(), lambda model, mode: sets)  # type: ignore[arg-type]
-    search._best = Evaluated("original", Outcome(Recipe()))
-    search._quantized([search._best])
-    assert sorted(e.recipe.keep_float for e in search.evaluated) == [(), ("a",), ("a", "b")]
-    assert search.best.recipe.keep_float == () and search._form == {"static": "none"}
+    def search_with(executor: Executor) -> Search:
+        settings = SearchSettings(0.01, {}, ["static"], False, time.monotonic() + 1000)
+        search = Search(SimpleNamespace(model=b"original"), settings, executor, Timer(), lambda model, mode: sets)  # type: ignore[arg-type]
+        search._best = Evaluated("original", Outcome(Recipe()))
+        search._quantized([search._best])
+        return search
+
+    search = search_with(Executor())  # the whole forms miss the budget: timed all the same, to choose the form
+    forms = [(e.stage, e.recipe.keep_float, e.recipe.quantize_budget, e.speedup) for e in search.evaluated]
+    assert forms == [
+        ("form", ("a",), None, 1.5), ("form", (), None, 2.2), ("form", ("a", "b"), None, 1.4),
+        ("quantize", (), 0.01, 2.2),
+    ]  # fmt: skip
+    assert search._form == {"static": "none"} and search.best is search.evaluated[-1]
 
     pruned = Evaluated("prune", Outcome(Recipe.pruned({"g": 0.5}), model=b"()"), timed=Timed(1.0, 1.0, 1.0))
     search._quantized([pruned])
-    assert [(e.recipe.prune, e.recipe.keep_float) for e in search.evaluated[3:]] == [((("g", 0.5),), ())]
+    (quantized,) = search.evaluated[4:]
+    assert quantized.recipe.prune == (("g", 0.5),) and quantized.recipe.keep_float == ()
 
-    # no form inside the budget: the measured default is carried, not every form built again per pruned model
-    outside = Executor()
-    outside.inside = False
-    search = Search(problem, settings, outside, Timer(), lambda model, mode: sets)  # type: ignore[arg-type]
-    search._best = Evaluated("original", Outcome(Recipe()))
-    search._quantized([search._best])
-    assert search._form == {"static": "slower alone"} and search.best.recipe == Recipe()
+    # the fastest whole form fits the budget as it is: it is the candidate, nothing more is built
+    executor = Executor()
+    executor.whole_fits = True
+    search = search_with(executor)
+    assert [e.stage for e in search.evaluated] == ["form"] * 3 and search.best.recipe.keep_float == ()
 
 
 def test_the_float_sets_are_the_distinct_forms_that_quantize_something() -> None:

@@ -6,14 +6,16 @@ reconstruction or a quantizer's calibration, and scores it on the data) and they
 every stage proposes a batch of candidates that the executor builds and scores in parallel; the driver
 then times the ones inside the budget side by side on this machine.
 
-1. **Quantization of the original**, in each mode the ops call for, in up to three forms timed whole: the
-   nodes measured slower quantized alone on this machine left in float, none left, and those with the ones
-   barely faster alone (timings alone do not add up: MobileNetV2's four depthwise convolutions slower alone
-   left in float made the model 1.47x where quantizing them too made it 2.16x). The pruned models are
-   quantized in the form that won here. First, since it is often the largest single gain and the probes below
-   grow with the model: on a YOLO11n with 73 channel groups they spent a 3-minute budget before any
-   quantized candidate was tried (then int8 alone ran 1.24x, inside the budget). The original fused is
-   built beside them (lossless; its build time is what fusing the best will take, see **Time**).
+1. **Quantization of the original**, in each mode the ops call for. Which nodes stay in float for speed
+   is timed whole, not node by node (MobileNetV2's four depthwise convolutions, slower quantized alone,
+   left in float made the model 1.47x where quantizing them too made it 2.16x): up to three forms (the
+   nodes slower alone on this machine in float, none, those with the ones barely faster alone) are built
+   without the budget's search and timed side by side; the fastest form is then searched inside the
+   budget, and the pruned models are quantized in it too. First, since it is often the largest single
+   gain and the probes below grow with the model: on a YOLO11n with 73 channel groups they spent a
+   3-minute budget before any quantized candidate was tried (then int8 alone ran 1.24x, inside the
+   budget). The original fused is built beside them (lossless; its build time is what fusing the best
+   will take, see **Time**).
 2. **Sensitivity**: each prunable group pruned alone at ``PROBE_RATE``, once. A group whose pruning
    alone spends the whole budget is never pruned.
 3. **Global rate**: the other groups pruned together at each rate of ``GLOBAL_RATES``; the fastest pruned
@@ -141,7 +143,7 @@ class Search:
     """Per quantized recipe as proposed: the nodes it leaves in float for their speed."""
     _form: dict[str, str] = field(default_factory=dict)
     """Per mode, the float set (by what it holds) whose form ran fastest on the first model quantized: the one
-    proposed for the models after it."""
+    the models quantized in that mode leave in float."""
     _node_counts: dict[int, int] = field(default_factory=dict)
     _timing_seconds: float = 0.0
     """The longest time one model's side-by-side timing has taken so far (with its share of the original's)."""
@@ -193,37 +195,48 @@ class Search:
         self._best = _pick(finalists)
 
     def _quantized(self, bases: Sequence[Evaluated], also: Sequence[Recipe] = ()) -> None:
-        """Each of ``bases`` quantized in each mode the ops call for, with what the budget has left after it.
-        Nodes timed alone do not add up (a node left in float for its speed costs its neighbours a quantize and
-        a dequantize; one quantized for its speed may cost them a fused activation), so the first base is
-        quantized in each form its float sets give, all timed; the bases after it in the form of the set that
-        ran fastest there. ``also``: recipes built in the same batch."""
+        """Each of ``bases`` quantized in each mode the ops call for, with what the budget has left after it,
+        its nodes left in float for speed as the mode's form says (``_form_of``). ``also``: recipes built in
+        the same batch."""
         recipes = list(also)
-        forms: dict[Recipe, tuple[str, str]] = {}
         for number, base in enumerate(bases):
             if number and not self._time_left():  # timing a base's nodes takes a while on a big model
                 break
             for mode in self.settings.modes:
                 sets = self.float_sets(self._model(base), mode)
-                if mode in self._form:
-                    label = self._form[mode] if self._form[mode] in sets else next(iter(sets), None)
-                    sets = {label: sets[label]} if label is not None else {}
-                for label, keep in sets.items():
-                    recipe = base.recipe.with_quantize(mode, self.settings.max_drop, keep)
-                    self._slow[recipe] = keep
-                    forms[recipe] = (mode, label)
-                    recipes.append(recipe)
-        if not recipes:
-            return
-        results = self.batch("quantize", recipes)
-        self._time(results)
-        for mode in self.settings.modes:
-            proposed = [label for kind, label in forms.values() if kind == mode]
-            if mode in self._form or not proposed:
-                continue
-            timed = [r for r in self._inside(results) if forms.get(r.requested, ("",))[0] == mode]
-            # none inside the budget: the measured default, so the pruned models do not each build every form
-            self._form[mode] = forms[_pick(timed).requested][1] if timed else proposed[0]
+                if not sets:
+                    continue  # nothing in this mode is worth quantizing here
+                keep = self._form_of(base, mode, sets)
+                if keep is None:
+                    continue  # its form, unsearched, is already a candidate inside the budget
+                recipe = base.recipe.with_quantize(mode, self.settings.max_drop, keep)
+                self._slow[recipe] = keep
+                recipes.append(recipe)
+        if recipes:
+            self._time(self.batch("quantize", recipes))
+
+    def _form_of(self, base: Evaluated, mode: str, sets: dict[str, tuple[str, ...]]) -> tuple[str, ...] | None:
+        """The nodes ``base`` leaves in float for speed in ``mode``: those of the float set whose form won on
+        the first model quantized. Timings alone do not add up (a node left in float costs its neighbours a
+        quantize and a dequantize; one quantized may cost them a fused activation), so there each set's form
+        is built whole, without the budget's search (the cheap part of a candidate), and all are timed side by
+        side: the fastest, or of those not slower beyond noise the smallest, sets the form. None when that
+        form fits the budget as it is: it is then the candidate."""
+        if mode not in self._form:
+            self._form[mode] = next(iter(sets))
+            if len(sets) > 1:
+                probes = {label: base.recipe.with_quantize(mode, None, keep) for label, keep in sets.items()}
+                built = [b for b in self.batch("form", list(probes.values())) if b.outcome.model is not None]
+                for result in built:
+                    self._slow[result.requested] = sets[next(k for k, r in probes.items() if r == result.requested)]
+                if built:
+                    self._measure_with_best(built)
+                    pick = _pick(built)
+                    self._form[mode] = next(label for label, recipe in probes.items() if recipe == pick.requested)
+                    if self._within(pick):
+                        return None
+        label = self._form[mode]
+        return sets[label] if label in sets else next(iter(sets.values()))
 
     def _sensitivity(self) -> None:
         probes = {group: Recipe.pruned({group: PROBE_RATE}) for group in self.settings.groups}
@@ -349,19 +362,22 @@ class Search:
         return self.settings.deadline - self._reserve()
 
     def _time(self, results: Sequence[Evaluated]) -> None:
-        """Time the results inside the budget in one run with the best so far; the one ``_pick`` picks
-        replaces the best when it ``_beats`` it."""
+        """Time the results inside the budget in one run with the best so far (``_measure_with_best``)."""
         unique = list({id(r): r for r in results}.values())
         inside = [r for r in unique if self._within(r) and r.timed is None]
-        if not inside:
-            return
+        if inside:
+            self._measure_with_best(inside)
+
+    def _measure_with_best(self, results: Sequence[Evaluated]) -> None:
+        """Time ``results`` in one run with the best so far; of those inside the budget, the one ``_pick``
+        picks replaces the best when it ``_beats`` it."""
         best = self._best
         extra = [best] if best.outcome.model is not None else []
-        timed = self._measure([self._model(r) for r in [*inside, *extra]])
-        for result, figure in zip([*inside, *extra], timed, strict=True):
+        timed = self._measure([self._model(r) for r in [*results, *extra]])
+        for result, figure in zip([*results, *extra], timed, strict=True):
             result.timed = figure
-        pick = _pick(inside)
-        if _beats(pick, best):
+        inside = [r for r in results if self._within(r)]
+        if inside and _beats(pick := _pick(inside), best):
             self._best = pick
         self.on_progress(self._best, len(self.evaluated))
 
