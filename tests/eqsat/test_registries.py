@@ -122,6 +122,7 @@ def test_registered_kernel_and_flag_names() -> None:
     assert set(ATTRIBUTE_KERNELS) == {
         "cast_to",
         "tanh_approximation",
+        "hard_sigmoid_sixth",
         "compose_perm",
         "gemm_flip_a",
         "gemm_flip_b",

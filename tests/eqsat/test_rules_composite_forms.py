@@ -1,14 +1,16 @@
 """Ops written out elementwise become the one op (rules/composite_forms.py, rules/activation_fusion.py):
 layer norms (layer_norm_sites.py: Flax's variance by moments and the definition's form, with or without a
-bias) and GELUs (gelu_sites.py, in any grouping of the product). Near misses keep every op, and every result
-computes what the original does (ORT, optimizations off)."""
+bias), GELUs (gelu_sites.py, in any grouping of the product) and hard sigmoids and swishes (hard_sites.py: relu6 as
+Clip, Min/Max or Relu/Min, the 1/6 as Div or Mul). Near misses keep every op, and every result computes what the
+original does (ORT, optimizations off)."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 from eqsat_helpers import check_and_compare, op_types
-from rule_builders import Graph, assert_fired, assert_unchanged, only_node, optimized
+from onnx import numpy_helper
+from rule_builders import Graph, assert_fired, assert_not_fired, assert_unchanged, only_node, optimized
 
 FUSED = "elementwise layer norm -> LayerNormalization"
 GELU = "elementwise GELU -> Gelu"
@@ -200,3 +202,96 @@ def test_the_tanh_approximation_is_fast_gelu_or_tanh_gelu(cube: str) -> None:
     (attr,) = only_node(trip.model, "Gelu").attribute
     assert (attr.name, attr.s) == ("approximate", b"tanh")
     check_and_compare(model20, trip.model, {"x": x})
+
+
+HARD_SIGMOID = "elementwise hard sigmoid -> HardSigmoid"
+HARD_SWISH = "elementwise hard swish -> x * HardSigmoid"
+HARD_SWISH_OP = "elementwise hard swish -> HardSwish"
+
+
+def hard(
+    *, swish: bool = True, relu6: str = "clip", sixth: str = "div", grouping: str = "(x*r)/6", three: float = 3.0,
+    opset: int = 12,
+) -> Graph:  # fmt: skip
+    """x [2, 8, 4, 4] -> relu6(x + 3) / 6 (``swish``: times x) -> y, as Paddle2ONNX, Keras and JAX write them."""
+    g = Graph()
+    x = g.input("x", [2, 8, 4, 4])
+    a = g.node("Add", [x, g.const("three", np.array(three, np.float32))], "a")
+    zero, six = g.const("zero", np.array(0.0, np.float32)), g.const("six", np.array(6.0, np.float32))
+    if relu6 == "clip" and opset >= 11:
+        r = g.node("Clip", [a, zero, six], "r")
+    elif relu6 == "clip":
+        r = g.node("Clip", [a], "r", min=0.0, max=6.0)
+    elif relu6 == "minmax":
+        r = g.node("Min", [g.node("Max", [a, zero], "lo"), six], "r")
+    else:
+        r = g.node("Min", [six, g.node("Relu", [a], "lo")], "r")
+
+    def divided(t: str, name: str) -> str:
+        if sixth == "div":
+            return g.node("Div", [t, g.const(f"{name}_6", np.array(6.0, np.float32))], name)
+        return g.node("Mul", [g.const(f"{name}_6", np.array(1 / 6, np.float32)), t], name)
+
+    if not swish:
+        g.node("Identity", [divided(r, "gate")], "y")
+    elif grouping == "(x*r)/6":
+        g.node("Identity", [divided(g.node("Mul", [x, r], "xr"), "xr6")], "y")
+    else:
+        g.node("Identity", [g.node("Mul", [divided(r, "gate"), x], "xg")], "y")
+    return g
+
+
+@pytest.mark.parametrize("relu6", ["clip", "minmax", "relu"])
+@pytest.mark.parametrize("sixth", ["div", "mul"])
+@pytest.mark.parametrize("grouping", ["(x*r)/6", "x*(r/6)"])
+def test_written_out_hard_swish_is_x_times_hard_sigmoid(relu6: str, sixth: str, grouping: str) -> None:
+    """Paddle2ONNX's hard swish (Add, Clip, Mul, Div: four passes) is two before opset 14."""
+    model = hard(relu6=relu6, sixth=sixth, grouping=grouping).model(["y"], opset=12)
+    trip = optimized(model)
+    assert_fired(trip, HARD_SWISH)
+    assert op_types(trip.model) == {"HardSigmoid": 1, "Mul": 1}
+    x = np.linspace(-8, 8, 256, dtype=np.float32).reshape(2, 8, 4, 4)  # both bends and the flat parts
+    check_and_compare(model, trip.model, {"x": x})
+
+
+def test_a_hard_sigmoid_alone_and_clip_bounds_as_attributes() -> None:
+    """The gate of a squeeze-excitation block (relu6(x + 3) / 6 alone), Clip's bounds as attributes (opset 6-10)."""
+    model = hard(swish=False, opset=10).model(["y"], opset=10)
+    trip = optimized(model)
+    assert_fired(trip, HARD_SIGMOID)
+    assert op_types(trip.model) == {"HardSigmoid": 1}
+    check_and_compare(model, trip.model, {"x": np.linspace(-8, 8, 256, dtype=np.float32).reshape(2, 8, 4, 4)})
+
+
+def test_from_opset_14_hard_swish_is_one_op_and_pytorch_s_hard_sigmoid_form_too() -> None:
+    model = hard().model(["y"], opset=14)
+    trip = optimized(model)
+    assert_fired(trip, HARD_SWISH_OP)
+    assert op_types(trip.model) == {"HardSwish": 1}
+    check_and_compare(model, trip.model, {"x": np.linspace(-8, 8, 256, dtype=np.float32).reshape(2, 8, 4, 4)})
+    g = Graph()  # PyTorch before opset 14: x * HardSigmoid(x; 1/6, 0.5)
+    g.node("Mul", [g.input("x", [2, 8]), g.node("HardSigmoid", ["x"], "h", alpha=1 / 6, beta=0.5)], "y")
+    trip = optimized(g.model(["y"], opset=14))
+    assert op_types(trip.model) == {"HardSwish": 1}
+
+
+@pytest.mark.parametrize("case", ["not_3", "other_x", "not_6"])
+def test_hard_swish_near_misses_stay(case: str) -> None:
+    if case == "other_x":  # (z * relu6(x + 3)) / 6 with z not x
+        g = Graph()
+        a = g.node("Add", [g.input("x", [2, 8]), g.const("three", np.array(3.0, np.float32))], "a")
+        r = g.node(
+            "Clip", [a, g.const("zero", np.array(0.0, np.float32)), g.const("six", np.array(6.0, np.float32))], "r"
+        )
+        g.node("Div", [g.node("Mul", [g.input("z", [2, 8]), r], "zr"), g.const("d6", np.array(6.0, np.float32))], "y")
+        model = g.model(["y"], opset=14)
+    else:
+        model = hard(three=2.0 if case == "not_3" else 3.0, sixth="div").model(["y"], opset=14)
+        if case == "not_6":
+            for tensor in model.graph.initializer:
+                if tensor.name == "xr6_6":
+                    tensor.CopyFrom(numpy_helper.from_array(np.array(5.0, np.float32), "xr6_6"))
+    trip = optimized(model)
+    assert_not_fired(trip, HARD_SIGMOID, HARD_SWISH, HARD_SWISH_OP)
+    assert not {"HardSigmoid", "HardSwish"} & set(op_types(trip.model))
+    check_and_compare(model, trip.model)

@@ -121,6 +121,12 @@ def cast_to(_: AttrList, __: AttrList, values: list[np.ndarray | None]) -> AttrL
     return [helper.make_attribute("to", int(np.asarray(target).reshape(-1)[0]))]
 
 
+@attribute_kernel("hard_sigmoid_sixth")
+def hard_sigmoid_sixth(_: AttrList, __: AttrList, values: list[np.ndarray | None]) -> AttrList:
+    """``alpha = 1/6, beta = 0.5``: a HardSigmoid standing for relu6(x + 3) / 6."""
+    return [helper.make_attribute("alpha", 1.0 / 6.0), helper.make_attribute("beta", 0.5)]
+
+
 @attribute_kernel("tanh_approximation")
 def tanh_approximation(_: AttrList, __: AttrList, values: list[np.ndarray | None]) -> AttrList:
     """``approximate = "tanh"`` (a Gelu standing for its tanh approximation written out)."""

@@ -33,6 +33,7 @@ from onnxsat.eqsat.language import (
     foldable,
     foldable_batchnorm,
     gelu_site,
+    hard_site,
     has_shape,
     has_type,
     inverse_perms,
@@ -159,6 +160,7 @@ def declare_language(egraph: EGraph) -> None:
         returns_input(handle, handle),
         layer_norm_site(handle, Args.nil(), Attrs.none(), ""),
         gelu_site(handle, handle, 0, ""),
+        hard_site(handle, handle, 0, ""),
         op_kind("", ""),
         union(Tensor.ref(-3)).with_(Tensor.pure_key("", Attrs.none(), Args.nil(), 0, 0)),
     )
@@ -282,11 +284,15 @@ class _Encoder:
         return self.result
 
     def composite_facts(self) -> None:
-        """``LayerNormSite`` and ``GeluSite`` facts for the written-out ops facts found; each fused layer norm's
-        attributes (its ``epsilon``) go into the attribute table."""
+        """``LayerNormSite``, ``GeluSite`` and ``HardSite`` facts for the written-out ops facts found; each fused
+        layer norm's attributes (its ``epsilon``) go into the attribute table."""
         for gelu in self.result.facts.gelu_sites:
             fused_id = _string(node_id_at(gelu.position))
             fact = _call("GeluSite", self.ref(gelu.output), self.ref(gelu.x), _int(int(gelu.tanh)), fused_id)
+            self.commands.append(_fact(fact))
+        for hard in self.result.facts.hard_sites:
+            fused_id = _string(node_id_at(hard.position))
+            fact = _call("HardSite", self.ref(hard.output), self.ref(hard.x), _int(int(hard.swish)), fused_id)
             self.commands.append(_fact(fact))
         for site in self.result.facts.layer_norm_sites:
             key = len(self.result.attributes)

@@ -22,6 +22,7 @@ import onnx
 from onnxsat.eqsat.attention_sites import AttentionSite, attention_sites
 from onnxsat.eqsat.folding import evaluate_node
 from onnxsat.eqsat.gelu_sites import GeluSite, gelu_sites
+from onnxsat.eqsat.hard_sites import HardSite, hard_sites
 from onnxsat.eqsat.layer_norm_sites import LayerNormSite, layer_norm_sites
 from onnxsat.eqsat.registry import register
 from onnxsat.eqsat.weights import constant_node_value
@@ -259,6 +260,8 @@ class GraphFacts:
     """Layer normalizations written out elementwise that LayerNormalization computes (``layer_norm_sites``)."""
     gelu_sites: list[GeluSite] = field(default_factory=list)
     """GELUs written out elementwise that one Gelu computes (``gelu_sites``)."""
+    hard_sites: list[HardSite] = field(default_factory=list)
+    """Hard sigmoids and swishes written out elementwise that HardSigmoid computes (``hard_sites``)."""
     equal_initializers: dict[str, str] = field(default_factory=dict)
     """Constant initializer name -> the first (by name) constant initializer with the same type, dims
     and bytes: duplicates the encoder writes as one term, so nodes that read them merge by hash-consing."""
@@ -322,6 +325,7 @@ def collect_facts(model: onnx.ModelProto, typed: onnx.ModelProto | None, base_di
     facts.attention_sites = attention_sites(graph, facts, read_small, {t.name for t in constants})
     facts.layer_norm_sites = layer_norm_sites(graph, facts, read_small, _opset(model))
     facts.gelu_sites = gelu_sites(graph, facts, read_small)
+    facts.hard_sites = hard_sites(graph, facts, read_small)
     facts.equal_initializers = equal_initializers(constants, base_dir)
     return facts
 

@@ -205,6 +205,10 @@ out elementwise, found in Python at encode time (``layer_norm_sites``), which on
 gelu_site = relation("GeluSite", Tensor, Tensor, i64, String, egg_fn="GeluSite")
 """(output, x, 1 for the tanh approximation else 0, the fused node's id): a GELU written out elementwise,
 found in Python at encode time (``gelu_sites``), which one Gelu computes."""
+hard_site = relation("HardSite", Tensor, Tensor, i64, String, egg_fn="HardSite")
+"""(output, x, 1 for the swish (x times the gate) else 0, the fused node's id): a hard sigmoid or hard swish
+written out elementwise, found in Python at encode time (``hard_sites``), which HardSigmoid (or HardSwish)
+computes."""
 opset_at_least = relation("OpsetAtLeast", i64, egg_fn="OpsetAtLeast")
 """The model imports the default domain at this version or later (asserted for each version up to its own)."""
 

@@ -2,20 +2,36 @@
 
     LayerNormSite(y, [x, g(, b)], {epsilon}, id)   ==>   y = LayerNormalization(x, g(, b), epsilon)   (opset 17+)
     GeluSite(y, x, tanh, id)                       ==>   y = Gelu(x[, approximate="tanh"])            (opset 20+)
+    HardSite(y, x, 0, id)                          ==>   y = HardSigmoid(x, alpha=1/6, beta=0.5)
+    HardSite(y, x, 1, id)                          ==>   y = x * HardSigmoid(x, 1/6, 0.5);  y = HardSwish(x) (14+)
 
-The sites are found in Python when the graph is encoded (``layer_norm_sites`` and ``gelu_sites``: the forms
+The sites are found in Python when the graph is encoded (``layer_norm_sites``, ``gelu_sites``, ``hard_sites``: the forms
 matched and the conditions under which the op computes the same values are in their docstrings); the rules
 only add the op as an equivalent term, and the extractor decides. Flax (jax2onnx) writes the variance by
 moments, which ONNX Runtime does not fuse: the op replaces about twelve passes over the activations (1.29x
 on a small jax2onnx ViT). Before opset 20 the ``ort`` target offers com.microsoft Gelu instead
-(``activation_fusion``).
+(``activation_fusion``). Paddle2ONNX writes hard swish as four ops (an Add, a Clip, a Mul and a Div): the
+one op made PP-OCR's text-direction classifier 1.4x faster, its recognizer 1.09x.
 """
 
 from __future__ import annotations
 
+import onnx
 from egglog import Ruleset, String, ne, rule, ruleset, union
 
-from onnxsat.eqsat.language import Args, Attrs, Tensor, args_of, gelu_site, layer_norm_site, opset_at_least
+from onnxsat.eqsat.language import (
+    Args,
+    Attrs,
+    Dims,
+    Tensor,
+    args_of,
+    gelu_site,
+    hard_site,
+    has_shape,
+    has_type,
+    layer_norm_site,
+    opset_at_least,
+)
 from onnxsat.eqsat.rules.families import STANDARD, ModelOutline, register_family
 from onnxsat.eqsat.rules.patterns import computed, result, unique
 
@@ -43,8 +59,26 @@ def _gelu(y: Tensor, x: Tensor, node_id: String) -> object:
         ).then(union(y).with_(result("Gelu", attrs, args_of(x), node_id)))
 
 
+@composite_forms.register
+def _hard(y: Tensor, x: Tensor, node_id: String, dims: Dims) -> object:
+    sixth = computed("hard_sigmoid_sixth", Attrs.none(), Attrs.none(), Args.nil())
+    gate = result("HardSigmoid", sixth, args_of(x), node_id)
+    site = (ne(node_id).to(String("")), has_shape(x, dims))  # the gate is costed at x's size, not an unknown one
+    yield rule(hard_site(y, x, 0, node_id), *site, name=unique("elementwise hard sigmoid -> HardSigmoid")).then(
+        union(y).with_(gate)
+    )
+    yield rule(hard_site(y, x, 1, node_id), *site, name=unique("elementwise hard swish -> x * HardSigmoid")).then(
+        union(y).with_(result("Mul", Attrs.none(), args_of(x, gate), node_id)),
+        has_shape(gate, dims),
+        has_type(gate, onnx.TensorProto.FLOAT),
+    )
+    yield rule(
+        hard_site(y, x, 1, node_id), *site, opset_at_least(14), name=unique("elementwise hard swish -> HardSwish")
+    ).then(union(y).with_(result("HardSwish", Attrs.none(), args_of(x), node_id)))
+
+
 def _has_composites(outline: ModelOutline) -> bool:
-    return bool({"ReduceMean", "Erf", "Tanh"} & outline.op_types)
+    return bool({"ReduceMean", "Erf", "Tanh", "Clip", "Min", "HardSigmoid"} & outline.op_types)
 
 
 register_family(composite_forms, stage="simplify", order=127, targets=STANDARD, applies=_has_composites)
