@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 import tempfile
 import warnings
+from collections import Counter
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -93,6 +94,9 @@ class QuantMode:
     body_node: Callable[[onnx.NodeProto], bool] | None = None
     """Which of a body's nodes of its ops it quantizes, where not all (weight-only splits a body's Gemm into
     MatMul + Add only when it is a plain product: no transposes, alpha and beta 1)."""
+    left_float: Callable[[onnx.ModelProto], set[str]] | None = None
+    """Names of main-graph nodes of its ops it leaves in float whatever the search says (static mode: the Sigmoids
+    and Muls that are no SiLU's): not searched, not reported as quantized."""
 
     def in_bodies(self, node: onnx.NodeProto) -> bool:
         """Whether this body node is quantized in this mode."""
@@ -232,17 +236,24 @@ def _domain(node: onnx.NodeProto) -> str:
     return "" if node.domain in ("", "ai.onnx") else node.domain
 
 
+SILU_OPS = ("Sigmoid", "Mul")
+"""SiLU's ops, x * Sigmoid(x): static mode quantizes them where they are one (YOLOv5 to YOLO11, EfficientNet's
+convolutions), so ORT runs QLinearSigmoid and QLinearMul between the int8 convolutions instead of a dequantize,
+two float passes over the activations and a quantize around each (``silu_nodes``); every other Sigmoid and Mul
+stays float."""
 LAYOUT_OPS = frozenset({"Relu", "Clip", "Reshape", "Transpose", "Flatten", "Squeeze", "Unsqueeze"})
 """Ops that only move, pick or clamp values: quantized with their neighbours, never worth a search step."""
 STATIC_OPS = (
     *("Conv", "ConvTranspose", "MatMul", "Gemm"),
     *("MaxPool", "AveragePool", "GlobalAveragePool", "Add", "Concat", "Resize"),
+    *SILU_OPS,
     *sorted(LAYOUT_OPS),
 )
 """What static mode quantizes: the weighted ops, and around them the ops ORT runs in int8 (or that only move
-or pick values), so quantized tensors flow between them without a float round trip. Elementwise math
-(Mul, Div, Sigmoid in HardSwish and attention gates) stays float: measured on a DBNet text detector,
-quantizing it cost as much accuracy as every convolution together. Residual Adds and FPN Concats carry wide
+or pick values), so quantized tensors flow between them without a float round trip. Other elementwise math
+(Mul, Div, Sigmoid in HardSwish, squeeze-excitation and attention gates) stays float: measured on a DBNet
+text detector, quantizing it cost as much accuracy as every convolution together; of Sigmoid and Mul only
+SiLU's pairs are quantized. Residual Adds and FPN Concats carry wide
 ranges: the search may leave them in float like any convolution."""
 
 
@@ -250,6 +261,28 @@ UNTYPED_TENSORS_FLOAT = {"DefaultTensorType": onnx.TensorProto.FLOAT}
 """ORT's quantizer needs each tensor's element type and stops at one ONNX's shape inference cannot type (the
 output of a com.microsoft Attention in a model ORT's transformers optimizer wrote): what it quantizes is
 float (a float16 model goes through its float form), so an untyped tensor is float."""
+
+
+def silu_nodes(graph: onnx.GraphProto) -> set[str]:
+    """Names of the Sigmoid and Mul nodes of ``graph`` that compute SiLU, Mul(x, Sigmoid(x)) with the Sigmoid
+    read by that Mul alone."""
+    producer = {name: node for node in graph.node for name in node.output}
+    readers = Counter(name for node in graph.node for name in node.input)
+    found: set[str] = set()
+    for mul in graph.node:
+        if mul.op_type != "Mul" or mul.domain not in ("", "ai.onnx") or len(mul.input) != 2:
+            continue
+        for gate, x in (mul.input, reversed(mul.input)):
+            sigmoid = producer.get(gate)
+            if sigmoid is not None and sigmoid.op_type == "Sigmoid" and sigmoid.input[0] == x and readers[gate] == 1:
+                found |= {mul.name, sigmoid.name}
+    return found
+
+
+def not_silu(model: onnx.ModelProto) -> set[str]:
+    """The main graph's Sigmoid and Mul nodes static mode leaves in float: those not SiLU's (``SILU_OPS``)."""
+    silu = silu_nodes(model.graph)
+    return {n.name for n in model.graph.node if n.op_type in SILU_OPS and n.name not in silu}
 
 
 def static(
@@ -275,7 +308,7 @@ def static(
             nodes_to_exclude=[
                 *exclude,
                 *namesakes(model, STATIC_OPS),
-                *sorted(quantized_nodes(model.graph) | narrow_weight_readers(model.graph)),
+                *sorted(quantized_nodes(model.graph) | narrow_weight_readers(model.graph) | not_silu(model)),
             ],
             nodes_to_quantize=list(only or []),
             **calibration.arguments(),  # type: ignore[arg-type]
@@ -386,6 +419,7 @@ MODES.register(
         frozenset(STATIC_OPS) - LAYOUT_OPS,
         True,
         static,
+        left_float=not_silu,
     ),
 )
 MODES.register(

@@ -1136,6 +1136,7 @@ def _mode_nodes(model: onnx.ModelProto, mode: QuantMode) -> list[onnx.NodeProto]
     too; one name may stand for a node in each branch of a merged decoder, on the same weight)."""
     weighted = {node.name for node in _weighted_nodes(model)} if mode.constant_weights_only else set()
     not_float = _typed_not_float(model)
+    left = mode.left_float(model) if mode.left_float is not None else set()
     found = [
         node
         for node in model.graph.node
@@ -1143,6 +1144,7 @@ def _mode_nodes(model: onnx.ModelProto, mode: QuantMode) -> list[onnx.NodeProto]
         and node.domain in ("", "ai.onnx")
         and node.input
         and node.input[0] not in not_float
+        and node.name not in left
         and (not mode.constant_weights_only or node.name in weighted)
     ]
     if mode.bodies:
