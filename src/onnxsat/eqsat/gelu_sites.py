@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 
 import onnx
 
-from onnxsat.eqsat.site_graph import Reader, SiteGraph
+from onnxsat.eqsat.site_graph import Reader, SiteGraph, other_operand
 
 if TYPE_CHECKING:  # facts.py calls this module while collecting its facts
     from onnxsat.eqsat.facts import GraphFacts
@@ -40,16 +40,6 @@ class GeluSite:
     position: int
     """Position of the node that writes ``output``: the fused node takes its id."""
     tanh: bool = False
-
-
-def _other(node: onnx.NodeProto, name: str) -> str | None:
-    """The operand of a binary ``node`` that is not ``name`` (None when both are)."""
-    first, second = node.input
-    if first == name and second != name:
-        return second
-    if second == name and first != name:
-        return first
-    return None
 
 
 def _scaled_input(g: SiteGraph, name: str) -> str | None:
@@ -70,15 +60,17 @@ def _product_end(g: SiteGraph, one_plus: str, x: str) -> str | None:
     first = g.sole_reader(one_plus, "Mul")
     if first is None:
         return None
-    partner = _other(first, one_plus)
+    partner = other_operand(first, one_plus)
     if partner == x:  # (x * a) * 0.5
         last = g.sole_reader(first.output[0], "Mul")
-        return last.output[0] if last is not None and g.is_value(_other(last, first.output[0]) or "", 0.5) else None
+        return (
+            last.output[0] if last is not None and g.is_value(other_operand(last, first.output[0]) or "", 0.5) else None
+        )
     if partner is not None and g.is_value(partner, 0.5):  # (a * 0.5) * x
         last = g.sole_reader(first.output[0], "Mul")
-        return last.output[0] if last is not None and _other(last, first.output[0]) == x else None
+        return last.output[0] if last is not None and other_operand(last, first.output[0]) == x else None
     half = g.node(partner or "", "Mul")  # a * (x * 0.5)
-    if half is not None and _other(half, x) is not None and g.is_value(_other(half, x) or "", 0.5):
+    if half is not None and other_operand(half, x) is not None and g.is_value(other_operand(half, x) or "", 0.5):
         return first.output[0]
     return None
 
@@ -131,7 +123,7 @@ def gelu_sites(graph: onnx.GraphProto, facts: GraphFacts, read: Reader) -> list[
         if x is None or facts.types.get(x) != onnx.TensorProto.FLOAT:
             continue
         add = g.sole_reader(node.output[0], "Add")
-        if add is None or not g.is_value(_other(add, node.output[0]) or "", 1.0):
+        if add is None or not g.is_value(other_operand(add, node.output[0]) or "", 1.0):
             continue
         end = _product_end(g, add.output[0], x)
         if end is not None:

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 
 import onnx
 
-from onnxsat.eqsat.site_graph import Reader, SiteGraph
+from onnxsat.eqsat.site_graph import Reader, SiteGraph, other_operand
 
 if TYPE_CHECKING:  # facts.py calls this module while collecting its facts
     from onnxsat.eqsat.facts import GraphFacts
@@ -45,18 +45,6 @@ class HardSite:
 
 def _binary(node: onnx.NodeProto | None) -> bool:
     return node is not None and len(node.input) == 2
-
-
-def _other(node: onnx.NodeProto, name: str) -> str | None:
-    """The operand of a binary ``node`` that is not ``name`` (None when both are, or it is not binary)."""
-    if not _binary(node):
-        return None
-    first, second = node.input
-    if first == name and second != name:
-        return second
-    if second == name and first != name:
-        return first
-    return None
 
 
 def _bounds(g: SiteGraph, clip: onnx.NodeProto) -> tuple[float, float] | None:
@@ -112,7 +100,7 @@ def _sixth(g: SiteGraph, name: str) -> onnx.NodeProto | None:
         return None
     if node.op_type == "Div" and node.input[0] == name and g.is_value(node.input[1], 6.0):
         return node
-    if node.op_type == "Mul" and g.is_value(_other(node, name) or "", ALPHA, ROUNDING):
+    if node.op_type == "Mul" and g.is_value(other_operand(node, name) or "", ALPHA, ROUNDING):
         return node
     return None
 
@@ -147,10 +135,10 @@ def hard_sites(graph: onnx.GraphProto, facts: GraphFacts, read: Reader) -> list[
         if x is None or not _float32(facts, x):
             continue
         swish = g.sole_reader(gate, "Mul") if gate is not None else None
-        if swish is not None and _other(swish, gate) == x:  # x * (relu6(x + 3) / 6), x * HardSigmoid(x)
+        if swish is not None and other_operand(swish, gate) == x:  # x * (relu6(x + 3) / 6), x * HardSigmoid(x)
             sites.append(HardSite(swish.output[0], x, g.producer[swish.output[0]][0], swish=True))
         product = g.sole_reader(r, "Mul") if node.op_type != "HardSigmoid" else None
-        if product is not None and _other(product, r) == x:  # (x * relu6(x + 3)) / 6
+        if product is not None and other_operand(product, r) == x:  # (x * relu6(x + 3)) / 6
             end = _sixth(g, product.output[0])
             if end is not None:
                 sites.append(HardSite(end.output[0], x, g.producer[end.output[0]][0], swish=True))

@@ -58,3 +58,15 @@ class SiteGraph:
         if value is None or value.dtype.kind not in kinds:
             return False
         return abs(float(value.reshape(-1)[0]) - wanted) <= tolerance * abs(wanted)
+
+
+def other_operand(node: onnx.NodeProto, name: str) -> str | None:
+    """The operand of a binary ``node`` that is not ``name`` (None when both are, or ``node`` is not binary)."""
+    if len(node.input) != 2:
+        return None
+    first, second = node.input
+    if first == name and second != name:
+        return second
+    if second == name and first != name:
+        return first
+    return None
