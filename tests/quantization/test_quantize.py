@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -950,3 +951,35 @@ def test_static_mode_quantizes_silu_and_leaves_other_sigmoids_and_muls_in_float(
     assert in_int8 == {"silu_gate": True, "silu": True, "se_gate": False, "se_scale": False}
     x = rng.normal(size=(2, 4, 8, 8)).astype(np.float32)
     assert np.corrcoef(runs(out, {"x": x})[0].ravel(), runs(path, {"x": x})[0].ravel())[0, 1] > 0.99
+
+
+def test_the_budget_search_gives_silu_back_before_any_other_node(monkeypatch: pytest.MonkeyPatch) -> None:
+    """SiLU is quantized for speed alone: ranked by damage among the convolutions, a YOLOv8n layout detector's
+    search left 93 nodes in float (1.18x) where the search without SiLU in int8 had left 15 (1.74x)."""
+    from types import SimpleNamespace
+
+    from onnxsat.quantization import quantize as quantize_module
+    from onnxsat.quantization.report import ModeTrial
+
+    graph = helper.make_graph(
+        [
+            helper.make_node("Conv", ["x", "w"], ["c"], name="conv"),
+            helper.make_node("Sigmoid", ["c"], ["s"], name="gate"),
+            helper.make_node("Mul", ["c", "s"], ["y"], name="silu"),
+        ],
+        "silu",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 8, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 8, 8])],
+        [numpy_helper.from_array(np.ones((4, 4, 1, 1), np.float32), "w")],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    ranked: list[list[str]] = []
+    monkeypatch.setattr(quantize_module, "_damage", lambda *args: [("conv", 0.5), ("gate", 0.0), ("silu", 0.0)])
+    monkeypatch.setattr(quantize_module, "_bisect", lambda names, *args: ranked.append(names))
+    full = quantize_module.Candidate("static", model, {}, SimpleNamespace(drop=0.1, bound=0.1))  # type: ignore[arg-type]
+    trial = ModeTrial("static")
+    quantize_module._within_budget(model, full, ["conv", "gate", "silu"], 0.01, None, None, trial)  # type: ignore[arg-type]
+    assert ranked[0] == ["gate", "silu", "conv"] and trial.worst == [("conv", 0.5)]
+    ranked.clear()
+    quantize_module._within_budget(model, replace(full, mode="dynamic"), ["conv"], 0.01, None, None, ModeTrial("d"))  # type: ignore[arg-type]
+    assert ranked[0] == ["conv", "gate", "silu"]  # only static mode quantizes SiLU for speed

@@ -66,7 +66,15 @@ from onnxsat.options import float_list, option, percent
 from onnxsat.proto_fields import all_graphs, all_nodes, bodies_of
 from onnxsat.quantization import node_speed
 from onnxsat.quantization.calibration import calibration_reader
-from onnxsat.quantization.modes import CALIBRATIONS, MODES, Calibration, QuantMode, embedding_tables, looks_up
+from onnxsat.quantization.modes import (
+    CALIBRATIONS,
+    MODES,
+    Calibration,
+    QuantMode,
+    embedding_tables,
+    looks_up,
+    silu_nodes,
+)
 from onnxsat.quantization.opsets import PER_CHANNEL_OPSET, at_least_opset
 from onnxsat.quantization.report import ModeTrial, NodeDecision, QuantizeReport
 from onnxsat.quantization.tensor_types import type_from_runtime
@@ -807,17 +815,23 @@ def _within_budget(
 ) -> Candidate | None:
     """Leave the fewest most damaging nodes in float so the drop fits: damage ranked (see ``_damage``), then
     a bisection on how many of the worst to leave out. Both stop at ``deadline`` with what they have; the
-    damage measurements get half the time left, so the bisection always runs."""
-    ordered = _damage(model, candidate, nodes, scorer, build, EXACT_DAMAGE_NODES, _halfway(deadline))
+    damage measurements get half the time left, so the bisection always runs. SiLU's nodes, which static mode
+    quantizes for speed alone, are given back first: on a YOLOv8n layout detector, whose whole int8 form ran
+    2.52x, ranking them by damage among the convolutions left 93 nodes in float (1.18x) where the same search
+    without them in int8 had left 15 (1.74x)."""
+    extras = silu_nodes(model.graph) if candidate.mode == "static" else set()
+    ordered = _extras_first(
+        _damage(model, candidate, nodes, scorer, build, EXACT_DAMAGE_NODES, _halfway(deadline)), extras
+    )
     best = _bisect([name for name, _ in ordered], budget, scorer, build, deadline)
     if best is None and len(nodes) > EXACT_DAMAGE_NODES and not late(deadline):
         # the estimate misled: measure every node alone
-        ordered = _damage(model, candidate, nodes, scorer, build, len(nodes), _halfway(deadline))
+        ordered = _extras_first(_damage(model, candidate, nodes, scorer, build, len(nodes), _halfway(deadline)), extras)
         best = _bisect([name for name, _ in ordered], budget, scorer, build, deadline)
     full = candidate.score
     fully = f"every node quantized: drop {full.drop:.2%}, bound {full.bound:.2%} with its sampling error"
     fully += f", against {budget:.2%}"
-    trial.worst = ordered[:WORST_SHOWN]
+    trial.worst = [item for item in ordered if item[0] not in extras][:WORST_SHOWN]
     if best is None:
         if late(deadline):  # cut short: it cannot say that none fits
             trial.error = f"no subset of nodes inside the budget found before --budget-minutes ran out ({fully})"
@@ -835,8 +849,15 @@ def _within_budget(
     # the bisection leaves the first ``count`` of the ranking in float, harmless ones too when it must reach them
     left = {n: f"in float for the budget: ranked {i + 1} of {len(ranked)} (damage {damage[n]:.3g})" for i, n in
             enumerate(ranked[:count])}  # fmt: skip
+    given_back = "in float for the budget: SiLU, given back before any other node"
+    left = {n: given_back if n in extras else why for n, why in left.items()}
     excluded = {**candidate.excluded, **left}
     return Candidate(candidate.mode, quantized, excluded, score, damage, candidate.speeds)
+
+
+def _extras_first(ordered: list[tuple[str, float]], extras: set[str]) -> list[tuple[str, float]]:
+    """``ordered`` with the nodes of ``extras`` first, each part in its order."""
+    return [item for item in ordered if item[0] in extras] + [item for item in ordered if item[0] not in extras]
 
 
 def _halfway(deadline: Deadline | None) -> Deadline | None:
