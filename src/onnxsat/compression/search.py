@@ -220,8 +220,8 @@ class Search:
         the first model quantized. Timings alone do not add up (a node left in float costs its neighbours a
         quantize and a dequantize; one quantized may cost them a fused activation), so there each set's form
         is built whole, without the budget's search (the cheap part of a candidate), and all are timed side by
-        side: the fastest, or of those not slower beyond noise the smallest, sets the form. None when that
-        form fits the budget as it is: it is then the candidate."""
+        side: the fastest, or of those not slower beyond noise the one leaving the most in float, sets the form.
+        None when that form fits the budget as it is: it is then the candidate."""
         if mode not in self._form:
             self._form[mode] = next(iter(sets))
             if len(sets) > 1:
@@ -230,10 +230,18 @@ class Search:
                 for result in built:
                     self._slow[result.requested] = sets[next(k for k, r in probes.items() if r == result.requested)]
                 if built:
-                    self._measure_with_best(built)
-                    pick = _pick(built)
-                    self._form[mode] = next(label for label, recipe in probes.items() if recipe == pick.requested)
+                    label_of = {id(b): next(k for k, r in probes.items() if r == b.requested) for b in built}
+                    self._measure_with_best(built, contenders=())
+                    fastest = max(built, key=lambda b: b.speedup)
+                    # forms that cannot be told apart differ in a few nodes: the one with more in float keeps
+                    # more accuracy (the digits ResNet's 1-channel stem and head, quantized for no measurable
+                    # speed, cost a held-out digit)
+                    ties = [b for b in built if not _faster(fastest, b)]
+                    pick = max(ties, key=lambda b: (len(sets[label_of[id(b)]]), b.speedup))
+                    self._form[mode] = label_of[id(pick)]
                     if self._within(pick):
+                        if _beats(pick, self._best):
+                            self._best = pick
                         return None
         label = self._form[mode]
         return sets[label] if label in sets else next(iter(sets.values()))
@@ -368,15 +376,15 @@ class Search:
         if inside:
             self._measure_with_best(inside)
 
-    def _measure_with_best(self, results: Sequence[Evaluated]) -> None:
-        """Time ``results`` in one run with the best so far; of those inside the budget, the one ``_pick``
-        picks replaces the best when it ``_beats`` it."""
+    def _measure_with_best(self, results: Sequence[Evaluated], contenders: Sequence[Evaluated] | None = None) -> None:
+        """Time ``results`` in one run with the best so far; of those inside the budget (of ``contenders``, when
+        given), the one ``_pick`` picks replaces the best when it ``_beats`` it."""
         best = self._best
         extra = [best] if best.outcome.model is not None else []
         timed = self._measure([self._model(r) for r in [*results, *extra]])
         for result, figure in zip([*results, *extra], timed, strict=True):
             result.timed = figure
-        inside = [r for r in results if self._within(r)]
+        inside = [r for r in (results if contenders is None else contenders) if self._within(r)]
         if inside and _beats(pick := _pick(inside), best):
             self._best = pick
         self.on_progress(self._best, len(self.evaluated))
