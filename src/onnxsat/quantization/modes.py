@@ -275,14 +275,16 @@ def silu_nodes(graph: onnx.GraphProto) -> set[str]:
         for gate, x in (mul.input, reversed(mul.input)):
             sigmoid = producer.get(gate)
             if sigmoid is not None and sigmoid.op_type == "Sigmoid" and sigmoid.input[0] == x and readers[gate] == 1:
-                found |= {mul.name, sigmoid.name}
+                found |= {mul.name, sigmoid.name} - {""}  # an unnamed node cannot be excluded by name either
     return found
 
 
 def not_silu(model: onnx.ModelProto) -> set[str]:
-    """The main graph's Sigmoid and Mul nodes static mode leaves in float: those not SiLU's (``SILU_OPS``)."""
+    """The main graph's Sigmoid and Mul nodes static mode leaves in float: those not SiLU's (``SILU_OPS``). Named
+    ones only: ORT excludes by name, and an empty one would exclude every unnamed node (quantize names them all
+    first)."""
     silu = silu_nodes(model.graph)
-    return {n.name for n in model.graph.node if n.op_type in SILU_OPS and n.name not in silu}
+    return {n.name for n in model.graph.node if n.op_type in SILU_OPS and n.name and n.name not in silu}
 
 
 def static(
