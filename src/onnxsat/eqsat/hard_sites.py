@@ -9,7 +9,7 @@ PyTorch before opset 14), found for the rules that offer them as one op.
 ``HardSigmoid(x; alpha=1/6, beta=0.5)`` is ``max(0, min(1, x / 6 + 0.5))``, the same function: each written-out
 form is four passes over the activations where the op is one (two for the swish as ``x * HardSigmoid(x)``,
 one as ``HardSwish``, from opset 14). ONNX Runtime fuses none of these forms: on PP-OCR's text-direction
-classifier the four passes were a third of its run time. Matched here once, in Python (the clamp and the
+classifier the four passes were a quarter of its run time. Matched here once, in Python (the clamp and the
 grouping vary); the rule family adds the ops as equivalent terms and the extractor decides. x must be
 float32; the constants are read, so the match is exact up to float32 rounding of 1/6.
 """
