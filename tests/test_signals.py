@@ -19,6 +19,13 @@ WORKERS_SECONDS = 60.0
 """How long compress may take to have its pool of workers searching (about 5 s on two busy cores)."""
 
 
+def _interruptible() -> None:
+    """In the child: Ctrl-C's default, as in a terminal. A process whose SIGINT is ignored when it starts (as
+    ``nohup`` starts it, or a test runner that ignores it) passes that on, and Python then ignores Ctrl-C too:
+    in the full suite the compress ran to the end and exited 0."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _group_left(group: int) -> list[str]:
     """The live processes of process group ``group``, read from /proc (a minimal machine may have no ``ps``);
     zombies are left out, as they wait for init to reap them."""
@@ -51,6 +58,7 @@ def test_a_stopped_compress_ends_its_workers_and_cleans_up(
         text=True,
         start_new_session=True,  # its own group, as a job has: what is left of it can be listed
         env={**os.environ, "TMPDIR": str(temporary)},
+        preexec_fn=_interruptible,
     )
     deadline = time.monotonic() + WORKERS_SECONDS
     while len(_group_left(process.pid)) < 3 and process.poll() is None and time.monotonic() < deadline:
