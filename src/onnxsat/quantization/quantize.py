@@ -658,9 +658,9 @@ def _search_modes(
             continue
         clock, evaluations = time.perf_counter(), scorer.evaluations
         assert budget is not None
-        searched = _within_budget(model, full, start.nodes, budget, scorer, start.build, trial, deadline)
+        searched = _within_budget(model, full, start.nodes, budget, scorer, start.build, trial, deadline, time_model)
         if searched is not None:
-            searched.latency = time_model(searched.model)
+            searched.latency = searched.latency or time_model(searched.model)
             _record(trial, searched, start.total)
             candidates.append(searched)
             left = len(searched.excluded) - len(full.excluded)
@@ -755,16 +755,11 @@ def _start_mode(
         latency = time_model(quantized)  # nothing left to quantize: the prepared float model, timed too
         slow = excluded
         excluded = dict(asked)  # ``build`` reads it: the mode with the slow nodes quantized too
-        try:
-            whole = build([])
-            whole_latency = time_model(whole)
-        except RuntimeUnsupportedError:
-            whole_latency = {}
+        whole, whole_latency = _timed_whole(build, [], time_model)
         count = len(slow) - len(asked)
         nodes_text = f"{count} node{'s' if count != 1 else ''}"
-        with_them = f"{whole_latency['speedup']:.2f}x" if whole_latency else "refused by ORT"
-        measured = f"the model ran {with_them} with them, {latency['speedup']:.2f}x without"
-        if whole_latency.get("speedup", 0.0) > latency["speedup"]:
+        measured = _ran(whole_latency, latency)
+        if whole is not None and whole_latency["speedup"] > latency["speedup"]:
             quantized, latency, score = whole, whole_latency, scorer.score(whole)
             searchable = [n for n in nodes if n not in excluded]
             trial.note = _joined(trial.note, f"{nodes_text} slower alone quantized anyway: {measured}")
@@ -774,15 +769,10 @@ def _start_mode(
     marginal = [n for n in searchable if SLOWER <= speeds.get(n, MARGINAL) < MARGINAL]
     if marginal and len(marginal) < len(searchable) and time_model is not None:
         latency = latency or time_model(quantized)
-        try:
-            without = build(marginal)
-            without_latency = time_model(without)
-        except RuntimeUnsupportedError:
-            without_latency = {}
+        without, without_latency = _timed_whole(build, marginal, time_model)
         count = f"{len(marginal)} node{'s' if len(marginal) != 1 else ''} barely faster alone (< {MARGINAL:.2f}x)"
-        them = f"{without_latency['speedup']:.2f}x" if without_latency else "refused by ORT"
-        measured = f"the model ran {latency['speedup']:.2f}x with them, {them} without"
-        if without_latency.get("speedup", 0.0) > latency["speedup"]:
+        measured = _ran(latency, without_latency)
+        if without is not None and without_latency["speedup"] > latency["speedup"]:
             quantized, latency, score = without, without_latency, scorer.score(without)
             excluded = {
                 **excluded,
@@ -799,6 +789,28 @@ def _start_mode(
     return _Started(trial, candidate, searchable, build, len(nodes) + len(unnamed))
 
 
+def _timed_whole(
+    build: Callable[..., onnx.ModelProto],
+    left_out: Sequence[str],
+    time_model: Callable[[onnx.ModelProto], dict[str, float]],
+) -> tuple[onnx.ModelProto | None, dict[str, float]]:
+    """The mode built with ``left_out`` in float and timed whole; (None, {}) when ORT refuses it."""
+    try:
+        model = build(left_out)
+    except RuntimeUnsupportedError:
+        return None, {}
+    return model, time_model(model)
+
+
+def _ran(with_them: dict[str, float], without: dict[str, float]) -> str:
+    """What the model ran with some nodes quantized and without (an empty timing: ORT refused that form)."""
+
+    def said(latency: dict[str, float]) -> str:
+        return f"{latency['speedup']:.2f}x" if latency else "refused by ORT"
+
+    return f"the model ran {said(with_them)} with them, {said(without)} without"
+
+
 def _joined(*notes: str) -> str:
     return "; ".join(note for note in notes if note)
 
@@ -812,48 +824,109 @@ def _within_budget(
     build: Callable[..., onnx.ModelProto],
     trial: ModeTrial,
     deadline: Deadline | None = None,
+    time_model: Callable[[onnx.ModelProto], dict[str, float]] | None = None,
 ) -> Candidate | None:
     """Leave the fewest most damaging nodes in float so the drop fits: damage ranked (see ``_damage``), then
     a bisection on how many of the worst to leave out. Both stop at ``deadline`` with what they have; the
-    damage measurements get half the time left, so the bisection always runs. SiLU's nodes, which static mode
-    quantizes for speed alone, are given back first: on a YOLOv8n layout detector, whose whole int8 form ran
-    2.52x, ranking them by damage among the convolutions left 93 nodes in float (1.18x) where the same search
-    without them in int8 had left 15 (1.74x)."""
+    damage measurements get half the time left, so the bisection always runs.
+
+    SiLU's nodes, which static mode quantizes for speed alone, are searched two ways (``_rankings``): kept
+    in int8 while the damaging nodes go back to float, and given back first. Neither wins everywhere on a
+    YOLOv8n layout detector: on one page, ranking them among the convolutions left 93 nodes in float
+    (1.18x) where giving them back first left 15 more (1.74x); on three pages, giving them back first
+    left all 112 and 3 head nodes in float (1.95x) where those 3 alone fit. Both forms that fit are timed
+    (``time_model``) and the faster kept."""
     silu = silu_nodes(model.graph) if candidate.mode == "static" else set()
     extras = [node.name for node in model.graph.node if node.name in silu]
-    ordered = _extras_first(
-        _damage(model, candidate, nodes, scorer, build, EXACT_DAMAGE_NODES, _halfway(deadline)), extras
-    )
-    best = _bisect([name for name, _ in ordered], budget, scorer, build, deadline)
-    if best is None and len(nodes) > EXACT_DAMAGE_NODES and not late(deadline):
+    ordered = _damage(model, candidate, nodes, scorer, build, EXACT_DAMAGE_NODES, _halfway(deadline))
+    found = _fitting(_rankings(ordered, extras), budget, scorer, build, deadline)
+    if not found and len(nodes) > EXACT_DAMAGE_NODES and not late(deadline):
         # the estimate misled: measure every node alone
-        ordered = _extras_first(_damage(model, candidate, nodes, scorer, build, len(nodes), _halfway(deadline)), extras)
-        best = _bisect([name for name, _ in ordered], budget, scorer, build, deadline)
+        ordered = _damage(model, candidate, nodes, scorer, build, len(nodes), _halfway(deadline))
+        found = _fitting(_rankings(ordered, extras), budget, scorer, build, deadline)
     full = candidate.score
     fully = f"every node quantized: drop {full.drop:.2%}, bound {full.bound:.2%} with its sampling error"
     fully += f", against {budget:.2%}"
     trial.worst = [item for item in ordered if item[0] not in extras][:WORST_SHOWN]
-    if best is None:
+    if not found:
         if late(deadline):  # cut short: it cannot say that none fits
             trial.error = f"no subset of nodes inside the budget found before --budget-minutes ran out ({fully})"
         else:
             trial.error = f"no subset of nodes fits the budget ({fully})"
         return None
-    ranked, damage = [name for name, _ in ordered], dict(ordered)
-    count, quantized, score = best
-    if _integer_nodes(quantized) <= _integer_nodes(model):  # what is left alone, ORT leaves float (a lone Relu)
-        trial.error = (
-            f"no subset of nodes fits the budget ({fully}): the fewest left in float that fit, {count} of "
-            f"{len(ranked)}, leave nothing quantized"
-        )
+    damage = dict(ordered)
+    searched, nothing_left = [], ""
+    for ranked, (count, quantized, score) in found:
+        if _integer_nodes(quantized) <= _integer_nodes(model):  # what is left alone, ORT leaves float (a lone Relu)
+            nothing_left = (
+                f"no subset of nodes fits the budget ({fully}): the fewest left in float that fit, {count} of "
+                f"{len(ranked)}, leave nothing quantized"
+            )
+            continue
+        # the bisection leaves the first ``count`` of the ranking in float, harmless ones too when it must reach
+        # them
+        left = {n: f"in float for the budget: ranked {i + 1} of {len(ranked)} (damage {damage[n]:.3g})" for i, n in
+                enumerate(ranked[:count])}  # fmt: skip
+        given_back = "in float for the budget: SiLU, given back before any other node"
+        left = {n: given_back if n in extras else why for n, why in left.items()}
+        excluded = {**candidate.excluded, **left}
+        searched.append(Candidate(candidate.mode, quantized, excluded, score, damage, candidate.speeds))
+    if not searched:
+        trial.error = nothing_left
         return None
-    # the bisection leaves the first ``count`` of the ranking in float, harmless ones too when it must reach them
-    left = {n: f"in float for the budget: ranked {i + 1} of {len(ranked)} (damage {damage[n]:.3g})" for i, n in
-            enumerate(ranked[:count])}  # fmt: skip
-    given_back = "in float for the budget: SiLU, given back before any other node"
-    left = {n: given_back if n in extras else why for n, why in left.items()}
-    excluded = {**candidate.excluded, **left}
-    return Candidate(candidate.mode, quantized, excluded, score, damage, candidate.speeds)
+    if len(searched) == 1 or time_model is None:
+        return searched[0]
+    return _faster_form(searched, candidate, set(extras), time_model, trial)
+
+
+def _rankings(ordered: list[tuple[str, float]], extras: Sequence[str]) -> list[list[str]]:
+    """The orders the bisection leaves nodes in float by: the damage order, and with ``extras`` (nodes
+    quantized for speed alone), that order with them kept in int8, then with them given back first."""
+    if not extras:
+        return [[name for name, _ in ordered]]
+    first = set(extras)
+    return [[name for name, _ in ordered if name not in first], [name for name, _ in _extras_first(ordered, extras)]]
+
+
+def _fitting(
+    rankings: Sequence[list[str]],
+    budget: float,
+    scorer: ModelScorer,
+    build: Callable[..., onnx.ModelProto],
+    deadline: Deadline | None,
+) -> list[tuple[list[str], tuple[int, onnx.ModelProto, Score]]]:
+    """Each ranking with the fewest of its first nodes left in float that fit (``_bisect``), where any do.
+    Every ranking but the last gets half the time left, so the last is always searched."""
+    found = []
+    for number, ranked in enumerate(rankings):
+        last = number == len(rankings) - 1
+        best = _bisect(ranked, budget, scorer, build, deadline if last else _halfway(deadline))
+        if best is not None:
+            found.append((ranked, best))
+    return found
+
+
+def _faster_form(
+    searched: list[Candidate],
+    full: Candidate,
+    extras: set[str],
+    time_model: Callable[[onnx.ModelProto], dict[str, float]],
+    trial: ModeTrial,
+) -> Candidate:
+    """Of the budget search's forms (SiLU kept in int8, SiLU given back first), the faster timed whole; one
+    within timing noise of the fastest that leaves fewer nodes in float (the smaller file) is kept instead."""
+    for candidate in searched:
+        candidate.latency = time_model(candidate.model)
+    fastest = max(searched, key=lambda c: c.speedup or 0.0)
+    tied = [c for c in searched if (c.speedup or 0.0) * PAYS_SPEEDUP >= (fastest.speedup or 0.0)]
+    chosen = min(tied, key=lambda c: (len(c.excluded), -(c.speedup or 0.0)))
+    said = []
+    for candidate in searched:
+        more = len(candidate.excluded) - len(full.excluded)
+        how = "SiLU given back first" if extras & set(candidate.excluded) else "SiLU kept in int8"
+        said.append(f"{how}, {more} more in float: {candidate.speedup or 0.0:.2f}x")
+    trial.note = _joined(trial.note, f"budget search {'; '.join(said)}")
+    return chosen
 
 
 def _extras_first(ordered: list[tuple[str, float]], extras: Sequence[str]) -> list[tuple[str, float]]:
