@@ -716,9 +716,7 @@ def _start_mode(
     if options.node_timing and mode.name in ("static", "dynamic"):
         timed = [n for n in nodes if n not in excluded and n in weighted]
         speeds = _node_speeds(model, timed, mode.name, shapes, options.threads)
-        for name, ratio in speeds.items():
-            if ratio < SLOWER:
-                excluded[name] = f"slower quantized ({ratio:.2f}x alone)"
+        excluded |= {name: f"slower quantized ({speeds[name]:.2f}x alone)" for name in NodeTimes.of(speeds).slow}
     searchable = [n for n in nodes if n not in excluded]
     slow_alone = len(excluded) > len(asked) and time_model is not None
     if not searchable and not slow_alone and not unnamed:
@@ -766,7 +764,8 @@ def _start_mode(
         else:
             excluded = slow
             trial.note = _joined(trial.note, f"{nodes_text} slower alone kept in float: {measured}")
-    marginal = [n for n in searchable if SLOWER <= speeds.get(n, MARGINAL) < MARGINAL]
+    barely = set(NodeTimes.of(speeds).barely)
+    marginal = [n for n in searchable if n in barely]
     if marginal and len(marginal) < len(searchable) and time_model is not None:
         latency = latency or time_model(quantized)
         without, without_latency = _timed_whole(build, marginal, time_model)
@@ -1285,8 +1284,14 @@ class NodeTimes(NamedTuple):
     """Slower quantized than in float."""
     barely: tuple[str, ...]
     """Faster quantized by less than ``MARGINAL``."""
-    count: int
+    count: int = 0
     """Every node the mode quantizes."""
+
+    @classmethod
+    def of(cls, speeds: Mapping[str, float], count: int = 0) -> NodeTimes:
+        """The nodes of ``speeds`` (fp32 time / int8 time, each alone) slower quantized, and barely faster."""
+        slow = tuple(sorted(name for name, ratio in speeds.items() if ratio < SLOWER))
+        return cls(slow, tuple(sorted(name for name, ratio in speeds.items() if SLOWER <= ratio < MARGINAL)), count)
 
     def float_sets(self) -> dict[str, tuple[str, ...]]:
         """The sets of nodes worth leaving in float, by what they hold, the measured default first; each is a
@@ -1313,6 +1318,4 @@ def slower_nodes(model: onnx.ModelProto, mode: str, inputs: InputSpec, threads: 
     nodes = [n.name for n in _weighted_nodes(prepared) if n.op_type in MODES[mode].ops]
     if mode not in ("static", "dynamic"):
         return NodeTimes((), (), count)
-    speeds = _node_speeds(prepared, nodes, mode, inputs.dims(), threads)
-    slow = tuple(sorted(name for name, ratio in speeds.items() if ratio < SLOWER))
-    return NodeTimes(slow, tuple(sorted(name for name, ratio in speeds.items() if SLOWER <= ratio < MARGINAL)), count)
+    return NodeTimes.of(_node_speeds(prepared, nodes, mode, inputs.dims(), threads), count)
