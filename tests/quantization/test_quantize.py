@@ -513,6 +513,39 @@ def test_a_fit_that_leaves_nothing_quantized_is_no_fit(tmp_path: Path, monkeypat
     )
 
 
+@pytest.mark.parametrize(
+    ("fitting", "expected", "tried"),
+    [
+        # a YOLOv8n layout detector: its 3 head nodes in float fit, most larger counts (SiLU alone in int8) do not
+        ({3, 4, 206}, 3, [1, 2, 4, 3]),
+        (set(range(5, 207)), 5, [1, 2, 4, 8, 6, 5]),
+        ({206}, 206, [1, 2, 4, 8, 16, 32, 64, 128, 206, 167, 186, 196, 201, 203, 204, 205]),
+        (set(), None, [1, 2, 4, 8, 16, 32, 64, 128, 206]),
+    ],
+)
+def test_the_bisection_tries_few_nodes_in_float_first(
+    fitting: set[int], expected: int | None, tried: list[int]
+) -> None:
+    """Drops are not monotone in the count left in float: counts are tried from the low end, doubling, then
+    bisected between the first that fits and the one before it."""
+    from types import SimpleNamespace
+
+    from onnxsat.quantization import quantize as quantize_module
+
+    asked: list[int] = []
+
+    def build(left_out: list[str]) -> int:
+        asked.append(len(left_out))
+        return len(left_out)
+
+    scorer = SimpleNamespace(score=lambda count: SimpleNamespace(fits=lambda budget: count in fitting))
+    ranked = [f"n{i}" for i in range(207)]
+    found = quantize_module._bisect(ranked, 0.01, scorer, build)  # type: ignore[arg-type]
+    assert (found[0] if found else None) == expected and asked == tried
+    if found:
+        assert found[1] == expected
+
+
 def test_a_budget_search_cut_short_keeps_what_it_found(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Time runs out in the bisection, after a count that fits: that model is written, and the note says so."""
     from onnxsat.quantization import quantize as quantize_module
