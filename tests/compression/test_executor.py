@@ -133,6 +133,18 @@ def test_admitted_items_start_one_per_worker_and_a_refusal_starts_nothing_more(e
     assert executor.map(evaluate, JOBS[:3], admit=lambda index: False) == [None, None, None]
 
 
+def test_admit_may_update_its_item_before_it_is_sent(executor: Executor) -> None:
+    """``compress`` gives each candidate's own search the time left as it starts: ``admit`` replaces the item,
+    and the worker runs the replacement."""
+    items = [Job(index, 0.0) for index in range(4)]
+
+    def admit(index: int) -> bool:
+        items[index] = Job(index + 10, 0.0)
+        return True
+
+    assert [square for square, _ in executor.map(evaluate, items, admit=admit)] == [100, 121, 144, 169]
+
+
 def test_an_error_reaches_the_caller_as_itself(executor: Executor) -> None:
     with pytest.raises(SettingsError) as caught:
         executor.map(fail_on_two, [Job(index, 0.0) for index in range(4)])

@@ -5,7 +5,8 @@ One interface, :class:`Executor`, whatever runs the work, so the search code nev
 ``on_result(index, result)`` in this process as each one finishes, for a progress bar with the best so far.
 With ``admit(index)``, items start one per free worker and only while ``admit`` allows: the first refusal
 starts nothing more, and the items never started come back as None (a time budget stops a search between
-candidates, not between batches of them).
+candidates, not between batches of them). ``admit`` runs just before its item is read and sent, so it may
+update the item in the sequence (the time a candidate's own search gets, as it starts).
 
 Why this way:
 

@@ -324,8 +324,17 @@ class Search:
             self.on_progress(self._best, count + finished)
 
         tasks = [Task(self.problem, recipe, self._minutes_left()) for recipe in fresh]
-        admit = (lambda index: self._admits(stage)) if bounded else None
-        for recipe, outcome in zip(fresh, self.executor.map(evaluate, tasks, on_result=done, admit=admit), strict=True):
+
+        def admit(index: int) -> bool:
+            """Whether the candidate starts; if so, its own search gets the time left as it starts, not as the
+            batch was formed (a third candidate of two workers started two minutes late with as long)."""
+            if not self._admits(stage):
+                return False
+            tasks[index] = replace(tasks[index], minutes=self._minutes_left())
+            return True
+
+        outcomes = self.executor.map(evaluate, tasks, on_result=done, admit=admit if bounded else None)
+        for recipe, outcome in zip(fresh, outcomes, strict=True):
             if outcome is None:  # never started: the time ran out
                 continue
             result = Evaluated("fuse" if recipe == FUSED_ORIGINAL else stage, outcome, requested=recipe)
