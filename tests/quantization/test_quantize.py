@@ -987,11 +987,13 @@ def test_static_mode_quantizes_silu_and_leaves_other_sigmoids_and_muls_in_float(
 
 
 def _silu_model() -> onnx.ModelProto:
+    """A convolution, its SiLU, and a second convolution after it."""
     graph = helper.make_graph(
         [
             helper.make_node("Conv", ["x", "w"], ["c"], name="conv"),
             helper.make_node("Sigmoid", ["c"], ["s"], name="gate"),
-            helper.make_node("Mul", ["c", "s"], ["y"], name="silu"),
+            helper.make_node("Mul", ["c", "s"], ["m"], name="silu"),
+            helper.make_node("Conv", ["m", "w"], ["y"], name="conv2"),
         ],
         "silu",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 8, 8])],
@@ -1001,11 +1003,18 @@ def _silu_model() -> onnx.ModelProto:
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 
 
-def test_the_budget_search_tries_silu_kept_in_int8_and_given_back_first(monkeypatch: pytest.MonkeyPatch) -> None:
-    """SiLU is quantized for speed alone. Ranked by damage among the convolutions, a YOLOv8n layout detector's
-    search left 93 nodes in float (1.18x) on one page, where giving SiLU back first left 15 more (1.74x); on three
-    pages, giving it back first left all 112 of its nodes and 3 head nodes in float (1.95x), where the 3 alone
-    fit. So the bisection runs over both orders: SiLU kept in int8, and SiLU given back first (pairs together)."""
+SILU_DAMAGE = [("conv", 0.5), ("conv2", 0.1), ("gate", 0.0), ("silu", 0.0)]
+
+
+def test_the_budget_search_tries_the_last_nodes_the_worst_and_silu_given_back_first(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Orders the bisection leaves nodes in float by. The last nodes first: a YOLOv8n's decoding head (pixel boxes
+    concatenated with 0-1 scores under one int8 scale) changes nothing quantized alone, and with four pages and a
+    short budget the damage order found nothing where its 3 head nodes in float fit. The most damaging first.
+    SiLU, quantized for speed alone, is kept in int8 in both and given back first in a third: ranked by damage
+    among the convolutions, one page's search left 93 nodes in float (1.18x), where giving SiLU back first left 15
+    (1.74x); on three pages, giving it back first left all 112 of its nodes and 3 head nodes in float (1.95x)."""
     from types import SimpleNamespace
 
     from onnxsat.quantization import quantize as quantize_module
@@ -1013,25 +1022,44 @@ def test_the_budget_search_tries_silu_kept_in_int8_and_given_back_first(monkeypa
 
     model = _silu_model()
     ranked: list[list[str]] = []
-    monkeypatch.setattr(quantize_module, "_damage", lambda *args: [("conv", 0.5), ("gate", 0.0), ("silu", 0.0)])
+    monkeypatch.setattr(quantize_module, "_damage", lambda *args: SILU_DAMAGE)
     monkeypatch.setattr(quantize_module, "_bisect", lambda names, *args: ranked.append(names))
     full = quantize_module.Candidate("static", model, {}, SimpleNamespace(drop=0.1, bound=0.1))  # type: ignore[arg-type]
     trial = ModeTrial("static")
-    quantize_module._within_budget(model, full, ["conv", "gate", "silu"], 0.01, None, None, trial)  # type: ignore[arg-type]
-    assert ranked == [["conv"], ["gate", "silu", "conv"]] and trial.worst == [("conv", 0.5)]
+    nodes = ["conv", "gate", "silu", "conv2"]
+    quantize_module._within_budget(model, full, nodes, 0.01, None, None, trial)  # type: ignore[arg-type]
+    assert ranked == [["conv2", "conv"], ["conv", "conv2"], ["gate", "silu", "conv", "conv2"]]
+    assert trial.worst == [("conv", 0.5), ("conv2", 0.1)]
     ranked.clear()
-    quantize_module._within_budget(model, replace(full, mode="dynamic"), ["conv"], 0.01, None, None, ModeTrial("d"))  # type: ignore[arg-type]
-    assert ranked == [["conv", "gate", "silu"]]  # only static mode quantizes SiLU for speed
+    dynamic = replace(full, mode="dynamic")
+    quantize_module._within_budget(model, dynamic, ["conv", "conv2"], 0.01, None, None, ModeTrial("d"))  # type: ignore[arg-type]
+    assert ranked == [["conv2", "conv"], ["conv", "conv2", "gate", "silu"]]  # only static quantizes SiLU for speed
+    ranked.clear()
+    monkeypatch.setattr(quantize_module, "_damage", lambda *args: [("conv2", 0.5), ("conv", 0.1)])
+    quantize_module._within_budget(model, dynamic, ["conv", "conv2"], 0.01, None, None, ModeTrial("d"))  # type: ignore[arg-type]
+    assert ranked == [["conv2", "conv"]]  # the damage order is the last-first order: searched once
+
+
+ORDERS = {
+    "last nodes first": (["conv2", "conv"], 1, {"conv2"}),
+    "most damaging first": (["conv", "conv2"], 2, {"conv", "conv2"}),
+    "SiLU given back first": (["gate", "silu", "conv", "conv2"], 3, {"gate", "silu", "conv"}),
+}
+"""Per order of the test below: its ranking, how many of its first nodes the fitting form leaves in float, which."""
 
 
 @pytest.mark.parametrize(
-    ("kept", "given_back", "chosen"),
-    [(2.4, 1.9, "kept"), (1.5, 1.9, "given back"), (1.88, 1.9, "kept")],  # the last two within noise: fewer in float
+    ("speeds", "chosen"),
+    [
+        ((2.4, 2.0, 1.9), "last nodes first"),
+        ((1.5, 1.6, 1.9), "SiLU given back first"),
+        ((1.5, 1.88, 1.9), "most damaging first"),  # within noise of the fastest, with fewer nodes in float
+    ],
 )
 def test_of_the_forms_that_fit_the_faster_is_kept(
-    monkeypatch: pytest.MonkeyPatch, kept: float, given_back: float, chosen: str
+    monkeypatch: pytest.MonkeyPatch, speeds: tuple[float, float, float], chosen: str
 ) -> None:
-    """Both orders fit: each form is timed whole and the faster kept; within timing noise, the one leaving fewer
+    """Several orders fit: each form is timed whole and the faster kept; within timing noise, the one leaving fewer
     nodes in float. The trial says what each form ran."""
     from types import SimpleNamespace
 
@@ -1041,18 +1069,18 @@ def test_of_the_forms_that_fit_the_faster_is_kept(
     model = _silu_model()
     score = SimpleNamespace(drop=0.0, bound=0.0)
     forms = {}
-    for name, count in (("kept", 1), ("given back", 3)):
+    for label in ORDERS:
         form = onnx.ModelProto()
         form.CopyFrom(model)
-        form.graph.node.append(helper.make_node("QuantizeLinear", ["y", "scale"], [f"q_{name}"], name=f"q_{name}"))
-        forms[name] = (count, form)
-    monkeypatch.setattr(quantize_module, "_damage", lambda *args: [("conv", 0.5), ("gate", 0.0), ("silu", 0.0)])
+        form.graph.node.append(helper.make_node("QuantizeLinear", ["y", "scale"], ["q"], name="q"))
+        forms[label] = form
+    monkeypatch.setattr(quantize_module, "_damage", lambda *args: SILU_DAMAGE)
 
     def bisect(names: list[str], *_: object) -> tuple[int, onnx.ModelProto, object]:
-        count, form = forms["kept" if names == ["conv"] else "given back"]
-        return count, form, score
+        label = next(label for label, (ranked, _, _) in ORDERS.items() if ranked == names)
+        return ORDERS[label][1], forms[label], score
 
-    speed = {id(forms["kept"][1]): kept, id(forms["given back"][1]): given_back}
+    speed = {id(forms[label]): figure for label, figure in zip(ORDERS, speeds, strict=True)}
     monkeypatch.setattr(quantize_module, "_bisect", bisect)
     full = quantize_module.Candidate("static", model, {}, SimpleNamespace(drop=0.1, bound=0.1))  # type: ignore[arg-type]
     trial = ModeTrial("static")
@@ -1060,12 +1088,13 @@ def test_of_the_forms_that_fit_the_faster_is_kept(
     def timed(form: onnx.ModelProto) -> dict[str, float]:
         return {"speedup": speed[id(form)]}
 
-    nodes = ["conv", "gate", "silu"]
+    nodes = ["conv", "gate", "silu", "conv2"]
     found = quantize_module._within_budget(model, full, nodes, 0.01, None, None, trial, None, timed)  # type: ignore[arg-type]
-    assert found is not None and found.model is forms[chosen][1]
-    assert set(found.excluded) == ({"conv"} if chosen == "kept" else {"gate", "silu", "conv"})
-    assert found.speedup == (kept if chosen == "kept" else given_back)
-    assert trial.note == (
-        f"budget search SiLU kept in int8, 1 more in float: {kept:.2f}x; "
-        f"SiLU given back first, 3 more in float: {given_back:.2f}x"
-    )
+    assert found is not None and found.model is forms[chosen]
+    assert set(found.excluded) == ORDERS[chosen][2]
+    assert found.speedup == speeds[list(ORDERS).index(chosen)]
+    counts = [count for _, count, _ in ORDERS.values()]
+    said = [f"{label}, {n} more in float: {s:.2f}x" for label, n, s in zip(ORDERS, counts, speeds, strict=True)]
+    assert trial.note == "budget search " + "; ".join(said)
+    if chosen == "last nodes first":
+        assert found.excluded["conv2"] == "in float for the budget: 1 of 2 from the end (damage 0.1)"

@@ -825,24 +825,32 @@ def _within_budget(
     deadline: Deadline | None = None,
     time_model: Callable[[onnx.ModelProto], dict[str, float]] | None = None,
 ) -> Candidate | None:
-    """Leave the fewest most damaging nodes in float so the drop fits: damage ranked (see ``_damage``), then
-    a bisection on how many of the worst to leave out. Both stop at ``deadline`` with what they have; the
-    damage measurements get half the time left, so the bisection always runs.
+    """Leave the fewest nodes in float so the drop fits, searched in several orders (``_bisect`` finds the
+    fewest of each order's first nodes): the last nodes first, then the most damaging first (see
+    ``_damage``). Every search stops at ``deadline`` with what it has; the damage measurements get half the
+    time left, so their bisection always runs. The forms that fit are timed whole (``time_model``) and the
+    faster kept.
 
-    SiLU's nodes, which static mode quantizes for speed alone, are searched two ways (``_rankings``): kept
-    in int8 while the damaging nodes go back to float, and given back first. Neither wins everywhere on a
-    YOLOv8n layout detector: on one page, ranking them among the convolutions left 93 nodes in float
-    (1.18x) where giving them back first left 15 more (1.74x); on three pages, giving them back first
-    left all 112 and 3 head nodes in float (1.95x) where those 3 alone fit. Both forms that fit are timed
-    (``time_model``) and the faster kept."""
+    Why several orders: a detector's decoding head concatenates pixel boxes with 0-1 scores, and one int8
+    scale erases the scores; quantized alone, those nodes change nothing, and the estimate of the rest
+    (relative error of whole tensors) does not see them. On a YOLOv8n layout detector with four pages and a
+    short budget (inside ``compress``), the damage order found nothing where the last nodes first found
+    its head (3 nodes in float, 2.47x). SiLU's nodes, which static mode quantizes for speed alone, are
+    kept in int8 in those orders and given back first in another: on one page, ranking them among the
+    convolutions left 93 nodes in float (1.18x) where giving them back first left 15 more (1.74x); on
+    three pages, giving them back first left all 112 and 3 head nodes in float (1.95x) where those 3 alone
+    fit (2.48x)."""
     silu = silu_nodes(model.graph) if candidate.mode == "static" else set()
     extras = [node.name for node in model.graph.node if node.name in silu]
+    # needs no damage measured: tried first, so a short budget still tries it
+    last_first = {LAST_FIRST: _last_first(model, nodes, set(extras))}
+    found = _fitting(last_first, budget, scorer, build, _halfway(deadline))
     ordered = _damage(model, candidate, nodes, scorer, build, EXACT_DAMAGE_NODES, _halfway(deadline))
-    found = _fitting(_rankings(ordered, extras), budget, scorer, build, deadline)
+    found += _fitting(_rankings(ordered, extras), budget, scorer, build, deadline, last_first)
     if not found and len(nodes) > EXACT_DAMAGE_NODES and not late(deadline):
         # the estimate misled: measure every node alone
         ordered = _damage(model, candidate, nodes, scorer, build, len(nodes), _halfway(deadline))
-        found = _fitting(_rankings(ordered, extras), budget, scorer, build, deadline)
+        found = _fitting(_rankings(ordered, extras), budget, scorer, build, deadline, last_first)
     full = candidate.score
     fully = f"every node quantized: drop {full.drop:.2%}, bound {full.bound:.2%} with its sampling error"
     fully += f", against {budget:.2%}"
@@ -854,8 +862,9 @@ def _within_budget(
             trial.error = f"no subset of nodes fits the budget ({fully})"
         return None
     damage = dict(ordered)
-    searched, nothing_left = [], ""
-    for ranked, (count, quantized, score) in found:
+    searched: list[tuple[str, Candidate]] = []
+    nothing_left = ""
+    for label, ranked, (count, quantized, score) in found:
         if _integer_nodes(quantized) <= _integer_nodes(model):  # what is left alone, ORT leaves float (a lone Relu)
             nothing_left = (
                 f"no subset of nodes fits the budget ({fully}): the fewest left in float that fit, {count} of "
@@ -864,66 +873,90 @@ def _within_budget(
             continue
         # the bisection leaves the first ``count`` of the ranking in float, harmless ones too when it must reach
         # them
-        left = {n: f"in float for the budget: ranked {i + 1} of {len(ranked)} (damage {damage[n]:.3g})" for i, n in
-                enumerate(ranked[:count])}  # fmt: skip
-        given_back = "in float for the budget: SiLU, given back before any other node"
-        left = {n: given_back if n in extras else why for n, why in left.items()}
+        left = {n: _why_left(label, i, len(ranked), damage.get(n), n in silu) for i, n in enumerate(ranked[:count])}
         excluded = {**candidate.excluded, **left}
-        searched.append(Candidate(candidate.mode, quantized, excluded, score, damage, candidate.speeds))
+        searched.append((label, Candidate(candidate.mode, quantized, excluded, score, damage, candidate.speeds)))
     if not searched:
         trial.error = nothing_left
         return None
     if len(searched) == 1 or time_model is None:
-        return searched[0]
-    return _faster_form(searched, candidate, set(extras), time_model, trial)
+        return searched[0][1]
+    return _faster_form(searched, candidate, time_model, trial)
 
 
-def _rankings(ordered: list[tuple[str, float]], extras: Sequence[str]) -> list[list[str]]:
-    """The orders the bisection leaves nodes in float by: the damage order, and with ``extras`` (nodes
-    quantized for speed alone), that order with them kept in int8, then with them given back first."""
+LAST_FIRST = "last nodes first"
+BY_DAMAGE = "most damaging first"
+SILU_FIRST = "SiLU given back first"
+
+
+def _why_left(label: str, index: int, total: int, damage: float | None, silu: bool) -> str:
+    """Why the ``index``-th node of a ranking of ``total`` (by ``label``) was left in float."""
+    if silu:
+        return "in float for the budget: SiLU, given back before any other node"
+    measured = f" (damage {damage:.3g})" if damage is not None else ""
+    if label == LAST_FIRST:
+        return f"in float for the budget: {index + 1} of {total} from the end{measured}"
+    return f"in float for the budget: ranked {index + 1} of {total}{measured}"
+
+
+def _last_first(model: onnx.ModelProto, nodes: Sequence[str], kept: set[str]) -> list[str]:
+    """``nodes`` but ``kept`` (quantized for speed: never given back in this order), last in the graph first."""
+    searched = set(nodes) - kept
+    return [node.name for node in reversed(model.graph.node) if node.name in searched]
+
+
+def _rankings(ordered: list[tuple[str, float]], extras: Sequence[str]) -> dict[str, list[str]]:
+    """The damage orders the bisection leaves nodes in float by: the most damaging first, and with ``extras``
+    (nodes quantized for speed alone), that order with them kept in int8, then with them given back first."""
     if not extras:
-        return [[name for name, _ in ordered]]
+        return {BY_DAMAGE: [name for name, _ in ordered]}
     first = set(extras)
-    return [[name for name, _ in ordered if name not in first], [name for name, _ in _extras_first(ordered, extras)]]
+    return {
+        BY_DAMAGE: [name for name, _ in ordered if name not in first],
+        SILU_FIRST: [name for name, _ in _extras_first(ordered, extras)],
+    }
 
 
 def _fitting(
-    rankings: Sequence[list[str]],
+    rankings: Mapping[str, list[str]],
     budget: float,
     scorer: ModelScorer,
     build: Callable[..., onnx.ModelProto],
     deadline: Deadline | None,
-) -> list[tuple[list[str], tuple[int, onnx.ModelProto, Score]]]:
-    """Each ranking with the fewest of its first nodes left in float that fit (``_bisect``), where any do.
-    Every ranking but the last gets half the time left, so the last is always searched."""
+    searched: Mapping[str, list[str]] | None = None,
+) -> list[tuple[str, list[str], tuple[int, onnx.ModelProto, Score]]]:
+    """Each ranking (by label) with the fewest of its first nodes left in float that fit (``_bisect``), where
+    any do; one the same as a ranking ``searched`` already is skipped. Every ranking but the last gets half
+    the time left, so the last is always searched."""
+    done = list((searched or {}).values())
+    todo = [(label, ranked) for label, ranked in rankings.items() if ranked not in done]
     found = []
-    for number, ranked in enumerate(rankings):
-        last = number == len(rankings) - 1
+    for number, (label, ranked) in enumerate(todo):
+        last = number == len(todo) - 1
         best = _bisect(ranked, budget, scorer, build, deadline if last else _halfway(deadline))
         if best is not None:
-            found.append((ranked, best))
+            found.append((label, ranked, best))
     return found
 
 
 def _faster_form(
-    searched: list[Candidate],
+    searched: list[tuple[str, Candidate]],
     full: Candidate,
-    extras: set[str],
     time_model: Callable[[onnx.ModelProto], dict[str, float]],
     trial: ModeTrial,
 ) -> Candidate:
-    """Of the budget search's forms (SiLU kept in int8, SiLU given back first), the faster timed whole; one
-    within timing noise of the fastest that leaves fewer nodes in float (the smaller file) is kept instead."""
-    for candidate in searched:
+    """Of the budget search's forms (one per order that found one), the faster timed whole; one within timing
+    noise of the fastest that leaves fewer nodes in float (the smaller file) is kept instead."""
+    for _, candidate in searched:
         candidate.latency = time_model(candidate.model)
-    fastest = max(searched, key=lambda c: c.speedup or 0.0)
-    tied = [c for c in searched if (c.speedup or 0.0) * PAYS_SPEEDUP >= (fastest.speedup or 0.0)]
+    forms = [candidate for _, candidate in searched]
+    fastest = max(forms, key=lambda c: c.speedup or 0.0)
+    tied = [c for c in forms if (c.speedup or 0.0) * PAYS_SPEEDUP >= (fastest.speedup or 0.0)]
     chosen = min(tied, key=lambda c: (len(c.excluded), -(c.speedup or 0.0)))
-    said = []
-    for candidate in searched:
-        more = len(candidate.excluded) - len(full.excluded)
-        how = "SiLU given back first" if extras & set(candidate.excluded) else "SiLU kept in int8"
-        said.append(f"{how}, {more} more in float: {candidate.speedup or 0.0:.2f}x")
+    said = [
+        f"{label}, {len(c.excluded) - len(full.excluded)} more in float: {c.speedup or 0.0:.2f}x"
+        for label, c in searched
+    ]
     trial.note = _joined(trial.note, f"budget search {'; '.join(said)}")
     return chosen
 
