@@ -1098,3 +1098,33 @@ def test_of_the_forms_that_fit_the_faster_is_kept(
     assert trial.note == "budget search " + "; ".join(said)
     if chosen == "last nodes first":
         assert found.excluded["conv2"] == "in float for the budget: 1 of 2 from the end (damage 0.1)"
+
+
+def test_the_last_nodes_that_brought_the_drop_down_lead_the_damage_order(monkeypatch: pytest.MonkeyPatch) -> None:
+    """On four pages a YOLOv8n's head in float (the last 4 nodes) brought the drop from 13% to 1.15% but no count
+    of the last nodes fit: a backbone convolution lost one box. So those last nodes come first, then the most
+    damaging."""
+    from types import SimpleNamespace
+
+    from onnxsat.quantization import quantize as quantize_module
+    from onnxsat.quantization.report import ModeTrial
+
+    model = _silu_model()
+    ranked: list[list[str]] = []
+
+    def bisect(names: list[str], budget: float, scorer: object, build: object, deadline: object, drops: dict) -> None:
+        ranked.append(names)
+        if len(ranked) == 1:  # the last nodes first: leaving conv2 in float helps, leaving conv too helps less
+            drops.update({1: 0.0115, 2: 0.0238})
+
+    monkeypatch.setattr(quantize_module, "_damage", lambda *args: [("conv", 0.5), ("conv2", 0.1)])
+    monkeypatch.setattr(quantize_module, "_bisect", bisect)
+    full = quantize_module.Candidate("dynamic", model, {}, SimpleNamespace(drop=0.134, bound=0.134))  # type: ignore[arg-type]
+    quantize_module._within_budget(model, full, ["conv", "conv2"], 0.01, None, None, ModeTrial("d"))  # type: ignore[arg-type]
+    assert ranked == [["conv2", "conv"], ["conv", "conv2"]]  # conv2 then the rest by damage: the last-first order
+    assert quantize_module._best_count({1: 0.0115, 2: 0.0238, 4: 0.0115}, 0.134) == 1
+    assert quantize_module._best_count({1: 0.2}, 0.134) == 0  # no better than every node quantized
+    assert quantize_module._rankings([("a", 0.5), ("b", 0.2), ("c", 0.1)], [], ["c"]) == {
+        "most damaging first": ["a", "b", "c"],
+        "last nodes, then most damaging": ["c", "a", "b"],
+    }

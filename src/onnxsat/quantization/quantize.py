@@ -843,14 +843,19 @@ def _within_budget(
     silu = silu_nodes(model.graph) if candidate.mode == "static" else set()
     extras = [node.name for node in model.graph.node if node.name in silu]
     # needs no damage measured: tried first, so a short budget still tries it
-    last_first = {LAST_FIRST: _last_first(model, nodes, set(extras))}
-    found = _fitting(last_first, budget, scorer, build, _halfway(deadline))
+    tail = _last_first(model, nodes, set(extras))
+    last_first = {LAST_FIRST: tail}
+    drops: dict[int, float] = {}
+    found = _fitting(last_first, budget, scorer, build, _halfway(deadline), drops=drops)
+    # no count of the last nodes fits, but the best brought the drop down (a head put back in float): those
+    # first, then the most damaging (on four pages the head in float lost one box, a backbone convolution's)
+    head = _best_count(drops, full_drop=candidate.score.drop) if not found else 0
     ordered = _damage(model, candidate, nodes, scorer, build, EXACT_DAMAGE_NODES, _halfway(deadline))
-    found += _fitting(_rankings(ordered, extras), budget, scorer, build, deadline, last_first)
+    found += _fitting(_rankings(ordered, extras, tail[:head]), budget, scorer, build, deadline, last_first)
     if not found and len(nodes) > EXACT_DAMAGE_NODES and not late(deadline):
         # the estimate misled: measure every node alone
         ordered = _damage(model, candidate, nodes, scorer, build, len(nodes), _halfway(deadline))
-        found = _fitting(_rankings(ordered, extras), budget, scorer, build, deadline, last_first)
+        found = _fitting(_rankings(ordered, extras, tail[:head]), budget, scorer, build, deadline, last_first)
     full = candidate.score
     fully = f"every node quantized: drop {full.drop:.2%}, bound {full.bound:.2%} with its sampling error"
     fully += f", against {budget:.2%}"
@@ -887,6 +892,7 @@ def _within_budget(
 LAST_FIRST = "last nodes first"
 BY_DAMAGE = "most damaging first"
 SILU_FIRST = "SiLU given back first"
+HEAD_THEN_DAMAGE = "last nodes, then most damaging"
 
 
 def _why_left(label: str, index: int, total: int, damage: float | None, silu: bool) -> str:
@@ -894,7 +900,7 @@ def _why_left(label: str, index: int, total: int, damage: float | None, silu: bo
     if silu:
         return "in float for the budget: SiLU, given back before any other node"
     measured = f" (damage {damage:.3g})" if damage is not None else ""
-    if label == LAST_FIRST:
+    if label == LAST_FIRST or (label == HEAD_THEN_DAMAGE and damage is None):
         return f"in float for the budget: {index + 1} of {total} from the end{measured}"
     return f"in float for the budget: ranked {index + 1} of {total}{measured}"
 
@@ -905,16 +911,29 @@ def _last_first(model: onnx.ModelProto, nodes: Sequence[str], kept: set[str]) ->
     return [node.name for node in reversed(model.graph.node) if node.name in searched]
 
 
-def _rankings(ordered: list[tuple[str, float]], extras: Sequence[str]) -> dict[str, list[str]]:
+def _best_count(drops: Mapping[int, float], full_drop: float) -> int:
+    """The count tried with the lowest drop (the fewest of those), when it is below ``full_drop``; else 0."""
+    if not drops:
+        return 0
+    count = min(drops, key=lambda c: (_nan_as_worst(drops[c]), c))
+    return count if _nan_as_worst(drops[count]) < full_drop else 0
+
+
+def _rankings(
+    ordered: list[tuple[str, float]], extras: Sequence[str], head: Sequence[str] = ()
+) -> dict[str, list[str]]:
     """The damage orders the bisection leaves nodes in float by: the most damaging first, and with ``extras``
-    (nodes quantized for speed alone), that order with them kept in int8, then with them given back first."""
-    if not extras:
-        return {BY_DAMAGE: [name for name, _ in ordered]}
+    (nodes quantized for speed alone), that order with them kept in int8, then with them given back first.
+    With ``head`` (the last nodes whose return to float brought the drop down most), also ``head`` first, then
+    the most damaging."""
     first = set(extras)
-    return {
-        BY_DAMAGE: [name for name, _ in ordered if name not in first],
-        SILU_FIRST: [name for name, _ in _extras_first(ordered, extras)],
-    }
+    by_damage = [name for name, _ in ordered if name not in first]
+    rankings = {BY_DAMAGE: by_damage}
+    if head:
+        rankings[HEAD_THEN_DAMAGE] = [*head, *(name for name in by_damage if name not in set(head))]
+    if extras:
+        rankings[SILU_FIRST] = [name for name, _ in _extras_first(ordered, extras)]
+    return rankings
 
 
 def _fitting(
@@ -924,16 +943,17 @@ def _fitting(
     build: Callable[..., onnx.ModelProto],
     deadline: Deadline | None,
     searched: Mapping[str, list[str]] | None = None,
+    drops: dict[int, float] | None = None,
 ) -> list[tuple[str, list[str], tuple[int, onnx.ModelProto, Score]]]:
     """Each ranking (by label) with the fewest of its first nodes left in float that fit (``_bisect``), where
     any do; one the same as a ranking ``searched`` already is skipped. Every ranking but the last gets half
-    the time left, so the last is always searched."""
+    the time left, so the last is always searched. ``drops``: the drop per count tried (of one ranking)."""
     done = list((searched or {}).values())
     todo = [(label, ranked) for label, ranked in rankings.items() if ranked not in done]
     found = []
     for number, (label, ranked) in enumerate(todo):
         last = number == len(todo) - 1
-        best = _bisect(ranked, budget, scorer, build, deadline if last else _halfway(deadline))
+        best = _bisect(ranked, budget, scorer, build, deadline if last else _halfway(deadline), drops)
         if best is not None:
             found.append((label, ranked, best))
     return found
@@ -979,9 +999,11 @@ def _bisect(
     scorer: ModelScorer,
     build: Callable[..., onnx.ModelProto],
     deadline: Deadline | None = None,
+    drops: dict[int, float] | None = None,
 ) -> tuple[int, onnx.ModelProto, Score] | None:
     """The fewest of the first ``ranked`` nodes to leave in float for the drop to fit; None when leaving all
-    but one out still does not fit. At ``deadline``, the fewest found so far.
+    but one out still does not fit. At ``deadline``, the fewest found so far. ``drops``, when given, gets the
+    drop of every count tried.
 
     Counts are tried from the low end, doubling (1, 2, 4, ... and all but one), then bisected between the
     first that fits and the one before it. Drops are not monotone in the count: on a YOLOv8n layout detector
@@ -999,6 +1021,8 @@ def _bisect(
                 return False
             score = scorer.score(quantized)
             tried[count] = (quantized, score) if score.fits(budget) else None
+            if drops is not None:
+                drops[count] = score.drop
         return tried[count] is not None
 
     top = len(ranked) - 1
