@@ -122,18 +122,21 @@ CALIBRATION_MAKERS: dict[str, Callable[[Path], np.ndarray]] = {
     "ppocr_rec": lambda path: ocr.recognizer_lines(path, count=32, seed=100).batch,
     "ppocr_cls": lambda path: ocr.orientation_lines(path, count=32, seed=101).batch,
     "magika": magika_calibration,
-    "doclaynet_yolo": lambda path: detection.layout_pages(path, count=4, seed=100).batch,
+    "doclaynet_yolo": lambda path: detection.layout_pages(path, count=12, seed=100).batch,
 }
-"""Calibration inputs per real model: the catalogue's makers under seeds its evaluation inputs never use."""
+"""Calibration inputs per real model: the catalogue's makers under seeds its evaluation inputs never use. The layout
+detector gets 12 pages (about 110 boxes): with 4 (about 40), one box moved was a 2.3% drop, so a 1% budget
+allowed none and a search inside it passed or failed on a single box."""
 
 EVALUATION_MAKERS: dict[str, Callable[[Path], np.ndarray]] = {
     "ppocr_det": lambda path: ocr.detector_pages(path, count=4, seed=2).batch,
     "ppocr_rec": lambda path: ocr.recognizer_lines(path, count=32, seed=0).batch,
     "ppocr_cls": lambda path: ocr.orientation_lines(path, count=32, seed=1).batch,
     "magika": lambda path: file_types.file_samples(path).batch,
-    "doclaynet_yolo": lambda path: detection.layout_pages(path, count=3, seed=0).batch,
+    "doclaynet_yolo": lambda path: detection.layout_pages(path, count=8, seed=0).batch,
 }
-"""Evaluation inputs per real model (seeds 0-5: the catalogue's own, disjoint from the calibration seeds)."""
+"""Evaluation inputs per real model (seeds below 100, disjoint from the calibration seeds); 8 layout
+pages hold about 80 boxes, so 99% agreement allows a box to move."""
 
 
 def real_case(model: RealModel, path: Path | None = None) -> Case:
