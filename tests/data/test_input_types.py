@@ -109,7 +109,9 @@ def test_a_float16_model_prunes_with_reconstruction_and_quantizes(tmp_path: Path
     pruned = tmp_path / "p.onnx"
     assert main(["prune", str(model), "-o", str(pruned), "--rate", "0.25", "--reconstruct", "--data", "digits"]) == 0
     out = tmp_path / "q.onnx"
-    args = ["--data", "digits-test", "--mode", "static", "--force"]  # written even if int8 is slower here
+    # written even if int8 is slower here; no node timing: on a busy machine every node of this small net timed
+    # slower or barely faster alone, so none was left to quantize (what is tested is the float16 handling)
+    args = ["--data", "digits-test", "--mode", "static", "--force", "--no-node-timing"]
     report = report_of(tmp_path, "quantize", str(model), "-o", str(out), *args)
     assert report["baseline"]["value"] > 0.9 and report["verification"]["ok"]
     assert any("computes in float16" in note for note in report["notes"])
