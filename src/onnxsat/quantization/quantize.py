@@ -1010,20 +1010,22 @@ def _bisect(
     (four pages) SiLU alone in int8, everything else in float, lost a box that the model with 3 head nodes in
     float and everything else in int8 kept, so a bisection from the middle of 207 went up, to larger and
     larger counts, and never tried 3."""
-    tried: dict[int, tuple[onnx.ModelProto, Score] | None] = {}
+    best: tuple[int, onnx.ModelProto, Score] | None = None  # the fewest that fit so far (one model held)
 
     def fits(count: int) -> bool:
-        if count not in tried:
-            try:
-                quantized = build(ranked[:count])
-            except RuntimeUnsupportedError:
-                tried[count] = None
-                return False
-            score = scorer.score(quantized)
-            tried[count] = (quantized, score) if score.fits(budget) else None
-            if drops is not None:
-                drops[count] = score.drop
-        return tried[count] is not None
+        nonlocal best
+        try:
+            quantized = build(ranked[:count])
+        except RuntimeUnsupportedError:
+            return False
+        score = scorer.score(quantized)
+        if drops is not None:
+            drops[count] = score.drop
+        if not score.fits(budget):
+            return False
+        if best is None or count < best[0]:
+            best = (count, quantized, score)
+        return True
 
     top = len(ranked) - 1
     low, high = 0, None
@@ -1036,16 +1038,14 @@ def _bisect(
         count = top if count < top <= 2 * count else 2 * count
     if high is None:
         return None
-    # the fewest that fit lies in (low, high]: bisect there
+    # the fewest that fit lies in (low, high]: bisect there (each count is tried once)
     while high - low > 1 and not late(deadline):
         middle = (low + high) // 2
         if fits(middle):
             high = middle
         else:
             low = middle
-    found = tried[high]
-    assert found is not None
-    return high, *found
+    return best
 
 
 """The clock ``--budget-minutes`` is kept by (a test moves it)."""
