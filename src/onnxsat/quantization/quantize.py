@@ -716,7 +716,8 @@ def _start_mode(
     if options.node_timing and mode.name in ("static", "dynamic"):
         timed = [n for n in nodes if n not in excluded and n in weighted]
         speeds = _node_speeds(model, timed, mode.name, shapes, options.threads)
-        excluded |= {name: f"slower quantized ({speeds[name]:.2f}x alone)" for name in NodeTimes.of(speeds).slow}
+    times = NodeTimes.of(speeds)
+    excluded |= {name: f"slower quantized ({speeds[name]:.2f}x alone)" for name in times.slow}
     searchable = [n for n in nodes if n not in excluded]
     slow_alone = len(excluded) > len(asked) and time_model is not None
     if not searchable and not slow_alone and not unnamed:
@@ -764,8 +765,7 @@ def _start_mode(
         else:
             excluded = slow
             trial.note = _joined(trial.note, f"{nodes_text} slower alone kept in float: {measured}")
-    barely = set(NodeTimes.of(speeds).barely)
-    marginal = [n for n in searchable if n in barely]
+    marginal = [n for n in searchable if n in times.barely]
     if marginal and len(marginal) < len(searchable) and time_model is not None:
         latency = latency or time_model(quantized)
         without, without_latency = _timed_whole(build, marginal, time_model)
@@ -878,7 +878,7 @@ def _within_budget(
             continue
         # the bisection leaves the first ``count`` of the ranking in float, harmless ones too when it must reach
         # them
-        left = {n: _why_left(label, i, len(ranked), damage.get(n), n in silu) for i, n in enumerate(ranked[:count])}
+        left = {n: _why_left(label, i, len(ranked), damage[n], n in silu) for i, n in enumerate(ranked[:count])}
         excluded = {**candidate.excluded, **left}
         searched.append((label, Candidate(candidate.mode, quantized, excluded, score, damage, candidate.speeds)))
     if not searched:
@@ -895,14 +895,13 @@ SILU_FIRST = "SiLU given back first"
 HEAD_THEN_DAMAGE = "last nodes, then most damaging"
 
 
-def _why_left(label: str, index: int, total: int, damage: float | None, silu: bool) -> str:
+def _why_left(label: str, index: int, total: int, damage: float, silu: bool) -> str:
     """Why the ``index``-th node of a ranking of ``total`` (by ``label``) was left in float."""
     if silu:
         return "in float for the budget: SiLU, given back before any other node"
-    measured = f" (damage {damage:.3g})" if damage is not None else ""
-    if label == LAST_FIRST or (label == HEAD_THEN_DAMAGE and damage is None):
-        return f"in float for the budget: {index + 1} of {total} from the end{measured}"
-    return f"in float for the budget: ranked {index + 1} of {total}{measured}"
+    if label == LAST_FIRST:
+        return f"in float for the budget: {index + 1} of {total} from the end (damage {damage:.3g})"
+    return f"in float for the budget: ranked {index + 1} of {total} (damage {damage:.3g})"
 
 
 def _last_first(model: onnx.ModelProto, nodes: Sequence[str], kept: set[str]) -> list[str]:
