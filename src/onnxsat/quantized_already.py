@@ -90,6 +90,11 @@ def integer_op(op_type: str) -> bool:
     )
 
 
+def integer_nodes(model: onnx.ModelProto) -> int:
+    """How many nodes quantize, dequantize or compute in integers (a model from a QAT export has some already)."""
+    return sum(integer_op(node.op_type) for node in all_nodes(model.graph))
+
+
 def runs_in_integers(model: onnx.ModelProto) -> bool:
     """Whether ONNX Runtime may run part of ``model`` in integer kernels: it quantizes values (QDQ pairs, which
     ORT fuses with the ops between them from its extended level on) or holds integer ops. Such a model's

@@ -5,9 +5,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import onnx
@@ -357,9 +355,9 @@ def test_many_nodes_are_ranked_from_one_run_and_the_worst_measured_alone(
 ) -> None:
     """Above ``EXACT_DAMAGE_NODES`` the ranking comes from the error each node adds in one run of the float
     and the quantized model; the budget still holds."""
-    from onnxsat.quantization import quantize as quantize_module
+    from onnxsat.quantization import damage
 
-    monkeypatch.setattr(quantize_module, "EXACT_DAMAGE_NODES", 2)
+    monkeypatch.setattr(damage, "EXACT_DAMAGE_NODES", 2)
     args = ["--mode", "static", "--no-node-timing", "--metric", "snr", *DIGITS]
     code, free, _ = quantize(bundled_digits_cnn(), tmp_path, *args)
     budget = free["accuracy"]["drop"] / 2
@@ -368,76 +366,6 @@ def test_many_nodes_are_ranked_from_one_run_and_the_worst_measured_alone(
     measured = [n for n in report["nodes"] if n["sensitivity"] is not None]
     assert len(measured) == len(report["nodes"])  # two measured alone, the others estimated
     assert any(not n["quantized"] for n in report["nodes"])
-
-
-def test_error_jumps_blame_the_node_that_adds_the_error() -> None:
-    """A node whose quantized output is far off while its input is exact gets the damage; its consumer,
-    which only passes the error on, gets none."""
-    from onnxsat.quantization.quantize import _error_jumps
-
-    def relu_chain(scale_first: float) -> onnx.ModelProto:
-        graph = helper.make_graph(
-            [
-                helper.make_node("Mul", ["x", "k"], ["a"], name="first"),
-                helper.make_node("Relu", ["a"], ["b"], name="second"),
-            ],
-            "chain",
-            [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4])],
-            [helper.make_tensor_value_info("b", TensorProto.FLOAT, ["N", 4])],
-            [numpy_helper.from_array(np.array(scale_first, dtype=np.float32), "k")],
-        )
-        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-        model.ir_version = 9
-        return model
-
-    prepared, damaged = relu_chain(1.0), relu_chain(1.5)  # "first" computes 1.5x: 50% error it adds itself
-
-    class Scorer:
-        feed_names = frozenset({"x"})
-
-        def sample_feeds(self, count: int) -> dict[str, np.ndarray]:
-            return {"x": np.abs(np.random.default_rng(0).normal(size=(count, 4))).astype(np.float32) + 0.1}
-
-    damage = _error_jumps(prepared, damaged, ["first", "second"], Scorer())  # type: ignore[arg-type]
-    assert damage["first"] == pytest.approx(0.5, rel=1e-5) and damage["second"] == pytest.approx(0.0, abs=1e-6)
-
-    # The quantizer may reuse a name for a tensor of another shape (tf_efficientnet_lite0's padded maps):
-    # such a pair tells nothing and is left out, where it had stopped quantize with numpy's broadcast error.
-    padded = relu_chain(1.5)
-    padded.graph.node[0].input[1] = "k4"
-    padded.graph.initializer.append(numpy_helper.from_array(np.full((1, 1), 1.5, np.float32), "k4"))
-    padded.graph.node.insert(0, helper.make_node("Concat", ["x", "x"], ["x2"], axis=1))
-    padded.graph.node[1].input[0] = "x2"
-    del padded.graph.output[:]
-    padded.graph.output.append(helper.make_tensor_value_info("b", TensorProto.FLOAT, ["N", 8]))
-    damage = _error_jumps(prepared, padded, ["first", "second"], Scorer())  # type: ignore[arg-type]
-    assert damage == {"first": 0.0, "second": 0.0}
-
-
-def test_nodes_that_change_nothing_alone_rank_by_their_estimate_or_last(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Measured alone, "quiet" and "silent" change no output (ORT's quantizer leaves a lone Concat or Add
-    float). "quiet" still adds error in the whole quantized model (a YOLOv8 head's Concat of pixel boxes and
-    0-1 scores: F1 100% -> 0%), so it ranks by that estimate; "silent" adds none and goes last, so the
-    bisection leaves it quantized rather than buying nothing with a float island."""
-    from types import SimpleNamespace
-
-    from onnxsat.quantization import quantize as quantize_module
-
-    estimate = {"loud": 0.5, "quiet": 0.4, "guess_a": 0.3, "silent": 0.0, "guess_b": -0.1}
-    monkeypatch.setattr(quantize_module, "_error_jumps", lambda model, quantized, nodes, scorer: estimate)
-    measured = {"loud": (0.02, 0.3), "guess_a": (0.01, 0.1), "quiet": (0.0, 0.0), "silent": (0.0, 0.0)}
-
-    class Scorer:
-        def judge(self, model: str) -> tuple[SimpleNamespace, float]:
-            drop, distortion = measured[model]
-            return SimpleNamespace(drop=drop), distortion
-
-    candidate = quantize_module.Candidate("static", onnx.ModelProto(), {}, None)
-    scorer: Any = Scorer()
-    nodes = ["loud", "quiet", "silent", "guess_a", "guess_b"]
-    exact = 4  # all but guess_b are measured alone
-    ranked = quantize_module._damage(onnx.ModelProto(), candidate, nodes, scorer, lambda n, alone: alone, exact)
-    assert [name for name, _ in ranked] == ["loud", "guess_a", "quiet", "guess_b", "silent"]
 
 
 def test_latency_is_measured_at_the_batch_asked_for(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -489,61 +417,6 @@ def test_the_budget_search_stops_at_its_time_budget(
     assert "with its sampling error, against 0.00%" in err  # the drop alone (0.00% here, maybe) is not what fits
     code = main(["quantize", str(bundled_digits_cnn()), "-o", str(tmp_path / "o.onnx"), "--budget-minutes", "0"])
     assert code != 0
-
-
-def test_a_fit_that_leaves_nothing_quantized_is_no_fit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """LR-ASPP (random weights) dropped 53% fully quantized; the fewest nodes left in float that fit were 87 of 88,
-    and ORT's quantizer leaves a lone Add float: the user read "ONNX Runtime's quantizer left every node in float"."""
-    from types import SimpleNamespace
-
-    from onnxsat.quantization import quantize as quantize_module
-    from onnxsat.quantization.report import ModeTrial
-
-    model = onnx.load(mlp(tmp_path / "mlp.onnx"))
-    score = SimpleNamespace(drop=0.5273, bound=0.5426)
-    candidate = quantize_module.Candidate("static", model, {}, score)  # type: ignore[arg-type]
-    monkeypatch.setattr(quantize_module, "_damage", lambda *args: [("fc1", 1.0), ("fc2", 0.5)])
-    monkeypatch.setattr(quantize_module, "_bisect", lambda *args: (1, model, score))
-    trial = ModeTrial("static")
-    found = quantize_module._within_budget(model, candidate, ["fc1", "fc2"], 0.01, None, None, trial)  # type: ignore[arg-type]
-    assert found is None
-    assert trial.error == (
-        "no subset of nodes fits the budget (every node quantized: drop 52.73%, bound 54.26% with its sampling "
-        "error, against 1.00%): the fewest left in float that fit, 1 of 2, leave nothing quantized"
-    )
-
-
-@pytest.mark.parametrize(
-    ("fitting", "expected", "tried"),
-    [
-        # a YOLOv8n layout detector: its 3 head nodes in float fit, most larger counts (SiLU alone in int8) do not
-        ({3, 4, 206}, 3, [1, 2, 4, 3]),
-        (set(range(5, 207)), 5, [1, 2, 4, 8, 6, 5]),
-        ({206}, 206, [1, 2, 4, 8, 16, 32, 64, 128, 206, 167, 186, 196, 201, 203, 204, 205]),
-        (set(), None, [1, 2, 4, 8, 16, 32, 64, 128, 206]),
-    ],
-)
-def test_the_bisection_tries_few_nodes_in_float_first(
-    fitting: set[int], expected: int | None, tried: list[int]
-) -> None:
-    """Drops are not monotone in the count left in float: counts are tried from the low end, doubling, then
-    bisected between the first that fits and the one before it."""
-    from types import SimpleNamespace
-
-    from onnxsat.quantization import quantize as quantize_module
-
-    asked: list[int] = []
-
-    def build(left_out: list[str]) -> int:
-        asked.append(len(left_out))
-        return len(left_out)
-
-    scorer = SimpleNamespace(score=lambda count: SimpleNamespace(fits=lambda budget: count in fitting))
-    ranked = [f"n{i}" for i in range(207)]
-    found = quantize_module._bisect(ranked, 0.01, scorer, build)  # type: ignore[arg-type]
-    assert (found[0] if found else None) == expected and asked == tried
-    if found:
-        assert found[1] == expected
 
 
 def test_a_budget_search_cut_short_keeps_what_it_found(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -707,7 +580,7 @@ def test_node_timing_reads_a_reshape_target_and_a_mode_is_timed_whole_too(
         excluded = {**full.excluded, "fc": "in float for the budget"}
         return quantize_module.Candidate(full.mode, full.model, excluded, full.score, {}, full.speeds)
 
-    monkeypatch.setattr(quantize_module, "_within_budget", one_more_in_float)
+    monkeypatch.setattr(quantize_module, "within_budget", one_more_in_float)
     args = ["--mode", "static", "--data", "digits-test", "--metric", "snr", "--max-drop", "0%", "--holdout", "0"]
     code, report, _ = quantize(path, tmp_path, *args)
     assert code == 0, report
@@ -986,145 +859,43 @@ def test_static_mode_quantizes_silu_and_leaves_other_sigmoids_and_muls_in_float(
     assert np.corrcoef(runs(out, {"x": x})[0].ravel(), runs(path, {"x": x})[0].ravel())[0, 1] > 0.99
 
 
-def _silu_model() -> onnx.ModelProto:
-    """A convolution, its SiLU, and a second convolution after it."""
-    graph = helper.make_graph(
-        [
-            helper.make_node("Conv", ["x", "w"], ["c"], name="conv"),
-            helper.make_node("Sigmoid", ["c"], ["s"], name="gate"),
-            helper.make_node("Mul", ["c", "s"], ["m"], name="silu"),
-            helper.make_node("Conv", ["m", "w"], ["y"], name="conv2"),
-        ],
-        "silu",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 8, 8])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 8, 8])],
-        [numpy_helper.from_array(np.ones((4, 4, 1, 1), np.float32), "w")],
+@pytest.mark.parametrize("clips", [True, False])
+def test_where_full_range_products_clip_7_bit_weights_are_weighed_against_8(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, clips: bool
+) -> None:
+    """On x86 without VNNI, ORT's int8 kernels add products in pairs of 16 bits, which clip at full-range
+    weights: there each integer mode is also built with 7-bit weights, and the form that does less damage is
+    kept (the trial says both). Elsewhere weights take 8 bits. The written weights are what the report says."""
+    from onnxsat.quantization import quantize as quantize_module
+
+    monkeypatch.setattr(quantize_module, "int8_pairs_saturate", lambda: clips)
+    for mode in ("static", "dynamic"):
+        code, report, out = quantize(mlp(tmp_path / "mlp.onnx"), tmp_path, "--mode", mode, "--no-node-timing", *DIGITS)
+        assert code == 0
+        bits = report["weight_bits"]
+        assert largest_int8_weight(out) == (64 if bits == 7 else 127)
+        assert ("with 7 bits drop" in report["trials"][0]["note"]) == clips
+        assert (quantize_module.SEVEN_BIT_WEIGHTS in report["notes"]) == (bits == 7)
+        if not clips:
+            assert bits == 8
+
+
+def test_weight_bits_can_be_named_and_a_compress_recipe_keeps_them(tmp_path: Path) -> None:
+    """``--weight-bits 7`` writes 7-bit weights on any CPU (a model quantized for a CPU without VNNI elsewhere);
+    the recipe of a compress run names the bits its search chose, so a replay writes the same."""
+    from onnxsat.compression.recipe import Recipe
+
+    code, report, out = quantize(
+        mlp(tmp_path / "mlp.onnx"), tmp_path, "--mode", "static", "--no-node-timing", "--weight-bits", "7", *DIGITS
     )
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    assert code == 0 and report["weight_bits"] == 7 and largest_int8_weight(out) == 64
+    recipe = Recipe().with_quantize("static", None, ("fc2",), 7)
+    assert recipe.label == "int8 static (1 in float, 7-bit weights)"
+    (entry,) = recipe.passes()
+    assert entry["weight_bits"] == 7 and entry["exclude"] == ["fc2"]
 
 
-SILU_DAMAGE = [("conv", 0.5), ("conv2", 0.1), ("gate", 0.0), ("silu", 0.0)]
-
-
-def test_the_budget_search_tries_the_last_nodes_the_worst_and_silu_given_back_first(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """Orders the bisection leaves nodes in float by. The last nodes first: a YOLOv8n's decoding head (pixel boxes
-    concatenated with 0-1 scores under one int8 scale) changes nothing quantized alone, and with four pages and a
-    short budget the damage order found nothing where its 3 head nodes in float fit. The most damaging first.
-    SiLU, quantized for speed alone, is kept in int8 in both and given back first in a third: ranked by damage
-    among the convolutions, one page's search left 93 nodes in float (1.18x), where giving SiLU back first left 15
-    (1.74x); on three pages, giving it back first left all 112 of its nodes and 3 head nodes in float (1.95x)."""
-    from types import SimpleNamespace
-
-    from onnxsat.quantization import quantize as quantize_module
-    from onnxsat.quantization.report import ModeTrial
-
-    model = _silu_model()
-    ranked: list[list[str]] = []
-    monkeypatch.setattr(quantize_module, "_damage", lambda *args: SILU_DAMAGE)
-    monkeypatch.setattr(quantize_module, "_bisect", lambda names, *args: ranked.append(names))
-    full = quantize_module.Candidate("static", model, {}, SimpleNamespace(drop=0.1, bound=0.1))  # type: ignore[arg-type]
-    trial = ModeTrial("static")
-    nodes = ["conv", "gate", "silu", "conv2"]
-    quantize_module._within_budget(model, full, nodes, 0.01, None, None, trial)  # type: ignore[arg-type]
-    assert ranked == [["conv2", "conv"], ["conv", "conv2"], ["gate", "silu", "conv", "conv2"]]
-    assert trial.worst == [("conv", 0.5), ("conv2", 0.1)]
-    ranked.clear()
-    dynamic = replace(full, mode="dynamic")
-    quantize_module._within_budget(model, dynamic, ["conv", "conv2"], 0.01, None, None, ModeTrial("d"))  # type: ignore[arg-type]
-    assert ranked == [["conv2", "conv"], ["conv", "conv2", "gate", "silu"]]  # only static quantizes SiLU for speed
-    ranked.clear()
-    monkeypatch.setattr(quantize_module, "_damage", lambda *args: [("conv2", 0.5), ("conv", 0.1)])
-    quantize_module._within_budget(model, dynamic, ["conv", "conv2"], 0.01, None, None, ModeTrial("d"))  # type: ignore[arg-type]
-    assert ranked == [["conv2", "conv"]]  # the damage order is the last-first order: searched once
-
-
-ORDERS = {
-    "last nodes first": (["conv2", "conv"], 1, {"conv2"}),
-    "most damaging first": (["conv", "conv2"], 2, {"conv", "conv2"}),
-    "SiLU given back first": (["gate", "silu", "conv", "conv2"], 3, {"gate", "silu", "conv"}),
-}
-"""Per order of the test below: its ranking, how many of its first nodes the fitting form leaves in float, which."""
-
-
-@pytest.mark.parametrize(
-    ("speeds", "chosen"),
-    [
-        ((2.4, 2.0, 1.9), "last nodes first"),
-        ((1.5, 1.6, 1.9), "SiLU given back first"),
-        ((1.5, 1.88, 1.9), "most damaging first"),  # within noise of the fastest, with fewer nodes in float
-    ],
-)
-def test_of_the_forms_that_fit_the_faster_is_kept(
-    monkeypatch: pytest.MonkeyPatch, speeds: tuple[float, float, float], chosen: str
-) -> None:
-    """Several orders fit: each form is timed whole and the faster kept; within timing noise, the one leaving fewer
-    nodes in float. The trial says what each form ran."""
-    from types import SimpleNamespace
-
-    from onnxsat.quantization import quantize as quantize_module
-    from onnxsat.quantization.report import ModeTrial
-
-    model = _silu_model()
-    score = SimpleNamespace(drop=0.0, bound=0.0)
-    forms = {}
-    for label in ORDERS:
-        form = onnx.ModelProto()
-        form.CopyFrom(model)
-        form.graph.node.append(helper.make_node("QuantizeLinear", ["y", "scale"], ["q"], name="q"))
-        forms[label] = form
-    monkeypatch.setattr(quantize_module, "_damage", lambda *args: SILU_DAMAGE)
-
-    def bisect(names: list[str], *_: object) -> tuple[int, onnx.ModelProto, object]:
-        label = next(label for label, (ranked, _, _) in ORDERS.items() if ranked == names)
-        return ORDERS[label][1], forms[label], score
-
-    speed = {id(forms[label]): figure for label, figure in zip(ORDERS, speeds, strict=True)}
-    monkeypatch.setattr(quantize_module, "_bisect", bisect)
-    full = quantize_module.Candidate("static", model, {}, SimpleNamespace(drop=0.1, bound=0.1))  # type: ignore[arg-type]
-    trial = ModeTrial("static")
-
-    def timed(form: onnx.ModelProto) -> dict[str, float]:
-        return {"speedup": speed[id(form)]}
-
-    nodes = ["conv", "gate", "silu", "conv2"]
-    found = quantize_module._within_budget(model, full, nodes, 0.01, None, None, trial, None, timed)  # type: ignore[arg-type]
-    assert found is not None and found.model is forms[chosen]
-    assert set(found.excluded) == ORDERS[chosen][2]
-    assert found.speedup == speeds[list(ORDERS).index(chosen)]
-    counts = [count for _, count, _ in ORDERS.values()]
-    said = [f"{label}, {n} more in float: {s:.2f}x" for label, n, s in zip(ORDERS, counts, speeds, strict=True)]
-    assert trial.note == "budget search " + "; ".join(said)
-    if chosen == "last nodes first":
-        assert found.excluded["conv2"] == "in float for the budget: 1 of 2 from the end (damage 0.1)"
-
-
-def test_the_last_nodes_that_brought_the_drop_down_lead_the_damage_order(monkeypatch: pytest.MonkeyPatch) -> None:
-    """On four pages a YOLOv8n's head in float (the last 4 nodes) brought the drop from 13% to 1.15% but no count
-    of the last nodes fit: a backbone convolution lost one box. So those last nodes come first, then the most
-    damaging."""
-    from types import SimpleNamespace
-
-    from onnxsat.quantization import quantize as quantize_module
-    from onnxsat.quantization.report import ModeTrial
-
-    model = _silu_model()
-    ranked: list[list[str]] = []
-
-    def bisect(names: list[str], budget: float, scorer: object, build: object, deadline: object, drops: dict) -> None:
-        ranked.append(names)
-        if len(ranked) == 1:  # the last nodes first: leaving conv2 in float helps, leaving conv too helps less
-            drops.update({1: 0.0115, 2: 0.0238})
-
-    monkeypatch.setattr(quantize_module, "_damage", lambda *args: [("conv", 0.5), ("conv2", 0.1)])
-    monkeypatch.setattr(quantize_module, "_bisect", bisect)
-    full = quantize_module.Candidate("dynamic", model, {}, SimpleNamespace(drop=0.134, bound=0.134))  # type: ignore[arg-type]
-    quantize_module._within_budget(model, full, ["conv", "conv2"], 0.01, None, None, ModeTrial("d"))  # type: ignore[arg-type]
-    assert ranked == [["conv2", "conv"], ["conv", "conv2"]]  # conv2 then the rest by damage: the last-first order
-    assert quantize_module._best_count({1: 0.0115, 2: 0.0238, 4: 0.0115}, 0.134) == 1
-    assert quantize_module._best_count({1: 0.2}, 0.134) == 0  # no better than every node quantized
-    assert quantize_module._rankings([("a", 0.5), ("b", 0.2), ("c", 0.1)], [], ["c"]) == {
-        "most damaging first": ["a", "b", "c"],
-        "last nodes, then most damaging": ["c", "a", "b"],
-    }
+def largest_int8_weight(path: Path) -> int:
+    """The largest magnitude among a model's int8 weights (zero points left out)."""
+    weights = [numpy_helper.to_array(t) for t in onnx.load(path).graph.initializer if t.data_type == TensorProto.INT8]
+    return max(int(np.abs(w.astype(np.int32)).max()) for w in weights if w.size > 1)

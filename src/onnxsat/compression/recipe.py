@@ -50,6 +50,8 @@ class Recipe:
     what pruning left of it."""
     keep_float: tuple[str, ...] = ()
     """Nodes quantization leaves in float: measured slower quantized, or over the budget (sorted)."""
+    weight_bits: int | None = None
+    """Bits of quantization's int8 weights (``QuantizeOptions.weight_bits``): None until its search has chosen."""
     fuse: bool = False
     """ONNXSat's lossless optimization (target ort) as the last step."""
 
@@ -61,8 +63,11 @@ class Recipe:
     def rates(self) -> dict[str, float]:
         return dict(self.prune)
 
-    def with_quantize(self, mode: str, budget: float | None, keep_float: tuple[str, ...] = ()) -> Recipe:
-        return replace(self, quantize=mode, quantize_budget=budget, keep_float=tuple(sorted(keep_float)))
+    def with_quantize(
+        self, mode: str, budget: float | None, keep_float: tuple[str, ...] = (), weight_bits: int | None = None
+    ) -> Recipe:
+        kept = tuple(sorted(keep_float))
+        return replace(self, quantize=mode, quantize_budget=budget, keep_float=kept, weight_bits=weight_bits)
 
     @property
     def label(self) -> str:
@@ -78,7 +83,9 @@ class Recipe:
             groups = self.prune[0][0] if len(self.prune) == 1 else f"{len(self.prune)} groups"
             parts.append(f"prune {shown} ({groups})")
         if self.quantize:
-            kept = f" ({len(self.keep_float)} in float)" if self.keep_float else ""
+            said = [f"{len(self.keep_float)} in float"] if self.keep_float else []
+            said += ["7-bit weights"] if self.weight_bits == 7 else []
+            kept = f" ({', '.join(said)})" if said else ""
             parts.append(f"{'int4' if self.quantize == 'weight-only' else 'int8'} {self.quantize}{kept}")
         if self.fuse:
             parts.append("fuse")
@@ -113,6 +120,7 @@ class Recipe:
                     "mode": self.quantize,
                     "max_drop": None,
                     "exclude": list(self.keep_float),
+                    **({"weight_bits": self.weight_bits} if self.weight_bits else {}),
                     "node_timing": False,
                     "holdout": 0.0,
                     **({"data": data} if data is not None else {}),
@@ -176,6 +184,7 @@ def build(
             mode=recipe.quantize,
             max_drop=budget,
             exclude=list(recipe.keep_float),
+            weight_bits=recipe.weight_bits,
             node_timing=False,
             holdout=0.0,
             data=data,
@@ -193,7 +202,7 @@ def build(
             raise said from None
         base_dir = None
         kept = tuple(n.node for n in quantize_report.nodes if not n.quantized)
-        recipe = recipe.with_quantize(recipe.quantize, None, kept)
+        recipe = recipe.with_quantize(recipe.quantize, None, kept, quantize_report.weight_bits)
         notes += quantize_report.notes
     if recipe.fuse:
         fused, report = optimize_model(model, OptimizeOptions(target="ort", inputs=inputs), base_dir=base_dir)

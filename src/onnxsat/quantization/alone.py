@@ -12,7 +12,7 @@ which ORT's dynamic quantizer splits into MatMul and Add). Static mode reads the
 whole model (by tensor name, from the cache), so the node's inputs and weights are rounded as there. Its
 output is rounded too, as the node's quantized consumers read it in the searched model; ORT's quantizer
 asked for that one node alone leaves the consumers reading the unrounded output instead (a ResNet-18's
-logits differ by up to 0.013 between the two, against 0.1-0.2 from float). The estimate of ``_damage``
+logits differ by up to 0.013 between the two, against 0.1-0.2 from float). The estimate of ``damage.damage_order``
 reads outputs after their rounding too.
 """
 

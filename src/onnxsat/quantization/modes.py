@@ -5,7 +5,10 @@ integers and how to write them. A mode here turns (model, nodes to leave in floa
 quantized model; which nodes to leave, and which mode, is decided by measurement elsewhere.
 
 - ``static``: QDQ format, weights int8 per channel, activations uint8 with ranges calibrated on data
-  (ORT then runs QLinearConv / QLinearMatMul on VNNI): what pays for convolution nets.
+  (ORT then runs QLinearConv / QLinearMatMul): what pays for convolution nets.
+
+Both integer modes can write 7-bit weights instead of 8 (``seven_bit``): where this machine's int8 kernels clip
+full-range products (x86 without VNNI, ``runtime.int8_sums``), the search measures both.
 - ``dynamic``: MatMul/Gemm weights int8, activations quantized per run (MatMulInteger): no calibration,
   what pays for transformer MatMuls; convolutions are left alone (ConvInteger is slow on CPU).
 - ``weight-only``: MatMul and Gemm weights in 4 bits (MatMulNBits, blocks of 32): a smaller file and less memory
@@ -70,9 +73,9 @@ class Calibration:
         }
 
 
-Quantizer = Callable[[onnx.ModelProto, Sequence[str], Calibration | None, Sequence[str] | None], onnx.ModelProto]
-"""(model, names of nodes left in float, calibration, the only nodes to quantize or None for all) -> the
-quantized model."""
+Quantizer = Callable[[onnx.ModelProto, Sequence[str], Calibration | None, Sequence[str] | None, bool], onnx.ModelProto]
+"""(model, names of nodes left in float, calibration, the only nodes to quantize or None for all, 7-bit weights)
+-> the quantized model."""
 
 
 @dataclass(frozen=True)
@@ -97,6 +100,11 @@ class QuantMode:
     left_float: Callable[[onnx.ModelProto], set[str]] | None = None
     """Names of main-graph nodes of its ops it leaves in float whatever the search says (static mode: the Sigmoids
     and Muls that are no SiLU's): not searched, not reported as quantized."""
+    int8_kernels: bool = False
+    """Whether ORT runs it in uint8 x int8 kernels, whose products clip at full-range weights on some CPUs
+    (``runtime.int8_sums``): then its weights may take 7 bits (``seven_bit``)."""
+    seven_bit: bool = False
+    """Weights in 7 bits instead of 8 (ORT's ``reduce_range``)."""
 
     def in_bodies(self, node: onnx.NodeProto) -> bool:
         """Whether this body node is quantized in this mode."""
@@ -120,7 +128,7 @@ class QuantMode:
             model = _copy(model)
             model.graph.node.extend(onnx.helper.make_node("Identity", [t], [out]) for out, t in readers.items())
             model.graph.output.extend(_typed(model, readers))
-        result = self.quantize(model, exclude, calibration, only)
+        result = self.quantize(model, exclude, calibration, only, self.seven_bit)
         if captured:
             remove_where(result.graph.node, lambda node: any(o in readers for o in node.output))
             remove_where(result.graph.output, lambda value: value.name in readers)
@@ -132,7 +140,7 @@ class QuantMode:
         is spliced in (see ``alone``); a calibrated mode needs its ranges already cached (the whole model is
         quantized first). Else, or when the splice does not fit, the whole model goes through ``apply``."""
         if not self.calibrated or (calibration is not None and calibration.cache.is_file()):
-            spliced = quantize_alone(model, name, lambda one: self.quantize(one, [], calibration, None))
+            spliced = quantize_alone(model, name, lambda one: self.quantize(one, [], calibration, None, self.seven_bit))
             if spliced is not None:
                 return spliced
         return self.apply(model, [], calibration, [name])
@@ -288,7 +296,11 @@ def not_silu(model: onnx.ModelProto) -> set[str]:
 
 
 def static(
-    model: onnx.ModelProto, exclude: Sequence[str], calibration: Calibration | None, only: Sequence[str] | None = None
+    model: onnx.ModelProto,
+    exclude: Sequence[str],
+    calibration: Calibration | None,
+    only: Sequence[str] | None = None,
+    seven_bit: bool = False,
 ) -> onnx.ModelProto:
     from onnxruntime.quantization import QuantFormat, QuantType, quantize_static
 
@@ -302,6 +314,7 @@ def static(
             per_channel=True,
             activation_type=QuantType.QUInt8,
             weight_type=QuantType.QInt8,
+            reduce_range=seven_bit,
             op_types_to_quantize=list(STATIC_OPS),
             # ORT 1.31's bias-driven weight-scale adjustment fails on per-channel Gemm weights ("truth value
             # of an array is ambiguous", on Magika after MatMul+Add became Gemm); without it the bias is
@@ -326,7 +339,11 @@ DYNAMIC_OPS = ("MatMul", "Gemm", "Attention", "LSTM")
 
 
 def dynamic(
-    model: onnx.ModelProto, exclude: Sequence[str], calibration: Calibration | None, only: Sequence[str] | None = None
+    model: onnx.ModelProto,
+    exclude: Sequence[str],
+    calibration: Calibration | None,
+    only: Sequence[str] | None = None,
+    seven_bit: bool = False,
 ) -> onnx.ModelProto:
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
@@ -338,6 +355,7 @@ def dynamic(
             use_external_data_format=over_protobuf_limit(model),
             op_types_to_quantize=list(DYNAMIC_OPS),
             weight_type=QuantType.QInt8,
+            reduce_range=seven_bit,
             extra_options={**UNTYPED_TENSORS_FLOAT, "EnableSubgraph": True},
             nodes_to_exclude=_as_split_gemms(model, [*exclude, *namesakes(model, DYNAMIC_OPS)]),
             nodes_to_quantize=_as_split_gemms(model, only or []),
@@ -362,9 +380,13 @@ normal form fused) is split into MatMul + Add first."""
 
 
 def weight_only(
-    model: onnx.ModelProto, exclude: Sequence[str], calibration: Calibration | None, only: Sequence[str] | None = None
+    model: onnx.ModelProto,
+    exclude: Sequence[str],
+    calibration: Calibration | None,
+    only: Sequence[str] | None = None,
+    seven_bit: bool = False,
 ) -> onnx.ModelProto:
-    del calibration
+    del calibration, seven_bit  # 4-bit blocks: no uint8 x int8 kernel
     exclude = _as_split_gemms(model, [*exclude, *namesakes(model, WEIGHT_ONLY_OPS)])
     if only:  # ORT's list of nodes to include adds to its op types, it does not narrow them
         only = _as_split_gemms(model, only)
@@ -422,6 +444,7 @@ MODES.register(
         True,
         static,
         left_float=not_silu,
+        int8_kernels=True,
     ),
 )
 MODES.register(
@@ -435,6 +458,7 @@ MODES.register(
         constant_weights_only=True,
         bodies=True,
         body_node=lambda node: node.op_type != "Gemm" or plain_gemm(node),
+        int8_kernels=True,
     ),
 )
 MODES.register(

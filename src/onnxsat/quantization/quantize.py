@@ -20,10 +20,9 @@
 
 from __future__ import annotations
 
-import math
 import tempfile
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import NamedTuple
@@ -65,7 +64,10 @@ from onnxsat.op_kinds import FLOAT_TYPES, default_opset_version
 from onnxsat.options import float_list, option, percent
 from onnxsat.proto_fields import all_graphs, all_nodes, bodies_of
 from onnxsat.quantization import node_speed
+from onnxsat.quantization.budget_search import within_budget
 from onnxsat.quantization.calibration import calibration_reader
+from onnxsat.quantization.candidate import PAYS_SPEEDUP, Candidate, timing_ties
+from onnxsat.quantization.damage import nan_as_worst
 from onnxsat.quantization.modes import (
     CALIBRATIONS,
     MODES,
@@ -73,17 +75,17 @@ from onnxsat.quantization.modes import (
     QuantMode,
     embedding_tables,
     looks_up,
-    silu_nodes,
 )
 from onnxsat.quantization.opsets import PER_CHANNEL_OPSET, at_least_opset
 from onnxsat.quantization.report import ModeTrial, NodeDecision, QuantizeReport
 from onnxsat.quantization.tensor_types import type_from_runtime
-from onnxsat.quantized_already import NARROW_TYPES, integer_op, quantized_note
+from onnxsat.quantized_already import NARROW_TYPES, integer_nodes, quantized_note
+from onnxsat.runtime.int8_sums import int8_pairs_saturate
 from onnxsat.runtime.isolated import crash_in_child, has_control_flow
 from onnxsat.surgery.graph_edit import consumers
 from onnxsat.surgery.surgeons.precision import Float16ToFloat32, store_in_float16
 from onnxsat.time_budget import BUDGET_MINUTES, OUT_OF_TIME, Deadline, check_budget_minutes, late, out_of_time
-from onnxsat.verification import check_lossy, reference_run, run_model, session, with_outputs
+from onnxsat.verification import check_lossy, reference_run, run_model, session
 
 AUTO_MODE = "auto"
 SLOWER = 1.0
@@ -94,16 +96,19 @@ its neighbours (a convolution whose activation ORT no longer fuses, quantize and
 output) is not in its own timing."""
 NOT_SLOWER = 0.97
 """``auto`` writes nothing whose whole-model speedup is below this (ratio noise on this machine)."""
-PAYS_SPEEDUP, PAYS_SIZE = 1.03, 0.9
-"""Below this speedup (within timing noise), ``auto`` writes a quantized model only when its file is at most
-this share of the given one: a model no faster, no smaller and a little less accurate pays nothing. Forms
-within this speedup of the fastest are timing ties: of those, ``auto`` takes the smallest file."""
+PAYS_SIZE = 0.9
+"""Below ``PAYS_SPEEDUP`` (within timing noise), ``auto`` writes a quantized model only when its file is at most
+this share of the given one: a model no faster, no smaller and a little less accurate pays nothing. Of the
+forms tied with the fastest (``timing_ties``), ``auto`` takes the smallest file."""
 LARGE_WEIGHT = 2**20
 """Elements from which a weight (a MatMul's, or an embedding table) makes ``auto`` try weight-only mode: 4 bits
 pay in size on large tables (a Chinese tagger whose embedding is 94% of its file), not on small layers."""
 RANDOM_SAMPLES = 32
-WORST_SHOWN = 5
-"""How many of a budget search's most damaging nodes its trial keeps for the report."""
+SEVEN_BIT_WEIGHTS = (
+    "weights quantized to 7 bits: this CPU's int8 kernels add uint8 x int8 products in pairs of 16 bits, which clip "
+    "at full-range weights (x86 without VNNI); with 7 bits the model computes what its QDQ graph says, and it did "
+    "less damage here than with 8"
+)
 LATENCY_ROUNDS, LATENCY_WARMUP = 20, 3
 
 
@@ -134,6 +139,14 @@ class QuantizeOptions:
     std: Sequence[float] | None = option(None, type=float_list, help="per-channel std images are divided by")
     holdout: float = option(0.2, type=percent, help="share of --data the search never sees (default 20%%)")
     calibration: str = option("minmax", choices=CALIBRATIONS, help="calibration of activation ranges (static)")
+    weight_bits: int | None = option(
+        None,
+        type=int,
+        choices=[8, 7],
+        help="bits of int8 weights (static, dynamic); default: 8, or 7 where this CPU's int8 kernels clip "
+        "full-range products and 7 does less damage, measured",
+    )
+    """A model quantized on a CPU without VNNI for one with it (or the other way) can name the bits."""
     exclude: list[str] = option(default_factory=list, metavar="NODE", help="nodes to leave in float")
     threads: int = option(1, type=int, help="intra-op threads latency is measured with (default 1)")
     latency_batch: int = option(
@@ -166,32 +179,14 @@ class QuantizeOptions:
             raise SettingsError(f"--limit must be at least 1, got {self.limit}")
         if self.threads < 1:
             raise SettingsError(f"--threads must be at least 1, got {self.threads}")
+        if self.weight_bits not in (None, 8, 7):
+            raise SettingsError(f"--weight-bits must be 8 or 7, got {self.weight_bits}")
         if self.latency_batch < 1:
             raise SettingsError(f"--latency-batch must be at least 1, got {self.latency_batch}")
         check_budget_minutes(self.budget_minutes)
         self.metric, self.fidelity = with_fidelity(self.metric, self.fidelity)
         check_spec(self.metric)
         check_confidence(self.confidence)
-
-
-@dataclass
-class Candidate:
-    mode: str
-    model: onnx.ModelProto
-    excluded: dict[str, str]
-    """Nodes of the mode's ops left in float, and why."""
-    score: Score | None
-    sensitivity: dict[str, float] = field(default_factory=dict)
-    """Damage per node alone (the outputs' relative change), when the budget needed it."""
-    speeds: dict[str, float] = field(default_factory=dict)
-    """fp32 time / int8 time per weighted node alone, when timed."""
-    latency: dict[str, float] = field(default_factory=dict)
-    """Side by side with the float model (``_latency``): measured once, it both ranks the candidates and
-    is the chosen one's reported latency."""
-
-    @property
-    def speedup(self) -> float | None:
-        return self.latency.get("speedup")
 
 
 def quantize_model(
@@ -262,7 +257,7 @@ def quantize_model(
         report.notes.append(f"{out_of_time(options.budget_minutes)}, with the best model found by then")
     try:
         chosen = _choose(candidates, options, report, given_size)
-        if _integer_nodes(chosen.model) <= _integer_nodes(prepared):
+        if integer_nodes(chosen.model) <= integer_nodes(prepared):
             trial = next((t for t in report.trials if t.mode == chosen.mode), None)
             why = f"; {trial.note}" if trial is not None and trial.note else ""
             raise SettingsError(
@@ -275,6 +270,10 @@ def quantize_model(
         raise
     report.chosen = chosen.mode
     report.nodes = _decisions(prepared, chosen, MODES[chosen.mode])
+    if MODES[chosen.mode].int8_kernels:
+        report.weight_bits = 7 if chosen.seven_bit else 8
+    if chosen.seven_bit and options.weight_bits is None:
+        report.notes.append(SEVEN_BIT_WEIGHTS)
     report.accuracy = chosen.score
     if held_out is not None:
         held = ModelScorer(
@@ -525,12 +524,6 @@ def _modes(model: onnx.ModelProto, options: QuantizeOptions) -> list[QuantMode]:
     return modes
 
 
-def _integer_nodes(model: onnx.ModelProto) -> int:
-    """Nodes that quantize, dequantize or compute in integers (``integer_op``; a model from a QAT export has
-    some already)."""
-    return sum(integer_op(node.op_type) for node in all_nodes(model.graph))
-
-
 def _inside_bodies(model: onnx.ModelProto) -> str:
     """What a refusal of a mode that leaves bodies alone (static: ORT's calibration never sees a body's
     tensors) adds when the weighted ops sit inside If/Loop/Scan bodies."""
@@ -658,7 +651,7 @@ def _search_modes(
             continue
         clock, evaluations = time.perf_counter(), scorer.evaluations
         assert budget is not None
-        searched = _within_budget(model, full, start.nodes, budget, scorer, start.build, trial, deadline, time_model)
+        searched = within_budget(model, full, start.nodes, budget, scorer, start.build, trial, deadline, time_model)
         if searched is not None:
             searched.latency = searched.latency or time_model(searched.model)
             _record(trial, searched, start.total)
@@ -704,6 +697,7 @@ def _start_mode(
     round trip over a 320x320 map)."""
     nodes = [node.name for node in _mode_nodes(model, mode)]
     weighted = {n.name for n in _weighted_nodes(model)}
+    mode = replace(mode, seven_bit=mode.int8_kernels and options.weight_bits == 7)
     inside = [n for n in _weighted_in_bodies(model) if mode.in_bodies(n)]
     unnamed = [n for n in inside if not n.name]  # no name to leave it in float by: quantized with the rest
     if inside:
@@ -744,7 +738,15 @@ def _start_mode(
     try:
         if searchable or unnamed:
             quantized = build([])
-            score = scorer.score(quantized)
+            if mode.int8_kernels and options.weight_bits is None and int8_pairs_saturate():
+                eight = scorer.judge(quantized)
+                mode = replace(mode, seven_bit=True)  # ``build`` reads it
+                seven = _seven_bit_form(build, scorer, eight, trial)
+                if seven is None:
+                    mode = replace(mode, seven_bit=False)
+                quantized, (score, _) = seven or (quantized, eight)
+            else:
+                score = scorer.score(quantized)
     except RuntimeUnsupportedError as error:
         trial.error = str(error)
         return None
@@ -761,10 +763,10 @@ def _start_mode(
         if whole is not None and whole_latency["speedup"] > latency["speedup"]:
             quantized, latency, score = whole, whole_latency, scorer.score(whole)
             searchable = [n for n in nodes if n not in excluded]
-            trial.note = _joined(trial.note, f"{nodes_text} slower alone quantized anyway: {measured}")
+            trial.add_note(f"{nodes_text} slower alone quantized anyway: {measured}")
         else:
             excluded = slow
-            trial.note = _joined(trial.note, f"{nodes_text} slower alone kept in float: {measured}")
+            trial.add_note(f"{nodes_text} slower alone kept in float: {measured}")
     marginal = [n for n in searchable if n in times.barely]
     if marginal and len(marginal) < len(searchable) and time_model is not None:
         latency = latency or time_model(quantized)
@@ -778,14 +780,41 @@ def _start_mode(
                 **{n: f"faster in float in the whole model ({speeds[n]:.2f}x alone)" for n in marginal},
             }
             searchable = [n for n in searchable if n not in excluded]
-            trial.note = _joined(trial.note, f"{count} kept in float: {measured}")
+            trial.add_note(f"{count} kept in float: {measured}")
         else:
-            trial.note = _joined(trial.note, f"{count} quantized: {measured}")
+            trial.add_note(f"{count} quantized: {measured}")
     if not searchable and not unnamed:
         trial.error = EVERY_NODE_IN_FLOAT
         return None
-    candidate = Candidate(mode.name, quantized, dict(excluded), score, speeds=speeds, latency=latency)
+    candidate = Candidate(
+        mode.name, quantized, dict(excluded), score, speeds=speeds, latency=latency, seven_bit=mode.seven_bit
+    )
     return _Started(trial, candidate, searchable, build, len(nodes) + len(unnamed))
+
+
+def _seven_bit_form(
+    build: Callable[..., onnx.ModelProto], scorer: ModelScorer, eight: tuple[Score, float], trial: ModeTrial
+) -> tuple[onnx.ModelProto, tuple[Score, float]] | None:
+    """The mode whole with 7-bit weights (``build`` makes it), when it does less damage than with 8 (``eight``:
+    score and distortion); else None. Asked only where this CPU's int8 kernels clip full-range products: there
+    8-bit weights are rounded finer but their products clipped, 7-bit ones computed as the graph says, and
+    which costs less depends on the model (measured on a CPU without VNNI, every node quantized: PP-OCRv4's
+    recognizer misread 2 of 8 lines with 7 bits against 3 with 8; a small random MLP changed 1 label of 32 with
+    7 bits, none with 8)."""
+    try:
+        model = build([])
+    except RuntimeUnsupportedError:
+        return None
+    seven = scorer.judge(model)
+    better = _damage_key(seven) < _damage_key(eight)
+    said = f"drop {seven[0].drop:.2%} (distortion {seven[1]:.3g}) against {eight[0].drop:.2%} ({eight[1]:.3g}) with 8"
+    trial.add_note(f"{'7-bit weights kept' if better else '8-bit weights kept'}: with 7 bits {said}")
+    return (model, seven) if better else None
+
+
+def _damage_key(judged: tuple[Score, float]) -> tuple[float, float]:
+    score, distortion = judged
+    return nan_as_worst(score.drop), nan_as_worst(distortion)
 
 
 def _timed_whole(
@@ -808,377 +837,6 @@ def _ran(with_them: dict[str, float], without: dict[str, float]) -> str:
         return f"{latency['speedup']:.2f}x" if latency else "refused by ORT"
 
     return f"the model ran {said(with_them)} with them, {said(without)} without"
-
-
-def _joined(*notes: str) -> str:
-    return "; ".join(note for note in notes if note)
-
-
-def _within_budget(
-    model: onnx.ModelProto,
-    candidate: Candidate,
-    nodes: list[str],
-    budget: float,
-    scorer: ModelScorer,
-    build: Callable[..., onnx.ModelProto],
-    trial: ModeTrial,
-    deadline: Deadline | None = None,
-    time_model: Callable[[onnx.ModelProto], dict[str, float]] | None = None,
-) -> Candidate | None:
-    """Leave the fewest nodes in float so the drop fits, searched in several orders (``_bisect`` finds the
-    fewest of each order's first nodes): the last nodes first, then the most damaging first (see
-    ``_damage``). Every search stops at ``deadline`` with what it has; the damage measurements get half the
-    time left, so their bisection always runs. The forms that fit are timed whole (``time_model``) and the
-    faster kept.
-
-    Why several orders: a detector's decoding head concatenates pixel boxes with 0-1 scores, and one int8
-    scale erases the scores; quantized alone, those nodes change nothing, and the estimate of the rest
-    (relative error of whole tensors) does not see them. On a YOLOv8n layout detector with four pages and a
-    short budget (inside ``compress``), the damage order found nothing where the last nodes first found
-    its head (3 nodes in float, 2.47x). SiLU's nodes, which static mode quantizes for speed alone, are
-    kept in int8 in those orders and given back first in another: on one page, ranking them among the
-    convolutions left 93 nodes in float (1.18x) where giving them back first left 15 more (1.74x); on
-    three pages, giving them back first left all 112 and 3 head nodes in float (1.95x) where those 3 alone
-    fit (2.48x)."""
-    silu = silu_nodes(model.graph) if candidate.mode == "static" else set()
-    extras = [node.name for node in model.graph.node if node.name in silu]
-    # needs no damage measured: tried first, so a short budget still tries it
-    tail = _last_first(model, nodes, set(extras))
-    last_first = {LAST_FIRST: tail}
-    drops: dict[int, float] = {}
-    found = _fitting(last_first, budget, scorer, build, _halfway(deadline), drops=drops)
-    # no count of the last nodes fits, but the best brought the drop down (a head put back in float): those
-    # first, then the most damaging (on four pages the head in float lost one box, a backbone convolution's)
-    head = _best_count(drops, full_drop=candidate.score.drop) if not found else 0
-    ordered = _damage(model, candidate, nodes, scorer, build, EXACT_DAMAGE_NODES, _halfway(deadline))
-    found += _fitting(_rankings(ordered, extras, tail[:head]), budget, scorer, build, deadline, last_first)
-    if not found and len(nodes) > EXACT_DAMAGE_NODES and not late(deadline):
-        # the estimate misled: measure every node alone
-        ordered = _damage(model, candidate, nodes, scorer, build, len(nodes), _halfway(deadline))
-        found = _fitting(_rankings(ordered, extras, tail[:head]), budget, scorer, build, deadline, last_first)
-    full = candidate.score
-    fully = f"every node quantized: drop {full.drop:.2%}, bound {full.bound:.2%} with its sampling error"
-    fully += f", against {budget:.2%}"
-    trial.worst = [item for item in ordered if item[0] not in extras][:WORST_SHOWN]
-    if not found:
-        if late(deadline):  # cut short: it cannot say that none fits
-            trial.error = f"no subset of nodes inside the budget found before --budget-minutes ran out ({fully})"
-        else:
-            trial.error = f"no subset of nodes fits the budget ({fully})"
-        return None
-    damage = dict(ordered)
-    searched: list[tuple[str, Candidate]] = []
-    nothing_left = ""
-    for label, ranked, (count, quantized, score) in found:
-        if _integer_nodes(quantized) <= _integer_nodes(model):  # what is left alone, ORT leaves float (a lone Relu)
-            nothing_left = (
-                f"no subset of nodes fits the budget ({fully}): the fewest left in float that fit, {count} of "
-                f"{len(ranked)}, leave nothing quantized"
-            )
-            continue
-        # the bisection leaves the first ``count`` of the ranking in float, harmless ones too when it must reach
-        # them
-        left = {n: _why_left(label, i, len(ranked), damage[n], n in silu) for i, n in enumerate(ranked[:count])}
-        excluded = {**candidate.excluded, **left}
-        searched.append((label, Candidate(candidate.mode, quantized, excluded, score, damage, candidate.speeds)))
-    if not searched:
-        trial.error = nothing_left
-        return None
-    if len(searched) == 1 or time_model is None:
-        return searched[0][1]
-    return _faster_form(searched, candidate, time_model, trial)
-
-
-LAST_FIRST = "last nodes first"
-BY_DAMAGE = "most damaging first"
-SILU_FIRST = "SiLU given back first"
-HEAD_THEN_DAMAGE = "last nodes, then most damaging"
-
-
-def _why_left(label: str, index: int, total: int, damage: float, silu: bool) -> str:
-    """Why the ``index``-th node of a ranking of ``total`` (by ``label``) was left in float."""
-    if silu:
-        return "in float for the budget: SiLU, given back before any other node"
-    if label == LAST_FIRST:
-        return f"in float for the budget: {index + 1} of {total} from the end (damage {damage:.3g})"
-    return f"in float for the budget: ranked {index + 1} of {total} (damage {damage:.3g})"
-
-
-def _last_first(model: onnx.ModelProto, nodes: Sequence[str], kept: set[str]) -> list[str]:
-    """``nodes`` but ``kept`` (quantized for speed: never given back in this order), last in the graph first."""
-    searched = set(nodes) - kept
-    return [node.name for node in reversed(model.graph.node) if node.name in searched]
-
-
-def _best_count(drops: Mapping[int, float], full_drop: float) -> int:
-    """The count tried with the lowest drop (the fewest of those), when it is below ``full_drop``; else 0."""
-    if not drops:
-        return 0
-    count = min(drops, key=lambda c: (_nan_as_worst(drops[c]), c))
-    return count if _nan_as_worst(drops[count]) < full_drop else 0
-
-
-def _rankings(
-    ordered: list[tuple[str, float]], extras: Sequence[str], head: Sequence[str] = ()
-) -> dict[str, list[str]]:
-    """The damage orders the bisection leaves nodes in float by: the most damaging first, and with ``extras``
-    (nodes quantized for speed alone), that order with them kept in int8, then with them given back first.
-    With ``head`` (the last nodes whose return to float brought the drop down most), also ``head`` first, then
-    the most damaging."""
-    first = set(extras)
-    by_damage = [name for name, _ in ordered if name not in first]
-    rankings = {BY_DAMAGE: by_damage}
-    if head:
-        rankings[HEAD_THEN_DAMAGE] = [*head, *(name for name in by_damage if name not in set(head))]
-    if extras:
-        rankings[SILU_FIRST] = [name for name, _ in _extras_first(ordered, extras)]
-    return rankings
-
-
-def _fitting(
-    rankings: Mapping[str, list[str]],
-    budget: float,
-    scorer: ModelScorer,
-    build: Callable[..., onnx.ModelProto],
-    deadline: Deadline | None,
-    searched: Mapping[str, list[str]] | None = None,
-    drops: dict[int, float] | None = None,
-) -> list[tuple[str, list[str], tuple[int, onnx.ModelProto, Score]]]:
-    """Each ranking (by label) with the fewest of its first nodes left in float that fit (``_bisect``), where
-    any do; one the same as a ranking ``searched`` already is skipped. Every ranking but the last gets half
-    the time left, so the last is always searched. ``drops``: the drop per count tried (of one ranking)."""
-    done = list((searched or {}).values())
-    todo = [(label, ranked) for label, ranked in rankings.items() if ranked not in done]
-    found = []
-    for number, (label, ranked) in enumerate(todo):
-        last = number == len(todo) - 1
-        best = _bisect(ranked, budget, scorer, build, deadline if last else _halfway(deadline), drops)
-        if best is not None:
-            found.append((label, ranked, best))
-    return found
-
-
-def _faster_form(
-    searched: list[tuple[str, Candidate]],
-    full: Candidate,
-    time_model: Callable[[onnx.ModelProto], dict[str, float]],
-    trial: ModeTrial,
-) -> Candidate:
-    """Of the budget search's forms (one per order that found one), the faster timed whole; one within timing
-    noise of the fastest that leaves fewer nodes in float (the smaller file) is kept instead."""
-    for _, candidate in searched:
-        candidate.latency = time_model(candidate.model)
-    forms = [candidate for _, candidate in searched]
-    fastest = max(forms, key=lambda c: c.speedup or 0.0)
-    tied = [c for c in forms if (c.speedup or 0.0) * PAYS_SPEEDUP >= (fastest.speedup or 0.0)]
-    chosen = min(tied, key=lambda c: (len(c.excluded), -(c.speedup or 0.0)))
-    said = [
-        f"{label}, {len(c.excluded) - len(full.excluded)} more in float: {c.speedup or 0.0:.2f}x"
-        for label, c in searched
-    ]
-    trial.note = _joined(trial.note, f"budget search {'; '.join(said)}")
-    return chosen
-
-
-def _extras_first(ordered: list[tuple[str, float]], extras: Sequence[str]) -> list[tuple[str, float]]:
-    """``ordered`` with the nodes of ``extras`` first, in the order ``extras`` gives (graph order, so a SiLU's
-    Sigmoid and Mul go back to float together, not one of them with a round trip between), then the rest."""
-    damage, first = dict(ordered), set(extras)
-    return [(n, damage[n]) for n in extras if n in damage] + [item for item in ordered if item[0] not in first]
-
-
-def _halfway(deadline: Deadline | None) -> Deadline | None:
-    """Half the time left until ``deadline``, from now (None: no limit)."""
-    return deadline.halfway() if deadline is not None else None
-
-
-def _bisect(
-    ranked: list[str],
-    budget: float,
-    scorer: ModelScorer,
-    build: Callable[..., onnx.ModelProto],
-    deadline: Deadline | None = None,
-    drops: dict[int, float] | None = None,
-) -> tuple[int, onnx.ModelProto, Score] | None:
-    """The fewest of the first ``ranked`` nodes to leave in float for the drop to fit; None when leaving all
-    but one out still does not fit. At ``deadline``, the fewest found so far. ``drops``, when given, gets the
-    drop of every count tried.
-
-    Counts are tried from the low end, doubling (1, 2, 4, ... and all but one), then bisected between the
-    first that fits and the one before it. Drops are not monotone in the count: on a YOLOv8n layout detector
-    (four pages) SiLU alone in int8, everything else in float, lost a box that the model with 3 head nodes in
-    float and everything else in int8 kept, so a bisection from the middle of 207 went up, to larger and
-    larger counts, and never tried 3."""
-    best: tuple[int, onnx.ModelProto, Score] | None = None  # the fewest that fit so far (one model held)
-
-    def fits(count: int) -> bool:
-        nonlocal best
-        try:
-            quantized = build(ranked[:count])
-        except RuntimeUnsupportedError:
-            return False
-        score = scorer.score(quantized)
-        if drops is not None:
-            drops[count] = score.drop
-        if not score.fits(budget):
-            return False
-        if best is None or count < best[0]:
-            best = (count, quantized, score)
-        return True
-
-    top = len(ranked) - 1
-    low, high = 0, None
-    count = 1
-    while count <= top and not late(deadline):
-        if fits(count):
-            high = count
-            break
-        low = count
-        count = top if count < top <= 2 * count else 2 * count
-    if high is None:
-        return None
-    # the fewest that fit lies in (low, high]: bisect there (each count is tried once)
-    while high - low > 1 and not late(deadline):
-        middle = (low + high) // 2
-        if fits(middle):
-            high = middle
-        else:
-            low = middle
-    return best
-
-
-"""The clock ``--budget-minutes`` is kept by (a test moves it)."""
-EXACT_DAMAGE_NODES = 32
-"""At most this many nodes have their damage measured exactly (quantized alone, the model scored); the
-rest are estimated from one run (see ``_damage``): measuring all 200 of a text recognizer's took 4 minutes."""
-ERROR_SAMPLES = 8
-
-
-def _nan_as_worst(value: float) -> float:
-    """A damage that came out NaN (the node quantized alone made the outputs NaN: an Add before a Sqrt and a
-    Log) is the worst there is, not a value that sorts anywhere."""
-    return math.inf if math.isnan(value) else value
-
-
-def _damage(
-    model: onnx.ModelProto,
-    candidate: Candidate,
-    nodes: list[str],
-    scorer: ModelScorer,
-    build: Callable[..., onnx.ModelProto],
-    exact_limit: int,
-    deadline: Deadline | None = None,
-) -> list[tuple[str, float]]:
-    """The nodes, most damaging first, with the damage measured. Exactly, for up to ``exact_limit``:
-    the scored outputs' relative change with that node alone quantized. With more,
-    one run of the float and the fully quantized model side by side estimates each node's share (the
-    relative error it adds, see ``_error_jumps``); the worst ``exact_limit`` by that estimate are
-    then measured exactly and lead the order, the rest follow the estimate. Measured nodes are ordered by
-    the budget's drop, then by the distortion. At ``deadline`` the nodes not yet measured follow the
-    estimate too."""
-    estimate: dict[str, float] | None = None
-    suspects, rest = nodes, []
-    if len(nodes) > exact_limit:
-        estimate = _error_jumps(model, candidate.model, nodes, scorer)
-        by_estimate = sorted(nodes, key=lambda n: -estimate[n])
-        suspects, rest = by_estimate[:exact_limit], [(n, estimate[n]) for n in by_estimate[exact_limit:]]
-    exact: dict[str, tuple[float, float]] = {}
-    for name in _progress(suspects, f"{candidate.mode}: damage per node"):
-        if late(deadline):
-            unmeasured = [n for n in suspects if n not in exact]
-            estimate = estimate or _error_jumps(model, candidate.model, unmeasured, scorer)
-            rest = sorted(((n, estimate[n]) for n in unmeasured), key=lambda item: -item[1]) + rest
-            break
-        try:
-            score, distortion = scorer.judge(build([], alone=name))
-            exact[name] = (_nan_as_worst(score.drop), _nan_as_worst(distortion))
-        except RuntimeUnsupportedError:
-            exact[name] = (float("inf"), float("inf"))
-    # the budget's own drop first (a LayerNorm's Add flipped 23% of Magika's labels while barely moving its
-    # logits), the smooth distortion to order the nodes whose drop is nil
-    ordered = sorted(exact.items(), key=lambda item: (-item[1][0], -item[1][1]))
-    harmful = [(name, distortion) for name, (drop, distortion) in ordered if drop > 0 or distortion > 0]
-    # a node that changes nothing quantized alone (often an Add ORT's quantizer leaves as it is without
-    # quantized neighbours) comes last, after the estimated ones: kept in float it buys no accuracy, but
-    # costs a DequantizeLinear/QuantizeLinear pair around it (on a Paddle detector 30 such Adds were
-    # kept in float ahead of every estimated node)
-    harmless = [(name, distortion) for name, (drop, distortion) in ordered if drop <= 0 and distortion <= 0]
-    if estimate is not None:
-        # ...unless the whole quantized model says otherwise: a Concat of pixel boxes and 0-1 scores stays float
-        # quantized alone (no quantized neighbour), yet with its neighbours one int8 scale erases every score
-        # (a YOLOv8 head: F1 100% -> 0%); such a node takes its place among the estimated ones
-        jumps = [(name, estimate.get(name, 0.0)) for name, _ in harmless if estimate.get(name, 0.0) > 0]
-        rest = sorted(rest + jumps, key=lambda item: -item[1])
-        harmless = [(name, distortion) for name, distortion in harmless if estimate.get(name, 0.0) <= 0]
-    return harmful + rest + harmless
-
-
-def _progress(items: Sequence[str], what: str) -> Iterable[str]:
-    """``items`` with a progress bar on a terminal when tqdm (the ``bench`` extra) is installed; without it,
-    or off a terminal, the items as they are."""
-    try:
-        from tqdm import tqdm
-    except ImportError:
-        return items
-    return tqdm(items, desc=what, unit="node", leave=False, disable=None)
-
-
-def _error_jumps(
-    prepared: onnx.ModelProto, quantized: onnx.ModelProto, nodes: list[str], scorer: ModelScorer
-) -> dict[str, float]:
-    """Per node: the relative error (float vs fully quantized model, on a few samples) of its output as its
-    consumers read it (after its QuantizeLinear/DequantizeLinear, ``<name>_DequantizeLinear_Output``) minus
-    the largest of its activation inputs': what quantizing this node (its weight, its output's rounding)
-    adds to what reached it."""
-    weights = {t.name for t in prepared.graph.initializer}
-    produced = {out for node in quantized.graph.node for out in node.output}
-
-    def as_read(name: str) -> str | None:
-        rounded = f"{name}_DequantizeLinear_Output"
-        return rounded if rounded in produced else name if name in produced else None
-
-    watched = {
-        node.name: ([t for t in node.input if t and t not in weights], node.output[0])
-        for node in prepared.graph.node
-        if node.name in nodes and node.output
-    }
-    pairs = {t: as_read(t) for ins, out in watched.values() for t in (*ins, out)}
-    pairs = {
-        t: q
-        for t, q in pairs.items()
-        if q is not None and t in {o for n in prepared.graph.node for o in n.output} | scorer.feed_names
-    }
-    feeds = scorer.sample_feeds(ERROR_SAMPLES)
-    level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL  # the fake-quantized graph as written: every tensor kept
-    floats = [t for t in pairs if t not in scorer.feed_names]
-    reference = dict(zip(floats, session(with_outputs(prepared, floats), level).run(floats, feeds), strict=True))
-    reference.update({t: feeds[t] for t in pairs if t in scorer.feed_names})
-    read = list(pairs.values())
-    rounded = dict(zip(read, session(with_outputs(quantized, read), level).run(read, feeds), strict=True))
-    # A name the quantizer reused for another tensor (a shape that differs) tells nothing: left out, as unread.
-    error = {
-        t: _relative_error(reference[t], rounded[q])
-        for t, q in pairs.items()
-        if np.shape(reference[t]) == np.shape(rounded[q])
-    }
-    damage = {}
-    for name in nodes:
-        sources, result = watched.get(name, ([], ""))
-        before = [error.get(t, 0.0) for t in sources]
-        after = error.get(result, 0.0)
-        if any(math.isnan(e) for e in before):  # NaN reached it: what it adds cannot be told
-            damage[name] = 0.0
-        elif math.isnan(after):  # it made the NaN
-            damage[name] = math.inf
-        else:
-            damage[name] = max(0.0, after - max(before, default=0.0))
-    return damage
-
-
-def _relative_error(reference: np.ndarray, value: np.ndarray) -> float:
-    reference = np.asarray(reference, dtype=np.float64)
-    noise = np.linalg.norm(np.asarray(value, dtype=np.float64) - reference)
-    return float(noise / max(np.linalg.norm(reference), 1e-12))
 
 
 def _node_speeds(
@@ -1273,11 +931,7 @@ def _fastest_then_smallest(candidates: list[Candidate], report: QuantizeReport) 
     fastest = max(candidates, key=lambda c: c.speedup or 0.0)
     if fastest.speedup is None:
         return fastest
-    tied = [
-        c
-        for c in candidates
-        if c.speedup is not None and c.speedup >= NOT_SLOWER and c.speedup * PAYS_SPEEDUP >= fastest.speedup
-    ]
+    tied = timing_ties(candidates, floor=NOT_SLOWER)
     if len(tied) < 2:
         return fastest
     sizes = {id(c): stored_bytes(c.model) for c in tied}

@@ -46,6 +46,10 @@ class ModeTrial:
     """The most damaging nodes of a mode searched for the budget, with their damage: why it missed it, or what
     the search left in float first."""
 
+    def add_note(self, note: str) -> None:
+        """``note`` after what the trial already says, ``; `` between."""
+        self.note = "; ".join(text for text in (self.note, note) if text)
+
     def worst_text(self) -> str:
         """``most damaging nodes: a (0.3), b (0.1)``, or nothing when the mode was not searched."""
         shown = ", ".join(f"{name} ({damage:.3g})" for name, damage in self.worst)
@@ -59,6 +63,8 @@ class QuantizeReport(ReportBase):
     mode: str
     """The mode asked for (``auto`` or one of the modes)."""
     chosen: str | None = None
+    weight_bits: int | None = None
+    """Bits of the chosen mode's int8 weights (8, or 7 where full-range products clip); None for weight-only."""
     trials: list[ModeTrial] = field(default_factory=list)
     nodes: list[NodeDecision] = field(default_factory=list)
     data: str | None = None

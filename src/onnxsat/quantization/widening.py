@@ -5,7 +5,8 @@ input channels are a multiple of 4 (and its output channels of 8, at least 16); 
 im2col path, several times slower per MAC. A network's stem reads 1 (grey) or 3 (RGB) channels, so it
 misses the fast kernel. Here the quantized input is padded with its zero point up to the next multiple of
 4 (a ``Pad`` on the uint8 tensor, which dequantizes to exact zeros) and the int8 weight gets as many
-all-zero input channels: the convolution's result is the same number for number, and ORT picks the fast
+all-zero input channels: the convolution's result is the same number for number (with the weights static mode
+writes: where full-range int8 products clip, 7-bit ones, see ``runtime.int8_sums``), and ORT picks the fast
 kernel. Measured here (1 thread, batch 1): torchvision's ResNet-18 quantized whole, 1.04x (3.36x -> 3.50x over
 float, outputs identical); a stem and one 3x3 convolution after it: an RGB 7x7 stride-2 stem at 224x224 1.10x, a
 3x3 stem at 640x640 1.11x, a grey 3x3 stem at 32x32 1.13x.
