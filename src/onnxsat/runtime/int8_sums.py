@@ -3,8 +3,8 @@
 On x86 CPUs without VNNI, MLAS multiplies uint8 activations by int8 weights with AVX2's ``vpmaddubsw``,
 which adds each pair of products into a saturating 16-bit sum: 255 x 127 x 2 = 64,770 does not fit in
 32,767, so wherever large activations meet large weights the sum is clipped. With VNNI (``vpdpbusd``) the
-sums are 32 bits and nothing clips. Measured on an AMD EPYC with AVX2 only: a MatMulInteger of 64 such
-pairs returned 1,048,544 for 2,072,640; a quantized RGB stem's error against float was 0.016 with ORT's
+sums are 32 bits and nothing clips. Measured on an AMD EPYC with AVX2 only: a MatMulInteger summing 64 such
+products returned 1,048,544 for 2,072,640; a quantized RGB stem's error against float was 0.016 with ORT's
 optimizations off (the QDQ arithmetic as written) and 0.117 with them on (the int8 kernels).
 
 ONNX Runtime's advice for such machines is 7-bit weights (its quantizer's ``reduce_range``): 255 x 63 x 2
