@@ -6,13 +6,13 @@ quantized model; which nodes to leave, and which mode, is decided by measurement
 
 - ``static``: QDQ format, weights int8 per channel, activations uint8 with ranges calibrated on data
   (ORT then runs QLinearConv / QLinearMatMul): what pays for convolution nets.
-
-Both integer modes can write 7-bit weights instead of 8 (``seven_bit``): where this machine's int8 kernels clip
-full-range products (x86 without VNNI, ``runtime.int8_sums``), the search measures both.
 - ``dynamic``: MatMul/Gemm weights int8, activations quantized per run (MatMulInteger): no calibration,
   what pays for transformer MatMuls; convolutions are left alone (ConvInteger is slow on CPU).
 - ``weight-only``: MatMul and Gemm weights in 4 bits (MatMulNBits, blocks of 32): a smaller file and less memory
   traffic for large MatMuls.
+
+Both integer modes can write 7-bit weights instead of 8 (``seven_bit``): where this machine's int8 kernels clip
+full-range products (x86 without VNNI, ``runtime.int8_sums``), the search measures both.
 """
 
 from __future__ import annotations
