@@ -39,6 +39,7 @@ def build_parser() -> argparse.ArgumentParser:
     opsets = which.add_parser("opsets", help="convert test models to every opset, optimize, check opset and outputs")
     opsets.add_argument("--opsets", default=None, metavar="FIRST-LAST", help="opset range (default: 7 to newest)")
     opsets.add_argument("--table", action="store_true", help="also print the per-opset table (Markdown)")
+    opsets.add_argument("--limit", type=int, default=None, help="only the first N test models (default: all)")
     opsets.set_defaults(handler=run_opsets)
     return parser
 
@@ -94,9 +95,12 @@ def opset_range(text: str | None) -> list[int] | None:
 
 
 def run_opsets(args: argparse.Namespace) -> int:
-    from tools.fuzz.opsets import run_opset_sweep
+    from tools.fuzz.opsets import default_models, run_opset_sweep
 
-    result = run_opset_sweep(opsets=opset_range(args.opsets))
+    opsets = opset_range(args.opsets)
+    if args.limit is not None and args.limit < 1:
+        raise SettingsError(f"--limit must be at least 1 (got {args.limit})")
+    result = run_opset_sweep(default_models()[: args.limit], opsets=opsets)
     if args.table:
         print(result.to_table())
     for case in result.failures:
