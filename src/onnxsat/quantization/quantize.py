@@ -739,12 +739,9 @@ def _start_mode(
         if searchable or unnamed:
             quantized = build([])
             if mode.int8_kernels and options.weight_bits is None and int8_pairs_saturate():
-                eight = scorer.judge(quantized)
-                mode = replace(mode, seven_bit=True)  # ``build`` reads it
-                seven = _seven_bit_form(build, scorer, eight, trial)
-                if seven is None:
-                    mode = replace(mode, seven_bit=False)
-                quantized, (score, _) = seven or (quantized, eight)
+                mode = replace(mode, seven_bit=True)  # ``build`` reads it: the 7-bit form is built next
+                quantized, score, seven_bit = _fewer_bits_if_better(build, scorer, quantized, trial)
+                mode = replace(mode, seven_bit=seven_bit)
             else:
                 score = scorer.score(quantized)
     except RuntimeUnsupportedError as error:
@@ -792,24 +789,26 @@ def _start_mode(
     return _Started(trial, candidate, searchable, build, len(nodes) + len(unnamed))
 
 
-def _seven_bit_form(
-    build: Callable[..., onnx.ModelProto], scorer: ModelScorer, eight: tuple[Score, float], trial: ModeTrial
-) -> tuple[onnx.ModelProto, tuple[Score, float]] | None:
-    """The mode whole with 7-bit weights (``build`` makes it), when it does less damage than with 8 (``eight``:
-    score and distortion); else None. Asked only where this CPU's int8 kernels clip full-range products: there
+def _fewer_bits_if_better(
+    build: Callable[..., onnx.ModelProto], scorer: ModelScorer, eight_bit: onnx.ModelProto, trial: ModeTrial
+) -> tuple[onnx.ModelProto, Score, bool]:
+    """Of the mode whole with 8-bit weights (``eight_bit``) and with 7 (``build`` makes it), the one that does
+    less damage (drop, then distortion), its score, and whether it is the 7-bit one; 8 bits when ORT's
+    quantizer or runtime refuses 7. Asked only where this CPU's int8 kernels clip full-range products: there
     8-bit weights are rounded finer but their products clipped, 7-bit ones computed as the graph says, and
     which costs less depends on the model (measured on a CPU without VNNI, every node quantized: PP-OCRv4's
     recognizer misread 2 of 8 lines with 7 bits against 3 with 8; a small random MLP changed 1 label of 32 with
     7 bits, none with 8)."""
+    eight = scorer.judge(eight_bit)
     try:
-        model = build([])
+        seven_bit = build([])
     except RuntimeUnsupportedError:
-        return None
-    seven = scorer.judge(model)
+        return eight_bit, eight[0], False
+    seven = scorer.judge(seven_bit)
     better = _damage_key(seven) < _damage_key(eight)
     said = f"drop {seven[0].drop:.2%} (distortion {seven[1]:.3g}) against {eight[0].drop:.2%} ({eight[1]:.3g}) with 8"
     trial.add_note(f"{'7-bit weights kept' if better else '8-bit weights kept'}: with 7 bits {said}")
-    return (model, seven) if better else None
+    return (seven_bit, seven[0], True) if better else (eight_bit, eight[0], False)
 
 
 def _damage_key(judged: tuple[Score, float]) -> tuple[float, float]:

@@ -22,6 +22,8 @@ import onnx
 import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
 
+from onnxsat.verification import session
+
 DEPTH = 16
 """Products summed per output: enough for every kernel's inner loop to pair them."""
 
@@ -45,11 +47,7 @@ def _run(node: onnx.NodeProto, value: np.ndarray, output_type: int, weights: lis
         weights,
     )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = 1
-    options.log_severity_level = 3
-    session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
-    return session.run(None, {node.input[0]: value})[0]
+    return session(model, ort.GraphOptimizationLevel.ORT_ENABLE_ALL).run(None, {node.input[0]: value})[0]
 
 
 def _matmul_clips() -> bool:
