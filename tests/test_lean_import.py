@@ -71,3 +71,46 @@ def test_a_missing_extra_stops_the_command_before_any_work(
     err = capfd.readouterr().err
     assert err == "onnxsat: error: --html pages: matplotlib is not installed; pip install 'onnxsat[report]'\n"
     assert not output.exists()
+
+
+def test_a_command_imports_its_own_pass_only(tmp_path: Path) -> None:
+    """A run of one command (here refusing a file that is not a model) imports that command's module, not the
+    other passes': starting the CLI does not pay for compress, quantize and pruning to run optimize."""
+    missing = tmp_path / "missing.onnx"
+    code = (
+        "import json, sys\n"
+        "from onnxsat.cli import main\n"
+        f"code = main(['optimize', {str(missing)!r}, '-o', {str(tmp_path / 'out.onnx')!r}])\n"
+        "print(json.dumps([code, sorted(m for m in sys.modules if m.startswith('onnxsat.'))]))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=False)
+    exit_code, loaded = json.loads(done.stdout.splitlines()[-1])
+    assert exit_code != 0 and done.stderr.startswith("onnxsat: error:")
+    assert "onnxsat.commands.optimize" in loaded
+    others = ("onnxsat.api", "onnxsat.commands.quantize", "onnxsat.compression", "onnxsat.quantization.quantize")
+    assert not [module for module in loaded if module.startswith(others)]
+
+
+@pytest.mark.parametrize(
+    ("argv", "commands"),
+    [
+        (["show-egraph", "m.onnx", "-o", "g.png"], {"show", "show-egraph"}),
+        (["--debug", "prune", "m.onnx"], {"prune"}),
+        (["--help"], None),
+        (["optimzie", "m.onnx"], None),
+    ],
+)
+def test_the_parser_holds_the_named_command_or_all(argv: list[str], commands: set[str] | None) -> None:
+    """The command the arguments name, found past the global flags (``show-egraph`` lives in ``show``'s
+    module); every command when they name none, so ``--help`` and a typo's message list them all."""
+    import argparse
+
+    from onnxsat.cli import build_parser
+
+    def choices(parser: argparse.ArgumentParser) -> set[str]:
+        (action,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+        return set(action.choices)
+
+    every = choices(build_parser())
+    assert {"optimize", "quantize", "compress", "show", "show-egraph"} <= every
+    assert choices(build_parser(argv)) == (commands or every)

@@ -12,9 +12,7 @@ failed verification.
 
 from __future__ import annotations
 
-import contextlib
-import tempfile
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Union
 
@@ -24,12 +22,8 @@ import onnx
 from onnxsat.compression.compress import CompressOptions
 from onnxsat.compression.recipe_file import recipe_input_path, write_recipe
 from onnxsat.compression.report import CompressReport
-from onnxsat.core import Pass
 from onnxsat.eqsat.optimizer import OptimizeOptions
-from onnxsat.errors import InvalidModelError
-from onnxsat.external_data import has_external_data
 from onnxsat.inputs import InputSpec
-from onnxsat.model_io import save_model
 from onnxsat.passes.compress import CompressPass
 from onnxsat.passes.eqsat import EqsatPass
 from onnxsat.passes.prune import PrunePass
@@ -41,65 +35,13 @@ from onnxsat.pruning.report import PruneReport
 from onnxsat.quantization.quantize import QuantizeOptions
 from onnxsat.quantization.report import QuantizeReport
 from onnxsat.report import OptimizeReport
-from onnxsat.runner import RunSettings, run_one
+from onnxsat.runner import ModelLike, PathLike, run_file, save_in_memory
 from onnxsat.sparsity.report import SparsifyReport
 from onnxsat.sparsity.sparsify import SparsifyOptions
 from onnxsat.verification import DEFAULT_RUN_TIMEOUT, Tolerance
 
-PathLike = str | Path
-ModelLike = Union[PathLike, onnx.ModelProto]  # noqa: UP007  (a runtime alias)
-"""A model file's path, or the model itself."""
 Feeds = Union[PathLike, Mapping[str, Any], InputSpec, None]  # noqa: UP007  (a runtime alias)
 """Given input values: a ``.npz`` feeds file, a mapping of input names to arrays, or a ready spec."""
-
-
-def run_file(
-    step: Pass,
-    input_path: ModelLike,
-    output_path: PathLike,
-    report: PathLike | None = None,
-    inputs: InputSpec | None = None,
-    tolerance: Tolerance | None = None,
-    force: bool = False,
-    run_timeout: float | None = None,
-) -> Any:
-    """Run one pass from ``input_path`` to ``output_path``; its settings checked before anything is read."""
-    options = getattr(step, "options", None)
-    if options is not None:
-        options.check()
-        # settings an options object carries count unless given here
-        inputs = inputs or getattr(options, "inputs", None)
-        tolerance = tolerance or getattr(options, "tolerance", None)
-        force = force or getattr(options, "force", False)
-    settings = RunSettings(
-        inputs=inputs or InputSpec(), tolerance=tolerance or Tolerance(), force=force, run_timeout=run_timeout
-    )
-    with model_file(input_path) as path:
-        return run_one(step, path, output_path, settings, report)
-
-
-@contextlib.contextmanager
-def model_file(model: ModelLike) -> Iterator[PathLike]:
-    """``model`` as a path: a path as it is; a ``ModelProto`` saved in a temporary folder, removed afterwards.
-
-    A model whose weights still point to external data files cannot be saved elsewhere (the paths are relative
-    to a folder it no longer knows): it is refused, with the two ways around it."""
-    if not isinstance(model, onnx.ModelProto):
-        yield model
-        return
-    with tempfile.TemporaryDirectory(prefix="onnxsat-api-") as folder:
-        path = Path(folder) / "model.onnx"
-        _save_in_memory(model, path)
-        yield path
-
-
-def _save_in_memory(model: onnx.ModelProto, path: Path) -> None:
-    if has_external_data(model):
-        raise InvalidModelError(
-            "the in-memory model's weights are in external data files it only names; load it with its weights "
-            "(onnx.load(path), which reads them) or pass the model's path instead"
-        )
-    save_model(model, path)
 
 
 def input_spec(input_shapes: Mapping[str, Sequence[int]] | None = None, inputs: Feeds = None) -> InputSpec:
@@ -209,7 +151,7 @@ def compress(
         return result
     # the recipe replays from the original, so an in-memory one is kept beside it (removed if nothing is written)
     kept = recipe_input_path(output_path)
-    _save_in_memory(input_path, kept)
+    save_in_memory(input_path, kept)
     written = False
     try:
         result = run_file(step, kept, output_path, report, spec, force=force)

@@ -51,12 +51,15 @@ def _chosen(parser: argparse.ArgumentParser, parsed: argparse.Namespace) -> argp
     return parser
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
+    """The parser of every command, or, given the arguments it will parse, of the one they name (all when they
+    name none: ``--help``, a typo)."""
     parser = OneLineParser(prog="onnxsat", description=DESCRIPTION)
     parser.add_argument("--debug", action="store_true", help="show tracebacks")
-    from onnxsat.commands import add_all  # every command's module: imported here, where an interrupt is one line
+    from onnxsat.commands import add_all  # the commands' modules: imported here, where an interrupt is one line
 
-    add_all(parser.add_subparsers(dest="command", required=True, metavar="COMMAND"))
+    wanted = next((word for word in argv or () if not word.startswith("-")), None)
+    add_all(parser.add_subparsers(dest="command", required=True, metavar="COMMAND"), wanted)
     _debug_anywhere(parser)
     return parser
 
@@ -119,7 +122,8 @@ def _handled(argv: Sequence[str] | None) -> int:
     debug = False
     try:
         try:
-            args = build_parser().parse_args(argv)  # within the handlers: a Ctrl-C while commands import is one line
+            argv = sys.argv[1:] if argv is None else list(argv)
+            args = build_parser(argv).parse_args(argv)  # in the handlers: a Ctrl-C while commands import is one line
             debug = args.debug
             # ORT's own log lines stay off stderr (a model whose declared output shape is wrong gets a coloured
             # warning on every run, 32 in one calibration by ORT's quantizer); --debug shows its warnings

@@ -9,11 +9,13 @@ verification refused the result, since that is when it is read.
 
 from __future__ import annotations
 
+import contextlib
+import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Union
 
 import onnx
 
@@ -21,7 +23,7 @@ from onnxsat import external_data, model_io
 from onnxsat.core import Model, Pass, PassContext, PassResult, ReportBase, RunFacts
 from onnxsat.data.model_input import data_input
 from onnxsat.data.sources import carried_names
-from onnxsat.errors import OnnxSatError, SettingsError, VerificationFailedError
+from onnxsat.errors import InvalidModelError, OnnxSatError, SettingsError, VerificationFailedError
 from onnxsat.inputs import InputSpec
 from onnxsat.normal_form import densify_sparse_initializers, working_form
 from onnxsat.verification import Tolerance
@@ -253,3 +255,57 @@ def run_one(
 ) -> Any:
     """One pass run from file to file; returns the pass's own report (see :func:`run`)."""
     return run(input_path, output_path, [(step.kind, step)], settings, report_path)
+
+
+PathLike = str | Path
+ModelLike = Union[PathLike, onnx.ModelProto]  # noqa: UP007  (a runtime alias)
+"""A model file's path, or the model itself."""
+
+
+def run_file(
+    step: Pass,
+    input_path: ModelLike,
+    output_path: PathLike,
+    report: PathLike | None = None,
+    inputs: InputSpec | None = None,
+    tolerance: Tolerance | None = None,
+    force: bool = False,
+    run_timeout: float | None = None,
+) -> Any:
+    """Run one pass from ``input_path`` to ``output_path``; its settings checked before anything is read."""
+    options = getattr(step, "options", None)
+    if options is not None:
+        options.check()
+        # settings an options object carries count unless given here
+        inputs = inputs or getattr(options, "inputs", None)
+        tolerance = tolerance or getattr(options, "tolerance", None)
+        force = force or getattr(options, "force", False)
+    settings = RunSettings(
+        inputs=inputs or InputSpec(), tolerance=tolerance or Tolerance(), force=force, run_timeout=run_timeout
+    )
+    with model_file(input_path) as path:
+        return run_one(step, path, output_path, settings, report)
+
+
+@contextlib.contextmanager
+def model_file(model: ModelLike) -> Iterator[PathLike]:
+    """``model`` as a path: a path as it is; a ``ModelProto`` saved in a temporary folder, removed afterwards.
+
+    A model whose weights still point to external data files cannot be saved elsewhere (the paths are relative
+    to a folder it no longer knows): it is refused, with the two ways around it."""
+    if not isinstance(model, onnx.ModelProto):
+        yield model
+        return
+    with tempfile.TemporaryDirectory(prefix="onnxsat-api-") as folder:
+        path = Path(folder) / "model.onnx"
+        save_in_memory(model, path)
+        yield path
+
+
+def save_in_memory(model: onnx.ModelProto, path: Path) -> None:
+    if external_data.has_external_data(model):
+        raise InvalidModelError(
+            "the in-memory model's weights are in external data files it only names; load it with its weights "
+            "(onnx.load(path), which reads them) or pass the model's path instead"
+        )
+    model_io.save_model(model, path)

@@ -23,7 +23,7 @@ from tools.real_models.catalogue import MODELS, RealModel
 from tools.real_models.samples import Samples, write_feeds
 
 LOSSY = ("sparsify", "prune", "quantize")
-QUANTIZE_MINUTES = 2
+QUANTIZE_MINUTES = 1
 
 
 class RealInputs:

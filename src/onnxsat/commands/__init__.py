@@ -18,14 +18,25 @@ _HELPERS = {"arguments", "printing"}
 
 def command_modules() -> list[ModuleType]:
     """Every command module, in ``ORDER``."""
-    modules = [
-        importlib.import_module(f"{__name__}.{info.name}")
-        for info in pkgutil.iter_modules(__path__)
-        if info.name not in _HELPERS
-    ]
+    modules = [importlib.import_module(f"{__name__}.{name}") for name in _command_names()]
     return sorted(modules, key=lambda module: module.ORDER)
 
 
-def add_all(commands: argparse._SubParsersAction) -> None:
+def _command_names() -> list[str]:
+    return [info.name for info in pkgutil.iter_modules(__path__) if info.name not in _HELPERS]
+
+
+def add_all(commands: argparse._SubParsersAction, wanted: str | None = None) -> None:
+    """Add every command, or only ``wanted``'s when the module of that name (or of the name's first word:
+    ``show-egraph`` is in ``show``) defines it. Each command module imports its whole pass, so importing all of
+    them costs about a second that a run of one command, or a refusal of a bad file, does not need."""
+    if wanted is not None:
+        for name in dict.fromkeys((wanted.replace("-", "_"), wanted.split("-")[0])):
+            if name in _command_names():
+                importlib.import_module(f"{__name__}.{name}").add_parser(commands)
+                if wanted in commands.choices:
+                    return
+                commands.choices.clear()
+                break
     for module in command_modules():
         module.add_parser(commands)

@@ -10,7 +10,6 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from onnxsat.api import run_file
 from onnxsat.commands.arguments import input_spec
 from onnxsat.core import Pass
 from onnxsat.errors import OnnxSatError, VerificationFailedError
@@ -19,7 +18,7 @@ from onnxsat.html import check_html_path, write_page
 from onnxsat.inputs import InputSpec
 from onnxsat.model_io import check_not_read, check_output_path, check_report_path, weight_files, write_text_atomic
 from onnxsat.report import LatencyComparison
-from onnxsat.runner import RunSettings, files_read
+from onnxsat.runner import RunSettings, files_read, run_file
 from onnxsat.verification import Tolerance
 
 PageBuilder = Callable[[Any], Any]
