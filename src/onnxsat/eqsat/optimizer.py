@@ -34,7 +34,7 @@ from onnxsat.eqsat.rules import TARGETS, applicable, rulesets_for
 from onnxsat.eqsat.saturate import SaturationLimits, SaturationStats, egraph_size, saturate
 from onnxsat.eqsat.warm import WarmEGraph, warm_egraph
 from onnxsat.errors import SettingsError
-from onnxsat.external_data import given_bytes, inference_view, stored_bytes
+from onnxsat.external_data import expected_nbytes, given_bytes, inference_view, stored_bytes
 from onnxsat.inputs import InputSpec
 from onnxsat.options import option
 from onnxsat.report import OptimizeReport, op_counts
@@ -126,13 +126,22 @@ def _collector_paused() -> Iterator[None]:
             gc.enable()
 
 
-def _return_freed_memory() -> None:
+FREED_MEMORY_WORTH_RETURNING = 16 << 20
+"""Bytes of weights from which a model's decode leaves enough freed memory to collect and give back at once."""
+
+
+def _return_freed_memory(weight_bytes: int) -> None:
     """Give the C heap's free pages back to the system before the result's verification run.
 
     Decoding reads the weights a rule folds and builds the new ones (Q, K and V merged for Attention)
     through several temporary copies; glibc keeps the freed pages, 260 MB on ViT-base, and the
-    verification session's weights came on top. Elsewhere than glibc this does nothing.
+    verification session's weights came on top. Elsewhere than glibc this does nothing. Below
+    ``FREED_MEMORY_WORTH_RETURNING`` of weights it is not done: a full collection walks every object of the
+    process, 86 ms each in a long-lived one (the test suite), 40% of optimizing a small graph there, for
+    temporaries of a few megabytes that the collector frees on its own.
     """
+    if weight_bytes < FREED_MEMORY_WORTH_RETURNING:
+        return
     gc.collect()  # the decoder's value cache is freed with it (the collector was paused while decoding)
     with suppress(OSError, AttributeError):
         ctypes.CDLL("libc.so.6").malloc_trim(0)
@@ -405,9 +414,10 @@ def optimize_model(
     # The result's verification run is the peak of the whole optimization: the weights a rule made are held
     # once, as the arrays ORT reads (the model they came from is dropped), and the e-graphs, snapshots and
     # extractions, gone with their frames, return their memory first.
+    weight_bytes = sum(expected_nbytes(tensor) or 0 for tensor in optimized.graph.initializer)
     light, weights = weights_apart(optimized)
     del optimized
-    _return_freed_memory()
+    _return_freed_memory(weight_bytes)
     with phases("verify"):
         result = verify(
             model,
