@@ -98,6 +98,7 @@ def test_a_command_imports_its_own_pass_only(tmp_path: Path) -> None:
         (["--debug", "prune", "m.onnx"], {"prune"}),
         (["--help"], None),
         (["optimzie", "m.onnx"], None),
+        (["show-graph", "m.onnx"], None),
     ],
 )
 def test_the_parser_holds_the_named_command_or_all(argv: list[str], commands: set[str] | None) -> None:

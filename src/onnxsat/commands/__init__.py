@@ -30,13 +30,18 @@ def add_all(commands: argparse._SubParsersAction, wanted: str | None = None) -> 
     """Add every command, or only ``wanted``'s when the module of that name (or of the name's first word:
     ``show-egraph`` is in ``show``) defines it. Each command module imports its whole pass, so importing all of
     them costs about a second that a run of one command, or a refusal of a bad file, does not need."""
-    if wanted is not None:
-        for name in dict.fromkeys((wanted.replace("-", "_"), wanted.split("-")[0])):
-            if name in _command_names():
-                importlib.import_module(f"{__name__}.{name}").add_parser(commands)
-                if wanted in commands.choices:
-                    return
-                commands.choices.clear()
-                break
-    for module in command_modules():
-        module.add_parser(commands)
+    module = _module_of(wanted) if wanted is not None else None
+    for each in [module] if module is not None else command_modules():
+        each.add_parser(commands)
+
+
+def _module_of(command: str) -> ModuleType | None:
+    """The command module that defines ``command``, tried on a scratch parser; None when none by its name does."""
+    for name in dict.fromkeys((command.replace("-", "_"), command.split("-")[0])):
+        if name in _command_names():
+            module = importlib.import_module(f"{__name__}.{name}")
+            scratch = argparse.ArgumentParser().add_subparsers()
+            module.add_parser(scratch)
+            if command in scratch.choices:
+                return module
+    return None
