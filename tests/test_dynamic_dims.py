@@ -101,7 +101,10 @@ def audio_model(path: Path) -> Path:
     return path
 
 
-@pytest.mark.parametrize("command", [["sparsify", "--max-drop", "5%"], ["compress", "--techniques", "prune"]])
+@pytest.mark.parametrize(
+    "command",
+    [["sparsify", "--max-drop", "5%"], ["prune", "--rate", "0.25"], ["compress", "--techniques", "prune"]],
+)
 def test_a_dynamic_length_is_sized_by_the_data(tmp_path: Path, capsys: pytest.CaptureFixture[str], command) -> None:
     """The reference run took the clip's length as 1 (a Conv of kernel 10 cannot run on it) beside --data of
     400-sample clips; the data's sizes are used where the user gave none."""

@@ -24,6 +24,7 @@ from onnxsat.data.model_input import (
     evaluation_data,
     fitted_to_model,
     input_dims,
+    sized_by_data,
     with_data_rows,
 )
 from onnxsat.data.sources import Dataset, load_dataset
@@ -280,7 +281,12 @@ def _prune_model(
     options.check()
     options = replace(options, inputs=with_data_rows(options.inputs, options.data))  # inputs --data feeds per sample
     given_size = given_bytes(model, source)
-    original = reference_run(model, options.inputs, base_dir=base_dir)  # an input ORT cannot run is said first
+    calibrates = get_criterion(options.criterion).ranks_roots or options.reconstruct
+    scored_on = None
+    if dataset is None and options.data is not None:  # compress gives its own data and scores itself
+        dataset, scored_on = _scoring_split(model, options, calibrates)  # data that does not fit is said first
+        options = replace(options, inputs=sized_by_data(model, options.inputs, dataset))  # random inputs as it
+    original = reference_run(model, options.inputs, base_dir=base_dir)  # then an input ORT cannot run
     _check_roots_outside_bodies(model)
     report = PruneReport(input=source, output=None, criterion=options.criterion, mode=options.mode, rate=options.rate)
     start_from = _normalized(model, options, base_dir, report) if options.normalize else model
@@ -289,10 +295,6 @@ def _prune_model(
     fused, left = fused_count(model), fused_count(work)
     if fused:
         report.notes.append(f"{fused - left} of {fused} ORT fused ops split into op + activation to be pruned")
-    calibrates = get_criterion(options.criterion).ranks_roots or options.reconstruct
-    scored_on = None
-    if dataset is None and options.data is not None:  # compress gives its own data and scores itself
-        dataset, scored_on = _scoring_split(work, options, calibrates)
     batches = None
     if calibrates:
         batches, report.data = calibration_batches(work, options, dataset)
