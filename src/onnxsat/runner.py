@@ -4,7 +4,8 @@ Every model-writing entry point goes through :func:`run`: ``onnxsat optimize|spa
 Python API (``onnxsat.optimize(...)`` and friends) and pipeline files. The input file is only read. Nothing
 is written until every pass has run and verified (unless forced): a failing pass stops the run, later
 passes do not run, and the output path is untouched. The report goes to ``report_path`` as JSON also when
-verification refused the result, since that is when it is read.
+verification refused the result, since that is when it is read. :func:`run_file` runs one pass from a path or
+an in-memory model, for the command line and the API alike (here, not in ``api``, which imports every pass).
 """
 
 from __future__ import annotations
@@ -303,6 +304,7 @@ def model_file(model: ModelLike) -> Iterator[PathLike]:
 
 
 def save_in_memory(model: onnx.ModelProto, path: Path) -> None:
+    """``model`` written to ``path``: refused when its weights are in external data files it only names."""
     if external_data.has_external_data(model):
         raise InvalidModelError(
             "the in-memory model's weights are in external data files it only names; load it with its weights "
