@@ -799,7 +799,7 @@ def _start_mode(
 def _fewer_bits_if_better(
     build: Callable[..., onnx.ModelProto], scorer: ModelScorer, eight_bit: onnx.ModelProto, trial: ModeTrial
 ) -> tuple[onnx.ModelProto, Score, bool]:
-    """Of the mode whole with 8-bit weights (``eight_bit``) and with 7 (``build`` makes it), the one that does
+    """Of the mode's form with 8-bit weights (``eight_bit``) and with 7 (``build`` makes it), the one that does
     less damage (drop, then distortion), its score, and whether it is the 7-bit one; 8 bits when ORT's
     quantizer or runtime refuses 7. Asked only where this CPU's int8 kernels clip full-range products: there
     8-bit weights are rounded finer but their products clipped, 7-bit ones computed as the graph says, and
