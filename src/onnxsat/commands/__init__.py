@@ -37,8 +37,9 @@ def add_all(commands: argparse._SubParsersAction, wanted: str | None = None) -> 
 
 def _module_of(command: str) -> ModuleType | None:
     """The command module that defines ``command``, tried on a scratch parser; None when none by its name does."""
+    names = _command_names()
     for name in dict.fromkeys((command.replace("-", "_"), command.split("-")[0])):
-        if name in _command_names():
+        if name in names:
             module = importlib.import_module(f"{__name__}.{name}")
             scratch = argparse.ArgumentParser().add_subparsers()
             module.add_parser(scratch)
