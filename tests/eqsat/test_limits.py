@@ -20,7 +20,8 @@ from onnxsat.eqsat.encode import encode
 from onnxsat.eqsat.language import Args, Attrs, Node, Tensor, out
 from onnxsat.eqsat.optimizer import OptimizeOptions, optimize_model
 from onnxsat.eqsat.rules import RuleSchedule
-from onnxsat.eqsat.saturate import SaturationLimits, egraph_size, resident_mib, saturate
+from onnxsat.eqsat.saturate import SaturationLimits, egraph_size, saturate
+from onnxsat.memory import resident_mib
 from onnxsat.zoo.synthetic import conv_bn_relu_chain
 
 explosive: Ruleset = ruleset(name="explosive_twins")

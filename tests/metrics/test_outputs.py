@@ -10,6 +10,7 @@ import onnxruntime as ort
 import pytest
 from models import CLASSES, FEATURES, STEPS, stateful, stateful_reference, time_major
 
+from onnxsat.data import outputs
 from onnxsat.data.outputs import OutputRunner, parse_stateful
 from onnxsat.data.sources import Dataset
 from onnxsat.errors import SettingsError
@@ -104,3 +105,40 @@ def test_an_output_with_no_element_is_left_out_and_said(tmp_path: Path) -> None:
     assert list(scorer.reference) == ["y"]
     assert scorer.budget.blind_spots() == ["empty: no element on the data (an empty output), so it is not scored"]
     assert scorer.score(model).drop == 0.0
+
+
+def wide_activation(path: Path, floats_per_sample: int) -> Path:
+    """``x`` [N, 1] -> Expand to [N, floats_per_sample] (each sample's activation that wide) -> ReduceMean."""
+    from onnx import TensorProto, helper, numpy_helper, save
+
+    graph = helper.make_graph(
+        [
+            helper.make_node("Expand", ["x", "shape"], ["wide"]),
+            helper.make_node("Sin", ["wide"], ["waves"]),
+            helper.make_node("ReduceMean", ["waves"], ["y"], axes=[1], keepdims=1),
+        ],
+        "wide",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 1])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 1])],
+        [numpy_helper.from_array(np.array([1, floats_per_sample], np.int64), "shape")],
+    )
+    save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8), path)
+    return path
+
+
+def test_a_batch_is_cut_to_what_memory_allows_and_gives_the_same_outputs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each sample takes 32 MB inside the model (16 MB expanded, 16 MB of its sines; the second sample's run
+    adds 33-67 MB, as ORT reuses the first run's buffers or not): with 250 MiB allowed per batch, batches of
+    64 become 2 or 4; the outputs are those of one run over all samples."""
+    monkeypatch.setattr(outputs, "BATCH_MEMORY_MIB", 250)
+    path = wide_activation(tmp_path / "wide.onnx", 4 * 2**20)
+    data = np.linspace(0, 1, 9, dtype=np.float32)[:, None]
+    runner = OutputRunner(session(path), "x", Dataset(data, None, "x"), batch_size=64)
+    gathered = runner.run()["y"]
+    assert runner.batch_size in (2, 4)
+    np.testing.assert_allclose(gathered, session(path).run(None, {"x": data})[0], rtol=1e-5)
+    assert outputs.memory_sized_batch(64, 0.0) == 64  # growth not seen: as asked
+    assert outputs.memory_sized_batch(64, 1.0) == 64 and outputs.memory_sized_batch(64, 500.0) == 1
+    assert outputs.memory_sized_batch(3, 80.0) == 3 and outputs.memory_sized_batch(5, 80.0) == 2

@@ -124,3 +124,17 @@ def test_skl2onnx_gaussian_process_outputs_are_regressions() -> None:
     """``GPmean`` (both signs) and ``GPcovstd`` (tiny, in [0, 1]) were scored as decisions at 0 and 0.5."""
     assert choose("GPmean", RNG.normal(size=(50, 1)), 0).metric.name == "r2"
     assert choose("GPcovstd", RNG.uniform(0, 1e-5, size=(50, 1)), 0).metric.name == "r2"
+
+
+def test_several_values_of_one_sign_one_always_largest_are_a_regression_not_classes() -> None:
+    """DNSMOS's [signal, background, overall] opinion scores (1 to 5): read as three classes, "class 0" won in
+    every sample and top1 saw no damage. Logits (both signs), probabilities, or scores whose best varies stay
+    class scores."""
+    scores = np.column_stack([RNG.uniform(3.2, 4.5, 40), RNG.uniform(2.0, 3.0, 40), RNG.uniform(1.5, 3.0, 40)])
+    choice = choose("Identity:0", scores, 0)
+    assert choice.metric.name == "r2" and "value 0 the largest in every sample" in choice.why
+    assert not choice.metric.uses_labels
+    assert choose("logits", RNG.normal(size=(40, 3)), 0).metric.name == "top1"
+    probabilities = np.column_stack([np.full(40, 0.8), np.full(40, 0.15), np.full(40, 0.05)])
+    assert choose("probs", probabilities, 0).metric.name == "top1"
+    assert choose("relu_scores", RNG.uniform(1.5, 4.5, (40, 3)), 0).metric.name == "top1"  # the best one varies

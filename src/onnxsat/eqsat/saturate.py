@@ -10,7 +10,6 @@ equivalent to the input, so extraction simply has fewer alternatives to choose f
 
 from __future__ import annotations
 
-import os
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -20,6 +19,7 @@ from egglog import EGraph, RunReport, Schedule
 from onnxsat.eqsat.rules import RuleSchedule, analysis
 from onnxsat.eqsat.rules.families import ruleset_name
 from onnxsat.eqsat.rules.patterns import report_name
+from onnxsat.memory import resident_mib
 
 GROW_MATCH_LIMIT = 1000
 """Matches a growing rule family may make in one iteration before the back-off scheduler bans it."""
@@ -72,16 +72,6 @@ def _rule_name(rule_decl: object) -> str:
 def egraph_size(egraph: EGraph) -> int:
     """Rows in all tables: e-nodes plus relation facts."""
     return sum(size for _, size in egraph.all_function_sizes())
-
-
-def resident_mib() -> float:
-    """The process's current resident memory (Linux ``/proc``; 0 where it cannot be read)."""
-    try:
-        with open("/proc/self/statm") as statm:
-            pages = int(statm.read().split()[1])
-    except (OSError, ValueError, IndexError):
-        return 0.0
-    return pages * os.sysconf("SC_PAGE_SIZE") / 2**20
 
 
 @dataclass

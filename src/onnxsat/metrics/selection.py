@@ -21,7 +21,9 @@ The rules, first match wins, each with the reason the report prints:
   torchvision's R-CNNs, RetinaNet, SSD and FCOS export it: chosen by the budget over those outputs together
   (``instances``), not here; scored without its boxes, scores sorted best first get ``r2`` against the
   original's and keypoints ``[K, J, 2 or 3]`` ``snr``;
-- one score per class (``[N, C]``, ``[N, C, 1, 1]``): ``top1``;
+- one score per class (``[N, C]``, ``[N, C, 1, 1]``): ``top1``, unless the values are all of one sign outside
+  [0, 1] and the same one is the largest in every sample (several regression values: a speech-quality model's
+  signal, background and overall scores): ``r2`` against the original's values;
 - ``[N, K, A]`` with a short axis of box coordinates in pixels then scores in [0, 1]: ``detection``;
 - ``[N, T, V]`` scores (not probabilities) over a vocabulary of 10,000 or more: ``tokens``;
 - ``[N, T, C]`` whose rows are probabilities or log-probabilities, whose time axis came before the batch
@@ -155,7 +157,7 @@ def choose(
     if alone is not None:
         return alone
     if class_scores(reference) is not None:
-        return Choice(METRICS["top1"], f"one score per class per sample ({text})")
+        return _values_or_classes(reference, text)
     if len(shape) == 2:
         layout = yolo_layout(reference)
         if layout is not None and boxes_in_pixels(reference, layout):
@@ -232,6 +234,24 @@ def _fit(reference: np.ndarray, labels: np.ndarray) -> float:
     with np.errstate(all="ignore"):
         value = METRICS["r2"].measure(np.asarray(labels, np.float64), reference, None).value
     return value if np.isfinite(value) else float("-inf")
+
+
+def _values_or_classes(reference: np.ndarray, text: str) -> Choice:
+    """``top1`` for one score per class, or ``r2`` for several regression values per sample: all of one sign
+    outside [0, 1] (neither probabilities nor logits, which take both signs) with the same one the largest in
+    every sample, where ``top1`` could see no damage anyway. DNSMOS's [signal, background, overall] mean
+    opinion scores (1 to 5) were read as three classes, "class 0" in every sample."""
+    values = np.asarray(class_scores(reference), dtype=np.float64)
+    finite = values[np.isfinite(values)]
+    one_sign = finite.size > 0 and (finite.min() >= 0 or finite.max() < 0)
+    if len(values) >= 2 and one_sign and not unit_interval(values) and np.ptp(np.argmax(values, axis=1)) == 0:
+        return Choice(
+            _unlabelled(METRICS["r2"]),
+            f"{values.shape[1]} values per sample ({text}), all of one sign and not in [0, 1], value "
+            f"{int(np.argmax(values[0]))} the largest in every sample: regression values, not class scores; R² "
+            "against the original's values",
+        )
+    return Choice(METRICS["top1"], f"one score per class per sample ({text})")
 
 
 def _unlabelled(metric: Metric) -> Metric:
