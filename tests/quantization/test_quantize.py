@@ -522,6 +522,41 @@ def test_a_row_bias_of_a_fused_gemm_is_quantized_along_its_one_axis(tmp_path: Pa
     assert np.corrcoef(quantized.ravel(), runs(path, {"x": x})[0].ravel())[0, 1] > 0.99
 
 
+def test_a_bias_shared_by_convolutions_gets_a_copy_per_reader_under_a_free_name(tmp_path: Path) -> None:
+    """basic-pitch's tf2onnx export shares one bias among 16 Convs, one of which writes the bias's name plus
+    "2". ORT's quantizer copies a shared bias as "bias0", "bias1"... checking initializer names only: the copy
+    took that Conv's output and ORT refused the result. Each reader now has its own copy, under a free name."""
+    rng = np.random.default_rng(3)
+    convs = [("first", "x", "bias1"), ("second", "negated", "h"), ("third", "h", "y")]
+    graph = helper.make_graph(
+        [
+            helper.make_node("Conv", [source, f"w_{name}", "bias"], [out], name=name, pads=[1, 1, 1, 1])
+            for name, source, out in convs[:1]
+        ]
+        + [helper.make_node("Neg", ["bias1"], ["negated"], name="negate")]
+        + [
+            helper.make_node("Conv", [source, f"w_{name}", "bias"], [out], name=name, pads=[1, 1, 1, 1])
+            for name, source, out in convs[1:]
+        ],
+        "shared_bias",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4, 8, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 4, 8, 8])],
+        [
+            numpy_helper.from_array(rng.normal(size=(4, 4, 3, 3)).astype(np.float32) * 0.3, f"w_{name}")
+            for name, _, _ in convs
+        ]
+        + [numpy_helper.from_array(rng.normal(size=4).astype(np.float32), "bias")],
+    )
+    path = tmp_path / "shared_bias.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), path)
+    code, report, out = quantize(path, tmp_path, "--mode", "static", "--no-node-timing", "--max-drop", "100%")
+    assert code == 0, report
+    assert any(note.startswith("2 bias(es) shared by several convolutions or Gemms copied") for note in report["notes"])
+    x = rng.normal(size=(2, 4, 8, 8)).astype(np.float32)
+    quantized = runs(out, {"x": x})[0]
+    assert np.corrcoef(quantized.ravel(), runs(path, {"x": x})[0].ravel())[0, 1] > 0.99
+
+
 def test_node_timing_reads_a_reshape_target_and_a_mode_is_timed_whole_too(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

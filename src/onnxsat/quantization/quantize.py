@@ -64,6 +64,7 @@ from onnxsat.op_kinds import FLOAT_TYPES, default_opset_version
 from onnxsat.options import float_list, option, percent
 from onnxsat.proto_fields import all_graphs, all_nodes, bodies_of
 from onnxsat.quantization import node_speed
+from onnxsat.quantization.biases import flatten_gemm_biases, own_biases
 from onnxsat.quantization.budget_search import within_budget
 from onnxsat.quantization.calibration import calibration_reader
 from onnxsat.quantization.candidate import PAYS_SPEEDUP, Candidate, timing_ties
@@ -82,7 +83,6 @@ from onnxsat.quantization.tensor_types import type_from_runtime
 from onnxsat.quantized_already import NARROW_TYPES, integer_nodes, quantized_note
 from onnxsat.runtime.int8_sums import int8_pairs_saturate
 from onnxsat.runtime.isolated import crash_in_child, has_control_flow
-from onnxsat.surgery.graph_edit import consumers
 from onnxsat.surgery.surgeons.precision import Float16ToFloat32, store_in_float16
 from onnxsat.time_budget import BUDGET_MINUTES, OUT_OF_TIME, Deadline, check_budget_minutes, late, out_of_time
 from onnxsat.verification import check_lossy, reference_run, run_model, session
@@ -404,9 +404,15 @@ def _prepare(
             "the model computes in float16, which ONNX Runtime's quantizer cannot take: quantized from its float32 "
             "form (its inputs and outputs keep their types)"
         )
-    flattened = _flatten_gemm_biases(named.graph)
+    flattened = flatten_gemm_biases(named.graph)
     if flattened:
         report.notes.append(f"{flattened} Gemm bias(es) of shape [1, N] read as [N] (the quantizer needs one axis)")
+    copied = own_biases(named.graph)
+    if copied:
+        report.notes.append(
+            f"{copied} bias(es) shared by several convolutions or Gemms copied, one per reader (ONNX Runtime's "
+            "quantizer names its own copies after the bias, which can take another tensor's name)"
+        )
     used = {node.name for node in named.graph.node if node.name}
     for index, node in enumerate(named.graph.node):
         if not node.name:
@@ -448,26 +454,6 @@ def _with_initializers(model: onnx.ModelProto, tensors: Sequence[onnx.TensorProt
     present = {t.name for t in result.graph.initializer}
     result.graph.initializer.extend(t for t in tensors if t.name not in present)
     return result
-
-
-def _flatten_gemm_biases(graph: onnx.GraphProto) -> int:
-    """Give each Gemm bias of shape ``[1, N]`` (MatMul + Add of a row, as scikit-learn exports write it) the
-    shape ``[N]``, the same values broadcast the same way. ORT's quantizer quantizes a Gemm bias along
-    axis 0, which such a bias has only one of, and writes a DequantizeLinear ORT refuses to run. Only
-    biases nothing else reads; returns how many."""
-    readers = consumers(graph)
-    declared = {value.name: value for value in [*graph.input, *graph.value_info]}
-    flattened = 0
-    for tensor in graph.initializer:
-        name, uses = tensor.name, readers.get(tensor.name, [])
-        gemm_bias_only = uses and all(node.op_type == "Gemm" and list(node.input).index(name) == 2 for node in uses)
-        if gemm_bias_only and len(tensor.dims) == 2 and tensor.dims[0] == 1:
-            tensor.dims[:] = [tensor.dims[1]]
-            shape = declared[name].type.tensor_type.shape if name in declared else None
-            if shape is not None and len(shape.dim) == 2:  # an old-IR model may declare its initializers' shapes
-                del shape.dim[0]
-            flattened += 1
-    return flattened
 
 
 EVERY_NODE_IN_FLOAT = "every node stays in float (slower quantized, or excluded)"
