@@ -10,7 +10,7 @@ import onnxruntime as ort
 import pytest
 from models import CLASSES, FEATURES, STEPS, stateful, stateful_reference, time_major
 
-from onnxsat.data import outputs
+from onnxsat import memory
 from onnxsat.data.outputs import OutputRunner, parse_stateful
 from onnxsat.data.sources import Dataset
 from onnxsat.errors import SettingsError
@@ -132,13 +132,13 @@ def test_a_batch_is_cut_to_what_memory_allows_and_gives_the_same_outputs(
     """Each sample takes 32 MB inside the model (16 MB expanded, 16 MB of its sines; the second sample's run
     adds 33-67 MB, as ORT reuses the first run's buffers or not): with 250 MiB allowed per batch, batches of
     64 become 2 or 4; the outputs are those of one run over all samples."""
-    monkeypatch.setattr(outputs, "BATCH_MEMORY_MIB", 250)
+    monkeypatch.setattr(memory, "BATCH_MEMORY_MIB", 250)
     path = wide_activation(tmp_path / "wide.onnx", 4 * 2**20)
     data = np.linspace(0, 1, 9, dtype=np.float32)[:, None]
     runner = OutputRunner(session(path), "x", Dataset(data, None, "x"), batch_size=64)
     gathered = runner.run()["y"]
     assert runner.batch_size in (2, 4)
     np.testing.assert_allclose(gathered, session(path).run(None, {"x": data})[0], rtol=1e-5)
-    assert outputs.memory_sized_batch(64, 0.0) == 64  # growth not seen: as asked
-    assert outputs.memory_sized_batch(64, 1.0) == 64 and outputs.memory_sized_batch(64, 500.0) == 1
-    assert outputs.memory_sized_batch(3, 80.0) == 3 and outputs.memory_sized_batch(5, 80.0) == 2
+    assert memory.memory_sized_batch(64, 0.0) == 64  # growth not seen: as asked
+    assert memory.memory_sized_batch(64, 1.0) == 64 and memory.memory_sized_batch(64, 500.0) == 1
+    assert memory.memory_sized_batch(3, 80.0) == 3 and memory.memory_sized_batch(5, 80.0) == 2

@@ -5,7 +5,7 @@ whatever the model does: a CTC recognizer exports ``[T, N, classes]``, a recurre
 The batch axis of each output is found once, by feeding one sample and then two when the batch is
 dynamic (the axis that grew), or from the declared dims and sizes when it is fixed. Models whose batch
 is fixed are fed batches of exactly that size (a fixed 1: sample by sample); dynamic ones in batches,
-no larger than :data:`BATCH_MEMORY_MIB` allows by what the second sample added to memory; the results
+no larger than ``memory.BATCH_MEMORY_MIB`` allows by what the second sample added to memory; the results
 are the same either way. An output with no batch axis at all is gathered sample by sample.
 
 Models that keep state (streaming speech, VAD) are fed streams step by step, the state outputs fed
@@ -21,7 +21,7 @@ import onnxruntime as ort
 
 from onnxsat.data.sources import Dataset
 from onnxsat.errors import DataError, RuntimeUnsupportedError, SettingsError
-from onnxsat.memory import resident_mib
+from onnxsat.memory import memory_sized_batch, resident_mib
 from onnxsat.output_values import as_array
 from onnxsat.verification import tidy_ort_message
 
@@ -36,23 +36,6 @@ ORT_DTYPES = {
     "tensor(uint8)": np.uint8,
     "tensor(bool)": np.bool_,
 }
-
-BATCH_MEMORY_MIB = 1024
-"""What one batch's run may add to the process's memory. A dynamic batch is cut to the largest power of two
-whose samples fit, each counted at what the second sample of the batch-axis probe added: DNSMOS's 9-second
-clips take 150 MB each in ONNX Runtime, and 32 of them at once peaked at 3.7 GB and ran 29% slower per sample
-than one at a time."""
-
-
-def memory_sized_batch(requested: int, per_sample_mib: float) -> int:
-    """``requested``, or the largest power of two below it whose samples take at most :data:`BATCH_MEMORY_MIB`
-    (at least 1); ``requested`` as it is when the growth could not be seen (0 or less: memory freed earlier
-    was reused, or ``/proc`` is not there)."""
-    if per_sample_mib <= 0 or requested * per_sample_mib <= BATCH_MEMORY_MIB:
-        return requested
-    fits = max(1, int(BATCH_MEMORY_MIB // per_sample_mib))
-    return 1 << (fits.bit_length() - 1)
-
 
 def parse_stateful(specs: Sequence[str] | Mapping[str, str] | None) -> dict[str, str]:
     """``["state=stateN", ...]`` -> ``{"state": "stateN"}``; a malformed pairing is one line."""
