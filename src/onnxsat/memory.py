@@ -4,6 +4,7 @@ batches measure, and the batch size that memory allows."""
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 
 
 def resident_mib() -> float:
@@ -31,3 +32,18 @@ def memory_sized_batch(requested: int, per_sample_mib: float) -> int:
         return requested
     fits = max(1, int(BATCH_MEMORY_MIB // per_sample_mib))
     return 1 << (fits.bit_length() - 1)
+
+
+def memory_sized_slices(count: int, requested: int) -> Iterator[tuple[int, int]]:
+    """``(start, stop)`` of consecutive batches over ``count`` samples, for a caller that runs each batch before
+    asking for the next: one sample, then two, then batches of what memory allows (:func:`memory_sized_batch`
+    of ``requested``), measured by what the run of two added after the run of one."""
+    start, size, after_one = 0, 1, 0.0
+    while start < count:
+        stop = min(count, start + size)
+        yield start, stop
+        if start == 0:  # one sample ran: two next
+            after_one, size = resident_mib(), min(2, requested)
+        elif start == 1:  # two ran: what they added sizes the rest
+            size = memory_sized_batch(requested, resident_mib() - after_one)
+        start = stop

@@ -710,8 +710,8 @@ def test_histogram_calibrators_get_batches_of_one_size(monkeypatch: pytest.Monke
     with "inhomogeneous shape": the smaller last batch is left out for them, kept for MinMax. MinMax's batches
     start at one sample, then two, then what memory allows: DNSMOS calibrated on 26 clips at once peaked at
     9.4 GB (here the run of two adds 900 MiB, so one sample at a time)."""
+    from onnxsat import memory
     from onnxsat.data.sources import Dataset
-    from onnxsat.quantization import calibration
     from onnxsat.quantization.calibration import calibration_reader
 
     data = Dataset(np.zeros((10, 3), np.float32), None, "ten")
@@ -726,7 +726,7 @@ def test_histogram_calibrators_get_batches_of_one_size(monkeypatch: pytest.Monke
     assert calibration_reader("x", Dataset(np.zeros((3, 3), np.float32), None, "three"), {}, np.float32, 4,
                               equal_batches=True).get_next()["x"].shape == (3, 3)  # fmt: skip
     resident = iter([100.0, 1000.0])
-    monkeypatch.setattr(calibration, "resident_mib", lambda: next(resident))
+    monkeypatch.setattr(memory, "resident_mib", lambda: next(resident))
     assert sizes() == [1, 2, 1, 1, 1, 1, 1, 1, 1]
 
 

@@ -208,3 +208,35 @@ def test_a_method_needs_one_scoring_rule_and_its_own_name() -> None:
         get_method("dense")
     assert [name for name, method in METHODS.items() if method.per_layer] == ["relative", "calibrated"]
     assert [name for name, method in METHODS.items() if method.needs_activations] == ["calibrated"]
+
+
+def test_calibration_batches_are_sized_by_memory_unless_the_model_fixes_its_batch(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The calibrated method keeps a batch's activations whole: one sample, then two, then what memory allows
+    (a run of two adding 900 MiB: one at a time); a model's own fixed batch is taken as it is."""
+    from onnxsat import memory
+    from onnxsat.data.sources import Dataset
+    from onnxsat.sparsity.sparsify import _calibration_batches
+
+    def matmul(batch: int | str) -> onnx.ModelProto:
+        graph = helper.make_graph(
+            [helper.make_node("MatMul", ["x", "w"], ["y"], name="product")],
+            "product",
+            [helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, 4])],
+            [helper.make_tensor_value_info("y", TensorProto.FLOAT, [batch, 3])],
+            [weight("w", 4, 3)],
+        )
+        return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+    data = Dataset(RNG.normal(size=(7, 4)).astype(np.float32), None, "seven")
+
+    def sizes(model: onnx.ModelProto) -> list[int]:
+        return [len(feeds["x"]) for feeds in _calibration_batches(model, data, SparsifyOptions())]
+
+    assert sizes(matmul(2)) == [2, 2, 2, 1]
+    resident = iter([100.0, 1000.0])
+    monkeypatch.setattr(memory, "resident_mib", lambda: next(resident))
+    assert sizes(matmul("N")) == [1, 2, 1, 1, 1, 1]
+    monkeypatch.setattr(memory, "resident_mib", lambda: 100.0)
+    assert sizes(matmul("N")) == [1, 2, 4]

@@ -37,6 +37,7 @@ ORT_DTYPES = {
     "tensor(bool)": np.bool_,
 }
 
+
 def parse_stateful(specs: Sequence[str] | Mapping[str, str] | None) -> dict[str, str]:
     """``["state=stateN", ...]`` -> ``{"state": "stateN"}``; a malformed pairing is one line."""
     if not specs:

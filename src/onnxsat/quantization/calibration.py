@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from onnxsat.data.sources import Dataset
-from onnxsat.memory import memory_sized_batch, resident_mib
+from onnxsat.memory import memory_sized_slices
 
 if TYPE_CHECKING:
     from onnxruntime.quantization import CalibrationDataReader
@@ -29,7 +29,7 @@ def calibration_reader(
     as they are). ``equal_batches`` (ORT's entropy and percentile calibrators stack their per-batch
     activations, and refuse batches of two sizes): a last, smaller batch is left out when a full one came
     before it. Otherwise a dynamic batch starts with one sample, then two, and takes the rest in batches of
-    what memory allows (``memory.memory_sized_batch``), measured by what the calibrator's run of two added
+    what memory allows (``memory.memory_sized_slices``), measured by what the calibrator's run of two added
     (the reader is asked for a batch after the last one ran): the ranges are the same whatever the batches."""
     from onnxruntime.quantization import CalibrationDataReader
 
@@ -51,19 +51,9 @@ def calibration_reader(
                 yield {**given, **companions, input_name: np.asarray(inputs).astype(dtype, copy=False)}
 
         def _sized_batches(self) -> Iterator[dict[str, np.ndarray]]:
-            start, size, count, after_one = 0, 1, len(dataset.inputs), 0.0
-            while start < count:
-                stop = min(count, start + size)
-                yield {
-                    **given,
-                    **dataset.rows(start, stop),
-                    input_name: dataset.inputs[start:stop].astype(dtype, copy=False),
-                }
-                if start == 0:  # one sample ran: two next
-                    after_one, size = resident_mib(), min(2, step)
-                elif start == 1:  # two ran: what they added sizes the rest
-                    size = memory_sized_batch(step, resident_mib() - after_one)
-                start = stop
+            for start, stop in memory_sized_slices(len(dataset.inputs), step):
+                samples = dataset.inputs[start:stop].astype(dtype, copy=False)
+                yield {**given, **dataset.rows(start, stop), input_name: samples}
 
         def get_next(self) -> dict[str, np.ndarray] | None:
             return next(self.batches, None)
