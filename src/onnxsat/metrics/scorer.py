@@ -53,6 +53,7 @@ class ModelScorer:
         self.fixed_batch, self.dtype = runner.fixed_batch, runner.dtype
         self.feed_names = {input_name, *self.given}
         self.reference = runner.run()
+        self.batch_size = runner.batch_size  # as memory allows (candidates are measured again, and only cut it)
         self.budget = Budget(
             self.reference,
             runner.batch_axes or {},
@@ -89,8 +90,11 @@ class ModelScorer:
         return self.budget.score(outputs), self.budget.distortion(outputs)
 
     def sample_feeds(self, count: int) -> dict[str, np.ndarray]:
-        """The first ``count`` samples (exactly the model's batch when it fixes one) as one run's feeds."""
-        return first_feeds(self.dataset, self.input_name, self.given, self.fixed_batch, self.dtype, count)
+        """The first ``count`` samples (exactly the model's batch when it fixes one; no more than memory allows
+        in one batch) as one run's feeds."""
+        return first_feeds(
+            self.dataset, self.input_name, self.given, self.fixed_batch, self.dtype, min(count, self.batch_size)
+        )
 
     def _runner(self, model: onnx.ModelProto) -> OutputRunner:
         sess = session(model, ort.GraphOptimizationLevel.ORT_ENABLE_ALL, threads=self.threads, base_dir=self.base_dir)

@@ -398,7 +398,8 @@ def _data_samples(evaluator: Evaluator, options: SparsifyOptions) -> InputSpec |
     if runner.dataset.streams:
         return None
     given, fixed = runner.given, runner.fixed_batch
-    feeds = first_feeds(runner.dataset, runner.input_name, given, fixed, runner.dtype, VERIFY_SAMPLES)
+    count = min(VERIFY_SAMPLES, runner.batch_size)  # one run: no more than memory allows in a batch
+    feeds = first_feeds(runner.dataset, runner.input_name, given, fixed, runner.dtype, count)
     samples = len(feeds[runner.input_name])
     return InputSpec(options.inputs.shapes, feeds, f"the first {samples} samples of {runner.dataset.name}")
 
