@@ -243,6 +243,16 @@ def test_npz_inputs_and_labels(tmp_path: Path) -> None:
     assert data.labels is not None and data.labels.dtype == np.int64 and data.labels.tolist() == [0, 1, 2, 1]
 
 
+def test_a_lone_array_of_any_name_is_the_inputs(tmp_path: Path) -> None:
+    """``numpy.savez(path, input=x)``, named after the model's input (as magika's and AECMOS's users would):
+    read as the samples, beside labels and companions; two such arrays are still refused (see the bad inputs)."""
+    inputs = np.arange(12, dtype=np.float32).reshape(4, 3)
+    path = npz(tmp_path / "named.npz", input=inputs, labels=np.array([0, 1, 1, 0]), **{"companion:h": np.ones((4, 2))})
+    data = load_dataset(str(path), ["N", 3])
+    np.testing.assert_array_equal(data.inputs, inputs)
+    assert data.labels is not None and data.labels.tolist() == [0, 1, 1, 0] and list(data.companions) == ["h"]
+
+
 def test_a_file_that_is_no_npz_is_named_so_not_pickled_data(tmp_path: Path) -> None:
     """numpy reads a foreign file as "pickled data" and advises allow_pickle=True: unsafe, and beside the point."""
     path = tmp_path / "data.npz"
@@ -392,8 +402,8 @@ BAD_INPUTS: dict[str, tuple[Case, str]] = {
         "labels must be classes, whole numbers 0 or more",
     ),
     "npz without inputs": (
-        lambda t: (str(npz(t / "d.npz", x=np.ones((2, 4)))), [1, 4], {}),
-        "no array named 'inputs' (it has: x); data for the budget is an .npz of 'inputs' [samples, ...]",
+        lambda t: (str(npz(t / "d.npz", x=np.ones((2, 4)), z=np.ones((2, 4)))), [1, 4], {}),
+        "no array named 'inputs' (it has: x, z); data for the budget is an .npz of 'inputs' [samples, ...]",
     ),
     "npz of the wrong shape": (
         lambda t: (str(npz(t / "d.npz", inputs=np.ones((4, 3, 4, 4)))), [None, 1, 8, 8], {}),

@@ -228,7 +228,7 @@ def load_dataset(
 
     A path is a folder of images (in class subfolders, labelled by sorted folder name, or all at the
     top level, unlabelled), a CIFAR-10 python-batches folder or one batch file, or a ``.npz`` holding
-    ``inputs`` and optionally ``labels``. Dims that are None, a name, or <= 0 are dynamic.
+    ``inputs`` (or one array of any name) and optionally ``labels``. Dims that are None, a name, or <= 0 are dynamic.
 
     ``streams``: sequences for a model that keeps state, from a ``.npz`` only: ``inputs`` ``[S, T, ...]``
     (each step one sample of the model's input), optional ``lengths`` ``[S]`` and ``labels`` ``[S, T]``;
@@ -659,7 +659,8 @@ def _read_npz(path: Path) -> tuple[np.ndarray, np.ndarray | None, dict[str, np.n
     if not isinstance(loaded, np.lib.npyio.NpzFile):
         raise DataError(f"{path}: a single .npy array, not a .npz archive of 'inputs' and 'labels'")
     with loaded:
-        if "inputs" not in loaded.files:
+        key = "inputs" if "inputs" in loaded.files else _lone_array(loaded)
+        if key is None:
             raise DataError(
                 f"{path}: no array named 'inputs' (it has: {', '.join(loaded.files) or 'none'}); data for the budget "
                 f"is an .npz of 'inputs' [samples, ...], optionally 'labels' [samples] and, for the model's other "
@@ -667,9 +668,18 @@ def _read_npz(path: Path) -> tuple[np.ndarray, np.ndarray | None, dict[str, np.n
             )
         try:
             labels = loaded["labels"] if "labels" in loaded.files else None
-            return loaded["inputs"], labels, companions_in(loaded)
+            return loaded[key], labels, companions_in(loaded)
         except Exception as error:  # a damaged member, or one holding pickled objects
             raise _unreadable_npz(path, error) from None
+
+
+def _lone_array(loaded: np.lib.npyio.NpzFile) -> str | None:
+    """The name of the archive's one array besides ``labels``, ``lengths`` and companions, read as its
+    ``inputs`` (an array named after the model's input, as ``np.savez(path, input=x)`` writes), or None."""
+    names = [
+        name for name in loaded.files if name not in ("labels", "lengths") and not name.startswith(COMPANION_PREFIX)
+    ]
+    return names[0] if len(names) == 1 else None
 
 
 def _unreadable_npz(path: Path, error: Exception) -> DataError:
