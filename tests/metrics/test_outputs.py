@@ -142,3 +142,26 @@ def test_a_batch_is_cut_to_what_memory_allows_and_gives_the_same_outputs(
     assert memory.memory_sized_batch(64, 0.0) == 64  # growth not seen: as asked
     assert memory.memory_sized_batch(64, 1.0) == 64 and memory.memory_sized_batch(64, 500.0) == 1
     assert memory.memory_sized_batch(3, 80.0) == 3 and memory.memory_sized_batch(5, 80.0) == 2
+
+
+def test_a_batch_axis_the_model_squeezes_for_one_sample_is_put_back(tmp_path: Path) -> None:
+    """PLCMOS ends in ``torch.squeeze``: its score is ``[]`` for one sample and ``[2]`` for two, and was refused
+    as having "no single batch axis". The axis that appears is the batch; runs of one get it back."""
+    from onnx import TensorProto, helper, save
+
+    graph = helper.make_graph(
+        [
+            helper.make_node("ReduceSum", ["x", "axes"], ["sums"], keepdims=1),
+            helper.make_node("Squeeze", ["sums"], ["score"]),
+        ],
+        "squeezed",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3])],
+        [helper.make_tensor_value_info("score", TensorProto.FLOAT, None)],
+        [helper.make_tensor("axes", TensorProto.INT64, [1], [1])],
+    )
+    path = tmp_path / "squeezed.onnx"
+    save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8), path)
+    data = np.arange(15, dtype=np.float32).reshape(5, 3)
+    runner = OutputRunner(session(path), "x", Dataset(data, None, "five"), batch_size=2)  # the last run is of one
+    np.testing.assert_allclose(runner.run()["score"], data.sum(axis=1))
+    assert runner.batch_axes == {"score": 0}

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import numpy as np
 import onnx
+import pytest
 from onnx import TensorProto, helper, numpy_helper
 from pruning_helpers import kept, prune, run
 
-from onnxsat.pruning.graph import GraphIndex
+from onnxsat.pruning.graph import GraphIndex, run_ranks
 
 
 def scaled_mlp() -> onnx.ModelProto:
@@ -45,3 +46,23 @@ def test_a_rank_inference_lost_is_read_from_a_run() -> None:
     pruned, report = prune(model, rate=0.5)
     assert kept(report, "fc1") == 8
     assert run(pruned, {"x": np.ones((2, 6), np.float32)})[0].shape == (2, 3)
+
+
+def test_a_run_that_fails_says_nothing_on_stderr(capfd: pytest.CaptureFixture[str]) -> None:
+    """PLCMOS's frames are dynamic, 1 in the random run, and its first Conv (kernel 3 along them) fails there:
+    no ranks are read, and ORT's coloured error line no longer reaches stderr beside ONNXSat's own output."""
+
+    graph = helper.make_graph(
+        [
+            helper.make_node("Conv", ["x", "w"], ["c"], "conv"),
+            helper.make_node("Scaler", ["c"], ["y"], "scaler", domain="ai.onnx.ml", offset=[0.0], scale=[2.0]),
+        ],
+        "frames",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1, "frames", 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(np.ones((2, 1, 3, 3), np.float32), "w")],
+    )
+    opsets = [helper.make_opsetid("", 17), helper.make_opsetid("ai.onnx.ml", 3)]
+    model = helper.make_model(graph, opset_imports=opsets, ir_version=9)
+    assert run_ranks(model, {}) == {}
+    assert "onnxruntime" not in capfd.readouterr().err

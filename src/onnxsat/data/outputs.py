@@ -99,6 +99,9 @@ class OutputRunner:
         self._hint = "" if scored or len(self.outputs) < 2 else "; name the outputs to score with --metric-output"
         self._named = bool(scored)
         self._empty: set[str] = set()
+        self._squeezed: set[str] = set()
+        """Outputs whose batch axis the model drops for a batch of one (``torch.squeeze``: a score ``[]`` for one
+        sample, ``[2]`` for two); put back for runs of one."""
         self.empty: list[str] = []
         """Outputs the first runs gave no element, left out of the scores (unless named to be scored)."""
         if scored:
@@ -151,7 +154,10 @@ class OutputRunner:
             self._settle(runs)
         return {
             name: _joined(
-                [_samples_first(v, self.batch_axes[name], n, name) for v, n in zip(runs[name], counts, strict=True)],
+                [
+                    _samples_first(v, self.batch_axes[name], n, name, name in self._squeezed)
+                    for v, n in zip(runs[name], counts, strict=True)
+                ],
                 name,
             )
             for name in self.outputs
@@ -189,6 +195,11 @@ class OutputRunner:
                 if a.size == 0 and b.size == 0 and name not in self.state.values():
                     self._empty.add(name)
                     axes[name] = None
+                    continue
+                squeezed = _squeezed_axis(a.shape, b.shape)
+                if squeezed is not None:
+                    self._squeezed.add(name)
+                    axes[name] = squeezed
                     continue
                 grown = [i for i, (x, y) in enumerate(zip(a.shape, b.shape, strict=False)) if (x, y) == (1, 2)]
                 if (
@@ -354,9 +365,21 @@ def _zeros(info: ort.NodeArg, streams: int = 1, axis: int | None = None) -> np.n
     return np.zeros(dims, dtype=dtype)
 
 
-def _samples_first(value: np.ndarray, axis: int | None, count: int, name: str) -> np.ndarray:
-    """``value`` with its batch axis first, cut to ``count`` real samples; no axis: one sample, added."""
+def _squeezed_axis(one: Sequence[int], two: Sequence[int]) -> int | None:
+    """The axis of size 2 that an output of two samples (``two``) has and that of one sample (``one``) lacks,
+    all else equal: a batch axis the model squeezes away for a batch of one; None when there is no such axis."""
+    if len(two) != len(one) + 1:
+        return None
+    found = [i for i, size in enumerate(two) if size == 2 and tuple(two[:i]) + tuple(two[i + 1 :]) == tuple(one)]
+    return found[0] if found else None
+
+
+def _samples_first(value: np.ndarray, axis: int | None, count: int, name: str, squeezed: bool = False) -> np.ndarray:
+    """``value`` with its batch axis first, cut to ``count`` real samples; no axis: one sample, added;
+    ``squeezed``: the model drops the batch axis for one sample, which is put back."""
     value = np.asarray(value)
+    if squeezed and count == 1 and axis is not None:
+        value = np.expand_dims(value, axis)
     if axis is None:
         if count != 1:
             raise DataError(f"output {name!r} has no batch axis but was run on {count} samples")
