@@ -165,3 +165,27 @@ def test_a_batch_axis_the_model_squeezes_for_one_sample_is_put_back(tmp_path: Pa
     runner = OutputRunner(session(path), "x", Dataset(data, None, "five"), batch_size=2)  # the last run is of one
     np.testing.assert_allclose(runner.run()["score"], data.sum(axis=1))
     assert runner.batch_axes == {"score": 0}
+
+
+def test_a_batch_that_a_given_input_fixes_at_one_runs_sample_by_sample(tmp_path: Path) -> None:
+    """AECMOS declares its batch dynamic, but its GRU state ``h0`` [4, 1, 64] (given by ``--inputs``) fixes it at
+    one: two samples cannot run together, so each runs alone, as for a model whose batch is fixed to 1."""
+    from onnx import TensorProto, helper, save
+
+    graph = helper.make_graph(
+        [helper.make_node("Concat", ["x", "h"], ["joined"], axis=1), helper.make_node("Relu", ["joined"], ["y"])],
+        "state_of_one",
+        [
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4]),
+            helper.make_tensor_value_info("h", TensorProto.FLOAT, [1, 4]),
+        ],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 8])],
+    )
+    path = tmp_path / "state_of_one.onnx"
+    save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8), path)
+    data = np.linspace(-1, 1, 20, dtype=np.float32).reshape(5, 4)
+    state = np.full((1, 4), 0.5, np.float32)
+    runner = OutputRunner(session(path), "x", Dataset(data, None, "five"), given={"h": state})
+    gathered = runner.run()["y"]
+    assert runner.fixed_batch == 1 and runner.batch_size == 1
+    np.testing.assert_allclose(gathered, np.maximum(np.concatenate([data, np.repeat(state, 5, axis=0)], axis=1), 0))

@@ -184,11 +184,14 @@ class OutputRunner:
             rows = self.dataset.rows
             try:
                 one = self._run({**fixed, **rows(0, 1), self.input_name: data[:1].astype(self.dtype, copy=False)})
-                before = resident_mib()
-                two = self._run({**fixed, **rows(0, 2), self.input_name: data[:2].astype(self.dtype, copy=False)})
             except RuntimeUnsupportedError as error:
                 self._refuse_rows_that_are_no_samples(fixed, error)
                 raise
+            before = resident_mib()
+            try:
+                two = self._run({**fixed, **rows(0, 2), self.input_name: data[:2].astype(self.dtype, copy=False)})
+            except RuntimeUnsupportedError:
+                return self._one_at_a_time(one)
             self.batch_size = memory_sized_batch(self.batch_size, resident_mib() - before)
             axes: dict[str, int | None] = {}
             for name, a, b in zip(self.outputs, one, two, strict=True):
@@ -220,6 +223,15 @@ class OutputRunner:
         return {
             name: self._guess_axis(name, value.shape, size) for name, value in zip(self.outputs, probe, strict=True)
         }
+
+    def _one_at_a_time(self, one: Sequence[np.ndarray]) -> dict[str, int | None]:
+        """One sample runs and two do not, though the batch is declared dynamic: something given fixes it at
+        one (AECMOS's GRU state ``h0`` ``[4, 1, 64]``, given by ``--inputs``). The samples run one at a time,
+        as for a model whose batch is fixed to 1."""
+        self.fixed_batch = self.batch_size = 1
+        state = set(self.state.values())
+        self._empty |= {n for n, v in zip(self.outputs, one, strict=True) if v.size == 0 and n not in state}
+        return {name: self._guess_axis(name, value.shape, 1) for name, value in zip(self.outputs, one, strict=True)}
 
     def _refuse_rows_that_are_no_samples(self, fixed: Mapping[str, np.ndarray], error: Exception) -> None:
         """When one row of the data does not run but all of them together do, the first axis is no batch (a

@@ -53,7 +53,8 @@ class ModelScorer:
         self.fixed_batch, self.dtype = runner.fixed_batch, runner.dtype
         self.feed_names = {input_name, *self.given}
         self.reference = runner.run()
-        self.batch_size = runner.batch_size  # as memory allows (candidates are measured again, and only cut it)
+        # as memory allows (candidates are measured again, and only cut it), or 1 where two samples cannot run
+        self.batch_size, self.fixed_batch = runner.batch_size, runner.fixed_batch
         self.budget = Budget(
             self.reference,
             runner.batch_axes or {},

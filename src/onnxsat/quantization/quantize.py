@@ -232,7 +232,7 @@ def quantize_model(
     latency_batch = len(feeds[model_input.name])
     with tempfile.TemporaryDirectory(prefix="onnxsat-calibration-") as folder:
         dtype = onnx.helper.tensor_dtype_to_np_dtype(model_input.type.tensor_type.elem_type)
-        fixed = fixed_dim(model_input.type.tensor_type.shape.dim[0]) if model_input.type.tensor_type.shape.dim else None
+        fixed = scorer.fixed_batch  # the model's own batch, or 1 where a given input fixes it (two cannot run)
         calibration = Calibration(
             lambda: calibration_reader(
                 model_input.name, search, given, dtype, batch, fixed, equal_batches=options.calibration != "minmax"
