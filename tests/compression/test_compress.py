@@ -295,6 +295,9 @@ def test_recipe_labels_and_pipeline_entries() -> None:
     assert recipe.label == "prune 25% x1, 50% x1 (2 groups) + int8 static (2 in float)"
     assert Recipe.pruned({"a": 0.75, "b": 0.875, "c": 0.75}).label == "prune 75% x2, 87.5% x1 (3 groups)"
     assert Recipe.pruned({"conv1": 0.5}).label == "prune 50% (conv1)"
+    fused = ";".join(["model_1/re_lu_2/Relu", "model_1/re_lu_2/Relu", "model_1/conv2d_2/BiasAdd"] * 3)  # tf2onnx's
+    long = Recipe.pruned({fused: 0.5})
+    assert long.label == f"prune 50% ({fused[:45]}...)" and long.passes()[0]["rates"] == {fused: 0.5}
     passes = recipe.passes("data.npz")
     assert [p["type"] for p in passes] == ["prune", "quantize"]
     assert passes[0]["rates"] == {"conv1": 0.25, "conv2": 0.5} and passes[1]["exclude"] == ["a", "b"]

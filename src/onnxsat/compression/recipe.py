@@ -80,7 +80,7 @@ class Recipe:
                 shown = f"{next(iter(counts)):.0%}"
             else:
                 shown = ", ".join(f"{rate:.1%}".replace(".0%", "%") + f" x{n}" for rate, n in sorted(counts.items()))
-            groups = self.prune[0][0] if len(self.prune) == 1 else f"{len(self.prune)} groups"
+            groups = _shortened(self.prune[0][0]) if len(self.prune) == 1 else f"{len(self.prune)} groups"
             parts.append(f"prune {shown} ({groups})")
         if self.quantize:
             said = [f"{len(self.keep_float)} in float"] if self.keep_float else []
@@ -212,3 +212,13 @@ def build(
             recipe = replace(recipe, fuse=False)
             notes.append("fusion left out: its result did not verify")
     return Built(recipe, model, notes)
+
+
+LABEL_NAME_CHARS = 48
+"""A group's name in a recipe's label is cut to this many characters: tf2onnx names a node after every
+TensorFlow op fused into it (basic-pitch's: 250 characters of ``model_1/re_lu_2/Relu;model_1/re_lu_2/Relu;...``),
+which pushed each row of compress's table across several lines. The recipe file keeps the whole name."""
+
+
+def _shortened(name: str) -> str:
+    return name if len(name) <= LABEL_NAME_CHARS else name[: LABEL_NAME_CHARS - 3] + "..."
