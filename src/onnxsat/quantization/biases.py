@@ -1,9 +1,10 @@
 """Biases as ONNX Runtime's quantizer needs them: one axis, and one bias tensor per node that reads one.
 
 Its static quantizer gives each bias a scale computed from its node's input and weight scales, so a bias two
-nodes share is copied, and the copy named after the bias with the next free number (``bias`` -> ``bias2``),
-checked against initializers only: a tf2onnx export's Conv output ``...conv1d_252`` beside the bias
-``...conv1d_25`` it shares with 15 other Convs was taken by a copy, and the quantized model refused to load.
+nodes share is copied, each copy named after the bias with a number one above the largest that initializers
+already end in (``bias0``, ``bias1``, ...), checked against initializer names only: basic-pitch's tf2onnx export
+shares the bias ``...conv1d_25`` among 16 Convs, one of which writes ``...conv1d_252``; the third copy took that
+name, and ONNX Runtime refused the quantized model.
 """
 
 from __future__ import annotations
