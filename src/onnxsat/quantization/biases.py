@@ -3,7 +3,7 @@
 Its static quantizer gives each bias a scale computed from its node's input and weight scales, so a bias two
 nodes share is copied, each copy named after the bias with a number one above the largest that initializers
 already end in (``bias0``, ``bias1``, ...), checked against initializer names only: basic-pitch's tf2onnx export
-shares the bias ``...conv1d_25`` among 16 Convs, one of which writes ``...conv1d_252``; the third copy took that
+shares the bias ``...conv1d_25`` among 16 Convs, one of which writes ``...conv1d_252``; a copy took that
 name, and ONNX Runtime refused the quantized model.
 """
 
