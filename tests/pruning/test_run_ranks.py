@@ -9,7 +9,9 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 from pruning_helpers import kept, prune, run
 
+from onnxsat.errors import SettingsError
 from onnxsat.pruning.graph import GraphIndex, run_ranks
+from onnxsat.pruning.prune import PruneOptions, prune_model
 
 
 def scaled_mlp() -> onnx.ModelProto:
@@ -66,3 +68,34 @@ def test_a_run_that_fails_says_nothing_on_stderr(capfd: pytest.CaptureFixture[st
     model = helper.make_model(graph, opset_imports=opsets, ir_version=9)
     assert run_ranks(model, {}) == {}
     assert "onnxruntime" not in capfd.readouterr().err
+
+
+def test_a_squeeze_a_run_at_batch_one_misranks_leaves_its_group_unprunable() -> None:
+    """AECMOS ends in Add(bias, MatMul) -> Squeeze -> Sigmoid -> Mul(4.0): inference loses the Squeeze's shape
+    (no axes, dynamic batch), the run at batch 1 gives it rank 1 while the channels sit on axis 1, and the scalar
+    operand's shape [] was indexed there: "internal error: IndexError". The group is now refused, saying why."""
+    rng = np.random.default_rng(2)
+    graph = helper.make_graph(
+        [
+            helper.make_node("MatMul", ["x", "w"], ["h"], "fc"),
+            helper.make_node("Add", ["bias", "h"], ["hb"], "bias_add"),
+            helper.make_node("Squeeze", ["hb"], ["squeezed"], "squeeze"),
+            helper.make_node("Sigmoid", ["squeezed"], ["s"], "sigmoid"),
+            helper.make_node(
+                "Constant", [], ["four"], "four", value=numpy_helper.from_array(np.array(4.0, np.float32))
+            ),
+            helper.make_node("Mul", ["s", "four"], ["y"], "scale"),
+        ],
+        "squeezed_head",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 6])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [
+            numpy_helper.from_array(rng.normal(size=(6, 2)).astype(np.float32), "w"),
+            numpy_helper.from_array(rng.normal(size=2).astype(np.float32), "bias"),
+        ],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 11)], ir_version=6)
+    index = GraphIndex(model)
+    assert index.shape("four") == [] and index.rank("squeezed") == 1  # the run at batch 1: [2], not [N, 2]
+    with pytest.raises(SettingsError, match="has shape \\[\\], of another rank"):
+        prune_model(model, PruneOptions(rate=0.5, normalize=False))

@@ -1758,6 +1758,12 @@ class _Walk:
             if other_axis < 0:
                 continue
             shape = self.shape(name)
+            if shape is not None and other_axis >= len(shape):  # inference and a run disagree on its rank
+                return self.spoil(
+                    layouts,
+                    f"{node.op_type} {label!r}: operand {name!r} has shape {shape}, of another rank than the channels' "
+                    "tensor (shape inference lost it, and a run at batch 1 may squeeze an axis)",
+                )
             size = shape[other_axis] if shape is not None else None
             if size == 1 or (not isinstance(size, int) and self.index.broadcast_dim(name, other_axis)):
                 continue
