@@ -217,6 +217,11 @@ class OutputRunner:
                 axes[name] = grown[0] if grown else None
             return axes
         probe = self._run({**fixed, **self.dataset.rows(0, 1), self.input_name: self._first_batch()})
+        return self._probed_axes(probe)
+
+    def _probed_axes(self, probe: Sequence[np.ndarray]) -> dict[str, int | None]:
+        """The batch axes guessed from one run of the model's own batch (or of one sample), and the outputs it
+        gave no element noted as empty."""
         state = set(self.state.values())
         self._empty |= {n for n, v in zip(self.outputs, probe, strict=True) if v.size == 0 and n not in state}
         size = self.fixed_batch or 1
@@ -229,9 +234,7 @@ class OutputRunner:
         one (AECMOS's GRU state ``h0`` ``[4, 1, 64]``, given by ``--inputs``). The samples run one at a time,
         as for a model whose batch is fixed to 1."""
         self.fixed_batch = self.batch_size = 1
-        state = set(self.state.values())
-        self._empty |= {n for n, v in zip(self.outputs, one, strict=True) if v.size == 0 and n not in state}
-        return {name: self._guess_axis(name, value.shape, 1) for name, value in zip(self.outputs, one, strict=True)}
+        return self._probed_axes(one)
 
     def _refuse_rows_that_are_no_samples(self, fixed: Mapping[str, np.ndarray], error: Exception) -> None:
         """When one row of the data does not run but all of them together do, the first axis is no batch (a

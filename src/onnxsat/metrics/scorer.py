@@ -50,10 +50,10 @@ class ModelScorer:
         self.evaluations = 0
         self.scored = tuple(outputs)
         runner = self._runner(original)
-        self.fixed_batch, self.dtype = runner.fixed_batch, runner.dtype
-        self.feed_names = {input_name, *self.given}
+        self.dtype, self.feed_names = runner.dtype, {input_name, *self.given}
         self.reference = runner.run()
-        # as memory allows (candidates are measured again, and only cut it), or 1 where two samples cannot run
+        # known once the original ran: the batch memory allows (candidates are measured again, and only cut it),
+        # and the model's fixed batch, or 1 where two samples cannot run together
         self.batch_size, self.fixed_batch = runner.batch_size, runner.fixed_batch
         self.budget = Budget(
             self.reference,

@@ -116,9 +116,7 @@ def choose(
     if regression is not None:
         return regression
     if int(np.prod(shape, dtype=np.int64)) == 1:
-        values = np.asarray(reference, dtype=np.float64)
-        finite = values[np.isfinite(values)]
-        if finite.size and not unit_interval(values) and (finite.min() >= 0 or finite.max() < 0):
+        if _one_sign_beyond_unit(np.asarray(reference, dtype=np.float64)):
             return Choice(
                 _unlabelled(METRICS["r2"]),
                 "one value per sample, all of one sign and not in [0, 1] (a regression, not a probability or a "
@@ -242,9 +240,7 @@ def _values_or_classes(reference: np.ndarray, text: str) -> Choice:
     every sample, where ``top1`` could see no damage anyway. DNSMOS's [signal, background, overall] mean
     opinion scores (1 to 5) were read as three classes, "class 0" in every sample."""
     values = np.asarray(class_scores(reference), dtype=np.float64)
-    finite = values[np.isfinite(values)]
-    one_sign = finite.size > 0 and (finite.min() >= 0 or finite.max() < 0)
-    if len(values) >= 2 and one_sign and not unit_interval(values) and np.ptp(np.argmax(values, axis=1)) == 0:
+    if len(values) >= 2 and _one_sign_beyond_unit(values) and np.ptp(np.argmax(values, axis=1)) == 0:
         return Choice(
             _unlabelled(METRICS["r2"]),
             f"{values.shape[1]} values per sample ({text}), all of one sign and not in [0, 1], value "
@@ -252,6 +248,13 @@ def _values_or_classes(reference: np.ndarray, text: str) -> Choice:
             "against the original's values",
         )
     return Choice(METRICS["top1"], f"one score per class per sample ({text})")
+
+
+def _one_sign_beyond_unit(values: np.ndarray) -> bool:
+    """Whether the finite values are all of one sign and not all in [0, 1]: a regression's, neither a probability's
+    nor a logit's."""
+    finite = values[np.isfinite(values)]
+    return bool(finite.size) and not unit_interval(values) and (finite.min() >= 0 or finite.max() < 0)
 
 
 def _unlabelled(metric: Metric) -> Metric:
