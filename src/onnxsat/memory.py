@@ -47,3 +47,11 @@ def memory_sized_slices(count: int, requested: int) -> Iterator[tuple[int, int]]
         elif start == 1:  # two ran: what they added sizes the rest
             size = memory_sized_batch(requested, resident_mib() - after_one)
         start = stop
+
+
+def batch_slices(count: int, requested: int, fixed: int | None = None) -> Iterator[tuple[int, int]]:
+    """``(start, stop)`` of consecutive batches over ``count`` samples: of ``fixed`` samples each when given (a
+    model's own batch; the last may be shorter), else :func:`memory_sized_slices` of ``requested``."""
+    if fixed:
+        return ((start, min(count, start + fixed)) for start in range(0, count, fixed))
+    return memory_sized_slices(count, requested)

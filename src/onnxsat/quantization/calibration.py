@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from onnxsat.data.sources import Dataset
-from onnxsat.memory import memory_sized_slices
+from onnxsat.memory import batch_slices
 
 if TYPE_CHECKING:
     from onnxruntime.quantization import CalibrationDataReader
@@ -29,7 +29,7 @@ def calibration_reader(
     as they are). ``equal_batches`` (ORT's entropy and percentile calibrators stack their per-batch
     activations, and refuse batches of two sizes): a last, smaller batch is left out when a full one came
     before it. Otherwise a dynamic batch starts with one sample, then two, and takes the rest in batches of
-    what memory allows (``memory.memory_sized_slices``), measured by what the calibrator's run of two added
+    what memory allows (``memory.batch_slices``), measured by what the calibrator's run of two added
     (the reader is asked for a batch after the last one ran): the ranges are the same whatever the batches."""
     from onnxruntime.quantization import CalibrationDataReader
 
@@ -40,20 +40,14 @@ def calibration_reader(
             self.batches: Iterator[dict[str, np.ndarray]] = self._batches()
 
         def _batches(self) -> Iterator[dict[str, np.ndarray]]:
-            if fixed_batch is None and not equal_batches:
-                yield from self._sized_batches()
-                return
-            for index, (inputs, companions, _) in enumerate(dataset.feed_batches(step)):
+            size = fixed_batch or (step if equal_batches else None)  # None: as memory allows
+            for index, (start, stop) in enumerate(batch_slices(len(dataset.inputs), step, size)):
+                inputs = dataset.inputs[start:stop]
                 if equal_batches and index and len(inputs) < step:
                     return
                 if fixed_batch is not None and len(inputs) < fixed_batch:
                     inputs = np.resize(inputs, (fixed_batch, *inputs.shape[1:]))
-                yield {**given, **companions, input_name: np.asarray(inputs).astype(dtype, copy=False)}
-
-        def _sized_batches(self) -> Iterator[dict[str, np.ndarray]]:
-            for start, stop in memory_sized_slices(len(dataset.inputs), step):
-                samples = dataset.inputs[start:stop].astype(dtype, copy=False)
-                yield {**given, **dataset.rows(start, stop), input_name: samples}
+                yield {**given, **dataset.rows(start, stop), input_name: np.asarray(inputs).astype(dtype, copy=False)}
 
         def get_next(self) -> dict[str, np.ndarray] | None:
             return next(self.batches, None)

@@ -10,7 +10,7 @@ it) with the sparsest level inside the budget found by then.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -33,7 +33,7 @@ from onnxsat.eqsat.portable import portable_form
 from onnxsat.errors import NothingPaysError, SettingsError
 from onnxsat.external_data import given_bytes, stored_bytes, tensor_value
 from onnxsat.inputs import InputSpec, random_inputs
-from onnxsat.memory import memory_sized_slices
+from onnxsat.memory import batch_slices
 from onnxsat.metrics import (
     HeldOut,
     Metric,
@@ -167,12 +167,8 @@ def _calibration_batches(
             for inputs, companions, _ in dataset.feed_batches(1):
                 yield {**fixed, **companions, name: inputs}
             return
-        count, own_batch = len(dataset.inputs), (input_dims(model, fixed) or [None])[0]
-        if own_batch:  # the model's fixed batch
-            slices: Iterable[tuple[int, int]] = ((i, i + own_batch) for i in range(0, count, own_batch))
-        else:  # one sample, two, then what memory allows: the norms keep a batch's activations whole
-            slices = memory_sized_slices(count, options.batch_size)
-        for start, stop in slices:
+        own_batch = (input_dims(model, fixed) or [None])[0]  # else memory sizes them: the norms keep a batch whole
+        for start, stop in batch_slices(len(dataset.inputs), options.batch_size, own_batch):
             yield {**fixed, **dataset.rows(start, stop), name: dataset.inputs[start:stop]}
         return
     for seed in range(RANDOM_CALIBRATION_SAMPLES):
