@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import tempfile
 import time
 from pathlib import Path
 from types import SimpleNamespace
@@ -133,6 +134,17 @@ def test_a_local_ray_with_two_workers_finds_the_same_recipe(monkeypatch: pytest.
     reports = _searches(monkeypatch, [{"workers": 2}, {"workers": 2, "ray": "auto"}])
     assert reports[1].evaluated_on.startswith("Ray (local, 2 CPUs)")
     _same_search(reports)
+
+
+def test_a_worker_keeps_no_files_between_candidates(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Ray ends its workers without their exit handlers: data files kept for the next candidate would be left
+    in each worker's temporary directory (two per Ray search, found in /tmp)."""
+    monkeypatch.setattr(compress_module, "SideBySide", _SizeTimer)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    options = CompressOptions(data="digits-train", limit=200, max_drop=0.01, workers=1, techniques=["prune"])
+    report = compress_model(onnx.load(bundled_digits_cnn()), options)[1]
+    assert len(report.candidates) > 1
+    assert sorted(path.name for path in tmp_path.iterdir()) == []
 
 
 def test_the_time_budget_stops_the_search_between_candidates(monkeypatch: pytest.MonkeyPatch) -> None:

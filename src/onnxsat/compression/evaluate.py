@@ -101,15 +101,13 @@ class Outcome:
 @dataclass
 class _Prepared:
     original: onnx.ModelProto
-    fit_path: Path
-    calibration_path: Path
     scorer: ModelScorer
-    folder: tempfile.TemporaryDirectory[str]
 
 
 _PREPARED: dict[str, _Prepared] = {}
-"""Per worker process: the last problem's loaded model, data file and reference outputs, so a worker
-does that once per search and not once per candidate."""
+"""Per worker process: the last problem's loaded model and reference outputs, so a worker does that once
+per search and not once per candidate. Nothing on disk: Ray ends its workers without running their exit
+handlers, so a folder kept between candidates would be left behind in every worker's temporary directory."""
 
 
 def samples_npz(dataset: Dataset) -> bytes:
@@ -123,13 +121,7 @@ def samples_npz(dataset: Dataset) -> bytes:
 
 def _prepared(problem: Problem) -> _Prepared:
     if problem.key not in _PREPARED:
-        for old in _PREPARED.values():
-            old.folder.cleanup()
         _PREPARED.clear()
-        folder = tempfile.TemporaryDirectory(prefix="onnxsat-compress-")
-        fit_path, calibration_path = Path(folder.name) / "fit.npz", Path(folder.name) / "calibration.npz"
-        fit_path.write_bytes(problem.fit_data)
-        calibration_path.write_bytes(problem.calibration_data)
         with np.load(io.BytesIO(problem.data), allow_pickle=False) as arrays:
             companions = companions_in(arrays)
             dataset = Dataset(arrays["inputs"], arrays.get("labels"), problem.data_name, companions=companions)
@@ -144,7 +136,7 @@ def _prepared(problem: Problem) -> _Prepared:
             batch_size=problem.batch_size,
             confidence=problem.confidence,
         )
-        _PREPARED[problem.key] = _Prepared(original, fit_path, calibration_path, scorer, folder)
+        _PREPARED[problem.key] = _Prepared(original, scorer)
     return _PREPARED[problem.key]
 
 
@@ -164,16 +156,20 @@ def evaluate(task: Task) -> Outcome:
     if task.minutes is not None:
         settings["budget_minutes"] = task.minutes
     try:
-        built = build(
-            task.recipe,
-            prepared.original,
-            str(prepared.calibration_path),
-            task.problem.spec,
-            quantize_settings=settings,
-            calibration_limit=task.problem.calibration_limit,
-            spent=lambda pruned: prepared.scorer.score(pruned).bound,
-            fit_data=str(prepared.fit_path),
-        )
+        with tempfile.TemporaryDirectory(prefix="onnxsat-compress-") as folder:
+            fit_path, calibration_path = Path(folder) / "fit.npz", Path(folder) / "calibration.npz"
+            fit_path.write_bytes(task.problem.fit_data)
+            calibration_path.write_bytes(task.problem.calibration_data)
+            built = build(
+                task.recipe,
+                prepared.original,
+                str(calibration_path),
+                task.problem.spec,
+                quantize_settings=settings,
+                calibration_limit=task.problem.calibration_limit,
+                spent=lambda pruned: prepared.scorer.score(pruned).bound,
+                fit_data=str(fit_path),
+            )
         score, distortion = prepared.scorer.judge(built.model)
     except OnnxSatError as error:
         return Outcome(task.recipe, error=str(error), seconds=time.perf_counter() - start)
