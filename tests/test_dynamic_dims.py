@@ -4,6 +4,7 @@ Verification, ``--input-shape`` and the profiler accept any size there; symbolic
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -11,9 +12,10 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
+from onnxsat.bench.compare import CompareSettings, compare_model
 from onnxsat.cli import main
-from onnxsat.errors import NothingPaysError
-from onnxsat.inputs import fixed_dim, random_inputs
+from onnxsat.errors import NothingPaysError, RuntimeUnsupportedError
+from onnxsat.inputs import InputSpec, fixed_dim, random_inputs
 
 
 def conv_model(path: Path, dims: list[int | str]) -> Path:
@@ -121,3 +123,75 @@ def test_a_dynamic_length_is_sized_by_the_data(tmp_path: Path, capfd: pytest.Cap
     assert "Invalid input shape" not in err and "dynamic dims were set to 1" not in err, err
     assert "onnxruntime" not in err, err
     assert code in (0, NothingPaysError.exit_code), err  # written, or nothing pays (one line); never the input refused
+
+
+def skip_model(path: Path, reshape_to: int | None = None) -> Path:
+    """x[batch, 2, h, w] -> Conv stride 2 -> Resize x2 -> Concat with x: an encoder-decoder's skip connection,
+    which ONNX Runtime cannot run at 1 x 1 (the halved map upsamples to 2 x 2 beside the 1 x 1 input). With
+    ``reshape_to``, the result is then reshaped to that many elements: no size runs."""
+    weight = np.random.default_rng(0).standard_normal((2, 2, 3, 3)).astype(np.float32)
+    nodes = [
+        helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1], strides=[2, 2]),
+        helper.make_node("Resize", ["c", "", "scales"], ["up"], mode="nearest"),
+        helper.make_node("Concat", ["up", "x"], ["y"], axis=1),
+    ]
+    initializers = [
+        numpy_helper.from_array(weight, "w"),
+        numpy_helper.from_array(np.array([1, 1, 2, 2], np.float32), "scales"),
+    ]
+    output = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    if reshape_to is not None:
+        nodes.append(helper.make_node("Reshape", ["y", "shape"], ["z"]))
+        initializers.append(numpy_helper.from_array(np.array([reshape_to], np.int64), "shape"))
+        output = helper.make_tensor_value_info("z", TensorProto.FLOAT, None)
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 2, "h", "w"])],
+        [output],
+        initializers,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, str(path))
+    return path
+
+
+def test_unsized_dims_take_a_larger_size_but_a_batch_stays_at_one() -> None:
+    values = [
+        helper.make_tensor_value_info("image", TensorProto.FLOAT, ["batch", 3, "h", -1]),
+        helper.make_tensor_value_info("mask", TensorProto.FLOAT, ["batch", "h"]),
+        helper.make_tensor_value_info("lengths", TensorProto.INT64, [-1]),
+        helper.make_tensor_value_info("given", TensorProto.FLOAT, ["batch", 5]),
+    ]
+    graph = helper.make_graph([], "g", values, [])
+    spec = InputSpec(shapes={"given": [2, 5]}).with_guessed_at(helper.make_model(graph), 64)
+    assert spec.shapes == {"given": [2, 5], "image": [2, 3, 64, 64], "mask": [2, 64], "lengths": [64]}
+
+
+@pytest.mark.parametrize("command", [["optimize"], ["sparsify", "--sparsity", "0.5"]])
+def test_a_model_that_cannot_run_at_size_one_runs_at_a_larger_size(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], command: list[str]
+) -> None:
+    source, output, report = skip_model(tmp_path / "unet.onnx"), tmp_path / "out.onnx", tmp_path / "r.json"
+    assert main([command[0], str(source), "-o", str(output), *command[1:], "--report", str(report)]) == 0
+    said = "ONNX Runtime cannot run the model with its unsized dynamic dims at 1; at 64: x as [1, 2, 64, 64]"
+    assert f"sizes: {said}" in capsys.readouterr().out
+    assert json.loads(report.read_text())["run"]["sizes"] == said
+    assert declared(output) == declared(source)
+
+
+def test_a_model_no_size_runs_is_refused_naming_every_size_tried(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    source, output = skip_model(tmp_path / "fixed.onnx", reshape_to=7), tmp_path / "out.onnx"
+    assert main(["optimize", str(source), "-o", str(output)]) == RuntimeUnsupportedError.exit_code
+    err = capsys.readouterr().err
+    assert "dynamic dims were set to 1: x ran as [1, 2, 1, 1]" in err and "(at 64 and 224 it failed too)" in err
+    assert len(err.strip().splitlines()) == 1 and not output.exists()
+
+
+def test_bench_compare_times_a_model_that_cannot_run_at_size_one(tmp_path: Path) -> None:
+    settings = CompareSettings(pairs=1, warmup=0)
+    result = compare_model(skip_model(tmp_path / "unet.onnx"), settings, registry={})
+    assert result.inputs == "x [1,2,64,64] float32"

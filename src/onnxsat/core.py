@@ -74,6 +74,8 @@ class RunFacts:
     report says otherwise)."""
     inputs_file: str | None = None
     normal_form: list[str] = field(default_factory=list)
+    sizes: str = ""
+    """Said when the random inputs' unsized dynamic dims did not run at 1 and took larger sizes."""
 
     def lines(self) -> list[str]:
         source = f" ({self.inputs_file})" if self.inputs_file else ""
@@ -81,6 +83,7 @@ class RunFacts:
         data = [f"{name} from the data" for name in self.inputs.get("data", [])]
         random = [f"{name} random" for name in self.inputs.get("random", [])]
         lines = [f"inputs: {', '.join(given + data + random)}"] if given or data or random else []
+        lines += [f"sizes: {self.sizes}"] if self.sizes else []
         return lines + [f"normal form: {line}" for line in self.normal_form]
 
 

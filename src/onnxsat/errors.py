@@ -43,6 +43,11 @@ class RuntimeUnsupportedError(OnnxSatError):
     exit_code = 6
 
 
+class GuessedSizesError(RuntimeUnsupportedError):
+    """ONNX Runtime cannot run the model on random inputs whose dynamic dims nobody sized: a run over larger
+    sizes may (see ``runner``)."""
+
+
 class OutputPathError(OnnxSatError):
     """The output path cannot be written safely (missing folder, same file as the input, a directory)."""
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import zipfile
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Union
 
@@ -171,6 +171,33 @@ class InputSpec:
             and value.name not in self.shapes
             and any(fixed_dim(d) is None and d.dim_param not in named for d in declared_dims(value) or [])
         ]
+
+    def with_guessed_at(self, model: onnx.ModelProto, size: int) -> InputSpec:
+        """This spec with sizes for the inputs :meth:`guessed` names: each such dim at ``size``, except a
+        batch (the first axis of an input of rank 2 or more, and every dim named like one), which stays at
+        1. A convolution net's feature maps, halved five times, are 1 x 1 from a 1 x 1 image and its upsampling
+        path no longer meets its skip connections; at 64 they are 2 x 2."""
+        named = dict(named_sizes(model, self))
+        guessed = set(self.guessed(model))
+        values = [value for value in model.graph.input if value.name in guessed]
+        batches = {dims[0].dim_param for value in values if len(dims := declared_dims(value) or []) >= 2}
+        for value in values:
+            for dim in declared_dims(value) or []:
+                name = dim.dim_param
+                if name and fixed_dim(dim) is None and name not in named and not set("+*") & set(name):
+                    named[name] = 1 if name in batches else size
+        shapes = dict(self.shapes)
+        for value in values:
+            dims = declared_dims(value) or []
+            shapes[value.name] = [
+                dim.dim_value
+                if fixed_dim(dim) is not None
+                else dynamic_size(dim, named)
+                if dim.dim_param
+                else (1 if axis == 0 and len(dims) >= 2 else size)
+                for axis, dim in enumerate(dims)
+            ]
+        return replace(self, shapes=shapes)
 
     def described(self, model: onnx.ModelProto) -> dict[str, list[str]]:
         """Which of the model's inputs were given and which were made random, for reports."""

@@ -14,7 +14,8 @@ import contextlib
 import tempfile
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
+from functools import partial
 from pathlib import Path
 from typing import Any, Union
 
@@ -24,10 +25,16 @@ from onnxsat import external_data, model_io
 from onnxsat.core import Model, Pass, PassContext, PassResult, ReportBase, RunFacts
 from onnxsat.data.model_input import data_input
 from onnxsat.data.sources import carried_names
-from onnxsat.errors import InvalidModelError, OnnxSatError, SettingsError, VerificationFailedError
+from onnxsat.errors import (
+    GuessedSizesError,
+    InvalidModelError,
+    OnnxSatError,
+    SettingsError,
+    VerificationFailedError,
+)
 from onnxsat.inputs import InputSpec
 from onnxsat.normal_form import densify_sparse_initializers, working_form
-from onnxsat.verification import Tolerance
+from onnxsat.verification import Tolerance, at_larger_sizes
 
 
 @dataclass
@@ -148,16 +155,71 @@ def run(
     proto, normalised, restated = working_form(proto, settings.inputs.given, in_place=True)
     normalised[:0] = loaded
     settings.inputs.check(proto)
-    model = Model(proto, base_dir, str(input_path))
+    first, sizes_note = Model(proto, base_dir, str(input_path)), ""
+    run_passes = partial(_run_passes, first, str(target), passes, restated=restated, pipeline=pipeline)
+    try:
+        model, steps, pipeline_report = run_passes(settings, normalised=normalised)
+    except GuessedSizesError as error:
+        timeout = {} if settings.run_timeout is None else {"timeout": settings.run_timeout}
+        sized, _, sizes_note = at_larger_sizes(proto, settings.inputs, error, base_dir=base_dir, **timeout)
+        settings = replace(settings, inputs=sized)
+        model, steps, pipeline_report = run_passes(settings, normalised=normalised)
+    ok = pipeline_report.ok
+    single = steps[0][2].report if pipeline is None and len(passes) == 1 else None
+    if single is not None:
+        single.record_phase("load", load_seconds)
+    if ok or settings.force:
+        start = time.perf_counter()
+        model_io.check_unchanged(read_from)
+        model_io.save_model(model.proto, target, base_dir, inline_source=Path(input_path) if on_disk else None)
+        pipeline_report.written = True
+        for _, _, result in steps:
+            if result.report is not None:
+                result.report.output, result.report.written = str(target), True
+        if single is not None:
+            single.record_phase("save", time.perf_counter() - start)
+    report = single if single is not None else pipeline_report
+    sources = [settings.data, *(getattr(getattr(step, "options", None), "data", None) for _, step in passes)]
+    data = next((source for source in sources if source not in (None, "random")), None)  # "random": no data
+    report.record_run(_run_facts(proto, settings.inputs, normalised, data, sizes_note))
+    if report_path is not None:
+        model_io.write_text_atomic(report.to_json() + "\n", report_path)
+    if not ok and not settings.force:
+        place, step, result = next(failed for failed in steps if not failed[2].ok)
+        if result.over_budget:
+            where = "" if single is not None else f"{place} ({step.kind}): "
+            message = (
+                f"{where}{result.over_budget}; nothing was written (give more --data, a looser --max-drop, or "
+                "--force to write it anyway)"
+            )
+        else:
+            message = step.refusal() if single is not None else f"{place} failed verification; nothing was written"
+        error = VerificationFailedError(message)
+        error.report = report
+        raise error
+    return report
+
+
+def _run_passes(
+    model: Model,
+    target: str,
+    passes: Sequence[tuple[str, Pass]],
+    settings: RunSettings,
+    restated: tuple[str, ...],
+    pipeline: str | None,
+    normalised: list[str],
+) -> tuple[Model, list[tuple[str, Pass, PassResult]], PipelineReport]:
+    """Each pass in turn on the last one's result, until one fails (unless forced): the last model, each
+    step run and the pipeline's record of them. ``normalised`` gains what densifying weights changed."""
     context = PassContext(
         inputs=settings.inputs,
         tolerance=settings.tolerance,
         data=settings.data,
-        reference=proto,
+        reference=model.proto,
         run_timeout=settings.run_timeout,
         restated_inputs=restated,
     )
-    pipeline_report = PipelineReport(pipeline or "", str(input_path), str(target))
+    pipeline_report = PipelineReport(pipeline or "", model.source, target)
     steps: list[tuple[str, Pass, PassResult]] = []
     for index, (place, step) in enumerate(passes):
         begun = time.perf_counter()
@@ -178,49 +240,18 @@ def run(
         if not result.ok and not settings.force:
             pipeline_report.not_run = [later for later, _ in passes[index + 1 :]]
             break
-    ok = pipeline_report.ok
-    single = steps[0][2].report if pipeline is None and len(passes) == 1 else None
-    if single is not None:
-        single.record_phase("load", load_seconds)
-    if ok or settings.force:
-        start = time.perf_counter()
-        model_io.check_unchanged(read_from)
-        model_io.save_model(model.proto, target, base_dir, inline_source=Path(input_path) if on_disk else None)
-        pipeline_report.written = True
-        for _, _, result in steps:
-            if result.report is not None:
-                result.report.output, result.report.written = str(target), True
-        if single is not None:
-            single.record_phase("save", time.perf_counter() - start)
-    report = single if single is not None else pipeline_report
-    sources = [settings.data, *(getattr(getattr(step, "options", None), "data", None) for _, step in passes)]
-    data = next((source for source in sources if source not in (None, "random")), None)  # "random": no data
-    report.record_run(_run_facts(proto, settings.inputs, normalised, data))
-    if report_path is not None:
-        model_io.write_text_atomic(report.to_json() + "\n", report_path)
-    if not ok and not settings.force:
-        place, step, result = next(failed for failed in steps if not failed[2].ok)
-        if result.over_budget:
-            where = "" if single is not None else f"{place} ({step.kind}): "
-            message = (
-                f"{where}{result.over_budget}; nothing was written (give more --data, a looser --max-drop, or "
-                "--force to write it anyway)"
-            )
-        else:
-            message = step.refusal() if single is not None else f"{place} failed verification; nothing was written"
-        error = VerificationFailedError(message)
-        error.report = report
-        raise error
-    return report
+    return model, steps, pipeline_report
 
 
-def _run_facts(model: onnx.ModelProto, inputs: InputSpec, normalised: list[str], data: str | None) -> RunFacts:
+def _run_facts(
+    model: onnx.ModelProto, inputs: InputSpec, normalised: list[str], data: str | None, sizes: str = ""
+) -> RunFacts:
     """What the report says about the run itself: which inputs were given, which fed from ``data`` (the
     ``--data`` a pass reads: its samples, and the rows its ``.npz`` carries for other inputs), which random,
     and how the loaded model was brought to normal form."""
     described = inputs.described(model)
     if data is None:
-        return RunFacts(inputs=described, inputs_file=inputs.source, normal_form=normalised)
+        return RunFacts(inputs=described, inputs_file=inputs.source, normal_form=normalised, sizes=sizes)
     carried = [name for name in carried_names(data) if name in described["random"]]  # not given by --inputs
     try:
         fed = data_input(model, [*inputs.given, *carried]).name
@@ -230,7 +261,7 @@ def _run_facts(model: onnx.ModelProto, inputs: InputSpec, normalised: list[str],
     described["random"] = [name for name in described["random"] if name not in fed_data]
     if fed_data:
         described["data"] = fed_data
-    return RunFacts(inputs=described, inputs_file=inputs.source, normal_form=normalised)
+    return RunFacts(inputs=described, inputs_file=inputs.source, normal_form=normalised, sizes=sizes)
 
 
 def _record(place: str, step: Pass, result: PassResult, seconds: float) -> StepRecord:

@@ -23,6 +23,7 @@ import onnxruntime as ort
 from onnxsat import custom_ops
 from onnxsat.errors import (
     DataError,
+    GuessedSizesError,
     InvalidModelError,
     OnnxSatError,
     OutOfMemoryError,
@@ -602,9 +603,40 @@ def reference_run(
         if not guessed or any(text in str(error) for text in _NOT_ABOUT_SIZES):
             raise
         hint = "; ".join(f"{name} ran as {list(feeds[name].shape)}" for name in guessed)
-        raise RuntimeUnsupportedError(
+        raise GuessedSizesError(
             f"{error} (dynamic dims were set to 1: {hint}; give real sizes with --input-shape or values with --inputs)"
         ) from None
+
+
+FALLBACK_DYNAMIC_DIMS = (64, 224)
+"""Sizes tried for the dynamic dims nobody sized when ONNX Runtime cannot run the model with them at 1."""
+
+
+def at_larger_sizes(
+    original: onnx.ModelProto,
+    inputs: InputsLike,
+    error: GuessedSizesError,
+    base_dir: Path | None = None,
+    timeout: float = DEFAULT_RUN_TIMEOUT,
+) -> tuple[InputSpec, Reference, str]:
+    """After ``error`` (the run with the unsized dynamic dims at 1 failed): the inputs with those dims at the first
+    of ``FALLBACK_DYNAMIC_DIMS`` that ONNX Runtime runs, that run, and a line saying so for the report.
+    ``error`` again, naming the sizes tried, when none runs."""
+    spec = InputSpec.of(inputs)
+    for size in FALLBACK_DYNAMIC_DIMS:
+        sized = spec.with_guessed_at(original, size)
+        try:
+            reference = reference_run(original, sized, base_dir=base_dir, timeout=timeout)
+        except (RuntimeUnsupportedError, SettingsError):
+            continue
+        shapes = ", ".join(f"{name} as {sized.shapes[name]}" for name in spec.guessed(original))
+        return (
+            sized,
+            reference,
+            f"ONNX Runtime cannot run the model with its unsized dynamic dims at 1; at {size}: {shapes}",
+        )
+    tried = " and ".join(str(size) for size in FALLBACK_DYNAMIC_DIMS)
+    raise GuessedSizesError(f"{error} (at {tried} it failed too)") from None
 
 
 def check_and_run(
