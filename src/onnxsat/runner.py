@@ -158,12 +158,11 @@ def run(
     first, sizes_note = Model(proto, base_dir, str(input_path)), ""
     run_passes = partial(_run_passes, first, str(target), passes, restated=restated, pipeline=pipeline)
     try:
-        model, steps, pipeline_report = run_passes(settings, normalised=normalised)
+        model, steps, pipeline_report = run_passes(settings, normalised)
     except GuessedSizesError as error:
-        timeout = {} if settings.run_timeout is None else {"timeout": settings.run_timeout}
-        sized, _, sizes_note = at_larger_sizes(proto, settings.inputs, error, base_dir=base_dir, **timeout)
+        sized, _, sizes_note = at_larger_sizes(proto, settings.inputs, error, base_dir, settings.run_timeout)
         settings = replace(settings, inputs=sized)
-        model, steps, pipeline_report = run_passes(settings, normalised=normalised)
+        model, steps, pipeline_report = run_passes(settings, normalised)
     ok = pipeline_report.ok
     single = steps[0][2].report if pipeline is None and len(passes) == 1 else None
     if single is not None:
@@ -205,9 +204,9 @@ def _run_passes(
     target: str,
     passes: Sequence[tuple[str, Pass]],
     settings: RunSettings,
+    normalised: list[str],
     restated: tuple[str, ...],
     pipeline: str | None,
-    normalised: list[str],
 ) -> tuple[Model, list[tuple[str, Pass, PassResult]], PipelineReport]:
     """Each pass in turn on the last one's result, until one fails (unless forced): the last model, each
     step run and the pipeline's record of them. ``normalised`` gains what densifying weights changed."""

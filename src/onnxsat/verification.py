@@ -617,16 +617,16 @@ def at_larger_sizes(
     inputs: InputsLike,
     error: GuessedSizesError,
     base_dir: Path | None = None,
-    timeout: float = DEFAULT_RUN_TIMEOUT,
+    timeout: float | None = None,
 ) -> tuple[InputSpec, Reference, str]:
     """After ``error`` (the run with the unsized dynamic dims at 1 failed): the inputs with those dims at the first
     of ``FALLBACK_DYNAMIC_DIMS`` that ONNX Runtime runs, that run, and a line saying so for the report.
-    ``error`` again, naming the sizes tried, when none runs."""
+    ``error`` again, naming the sizes tried, when none runs. ``timeout``: per run, None for the default."""
     spec = InputSpec.of(inputs)
     for size in FALLBACK_DYNAMIC_DIMS:
         sized = spec.with_guessed_at(original, size)
         try:
-            reference = reference_run(original, sized, base_dir=base_dir, timeout=timeout)
+            reference = reference_run(original, sized, base_dir=base_dir, timeout=timeout or DEFAULT_RUN_TIMEOUT)
         except (RuntimeUnsupportedError, SettingsError):
             continue
         shapes = ", ".join(f"{name} as {sized.shapes[name]}" for name in spec.guessed(original))
