@@ -507,3 +507,13 @@ def test_labels_left_unread_may_hold_anything(tmp_path: Path) -> None:
     path = npz(tmp_path / "d.npz", inputs=np.ones((2, 2)), labels=np.array(["zero", "one"]))
     dataset = load_dataset(str(path), [None, 2], labels=False)
     assert dataset.labels is None and len(dataset) == 2
+
+
+def test_rows_of_zeros_and_ones_are_yes_no_labels_and_one_hot_rows_classes(tmp_path: Path) -> None:
+    tags = np.array([[1, 0, 1], [0, 0, 0], [1, 1, 1], [0, 1, 0]])
+    data = load_dataset(str(npz(tmp_path / "tags.npz", inputs=np.ones((4, 2)), labels=tags)), [None, 2])
+    assert data.labels is not None and data.labels.dtype == bool
+    np.testing.assert_array_equal(data.labels, tags.astype(bool))
+    one_hot = np.eye(3, dtype=np.float32)[[2, 0, 1, 2]]  # one 1 per row: Keras' to_categorical
+    data = load_dataset(str(npz(tmp_path / "classes.npz", inputs=np.ones((4, 2)), labels=one_hot)), [None, 2])
+    assert data.labels is not None and data.labels.tolist() == [2, 0, 1, 2]

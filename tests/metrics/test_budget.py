@@ -432,3 +432,16 @@ def test_a_candidate_output_of_another_size_is_one_line_naming_it() -> None:
     budget = Budget({"boxes": boxes}, {})
     with pytest.raises(DataError, match=r"output 'boxes' has \[38, 4\] per sample from a candidate and \[100, 4\]"):
         budget.score({"boxes": boxes[:, :38]})
+
+
+def test_rows_of_yes_no_labels_score_the_output_they_fit_and_leave_the_others_to_agreement() -> None:
+    """A watermark decoder's 32 bits (or a tagger's tags): rows of 0 and 1 per sample, read as booleans."""
+    bits = RNG.normal(size=(6, 32)) * 5
+    labels = bits >= 0
+    labels[0, :3] = ~labels[0, :3]  # the original gets three of 192 bits wrong
+    budget = Budget({"bits": bits, "embedding": RNG.normal(size=(6, 16))}, {}, labels)
+    assert budget.metrics["bits"].name == "tags" and budget.metrics["embedding"].name == "cosine"
+    assert budget.baseline.kind == "accuracy"
+    assert next(o for o in budget.baseline.outputs if o.output == "bits").value == pytest.approx(189 / 192)
+    with pytest.raises(DataError, match="--metric tags reads them"):
+        Budget({"bits": bits}, {}, labels, metric="top1")

@@ -129,3 +129,17 @@ def test_cosine_snr_and_exact() -> None:
     assert measure("cosine", np.zeros((2, 3)), np.zeros((2, 3))).value == 1.0
     ids = np.array([[1, 2], [3, 4]])
     assert measure("exact", ids, np.array([[1, 2], [3, 5]])).value == 0.5
+
+
+def test_tags_score_each_yes_no_value_against_rows_of_labels_or_the_original() -> None:
+    logits = np.array([[2.0, -1.0, 0.5, -3.0], [-2.0, 1.0, 0.5, 3.0]])
+    moved = logits.copy()
+    moved[0, 2] = -0.1  # one of the first sample's four decisions flips
+    found = measure("tags", logits, moved)
+    assert found.value == pytest.approx(7 / 8) and found.details["threshold"] == 0.0
+    assert found.details["rows all right"] == 0.5
+    np.testing.assert_allclose(found.per_sample, [0.75, 1.0])
+    labels = np.array([[1, 0, 1, 0], [0, 1, 1, 0]], bool)  # the original misses the second sample's last tag
+    assert measure("tags", logits, logits, labels).value == pytest.approx(7 / 8)
+    assert measure("tags", logits, moved, labels).value == pytest.approx(6 / 8)
+    assert "several float values" in METRICS["tags"].fits(np.zeros((2, 1)), 0)

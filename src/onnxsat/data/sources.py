@@ -689,10 +689,11 @@ def _unreadable_npz(path: Path, error: Exception) -> DataError:
 
 def _checked_labels(values: object, count: int, where: str, targets: bool = True) -> np.ndarray:
     """Labels, one entry per sample: int64 classes when they are whole numbers 0 or more (or one-hot rows, or a
-    column ``[N, 1]``), else float64 targets (a regression's, stored as floats: not whole, negative, or several
-    values per sample), which a source of classes only (``targets`` False: a CIFAR batch) refuses. Integers below
-    0 are refused (-1 marks "no label" in many datasets, and is no regression target), and so are whole numbers
-    of other shapes stored as integers or all 0 and 1 (masks, multi-hot rows: classes, but not per sample)."""
+    column ``[N, 1]``), boolean rows ``[N, K]`` when each sample has several labels of 0 and 1 (multi-hot rows:
+    a multi-label classifier's tags, a watermark's bits), else float64 targets (a regression's, stored as
+    floats: not whole, negative, or several values per sample), which a source of classes only (``targets``
+    False: a CIFAR batch) refuses. Integers below 0 are refused (-1 marks "no label" in many datasets, and is no
+    regression target), and so are whole numbers of other shapes stored as integers or all 0 and 1 (masks)."""
     try:
         labels = np.asarray(values)
     except ValueError:
@@ -712,11 +713,14 @@ def _checked_labels(values: object, count: int, where: str, targets: bool = True
         labels = labels[:, 0]
     if labels.ndim == 1 and whole:
         return labels.astype(np.int64)
-    if whole and (np.issubdtype(labels.dtype, np.integer) or np.all((labels == 0) | (labels == 1))):
+    yes_no = bool(np.all((labels == 0) | (labels == 1)))
+    if yes_no and labels.ndim == 2 and labels.shape[1] > 1:  # several yes/no labels per sample: tags, bits
+        return labels.astype(bool)
+    if whole and (np.issubdtype(labels.dtype, np.integer) or yes_no):
         raise DataError(
             f"{where}: labels of shape {list(labels.shape)} hold whole numbers: classes, but not one per sample "
-            "(per-pixel masks or several classes per sample are not read; --fidelity compares with the original "
-            "instead); a regression's targets are floats"
+            "(per-pixel masks or several classes per sample are not read, but rows of 0 and 1 are: one yes/no per "
+            "value; --fidelity compares with the original instead); a regression's targets are floats"
         )
     if not targets:
         raise DataError(f"{where}: labels must be classes, whole numbers 0 or more, one per sample")

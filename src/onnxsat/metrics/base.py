@@ -28,6 +28,12 @@ def is_targets(labels: Labels) -> bool:
     return labels is not None and np.issubdtype(labels.dtype, np.floating)
 
 
+def is_tags(labels: Labels) -> bool:
+    """Whether ``labels`` are yes/no rows, several per sample (a multi-label classifier's tags, a watermark's
+    bits): the data's labels hold them as booleans ``[N, K]``."""
+    return labels is not None and labels.dtype == np.bool_ and labels.ndim == 2
+
+
 @dataclass(frozen=True)
 class Measure:
     """One metric on one output: ``value`` in [0, 1] is what a budget spends; ``details`` are finer
@@ -58,7 +64,8 @@ DOMINANT_SHARE = 0.95
 @dataclass(frozen=True)
 class Metric:
     """A named way of scoring one output; ``uses_labels``: against class labels when the data has them,
-    ``uses_targets``: against regression targets when it has those (else agreement with the original)."""
+    ``uses_targets``: against regression targets when it has those, ``uses_tags``: against yes/no rows (else
+    agreement with the original)."""
 
     name: str
     summary: str
@@ -66,6 +73,7 @@ class Metric:
     fits: Fit
     uses_labels: bool = False
     uses_targets: bool = False
+    uses_tags: bool = False
     blind_spot: BlindSpot | None = None
     """Scored by agreement with the original (no labels), an output whose answer (nearly) never varies on
     the data cannot show damage to the other answers; this says when that is so."""
@@ -99,6 +107,8 @@ def reads(metric: Metric, labels: Labels) -> bool:
     """Whether ``metric`` scores against ``labels`` (classes or targets, as it takes them)."""
     if labels is None:
         return False
+    if is_tags(labels):
+        return metric.uses_tags
     return metric.uses_targets if is_targets(labels) else metric.uses_labels
 
 

@@ -18,7 +18,18 @@ import numpy as np
 
 from onnxsat.errors import DataError, SettingsError
 from onnxsat.metrics import instances
-from onnxsat.metrics.base import METRICS, VARIED_SAMPLES, Labels, Metric, is_targets, joined, ragged, reads, shape_text
+from onnxsat.metrics.base import (
+    METRICS,
+    VARIED_SAMPLES,
+    Labels,
+    Metric,
+    is_tags,
+    is_targets,
+    joined,
+    ragged,
+    reads,
+    shape_text,
+)
 from onnxsat.metrics.custom import is_user_spec, user_metric
 from onnxsat.metrics.detection import exported_detector
 from onnxsat.metrics.selection import choose
@@ -233,6 +244,11 @@ class Budget:
                         f"--metric {fixed.name} scores against class labels, and the data's labels are a regression's "
                         "targets (not whole numbers 0 or more, or several per sample): --metric r2 reads them, "
                         "--fidelity ignores them"
+                    )
+                if is_tags(labels) and (fixed.uses_labels or fixed.uses_targets) and not fixed.uses_tags:
+                    raise DataError(
+                        f"--metric {fixed.name} scores against one label per sample, and the data's labels are rows of "
+                        "0 and 1 (several yes/no labels per sample): --metric tags reads them, --fidelity ignores them"
                     )
                 why_not = fixed.fits(output, axis)
                 if why_not is not None:

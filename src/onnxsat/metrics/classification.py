@@ -101,6 +101,28 @@ def binary(reference: np.ndarray, candidate: np.ndarray, labels: Labels) -> Meas
     return Measure(float(np.mean(right)), {"threshold": threshold, "recall": recall}, right)
 
 
+def tags(reference: np.ndarray, candidate: np.ndarray, labels: Labels) -> Measure:
+    """Per sample, the share of its yes/no decisions (one per value, cut as ``binary`` cuts one) that are the
+    labels' (``[N, K]`` booleans), or the original's without labels; averaged over the samples."""
+    threshold = decision_threshold(reference)
+    decided = candidate.reshape(len(candidate), -1) >= threshold
+    truth = reference.reshape(len(reference), -1) >= threshold if labels is None else labels.astype(bool)
+    if truth.shape != decided.shape:
+        raise DataError(f"the labels hold {truth.shape[1]} yes/no values per sample, the output {decided.shape[1]}")
+    right = decided == truth
+    rows = float(np.mean(right.all(axis=1))) if len(right) else 1.0
+    per_sample = right.mean(axis=1)
+    return Measure(float(np.mean(per_sample)), {"threshold": threshold, "rows all right": rows}, per_sample)
+
+
+def _fits_tags(reference: np.ndarray, batch_axis: int) -> str | None:
+    del batch_axis
+    shape = per_sample_shape(reference)
+    if not np.issubdtype(reference.dtype, np.floating) or int(np.prod(shape, dtype=np.int64)) < 2:
+        return f"needs several float values per sample; per sample it is {shape_text(shape)} {reference.dtype}"
+    return None
+
+
 def predicted_class(reference: np.ndarray, candidate: np.ndarray, labels: Labels) -> Measure:
     """Share of samples whose class (the output's one integer per sample, as a classifier that ends in
     ArgMax or a scikit-learn label output gives it) is the label's, or the original's without labels."""
@@ -167,6 +189,16 @@ register(
         _fits_decision,
         uses_labels=True,
         blind_spot=one_decision,
+    )
+)
+register(
+    Metric(
+        "tags",
+        "several yes/no values per sample (multi-label classes, bits): share of decisions (at 0.5 for probabilities, "
+        "0 for logits) that are the labels' rows (or the original's)",
+        tags,
+        _fits_tags,
+        uses_tags=True,
     )
 )
 register(

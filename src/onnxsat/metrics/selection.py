@@ -47,7 +47,16 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from onnxsat.metrics.base import METRICS, Labels, Metric, is_targets, per_sample_shape, shape_text, unit_interval
+from onnxsat.metrics.base import (
+    METRICS,
+    Labels,
+    Metric,
+    is_tags,
+    is_targets,
+    per_sample_shape,
+    shape_text,
+    unit_interval,
+)
 from onnxsat.metrics.classification import class_scores, decision_labels
 from onnxsat.metrics.dense_maps import map_shape
 from onnxsat.metrics.detection import boxes_in_pixels, yolo_layout
@@ -112,6 +121,11 @@ def choose(
         if int(np.prod(shape, dtype=np.int64)) == 1:
             return Choice(METRICS["label"], f"one {reference.dtype} class per sample")
         return Choice(METRICS["exact"], f"{reference.dtype} values")
+    if is_tags(labels):
+        if METRICS["tags"].fits(reference, batch_axis) is None and labels[0].size == np.prod(shape, dtype=np.int64):
+            why = f"{labels.shape[1]} yes/no labels per sample in the data, one per value ({text} per sample)"
+            return Choice(METRICS["tags"], why)
+        labels = None  # rows of tags for another output: this one is compared with the original
     regression = _regression_on(reference, labels)
     if regression is not None:
         return regression
