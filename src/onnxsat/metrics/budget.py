@@ -33,6 +33,7 @@ from onnxsat.metrics.base import (
 from onnxsat.metrics.custom import is_user_spec, user_metric
 from onnxsat.metrics.detection import exported_detector
 from onnxsat.metrics.selection import choose
+from onnxsat.metrics.yolo_masks import exported_segmenter
 from onnxsat.options import option
 
 AUTO = "auto"
@@ -218,6 +219,8 @@ class Budget:
             joins = [m.joins for m in metric.values() if m.joins]
         else:
             together = self._detector(names, fixed)
+            if together is None and (fixed is None or fixed.name == "detection"):
+                together = exported_segmenter(metadata or {}, self.reference, names)
             joins = [together.joins] if together is not None else []
         for parts in joins:
             self.folded.update({name: parts[0][1] for _, name in parts[1:]})

@@ -92,11 +92,17 @@ def boxes_in_pixels(output: np.ndarray, layout: YoloLayout) -> bool:
 def detections(sample: np.ndarray, layout: YoloLayout) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(boxes ``[M, 4]`` as x1, y1, x2, y2; scores ``[M]``; classes ``[M]``) after the threshold and
     class-wise NMS, best first."""
+    return kept_anchors(sample, layout)[:3]
+
+
+def kept_anchors(sample: np.ndarray, layout: YoloLayout) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`detections`, and the anchor (or table row) each kept box came from: where its mask coefficients
+    are."""
     if layout.table:  # NMS done by the model: the rows above the threshold, best first
         rows = np.asarray(sample, dtype=np.float64)
         keep = np.flatnonzero(np.nan_to_num(rows[:, 4], nan=-1.0) >= CONFIDENCE)
         keep = keep[np.argsort(-rows[keep, 4], kind="stable")]
-        return rows[keep, :4], rows[keep, 4], np.rint(rows[keep, 5]).astype(np.int64)
+        return rows[keep, :4], rows[keep, 4], np.rint(rows[keep, 5]).astype(np.int64), keep
     channels = np.asarray(layout.channels(sample), dtype=np.float64)
     centre_x, centre_y, width, height = channels[:4]
     classes = channels[5:] * channels[4] if layout.objectness else layout.scores(channels)
@@ -108,7 +114,7 @@ def detections(sample: np.ndarray, layout: YoloLayout) -> tuple[np.ndarray, np.n
         [centre_x - width / 2, centre_y - height / 2, centre_x + width / 2, centre_y + height / 2], axis=1
     )[keep]
     kept = _nms(boxes, best[keep])
-    return boxes[kept], score[keep][kept], best[keep][kept]
+    return boxes[kept], score[keep][kept], best[keep][kept], keep[kept]
 
 
 def iou(box: np.ndarray, others: np.ndarray) -> np.ndarray:
@@ -216,13 +222,8 @@ DETECTION = register(
 ULTRALYTICS_TASKS = frozenset({"detect", "segment", "pose", "obb"})
 
 
-def exported_detector(metadata: Mapping[str, str]) -> Metric | None:
-    """``detection`` for the boxes of an Ultralytics export, from the metadata it writes (``task``,
-    ``names``, ``args``). Its raw ``[4+classes+extra, anchors]`` has rows after the class scores that are
-    no scores: an oriented-box model's angle row (0.8-0.9 rad, inside [0, 1]) was read as an 81st class,
-    the original "found" 75-80 boxes per image on it, and every quantized model lost them all. With NMS
-    inside, its output is a table of kept boxes, which had been scored as a dense map. None for other
-    models, and for oriented boxes with NMS inside (their table holds rotated boxes)."""
+def ultralytics_export(metadata: Mapping[str, str]) -> tuple[str, dict | list, dict] | None:
+    """(task, class names, export arguments) an Ultralytics export's metadata gives, or None for other models."""
     task = metadata.get("task")
     if task not in ULTRALYTICS_TASKS:
         return None
@@ -233,7 +234,21 @@ def exported_detector(metadata: Mapping[str, str]) -> Metric | None:
         return None
     if not isinstance(names, dict | list) or not names:
         return None
-    if isinstance(args, dict) and args.get("nms"):
+    return task, names, args if isinstance(args, dict) else {}
+
+
+def exported_detector(metadata: Mapping[str, str]) -> Metric | None:
+    """``detection`` for the boxes of an Ultralytics export, from the metadata it writes (``task``,
+    ``names``, ``args``). Its raw ``[4+classes+extra, anchors]`` has rows after the class scores that are
+    no scores: an oriented-box model's angle row (0.8-0.9 rad, inside [0, 1]) was read as an 81st class,
+    the original "found" 75-80 boxes per image on it, and every quantized model lost them all. With NMS
+    inside, its output is a table of kept boxes, which had been scored as a dense map. None for other
+    models, and for oriented boxes with NMS inside (their table holds rotated boxes)."""
+    export = ultralytics_export(metadata)
+    if export is None:
+        return None
+    task, names, args = export
+    if args.get("nms"):
         if task == "obb":
             return None
         layout: dict[str, Any] = {"table": True}
