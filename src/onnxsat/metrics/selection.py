@@ -122,7 +122,7 @@ def choose(
             return Choice(METRICS["label"], f"one {reference.dtype} class per sample")
         return Choice(METRICS["exact"], f"{reference.dtype} values")
     if is_tags(labels):
-        if METRICS["tags"].fits(reference, batch_axis) is None and labels[0].size == np.prod(shape, dtype=np.int64):
+        if METRICS["tags"].fits(reference, batch_axis) is None and labels.shape[1] == np.prod(shape, dtype=np.int64):
             why = f"{labels.shape[1]} yes/no labels per sample in the data, one per value ({text} per sample)"
             return Choice(METRICS["tags"], why)
         labels = None  # rows of tags for another output: this one is compared with the original
