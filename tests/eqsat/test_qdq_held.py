@@ -67,10 +67,10 @@ def test_conv_relu_inside_a_qdq_unit_is_not_fused_and_runs_the_same_in_ort() -> 
     np.testing.assert_array_equal(outputs[0], outputs[1])
 
 
-def qdq_gelu(quantized: bool = True) -> onnx.ModelProto:
+def qdq_gelu(quantized: bool = True, weight_only: bool = False) -> onnx.ModelProto:
     """x -> [Q -> DQ] -> x * (0.5 * (1 + Erf(x / sqrt(2)))) -> [Q -> DQ] -> y: a GELU written out between a
     quantized model's units, as ORT's quantizer leaves a PyTorch export's ``nn.GELU``. Without ``quantized``,
-    the same GELU in float."""
+    the same GELU in float; with ``weight_only``, in float after a MatMul by a dequantized int8 weight."""
     initializers = [
         numpy_helper.from_array(np.array(np.sqrt(2.0), np.float32), "root2"),
         numpy_helper.from_array(np.array(1.0, np.float32), "one"),
@@ -78,7 +78,7 @@ def qdq_gelu(quantized: bool = True) -> onnx.ModelProto:
         numpy_helper.from_array(np.array(0.02, np.float32), "scale"),
         numpy_helper.from_array(np.array(128, np.uint8), "zero"),
     ]
-    x, y = ("x_d", "g") if quantized else ("x", "y")
+    x, y = ("x_d", "g") if quantized and not weight_only else ("x", "y")
     nodes = [
         helper.make_node("Div", [x, "root2"], ["d"]),
         helper.make_node("Erf", ["d"], ["e"]),
@@ -86,7 +86,18 @@ def qdq_gelu(quantized: bool = True) -> onnx.ModelProto:
         helper.make_node("Mul", ["half", "a"], ["h"]),
         helper.make_node("Mul", [x, "h"], [y]),
     ]
-    if quantized:
+    if weight_only:
+        weight = np.random.default_rng(0).integers(-127, 128, (64, 64)).astype(np.int8)
+        initializers += [
+            numpy_helper.from_array(weight, "w_q"),
+            numpy_helper.from_array(np.array(0.01, np.float32), "w_s"),
+        ]
+        nodes = [
+            helper.make_node("DequantizeLinear", ["w_q", "w_s"], ["w"]),
+            helper.make_node("MatMul", ["x", "w"], ["p"]),
+            *(helper.make_node(n.op_type, [("p" if i == "x" else i) for i in n.input], n.output) for n in nodes),
+        ]
+    elif quantized:
         nodes = [
             helper.make_node("QuantizeLinear", ["x", "scale", "zero"], ["x_q"]),
             helper.make_node("DequantizeLinear", ["x_q", "scale", "zero"], ["x_d"]),
@@ -110,3 +121,5 @@ def test_a_gelu_written_out_between_quantized_units_is_not_fused() -> None:
     assert "com.microsoft::Gelu" in op_types(roundtrip(qdq_gelu(quantized=False), target="ort").model)
     trip = roundtrip(qdq_gelu(), target="ort")
     assert not trip.fusions and "com.microsoft::Gelu" not in op_types(trip.model)
+    # after a MatMul by a dequantized weight, which stays as it is, the GELU computes in float: fused
+    assert "com.microsoft::Gelu" in op_types(roundtrip(qdq_gelu(weight_only=True), target="ort").model)

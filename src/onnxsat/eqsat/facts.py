@@ -24,7 +24,7 @@ from onnxsat.eqsat.folding import evaluate_node
 from onnxsat.eqsat.gelu_sites import GeluSite, gelu_sites
 from onnxsat.eqsat.hard_sites import HardSite, hard_sites
 from onnxsat.eqsat.layer_norm_sites import LayerNormSite, layer_norm_sites
-from onnxsat.eqsat.qdq import held_tensors, outside_held
+from onnxsat.eqsat.qdq import outside_held, quantized_edges
 from onnxsat.eqsat.registry import register
 from onnxsat.eqsat.weights import constant_node_value
 from onnxsat.eqsat.window_pads import absorbable_pads
@@ -323,7 +323,7 @@ def collect_facts(model: onnx.ModelProto, typed: onnx.ModelProto | None, base_di
     constants = [t for t in graph.initializer if t.name not in overridable and t.name not in facts.graph_outputs]
     read_small = _small_constant_reader(graph, constants, base_dir, small_values)
     facts.absorbable_pads = list(absorbable_pads(graph, read_small, facts.sole_use, _opset(model)))
-    held = held_tensors(graph)
+    held = quantized_edges(graph)
     facts.attention_sites = outside_held(attention_sites(graph, facts, read_small, {t.name for t in constants}), held)
     facts.layer_norm_sites = outside_held(layer_norm_sites(graph, facts, read_small, _opset(model)), held)
     facts.gelu_sites = outside_held(gelu_sites(graph, facts, read_small), held)
