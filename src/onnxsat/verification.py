@@ -639,6 +639,18 @@ def at_larger_sizes(
     raise GuessedSizesError(f"{error} (at {tried} it failed too)") from None
 
 
+def sized_reference_run(
+    original: onnx.ModelProto, inputs: InputsLike = None, base_dir: Path | None = None
+) -> tuple[InputSpec, Reference]:
+    """:func:`reference_run`, and when the unsized dynamic dims do not run at 1, :func:`at_larger_sizes`: the
+    inputs every later run of the model takes, and the original's run on them."""
+    try:
+        return InputSpec.of(inputs), reference_run(original, inputs, base_dir=base_dir)
+    except GuessedSizesError as error:
+        sized, reference, _ = at_larger_sizes(original, inputs, error, base_dir)
+        return sized, reference
+
+
 def check_and_run(
     model: onnx.ModelProto, inputs: InputsLike = None, base_dir: Path | None = None
 ) -> tuple[Reference | None, VerificationResult]:

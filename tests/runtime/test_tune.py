@@ -131,14 +131,14 @@ def test_a_default_session_that_rounds_apart_from_ort_off_is_the_truth(
     from onnxsat.errors import RuntimeUnsupportedError
     from onnxsat.runtime import tune as tune_module
 
-    real = tune_module.reference_run
+    real = tune_module.sized_reference_run
 
     def shifted(*args: object, **kwargs: object) -> object:
-        run = real(*args, **kwargs)
+        inputs, run = real(*args, **kwargs)
         run.outputs = [value + np.float32(shift) for value in run.outputs]
-        return run
+        return inputs, run
 
-    monkeypatch.setattr(tune_module, "reference_run", shifted)
+    monkeypatch.setattr(tune_module, "sized_reference_run", shifted)
     grid = candidate_grid(cores=1)[:1]
     if not tuned:
         with pytest.raises(RuntimeUnsupportedError, match="ORT's default session cannot run the model"):

@@ -57,7 +57,7 @@ from onnxsat import model_io
 from onnxsat.bench import peers as peer_registry
 from onnxsat.bench.writing import model_labels
 from onnxsat.eqsat.optimizer import OptimizeOptions, optimize_model
-from onnxsat.errors import GuessedSizesError, OnnxSatError, RuntimeUnsupportedError, SettingsError
+from onnxsat.errors import OnnxSatError, RuntimeUnsupportedError, SettingsError
 from onnxsat.html import Page, write_page
 from onnxsat.html.charts import grouped_bars
 from onnxsat.inputs import InputSpec, parse_input_shapes
@@ -78,7 +78,7 @@ from onnxsat.timing import (
     time_rounds,
     timing_session,
 )
-from onnxsat.verification import Reference, Tolerance, at_larger_sizes, compare_outputs, reference_run
+from onnxsat.verification import Reference, Tolerance, compare_outputs, sized_reference_run
 
 DEFAULT_PAIRS = 30
 """Timed rounds per model: with ~10 variants, enough for a steady median in about a minute on ResNet-50."""
@@ -328,11 +328,8 @@ def compare_model(
     made = {} if made is None else made
     original = load_whole(path)
     settings.inputs.check(original)
-    try:
-        reference = reference_run(original, settings.inputs)  # raises if ORT cannot run the input
-    except GuessedSizesError as error:  # the inputs' line names the sizes every variant then runs at
-        sized, reference, _ = at_larger_sizes(original, settings.inputs, error)
-        settings = replace(settings, inputs=sized)
+    sized, reference = sized_reference_run(original, settings.inputs)  # raises if ORT cannot run the input
+    settings = replace(settings, inputs=sized)  # the inputs' line names the sizes every variant runs at
     tolerance = Tolerance().for_model(original)
     result = ModelComparison(str(path), label or Path(path).name, describe_inputs(reference.feeds), tolerance)
     result.constant_outputs = all(_constant(output) for output in reference.outputs)

@@ -49,7 +49,7 @@ from typing import Any
 
 import onnxruntime as ort
 
-from onnxsat.errors import GuessedSizesError, RuntimeUnsupportedError, SettingsError
+from onnxsat.errors import RuntimeUnsupportedError, SettingsError
 from onnxsat.inputs import InputsLike, InputSpec
 from onnxsat.model_io import check_model, load_runnable, model_folder
 from onnxsat.quantized_already import runs_in_integers
@@ -66,10 +66,9 @@ from onnxsat.timing import (
 )
 from onnxsat.verification import (
     Tolerance,
-    at_larger_sizes,
     compare_outputs,
-    reference_run,
     session,
+    sized_reference_run,
     tidy_ort_message,
 )
 
@@ -341,10 +340,8 @@ def tune(
     check_model(model)
     inputs = InputSpec.of(inputs)
     inputs.check(model)
-    try:
-        reference = reference_run(model, inputs, base_dir=model_folder(path))
-    except GuessedSizesError as error:  # the result's inputs line names the sizes every candidate ran at
-        inputs, reference, _ = at_larger_sizes(model, inputs, error, base_dir=model_folder(path))
+    # the result's inputs line names the sizes every candidate runs at
+    inputs, reference = sized_reference_run(model, inputs, base_dir=model_folder(path))
     tolerance = Tolerance().for_model(model)
     names = [o.name for o in model.graph.output]
     default, noise = Candidate(SessionSettings(), DEFAULT_LABEL), Candidate(SessionSettings(), NOISE_LABEL)
