@@ -182,6 +182,18 @@ def _fits(reference: np.ndarray, batch_axis: int, classes: int | None = None, ta
     return None
 
 
+def matched_f1(hits: int, total_ref: int, total_cand: int) -> tuple[float, dict[str, float]]:
+    """F1 of ``hits`` matched boxes among the original's ``total_ref`` and the candidate's ``total_cand`` (two
+    empty answers agree), with precision, recall and the original's count beside: every detector metric's score."""
+    f1 = 1.0 if total_ref + total_cand == 0 else 2 * hits / (total_ref + total_cand)
+    details = {
+        "precision": hits / total_cand if total_cand else 1.0,
+        "recall": hits / total_ref if total_ref else 1.0,
+        "boxes": float(total_ref),
+    }
+    return f1, details
+
+
 def detection(
     reference: np.ndarray, candidate: np.ndarray, labels: Labels, classes: int | None = None, table: bool = False
 ) -> Measure:
@@ -193,10 +205,7 @@ def detection(
         ref, cand = detections(ref_sample, layout), detections(cand_sample, layout)
         total_ref, total_cand = total_ref + len(ref[0]), total_cand + len(cand[0])
         hits += matched(ref, cand)
-    f1 = 1.0 if total_ref + total_cand == 0 else 2 * hits / (total_ref + total_cand)
-    precision = hits / total_cand if total_cand else 1.0
-    recall = hits / total_ref if total_ref else 1.0
-    return Measure(f1, {"precision": precision, "recall": recall, "boxes": float(total_ref)})
+    return Measure(*matched_f1(hits, total_ref, total_cand))
 
 
 def no_boxes(reference: np.ndarray, classes: int | None = None, table: bool = False) -> str | None:

@@ -31,7 +31,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from onnxsat.metrics.base import VARIED_SAMPLES, Labels, Measure, Metric, shape_text
-from onnxsat.metrics.detection import DETECTION, MATCH_IOU, iou, pairs
+from onnxsat.metrics.detection import DETECTION, MATCH_IOU, iou, matched_f1, pairs
 
 SCORE = 0.5
 """Detections scoring this much or more are the model's answer (see the module doc)."""
@@ -193,7 +193,7 @@ def _kept(sample: Mapping[str, np.ndarray]) -> _Kept:
     )
 
 
-def _mask_iou(one: np.ndarray, other: np.ndarray) -> float:
+def mask_iou(one: np.ndarray, other: np.ndarray) -> float:
     union = np.count_nonzero(one | other)
     return 1.0 if union == 0 else np.count_nonzero(one & other) / union
 
@@ -227,18 +227,13 @@ def measure(reference: np.ndarray, candidate: np.ndarray, labels: Labels) -> Mea
             box_ious.append(float(iou(ref.boxes[i], cand.boxes[j : j + 1])[0]))
             kept = True
             if ref.masks is not None and cand.masks is not None:
-                mask_ious.append(_mask_iou(ref.masks[i], cand.masks[j]))
+                mask_ious.append(mask_iou(ref.masks[i], cand.masks[j]))
                 kept = kept and mask_ious[-1] >= MASK_IOU
             if ref.keypoints is not None and cand.keypoints is not None:
                 similarities.append(oks(ref.keypoints[i], cand.keypoints[j], ref.boxes[i]))
                 kept = kept and similarities[-1] >= OKS
             hits += kept
-    f1 = 1.0 if total_ref + total_cand == 0 else 2 * hits / (total_ref + total_cand)
-    details = {
-        "precision": hits / total_cand if total_cand else 1.0,
-        "recall": hits / total_ref if total_ref else 1.0,
-        "boxes": float(total_ref),
-    }
+    f1, details = matched_f1(hits, total_ref, total_cand)
     for key, values in (("box_iou", box_ious), ("mask_iou", mask_ious), ("oks", similarities)):
         if values:
             details[key] = float(np.mean(values))

@@ -21,13 +21,14 @@ import numpy as np
 from onnxsat.metrics.base import Labels, Measure, Metric, per_sample_shape
 from onnxsat.metrics.detection import (
     DETECTION,
-    MATCH_IOU,
     YoloLayout,
     kept_anchors,
+    matched_f1,
     pairs,
     ultralytics_export,
     yolo_layout,
 )
+from onnxsat.metrics.instances import MASK_IOU, mask_iou
 
 PROTOTYPE_STRIDE = 4
 """Input pixels per prototype pixel when the export does not give its input size (``imgsz``)."""
@@ -56,7 +57,7 @@ def exported_segmenter(
     stride = _stride(metadata.get("imgsz", ""), per_sample_shape(reference[prototypes[0]]))
     return replace(
         DETECTION,
-        summary=f"{DETECTION.summary}, and masks at IoU {MATCH_IOU} (an Ultralytics segment export's {extra} mask "
+        summary=f"{DETECTION.summary}, and masks at IoU {MASK_IOU} (an Ultralytics segment export's {extra} mask "
         "prototypes, scored with its boxes)",
         measure=partial(instance_masks, classes=classes, stride=stride),
         fits=_joined_fits,
@@ -93,16 +94,11 @@ def instance_masks(
         ref, cand = _masked(ref_parts, layout, classes, stride), _masked(cand_parts, layout, classes, stride)
         total_ref, total_cand = total_ref + len(ref[0]), total_cand + len(cand[0])
         for i, j in pairs(ref[:3], cand[:3]):
-            overlap = _mask_iou(ref[3][i], cand[3][j])
+            overlap = mask_iou(ref[3][i], cand[3][j])
             overlaps.append(overlap)
-            hits += overlap >= MATCH_IOU
-    f1 = 1.0 if total_ref + total_cand == 0 else 2 * hits / (total_ref + total_cand)
-    details = {
-        "precision": hits / total_cand if total_cand else 1.0,
-        "recall": hits / total_ref if total_ref else 1.0,
-        "boxes": float(total_ref),
-        "mask IoU": float(np.mean(overlaps)) if overlaps else 1.0,
-    }
+            hits += overlap >= MASK_IOU
+    f1, details = matched_f1(hits, total_ref, total_cand)
+    details["mask IoU"] = float(np.mean(overlaps)) if overlaps else 1.0
     return Measure(float(f1), details)
 
 
@@ -121,8 +117,3 @@ def _masked(
         inside = (columns >= x1) & (columns < x2) & (rows >= y1) & (rows < y2)
         masks[index] = (logits[index] > 0) & inside  # sigmoid above 0.5
     return boxes, scores, kinds, masks
-
-
-def _mask_iou(first: np.ndarray, second: np.ndarray) -> float:
-    union = np.count_nonzero(first | second)
-    return 1.0 if union == 0 else np.count_nonzero(first & second) / union
