@@ -29,11 +29,17 @@ HELD_DOMAIN = "onnxsat.qdq_held"
 """The domain a held node carries inside the e-graph; never written to a model."""
 
 
+def _edges(graph: onnx.GraphProto) -> tuple[set[str], set[str]]:
+    """``DequantizeLinear`` outputs, and the tensors ``QuantizeLinear`` nodes read."""
+    dequantized = {out for node in graph.node if node.op_type == "DequantizeLinear" for out in node.output}
+    to_quantize = {name for node in graph.node if node.op_type == "QuantizeLinear" for name in node.input[:1]}
+    return dequantized, to_quantize
+
+
 def held_nodes(graph: onnx.GraphProto) -> set[int]:
     """Positions of the default-domain nodes in ``graph`` that a QDQ unit holds: they read a
     ``DequantizeLinear``'s output or feed a ``QuantizeLinear`` (the Q and DQ nodes themselves are free)."""
-    dequantized = {out for node in graph.node if node.op_type == "DequantizeLinear" for out in node.output}
-    to_quantize = {name for node in graph.node if node.op_type == "QuantizeLinear" for name in node.input[:1]}
+    dequantized, to_quantize = _edges(graph)
     if not dequantized and not to_quantize:
         return set()
     return {
@@ -49,8 +55,8 @@ def quantized_edges(graph: onnx.GraphProto) -> set[str]:
     """The tensors where float meets int8: ``DequantizeLinear`` outputs and ``QuantizeLinear`` inputs. A pattern
     that reads or writes one holds the nodes beside it; one that reads a held node's output (a projection whose
     weight is dequantized, feeding an attention) leaves that node as it is."""
-    dequantized = {out for node in graph.node if node.op_type == "DequantizeLinear" for out in node.output}
-    return dequantized | {node.input[0] for node in graph.node if node.op_type == "QuantizeLinear" and node.input}
+    dequantized, to_quantize = _edges(graph)
+    return dequantized | to_quantize
 
 
 def outside_held(sites: list[S], edges: set[str]) -> list[S]:
