@@ -323,11 +323,11 @@ def collect_facts(model: onnx.ModelProto, typed: onnx.ModelProto | None, base_di
     constants = [t for t in graph.initializer if t.name not in overridable and t.name not in facts.graph_outputs]
     read_small = _small_constant_reader(graph, constants, base_dir, small_values)
     facts.absorbable_pads = list(absorbable_pads(graph, read_small, facts.sole_use, _opset(model)))
-    held = quantized_edges(graph)
-    facts.attention_sites = outside_held(attention_sites(graph, facts, read_small, {t.name for t in constants}), held)
-    facts.layer_norm_sites = outside_held(layer_norm_sites(graph, facts, read_small, _opset(model)), held)
-    facts.gelu_sites = outside_held(gelu_sites(graph, facts, read_small), held)
-    facts.hard_sites = outside_held(hard_sites(graph, facts, read_small), held)
+    edges = quantized_edges(graph)
+    facts.attention_sites = outside_held(attention_sites(graph, facts, read_small, {t.name for t in constants}), edges)
+    facts.layer_norm_sites = outside_held(layer_norm_sites(graph, facts, read_small, _opset(model)), edges)
+    facts.gelu_sites = outside_held(gelu_sites(graph, facts, read_small), edges)
+    facts.hard_sites = outside_held(hard_sites(graph, facts, read_small), edges)
     facts.equal_initializers = equal_initializers(constants, base_dir)
     return facts
 
