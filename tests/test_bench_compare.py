@@ -14,6 +14,7 @@ import csv
 import io
 import math
 import re
+import time
 from pathlib import Path
 
 import numpy as np
@@ -32,7 +33,7 @@ from onnxsat.bench.compare import (
 )
 from onnxsat.cli import main
 from onnxsat.errors import SettingsError
-from onnxsat.timing import noise_band, round_order
+from onnxsat.timing import LEAST_ROUNDS, LEAST_WARMUP, noise_band, round_order, time_rounds
 
 FAST = ["--pairs", "3", "--warmup", "1"]
 
@@ -285,6 +286,23 @@ def test_round_order_puts_every_variant_in_every_position(count: int) -> None:
     if count > 1:
         firsts = [order[0] for order in orders[:count]]
         assert len(set(firsts)) == count  # no variant always first
+
+
+def test_a_run_limited_in_seconds_stops_after_its_least_rounds_at_the_end_of_a_rotation() -> None:
+    """A search times many models inside its own time budget: a slow model's run stops at ``seconds``, but never
+    before its least rounds (warm-up and timed), and only when every runner has gone first alike."""
+    calls = [0, 0, 0]
+
+    def runner(which: int) -> None:
+        calls[which] += 1
+        time.sleep(0.002)
+
+    runners = [lambda w=w: runner(w) for w in range(3)]
+    times = time_rounds(runners, rounds=40, warmup=5, seconds=0.001)
+    timed = LEAST_ROUNDS + (-LEAST_ROUNDS) % 3  # 12: the first rotation's end after 10 rounds
+    assert [len(t) for t in times] == [timed] * 3
+    assert calls == [LEAST_WARMUP + timed] * 3
+    assert [len(t) for t in time_rounds(runners, rounds=14, warmup=1, seconds=60.0)] == [14] * 3, "in time: all"
 
 
 def test_noise_band_is_symmetric_around_one_and_contains_the_noise() -> None:

@@ -99,8 +99,14 @@ class _SizeTimer:
     """Timings that depend on the model alone (smaller is faster): the search's choices become a function
     of accuracy and size, so two executors must agree exactly."""
 
-    def __init__(self, original: onnx.ModelProto, feeds: object, threads: int) -> None:
+    def __init__(self, original: onnx.ModelProto, feeds: object, threads: int, seconds: float | None = None) -> None:
         self.size = original.ByteSize()
+
+    def expected_seconds(self) -> float:
+        return 0.0
+
+    def run_limit(self) -> None:
+        return None
 
     def measure(self, models: list[bytes]) -> list[Timed]:
         return [
@@ -147,6 +153,38 @@ def test_a_worker_keeps_no_files_between_candidates(monkeypatch: pytest.MonkeyPa
     assert sorted(path.name for path in tmp_path.iterdir()) == []
 
 
+def test_candidates_that_quantize_the_original_share_its_reference_run_and_are_not_timed_in_workers(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Each candidate quantizing the original ran the original over the calibration samples again, and timed its
+    result on cores the other workers shared (25 and 27 of a YOLOv8-seg candidate's 160 s); the driver times every
+    candidate itself. Now the original runs over the data once in the driver, once per worker and once for the
+    held-out score, however many candidates quantize it, and no worker times anything."""
+    from onnxsat.metrics import scorer as scorer_module
+    from onnxsat.quantization import quantize as quantize_module
+
+    monkeypatch.setattr(compress_module, "SideBySide", _SizeTimer)
+    made = []
+    original_init = scorer_module.ModelScorer.__init__
+
+    def counted(self: object, *args: object, **kwargs: object) -> None:
+        made.append(args[0])
+        original_init(self, *args, **kwargs)  # type: ignore[arg-type]
+
+    def untimed(*args: object) -> None:
+        raise AssertionError("a worker timed a candidate")
+
+    monkeypatch.setattr(scorer_module.ModelScorer, "__init__", counted)
+    monkeypatch.setattr(quantize_module, "_latency", untimed)
+    options = CompressOptions(
+        data="digits-train", limit=120, eval_data="digits-test", max_drop=0.02, workers=1, techniques=["quantize"]
+    )
+    report = compress_model(onnx.load(bundled_digits_cnn()), options)[1]
+    quantized = [c for c in report.candidates if c.label.startswith("int8")]
+    assert len(quantized) >= 2, [c.label for c in report.candidates]
+    assert len(made) == 3, "the driver's scorer, the worker's, the held-out one"
+
+
 def test_the_time_budget_stops_the_search_between_candidates(monkeypatch: pytest.MonkeyPatch) -> None:
     """The deadline is checked before each candidate starts (here it passes after the sensitivity stage has
     started two probes: one check for the stage, one per candidate)."""
@@ -163,12 +201,15 @@ def test_the_time_budget_stops_the_search_between_candidates(monkeypatch: pytest
         compress_model(onnx.load(bundled_digits_cnn()), options)
 
 
-def _paced_search(deadline_in: float, seconds: dict[str, list[float]], timing: float = 0.0) -> Search:
+def _paced_search(
+    deadline_in: float, seconds: dict[str, list[float]], timing: float = 0.0, limit: float | None = None
+) -> Search:
     """A search with candidates of the given stages and build seconds already evaluated, ``deadline_in``
-    seconds before its deadline."""
+    seconds before its deadline; its timer's runs take at most ``limit`` seconds."""
     settings = SearchSettings(0.01, {"g": (32, 8)}, [], True, time.monotonic() + deadline_in)
     problem = SimpleNamespace(model=onnx.load(bundled_digits_cnn()).SerializeToString())
-    search = Search(problem, settings, None, None, lambda model, mode: {})  # type: ignore[arg-type]
+    timer = SimpleNamespace(run_limit=lambda: limit)
+    search = Search(problem, settings, None, timer, lambda model, mode: {})  # type: ignore[arg-type]
     search._best = Evaluated("original", Outcome(Recipe()))
     for stage, values in seconds.items():
         for number, value in enumerate(values):
@@ -190,8 +231,13 @@ def test_a_candidate_starts_only_if_it_ends_before_finishing_must_begin() -> Non
     # a stage's first candidate goes at the pace of all before it: median(20, 100) = 60 s
     assert _paced_search(100, {"fuse": [20.0], "quantize": [100.0]})._admits("refine")
     assert not _paced_search(100, {"fuse": [20.0], "quantize": [100.0, 120.0]})._admits("refine")
-    # the final timings: 8 timed models at 5 s each take 40 s more from the 75 s left
+    # the final timings: 11 timed models at 5 s each take 55 s more from the 75 s left
     assert not _paced_search(100, {"fuse": [20.0], "sensitivity": [50.0]}, timing=5.0)._admits("sensitivity")
+    # unless a timing run is limited: runs of 2, 4 and 3 models take 10, 12 and 12 s, the scoring 10 s more
+    limited = _paced_search(100, {"fuse": [20.0], "sensitivity": [30.0]}, timing=5.0)
+    assert not limited._admits("sensitivity")
+    limited = _paced_search(100, {"fuse": [20.0], "sensitivity": [30.0]}, timing=5.0, limit=12.0)
+    assert limited._reserve() == pytest.approx(25 + 34 + 10) and limited._admits("sensitivity")
     search = _paced_search(10, {"fuse": [20.0]})
     assert not search._time_left() and search.stopped_early, "finishing alone fills what is left"
     search = _paced_search(100, {"fuse": [20.0], "sensitivity": [80.0]})
@@ -204,6 +250,30 @@ def test_a_candidate_starts_only_if_it_ends_before_finishing_must_begin() -> Non
     grown.graph.node.extend(list(grown.graph.node) * 2)
     search._best = Evaluated("quantize", Outcome(Recipe(), model=grown.SerializeToString()))
     assert not search._admits("sensitivity")
+
+
+def test_candidates_still_running_when_the_time_is_out_are_stopped_and_named() -> None:
+    """A YOLOv8-seg model's first two candidates (160 s each, with nothing before them to foretell it) made a
+    2-minute search take 6. A bounded batch now gives the executor the time after which finishing must begin;
+    what it stopped is kept as unfinished, the search ends, and the report and the error line name them."""
+    search = _paced_search(100, {"fuse": [20.0]})
+    asked: list[float | None] = []
+
+    class StoppingExecutor:
+        def map(
+            self, fn: object, tasks: list, on_result: object = None, admit: object = None, deadline: float | None = None
+        ) -> list:
+            asked.append(deadline)
+            return [None for index in range(len(tasks)) if admit(index)]  # type: ignore[operator]
+
+    search.executor = StoppingExecutor()  # type: ignore[assignment]
+    probes = [Recipe.pruned({"g": 0.5}), Recipe.pruned({"g": 0.25})]
+    assert search.batch("sensitivity", probes) == []
+    assert asked == [pytest.approx(search._soft_deadline(), abs=1.0)]
+    assert search.cut == probes and search.stopped_early and not search._time_left()
+    assert compress_module._unfinished(search).startswith("2 more were stopped unfinished when the time ran out (")
+    search.batch("fuse", [FUSED_ORIGINAL], bounded=False)
+    assert asked[-1] is None, "the best is fused whatever the time"
 
 
 def test_random_data_at_dynamic_sizes_of_one_is_said() -> None:
@@ -616,6 +686,9 @@ def test_the_fastest_float_set_s_form_is_searched_and_carries_to_pruned_models()
     class Timer:
         def measure(self, models: list[bytes]) -> list[Timed]:
             return [Timed(speeds[eval(m)], 1.0, 1.0, speeds[eval(m)], speeds[eval(m)]) for m in models]
+
+        def run_limit(self) -> None:
+            return None
 
     def search_with(executor: Executor) -> Search:
         settings = SearchSettings(0.01, {}, ["static"], False, time.monotonic() + 1000)

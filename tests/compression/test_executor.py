@@ -145,6 +145,23 @@ def test_admit_may_update_its_item_before_it_is_sent(executor: Executor) -> None
     assert [square for square, _ in executor.map(evaluate, items, admit=admit)] == [100, 121, 144, 169]
 
 
+@pytest.mark.parametrize("where", ["pool", "local_ray"])
+def test_items_still_running_at_the_deadline_are_stopped_and_the_executor_goes_on(
+    where: str, request: pytest.FixtureRequest
+) -> None:
+    """A time budget is a limit: an item still running at ``deadline`` comes back as None, like one never
+    started, and the executor runs the next map as before (the pool replaces its stopped workers)."""
+    executor = request.getfixturevalue(where)
+    executor.map(evaluate, JOBS[:2])  # the workers are up: the deadline below measures the items alone
+    jobs = [Job(0, 0.0), Job(1, 60.0), Job(2, 0.0)]
+    clock = time.monotonic()
+    results = executor.map(evaluate, jobs, admit=lambda index: True, deadline=clock + 3.0)
+    waited = time.monotonic() - clock
+    assert results == [evaluate(jobs[0]), None, evaluate(jobs[2])]
+    assert waited < 20, f"the 60-second item was waited for: {waited:.1f} s"
+    assert executor.map(evaluate, JOBS) == EXPECTED
+
+
 def test_an_error_reaches_the_caller_as_itself(executor: Executor) -> None:
     with pytest.raises(SettingsError) as caught:
         executor.map(fail_on_two, [Job(index, 0.0) for index in range(4)])

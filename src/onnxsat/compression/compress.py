@@ -29,7 +29,7 @@ from onnxsat.compression.executor import make_executor
 from onnxsat.compression.recipe import CALIBRATION_LIMIT, Recipe
 from onnxsat.compression.report import CandidateRow, CompressReport, Contribution, mark_pareto
 from onnxsat.compression.search import MARGIN, PROBE_RATE, Evaluated, Search, SearchSettings
-from onnxsat.compression.timing import SideBySide, machine
+from onnxsat.compression.timing import SideBySide, machine, seconds_per_run
 from onnxsat.data.model_input import (
     batch_size_for,
     data_input,
@@ -189,7 +189,7 @@ def compress_model(
         confidence=options.confidence,
     )
     feeds = _latency_feeds(model, search_data, input_name, options)
-    timer = SideBySide(model, feeds, options.threads)
+    timer = SideBySide(model, feeds, options.threads, seconds_per_run(options.budget_minutes))
     float_sets = _FloatSets(options.inputs, options.threads)
     workers = options.workers or os.cpu_count() or 1
     with make_executor(options.ray, workers) as executor:
@@ -207,7 +207,10 @@ def compress_model(
                 if not _pays(chosen, len(problem.model)):
                     message = _nothing_fits(search.evaluated, options.max_drop, chosen)
                     if search.stopped_early:
-                        message += f" (--budget-minutes ran out after {len(search.evaluated)} candidates)"
+                        cut = f", {_unfinished(search)}" if search.cut else ""
+                        count = len(search.evaluated)
+                        built = f"{count} candidate{'s' if count != 1 else ''}"
+                        message += f" (--budget-minutes ran out after {built}{cut})"
                     raise NothingPaysError(message)
                 steps = _contributions(search, chosen)
             except SettingsError as error:  # the candidates tried are shown, and written with --report, --html
@@ -412,6 +415,15 @@ def _searched(
     ]
     if len(search.finalists) > 1:
         report.notes.append(_final_line(search))
+    if search.cut:
+        report.notes.append(f"{_unfinished(search)}: a longer --budget-minutes lets them finish")
+
+
+def _unfinished(search: Search) -> str:
+    """The candidates the time limit stopped while they ran, as a phrase."""
+    count = len(search.cut)
+    labels = ", ".join(recipe.label for recipe in search.cut)
+    return f"{count} more {'was' if count == 1 else 'were'} stopped unfinished when the time ran out ({labels})"
 
 
 def _final_line(search: Search) -> str:

@@ -6,7 +6,10 @@ One interface, :class:`Executor`, whatever runs the work, so the search code nev
 With ``admit(index)``, items start one per free worker and only while ``admit`` allows: the first refusal
 starts nothing more, and the items never started come back as None (a time budget stops a search between
 candidates, not between batches of them). ``admit`` runs just before its item is read and sent, so it may
-update the item in the sequence (the time a candidate's own search gets, as it starts).
+update the item in the sequence (the time a candidate's own search gets, as it starts). With ``deadline``
+(``time.monotonic()``), the items still running then are stopped and come back as None too: a time budget is
+a limit even when the first candidates of a search, whose length nothing foretold, run past it (two of a
+YOLOv8-seg model's, 160 s each, made a 2-minute search take 6).
 
 Why this way:
 
@@ -39,6 +42,7 @@ import pickle
 import signal
 import socket
 import sys
+import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from dataclasses import dataclass
@@ -74,9 +78,10 @@ class Executor(Protocol):
         items: Sequence[T],
         on_result: Callable[[int, R], None] | None = None,
         admit: Callable[[int], bool] | None = None,
+        deadline: float | None = None,
     ) -> list[R | None]:
         """``fn(item)`` for every item, in input order; ``on_result(index, result)`` called here as each finishes;
-        None for the items ``admit`` kept from starting."""
+        None for the items ``admit`` kept from starting and those still running at ``deadline``."""
         ...
 
     def close(self) -> None: ...
@@ -195,7 +200,9 @@ class SerialExecutor(_Closing):
         items: Sequence[T],
         on_result: Callable[[int, R], None] | None = None,
         admit: Callable[[int], bool] | None = None,
+        deadline: float | None = None,
     ) -> list[R | None]:
+        """``deadline`` cannot stop an item running in this process: the one running then ends first."""
         results: list[R | None] = [None] * len(items)
         feed = _Feed(len(items), 1, admit)
         while started := feed.starts(0):
@@ -223,8 +230,11 @@ class PoolExecutor(_Closing):
         # environment they inherit (an initializer would run after the main module's imports, too late)
         self._set = [name for name in ONE_THREAD_MATHS if name not in os.environ]
         os.environ.update({name: ONE_THREAD_MATHS[name] for name in self._set})
-        self._pool = ProcessPoolExecutor(
-            max_workers=workers, mp_context=multiprocessing.get_context("spawn"), initializer=_leave_interrupts
+        self._pool = self._new_pool()
+
+    def _new_pool(self) -> ProcessPoolExecutor:
+        return ProcessPoolExecutor(
+            max_workers=self.workers, mp_context=multiprocessing.get_context("spawn"), initializer=_leave_interrupts
         )
 
     def map(
@@ -233,6 +243,7 @@ class PoolExecutor(_Closing):
         items: Sequence[T],
         on_result: Callable[[int, R], None] | None = None,
         admit: Callable[[int], bool] | None = None,
+        deadline: float | None = None,
     ) -> list[R | None]:
         feed = _Feed(len(items), self.workers, admit)
         futures: dict[Future[R | _Failure], int] = {}
@@ -246,7 +257,12 @@ class PoolExecutor(_Closing):
                     pending.add(future)
                 if not pending:
                     break
-                finished, pending = wait(pending, return_when=FIRST_COMPLETED)
+                finished, pending = wait(pending, timeout=_until(deadline), return_when=FIRST_COMPLETED)
+                if not finished:  # the deadline: what still runs is stopped, and the next items get a new pool
+                    self._stop_workers()
+                    self._pool.shutdown(wait=True, cancel_futures=True)
+                    self._pool = self._new_pool()
+                    break
                 for future in sorted(finished, key=futures.__getitem__):
                     index = futures[future]
                     done[index] = _unwrapped(future.result())
@@ -359,6 +375,7 @@ class RayExecutor(_Closing):
         items: Sequence[T],
         on_result: Callable[[int, R], None] | None = None,
         admit: Callable[[int], bool] | None = None,
+        deadline: float | None = None,
     ) -> list[R | None]:
         ray = self._ray
         stored: dict[int, tuple[bytes, Any]] = {}  # id -> (the bytes, kept alive so ids stay unique; its ref)
@@ -383,7 +400,11 @@ class RayExecutor(_Closing):
                     pending.append(ref)
                 if not pending:
                     break
-                ready, pending = ray.wait(pending, num_returns=1)
+                ready, pending = ray.wait(pending, num_returns=1, timeout=_until(deadline))
+                if not ready:  # the deadline: what still runs is stopped
+                    for ref in pending:
+                        ray.cancel(ref, force=True)
+                    break
                 try:
                     outcome = ray.get(ready[0])
                 except ray.exceptions.RayTaskError as error:  # outside fn: a module missing on a node
@@ -404,6 +425,11 @@ class RayExecutor(_Closing):
         if self._started:
             self._started = False
             self._ray.shutdown()
+
+
+def _until(deadline: float | None) -> float | None:
+    """Seconds from now to ``deadline`` (``time.monotonic()``), for a wait; None without one."""
+    return None if deadline is None else max(0.0, deadline - time.monotonic())
 
 
 def make_executor(ray: str | None = None, workers: int | None = None) -> Executor:

@@ -25,6 +25,7 @@ import onnx
 from onnxsat.eqsat.optimizer import OptimizeOptions, optimize_model
 from onnxsat.errors import OnnxSatError
 from onnxsat.inputs import InputSpec
+from onnxsat.metrics.scorer import ModelScorer
 from onnxsat.pruning.prune import PruneOptions, prune_model
 from onnxsat.quantization.quantize import QuantizeOptions, quantize_model
 
@@ -152,6 +153,7 @@ def build(
     base_dir: Path | None = None,
     spent: Callable[[onnx.ModelProto], float] | None = None,
     fit_data: str | None = None,
+    scorer: ModelScorer | None = None,
 ) -> Built:
     """``recipe`` applied to ``model`` with the same pass functions its pipeline runs. ``data`` is the
     calibration data (a spec ``load_dataset`` reads), ``fit_data`` what pruning refits on when not the same
@@ -192,7 +194,8 @@ def build(
             **(settings if searching else scoring),
         )
         try:
-            model, quantize_report = quantize_model(model, options, base_dir=base_dir)
+            reused = scorer if not recipe.prune else None  # a pruned model is scored against itself
+            model, quantize_report = quantize_model(model, options, base_dir=base_dir, scorer=reused, timed=False)
         except OnnxSatError as error:
             if budget is None or recipe.quantize_budget is None or budget >= recipe.quantize_budget:
                 raise

@@ -35,7 +35,10 @@ then times the ones inside the budget side by side on this machine.
 candidates have run so far, it ends before the deadline less what finishing takes (fusing the best, which
 the fused original's build time foretells, and the final timings, which the timings so far foretell).
 Checking between batches only let a 2-minute budget on a 3-D ResNet run 4 minutes (a batch of four
-sensitivity probes, one of them 52 s, started just before the deadline).
+sensitivity probes, one of them 52 s, started just before the deadline). Candidates still running when finishing
+must begin are stopped (the executor's ``deadline``), since nothing foretells how long the first ones take: two
+int8 forms of a YOLOv8-seg model, 160 s each, made a 2-minute search take almost 6 (now 110 s, the two named as
+unfinished in the report).
 
 Wherever speeds are compared, the best so far is timed in the same run, and candidates that cannot be
 told apart (within ``MARGIN``, or inside each other's bootstrap interval) are settled by file size, the
@@ -72,17 +75,21 @@ FINALISTS = 4
 """The fastest candidates timed again together before one is chosen."""
 MARGIN = 1.02
 """A candidate must be this much faster than the best so far to replace it (ratio noise here: about 1%)."""
-CANDIDATE_MINUTES = 1.0
-"""The least time one candidate's quantization search gets, even when the search's budget is spent."""
+SEARCH_SHARE = 0.75
+"""Share of the search's time left that a candidate's own search (quantization's nodes) gets as it starts: the
+candidate still builds and scores what it found before the time is out, when a candidate still running is
+stopped."""
 FUSED_ORIGINAL = Recipe(fuse=True)
 """The original, fused: lossless, so a candidate of every search that fuses."""
 FUSE_RESERVE = 1.25
 """Fusing the best takes about the fused original's build time scaled by their node counts (quantize-dequantize
 pairs add nodes: a 3-D ResNet fused in 16 s, its int8 form in 37 s), and this much more for safety."""
-FINISH_TIMINGS = FINALISTS + 7
-"""Models timed (or run as long) after the search, each as long as a timed model has taken so far: the fused best
-beside the best, the finalists, the chosen recipe's steps (at most three), then the held-out scoring and the
-verification (on a 3-D ResNet these took what two timings take)."""
+FINISH_RUNS = (2, FINALISTS, 3)
+"""Models in each timing run after the search: the fused best beside the best, the finalists, the chosen recipe's
+steps (at most three). A model takes as long as a timed model has taken so far, a run no longer than the timer's
+limit."""
+FINISH_SCORING = 2
+"""The held-out scoring and the verification after the search, in timed models' lengths (on a 3-D ResNet)."""
 
 
 @dataclass
@@ -138,6 +145,8 @@ class Search:
     chosen: what decided, for the report."""
     """Groups whose sensitivity probe never ran (the time budget ran out first): never pruned, not failed."""
     stopped_early: bool = False
+    cut: list[Recipe] = field(default_factory=list)
+    """Candidates started but stopped unfinished when the search's time ran out (``batch``)."""
     _cache: dict[Recipe, Evaluated] = field(default_factory=dict)
     _slow: dict[Recipe, tuple[str, ...]] = field(default_factory=dict)
     """Per quantized recipe as proposed: the nodes it leaves in float for their speed."""
@@ -147,6 +156,8 @@ class Search:
     _node_counts: dict[int, int] = field(default_factory=dict)
     _timing_seconds: float = 0.0
     """The longest time one model's side-by-side timing has taken so far (with its share of the original's)."""
+    _timing_prior: float = 0.0
+    """What one model's timing is foretold to take until one has run (``SideBySide.expected_seconds``)."""
 
     # ------------------------------------------------------------------------------------ the stages
 
@@ -154,6 +165,7 @@ class Search:
         """The fastest candidate inside the budget (the original when nothing is faster)."""
         best = Evaluated("original", original)
         self._best = best
+        self._timing_prior = self.timer.expected_seconds()
         settings = self.settings
         # the fused original early, though lossless: its build time says how long fusing the best will take at
         # the end, and it runs beside the quantized candidates (often one or two, fewer than the workers)
@@ -324,6 +336,7 @@ class Search:
             self.on_progress(self._best, count + finished)
 
         tasks = [Task(self.problem, recipe, self._minutes_left()) for recipe in fresh]
+        started: set[int] = set()
 
         def admit(index: int) -> bool:
             """Whether the candidate starts; if so, its own search gets the time left as it starts, not as the
@@ -331,11 +344,18 @@ class Search:
             if not self._admits(stage):
                 return False
             tasks[index] = replace(tasks[index], minutes=self._minutes_left())
+            started.add(index)
             return True
 
-        outcomes = self.executor.map(evaluate, tasks, on_result=done, admit=admit if bounded else None)
-        for recipe, outcome in zip(fresh, outcomes, strict=True):
-            if outcome is None:  # never started: the time ran out
+        if bounded:
+            outcomes = self.executor.map(evaluate, tasks, on_result=done, admit=admit, deadline=self._soft_deadline())
+        else:
+            outcomes = self.executor.map(evaluate, tasks, on_result=done)
+        for index, (recipe, outcome) in enumerate(zip(fresh, outcomes, strict=True)):
+            if outcome is None:  # never started, or stopped unfinished: the time ran out
+                if index in started:
+                    self.cut.append(recipe)
+                    self.stopped_early = True
                 continue
             result = Evaluated("fuse" if recipe == FUSED_ORIGINAL else stage, outcome, requested=recipe)
             self._cache[recipe] = result
@@ -365,7 +385,13 @@ class Search:
         if self.settings.fuse and fused is not None:
             growth = max(1.0, self._node_count(self._model(self._best)) / self._node_count(self.problem.model))
             fusing = FUSE_RESERVE * growth * fused.outcome.seconds
-        return fusing + FINISH_TIMINGS * self._timing_seconds
+        per_model = self._timing_seconds or self._timing_prior
+        limit = self.timer.run_limit()
+        runs = [
+            count * per_model if limit is None else min(count * per_model, max(limit, per_model))
+            for count in FINISH_RUNS
+        ]
+        return fusing + sum(runs) + FINISH_SCORING * per_model
 
     def _node_count(self, model: bytes) -> int:
         """Nodes of a candidate's main graph (at least 1): what an optimize run's time grows with. Counted once
@@ -416,10 +442,10 @@ class Search:
         return figures
 
     def _minutes_left(self) -> float:
-        """The time a candidate's own search may take: what is left before the search stops starting
-        candidates, and at least ``CANDIDATE_MINUTES``, so a candidate started just before it still searches
-        long enough to keep the best it found."""
-        return max(CANDIDATE_MINUTES, (self._soft_deadline() - time.monotonic()) / 60)
+        """The time a candidate's own search may take: ``SEARCH_SHARE`` of what is left before the search stops
+        starting candidates, when running ones are stopped too; the rest is for building and scoring what that
+        search found."""
+        return max(1 / 60, SEARCH_SHARE * (self._soft_deadline() - time.monotonic()) / 60)  # a limit must be positive
 
     def _time_left(self) -> bool:
         if not self.stopped_early and time.monotonic() < self._soft_deadline():

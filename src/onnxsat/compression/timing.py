@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import platform
 import statistics
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -19,9 +20,26 @@ import onnx
 import onnxruntime as ort
 
 from onnxsat.latency import agreed_speedup
-from onnxsat.timing import median_interval, ratios_to, time_rounds, timing_session
+from onnxsat.timing import (
+    LEAST_ROUNDS,
+    LEAST_WARMUP,
+    WARMUP_SHARE,
+    median_interval,
+    ratios_to,
+    time_rounds,
+    timing_session,
+)
 
 ROUNDS, WARMUP = 30, 5
+SHARE_OF_BUDGET = 0.02
+"""Share of the search's time budget one timing run may take (at least ``LEAST_SECONDS``): a search times each
+batch of candidates, the best so far again and again, and the finalists at the end."""
+LEAST_SECONDS = 10.0
+
+
+def seconds_per_run(budget_minutes: float) -> float:
+    """How long one run of interleaved rounds may take in a search of ``budget_minutes``."""
+    return max(LEAST_SECONDS, SHARE_OF_BUDGET * budget_minutes * 60)
 
 
 @dataclass(frozen=True)
@@ -44,10 +62,31 @@ def machine() -> str:
 class SideBySide:
     """Times candidates against the original, each group of candidates in one interleaved run."""
 
-    def __init__(self, original: onnx.ModelProto, feeds: Mapping[str, np.ndarray], threads: int) -> None:
-        self.feeds, self.threads = dict(feeds), threads
+    def __init__(
+        self, original: onnx.ModelProto, feeds: Mapping[str, np.ndarray], threads: int, seconds: float | None = None
+    ) -> None:
+        """``seconds``: the most one run of rounds may take (``time_rounds``), beyond its least rounds."""
+        self.feeds, self.threads, self.seconds = dict(feeds), threads, seconds
         self.level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         self.original = timing_session(original, self.level, threads)
+        self.original.run(None, self.feeds)  # the first run allocates and pre-packs
+        clock = time.perf_counter()
+        self.original.run(None, self.feeds)
+        self.run_seconds = time.perf_counter() - clock
+        """One run of the original: what foretells a timing's length before any has run."""
+
+    def expected_seconds(self) -> float:
+        """How long timing one candidate beside the original will take, if it runs as fast as the original: every
+        round, or under a limit, the limit (with the round under way when it passes) or the least rounds."""
+        whole = (ROUNDS + WARMUP) * 2 * self.run_seconds
+        if self.seconds is None:
+            return whole
+        least = (LEAST_ROUNDS + LEAST_WARMUP) * 2 * self.run_seconds
+        return min(whole, max(least, self.run_limit() + 2 * self.run_seconds))
+
+    def run_limit(self) -> float | None:
+        """The most one run takes however many models it times (beyond its least rounds), or None."""
+        return None if self.seconds is None else self.seconds * (1 + WARMUP_SHARE)
 
     def measure(self, models: Sequence[bytes]) -> list[Timed]:
         """Each model's speed against the original, all in one run of interleaved rounds."""
@@ -56,7 +95,7 @@ class SideBySide:
         candidates = [timing_session(onnx.load_from_string(m), self.level, self.threads) for m in models]
         sessions = [self.original, *candidates]
         feeds = self.feeds
-        times = time_rounds([lambda s=s: s.run(None, feeds) for s in sessions], ROUNDS, WARMUP)
+        times = time_rounds([lambda s=s: s.run(None, feeds) for s in sessions], ROUNDS, WARMUP, seconds=self.seconds)
         original_ms = statistics.median(times[0]) * 1e3
         figures = []
         for own in times[1:]:

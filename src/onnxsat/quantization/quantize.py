@@ -190,9 +190,22 @@ class QuantizeOptions:
 
 
 def quantize_model(
-    model: onnx.ModelProto, options: QuantizeOptions, source: str = "<memory>", base_dir: Path | None = None
+    model: onnx.ModelProto,
+    options: QuantizeOptions,
+    source: str = "<memory>",
+    base_dir: Path | None = None,
+    *,
+    scorer: ModelScorer | None = None,
+    timed: bool = True,
 ) -> tuple[onnx.ModelProto, QuantizeReport]:
-    """Quantize ``model`` (left unchanged) as ``options`` say; return the result and its report."""
+    """Quantize ``model`` (left unchanged) as ``options`` say; return the result and its report.
+
+    ``scorer``: ``model``'s scorer on the data ``options`` name, when the caller already holds one (compress's
+    workers keep one for every candidate they quantize): the model's reference run over the data, a pass as long
+    as scoring a candidate, is then not made again. ``timed=False`` where the caller times the result itself:
+    compress's workers share cores with each other, so their figures are noise, and its driver times every
+    candidate (on a YOLOv8-seg model, timing the result took 27 of a candidate's 160 s). Forms are still timed
+    where timing chooses between them."""
     start = time.perf_counter()
     options.check()
     options = replace(options, inputs=with_data_rows(options.inputs, options.data))  # inputs --data feeds per sample
@@ -213,17 +226,18 @@ def quantize_model(
     modes = _modes(prepared, options)
     search, held_out = dataset.split(options.holdout) if options.data is not None else (dataset, None)
     batch = batch_size_for(prepared, options.batch_size, given)
-    scorer = ModelScorer(
-        model,
-        model_input.name,
-        search,
-        metric=options.metric,
-        outputs=options.metric_output,
-        given=given,
-        batch_size=batch,
-        threads=options.threads,
-        confidence=options.confidence,
-    )
+    if scorer is None:
+        scorer = ModelScorer(
+            model,
+            model_input.name,
+            search,
+            metric=options.metric,
+            outputs=options.metric_output,
+            given=given,
+            batch_size=batch,
+            threads=options.threads,
+            confidence=options.confidence,
+        )
     report.data, report.baseline = search.name, scorer.baseline
     report.metric, report.metrics = scorer.baseline.metric, scorer.budget.describe()
     report.notes += scorer.blind_spots(options.max_drop)
@@ -252,6 +266,7 @@ def quantize_model(
             timing_shapes,
             deadline,
             half,
+            timed,
         )
     if deadline.passed():
         report.notes.append(f"{out_of_time(options.budget_minutes)}, with the best model found by then")
@@ -595,6 +610,7 @@ def _search_modes(
     shapes: Mapping[str, Sequence[int]],
     deadline: Deadline | None = None,
     half: frozenset[str] = frozenset(),
+    timed: bool = True,
 ) -> list[Candidate]:
     """Each mode's best model inside the budget (see the module docstring); a trial per mode says how it went.
 
@@ -604,7 +620,8 @@ def _search_modes(
     a mode faster. On BERT-base that skipped 40 builds of a 4-bit model measured at 0.93x; on ViT-base
     a static search that dynamic, inside the budget at once, made pointless. Searches stop at ``deadline``
     (``time.monotonic``) with what they found, and the trial says so. ``half``: weights the model stored in
-    float16, stored so again where they stay in float."""
+    float16, stored so again where they stay in float. ``timed=False``: whole forms are not timed (the caller
+    times the result), so no mode is passed over for its speed."""
     started = []
     for mode in modes:
         trial = ModeTrial(mode.name)
@@ -615,7 +632,8 @@ def _search_modes(
         clock, evaluations = time.perf_counter(), scorer.evaluations
         start = _start_mode(mode, model, options, scorer, calibration, trial, check_feeds, shapes, time_model, half)
         if start is not None:
-            start.candidate.latency = start.candidate.latency or time_model(start.candidate.model)
+            if timed:
+                start.candidate.latency = start.candidate.latency or time_model(start.candidate.model)
             _record(trial, start.candidate, start.total)
             started.append(start)
         trial.evaluations = scorer.evaluations - evaluations
@@ -627,7 +645,7 @@ def _search_modes(
         trial, full = start.trial, start.candidate
         best = max((c.speedup or 0.0 for c in candidates), default=None)
         bar = max(best or 0.0, NOT_SLOWER if options.mode == AUTO_MODE else 0.0)
-        if (full.speedup or 0.0) <= bar:
+        if timed and (full.speedup or 0.0) <= bar:
             leader = max(candidates, key=lambda c: c.speedup or 0.0) if best and best >= bar else None
             than = f"{leader.mode} ({best:.2f}x), which fits the budget" if leader else "float"
             trial.error = f"not searched: with every node quantized it runs {full.speedup:.2f}x, no faster than {than}"
@@ -639,7 +657,8 @@ def _search_modes(
         assert budget is not None
         searched = within_budget(model, full, start.nodes, budget, scorer, start.build, trial, deadline, time_model)
         if searched is not None:
-            searched.latency = searched.latency or time_model(searched.model)
+            if timed:
+                searched.latency = searched.latency or time_model(searched.model)
             _record(trial, searched, start.total)
             candidates.append(searched)
             left = len(searched.excluded) - len(full.excluded)
