@@ -93,13 +93,15 @@ def side_by_side(
     threads: int,
     rounds: int = 20,
     warmup: int = 3,
+    seconds: float | None = None,
 ) -> tuple[float, float, float]:
-    """(original ms, candidate ms, speedup) under ORT with all optimizations, in interleaved rounds; the
-    speedup is the one both estimators agree on (:func:`agreed_speedup`)."""
+    """(original ms, candidate ms, speedup) under ORT with all optimizations, in interleaved rounds (in a search,
+    ``seconds`` limits them: ``time_rounds``); the speedup is the one both estimators agree on
+    (:func:`agreed_speedup`)."""
     level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     sessions = [timing_session(m, level, threads) for m in (original, candidate)]
     runners = [lambda s=s: s.run(None, dict(feeds)) for s in sessions]
-    before, after = time_rounds(runners, rounds, warmup)
+    before, after = time_rounds(runners, rounds, warmup, seconds=seconds)
     return statistics.median(before) * 1e3, statistics.median(after) * 1e3, agreed_speedup(before, after)
 
 

@@ -20,6 +20,17 @@ def check_budget_minutes(minutes: float) -> None:
         raise SettingsError(f"--budget-minutes must be positive, got {minutes:g}")
 
 
+TIMING_SHARE = 0.02
+"""Share of a search's time budget one side-by-side timing run may take (at least ``LEAST_TIMING_SECONDS``): a
+search times its candidates again and again, and a model of 0.7 s per run spent 49 s in one run of 35 rounds."""
+LEAST_TIMING_SECONDS = 10.0
+
+
+def seconds_per_run(minutes: float) -> float:
+    """How long one timing run (``timing.time_rounds``'s ``seconds``) may take in a search of ``minutes``."""
+    return max(LEAST_TIMING_SECONDS, TIMING_SHARE * minutes * 60)
+
+
 def out_of_time(minutes: float) -> str:
     """The start of the report's note for a search cut short: ``OUT_OF_TIME`` with the limit it kept."""
     return f"{OUT_OF_TIME} ({minutes:g} min)"

@@ -29,7 +29,7 @@ from onnxsat.compression.executor import make_executor
 from onnxsat.compression.recipe import CALIBRATION_LIMIT, Recipe
 from onnxsat.compression.report import CandidateRow, CompressReport, Contribution, mark_pareto
 from onnxsat.compression.search import MARGIN, PROBE_RATE, Evaluated, Search, SearchSettings
-from onnxsat.compression.timing import SideBySide, machine, seconds_per_run
+from onnxsat.compression.timing import SideBySide, machine
 from onnxsat.data.model_input import (
     batch_size_for,
     data_input,
@@ -58,7 +58,7 @@ from onnxsat.metrics.scorer import ModelScorer
 from onnxsat.options import float_list, option, percent
 from onnxsat.pruning.prune import association_trees, kept_multiple
 from onnxsat.quantization.quantize import NodeTimes, applicable_modes, slower_nodes
-from onnxsat.time_budget import BUDGET_MINUTES, check_budget_minutes
+from onnxsat.time_budget import BUDGET_MINUTES, check_budget_minutes, seconds_per_run
 from onnxsat.verification import check_lossy, reference_run
 
 TECHNIQUES = ("prune", "quantize", "fuse")

@@ -31,15 +31,6 @@ from onnxsat.timing import (
 )
 
 ROUNDS, WARMUP = 30, 5
-SHARE_OF_BUDGET = 0.02
-"""Share of the search's time budget one timing run may take (at least ``LEAST_SECONDS``): a search times each
-batch of candidates, the best so far again and again, and the finalists at the end."""
-LEAST_SECONDS = 10.0
-
-
-def seconds_per_run(budget_minutes: float) -> float:
-    """How long one run of interleaved rounds may take in a search of ``budget_minutes``."""
-    return max(LEAST_SECONDS, SHARE_OF_BUDGET * budget_minutes * 60)
 
 
 @dataclass(frozen=True)

@@ -84,7 +84,15 @@ from onnxsat.quantized_already import NARROW_TYPES, integer_nodes, quantized_not
 from onnxsat.runtime.int8_sums import int8_pairs_saturate
 from onnxsat.runtime.isolated import crash_in_child, has_control_flow
 from onnxsat.surgery.surgeons.precision import Float16ToFloat32, store_in_float16
-from onnxsat.time_budget import BUDGET_MINUTES, OUT_OF_TIME, Deadline, check_budget_minutes, late, out_of_time
+from onnxsat.time_budget import (
+    BUDGET_MINUTES,
+    OUT_OF_TIME,
+    Deadline,
+    check_budget_minutes,
+    late,
+    out_of_time,
+    seconds_per_run,
+)
 from onnxsat.verification import check_lossy, reference_run, run_model, session
 
 AUTO_MODE = "auto"
@@ -262,7 +270,10 @@ def quantize_model(
             calibration,
             report,
             original_run.feeds,
-            lambda quantized: {**_latency(model, quantized, feeds, options.threads), "batch": float(latency_batch)},
+            lambda quantized: {
+                **_latency(model, quantized, feeds, options.threads, seconds_per_run(options.budget_minutes)),
+                "batch": float(latency_batch),
+            },
             timing_shapes,
             deadline,
             half,
@@ -903,9 +914,15 @@ def _latency_feeds(
 
 
 def _latency(
-    original: onnx.ModelProto, candidate: onnx.ModelProto, feeds: Mapping[str, np.ndarray], threads: int
+    original: onnx.ModelProto,
+    candidate: onnx.ModelProto,
+    feeds: Mapping[str, np.ndarray],
+    threads: int,
+    seconds: float | None = None,
 ) -> dict[str, float]:
-    fp32_ms, quantized_ms, speedup = side_by_side(original, candidate, feeds, threads, LATENCY_ROUNDS, LATENCY_WARMUP)
+    fp32_ms, quantized_ms, speedup = side_by_side(
+        original, candidate, feeds, threads, LATENCY_ROUNDS, LATENCY_WARMUP, seconds
+    )
     return {"fp32_ms": fp32_ms, "quantized_ms": quantized_ms, "speedup": speedup, "threads": float(threads)}
 
 
