@@ -35,13 +35,13 @@ def test_the_prototypes_are_scored_through_the_masks_of_the_boxes() -> None:
     assert budget.score(reshuffled).outputs[0].value == 1.0
     grown = {**reference, "output1": reference["output1"].copy()}
     grown["output1"][:, 0, 2:6, 2:6] = 1.0  # the mask now fills the box: IoU 0.5 -> still matched
-    assert budget.score(grown).outputs[0].details["mask IoU"] == 0.5
+    assert budget.score(grown).outputs[0].details["mask_iou"] == 0.5
     assert budget.score(grown).outputs[0].value == 1.0
     lost = {**reference, "output1": reference["output1"].copy()}
     lost["output1"][:, 0, 2:6, 3] = -1.0  # half the mask gone...
     lost["output1"][:, 0, 2:4, 2] = -1.0  # ...and half the rest: IoU 0.25, the box no longer counts
     found = budget.score(lost).outputs[0]
-    assert found.value == 0.0 and found.details["mask IoU"] == 0.25
+    assert found.value == 0.0 and found.details["mask_iou"] == 0.25
 
 
 def test_a_detector_export_without_prototypes_is_scored_by_its_boxes_alone() -> None:

@@ -98,7 +98,7 @@ def instance_masks(
             overlaps.append(overlap)
             hits += overlap >= MASK_IOU
     f1, details = matched_f1(hits, total_ref, total_cand)
-    details["mask IoU"] = float(np.mean(overlaps)) if overlaps else 1.0
+    details["mask_iou"] = float(np.mean(overlaps)) if overlaps else 1.0
     return Measure(float(f1), details)
 
 
