@@ -195,6 +195,26 @@ def test_a_model_whose_matmuls_all_sit_in_bodies_is_refused_at_once(
     )
 
 
+def test_a_model_quantized_to_integer_matmuls_is_refused_as_quantized_already(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """ORT's dynamic quantization leaves no MatMul (MatMulInteger, DynamicQuantizeLSTM: a speaker embedder
+    shipped so): the refusal says the model is quantized already, as the other refusals do."""
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    from onnxsat.cli import main as cli_main
+    from tests.quantization.test_quantize import mlp
+
+    source = tmp_path / "int8.onnx"
+    quantize_dynamic(str(mlp(tmp_path / "mlp.onnx")), str(source), weight_type=QuantType.QInt8)
+    assert not any(node.op_type == "MatMul" for node in onnx.load(source).graph.node)
+    assert cli_main(["prune", str(source), "-o", str(tmp_path / "p.onnx")]) == 9
+    assert capfd.readouterr().err.startswith(
+        "onnxsat: error: the model has no channel group that can be pruned (no Conv, Gemm or MatMul); it is "
+        "quantized already (2 DynamicQuantizeLinear, 2 MatMulInteger): prune its float original instead"
+    )
+
+
 def test_metric_fidelity_scores_agreement_with_the_original_not_the_labels(tmp_path: Path) -> None:
     """``--metric fidelity`` (the spelling the budgeted commands share) is ``--fidelity``: labels are ignored."""
     from onnxsat.cli import main as cli_main

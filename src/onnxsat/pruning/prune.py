@@ -423,7 +423,10 @@ def _check_roots_outside_bodies(model: onnx.ModelProto) -> None:
         return
     inside = sum(node.op_type in ROOT_OPS for body in all_graphs(model.graph) for node in body.node)
     where = f": {inside} are inside If/Loop/Scan bodies, which prune does not enter" if inside else ""
-    raise SettingsError(f"the model has no channel group that can be pruned (no Conv, Gemm or MatMul{where})")
+    raise SettingsError(
+        f"the model has no channel group that can be pruned (no Conv, Gemm or MatMul{where})"
+        + quantized_note(model, "prune")  # its weighted ops are integer ones (MatMulInteger, DynamicQuantizeLSTM)
+    )
 
 
 def show_trees(
