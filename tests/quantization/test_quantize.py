@@ -320,6 +320,7 @@ def quantized_by_ort(path: Path) -> Path:
     ("make", "extra", "code", "message"),
     [
         (no_weights, [], 9, "nothing to quantize"),
+        (no_weights, ["--data", "digits"], 9, "nothing to quantize"),  # said before data is read or a run made
         (quantized_by_ort, [], 9, "it is quantized already (2 DynamicQuantizeLinear, 2 MatMulInteger)"),
         (mlp, ["--max-drop", "150%"], 9, "--max-drop must be in [0%, 100%]"),
         (mlp, ["--confidence", "1"], 9, "--confidence must be in [0.5, 1)"),

@@ -279,6 +279,7 @@ def _prune_model(
 ) -> tuple[onnx.ModelProto, PruneReport]:
     start = time.perf_counter()
     options.check()
+    _check_roots_outside_bodies(model)  # before any run: a 194 MB tree ensemble spent 17 s and 3.7 GB first
     options = replace(options, inputs=with_data_rows(options.inputs, options.data))  # inputs --data feeds per sample
     given_size = given_bytes(model, source)
     calibrates = get_criterion(options.criterion).ranks_roots or options.reconstruct
@@ -287,7 +288,6 @@ def _prune_model(
         dataset, scored_on = _scoring_split(model, options, calibrates)  # data that does not fit is said first
         options = replace(options, inputs=sized_by_data(model, options.inputs, dataset))  # random inputs as it
     original = reference_run(model, options.inputs, base_dir=base_dir)  # then an input ORT cannot run
-    _check_roots_outside_bodies(model)
     report = PruneReport(input=source, output=None, criterion=options.criterion, mode=options.mode, rate=options.rate)
     start_from = _normalized(model, options, base_dir, report) if options.normalize else model
     work, index, forest = association_trees(start_from, options.library, base_dir)

@@ -216,6 +216,7 @@ def quantize_model(
     where timing chooses between them."""
     start = time.perf_counter()
     options.check()
+    _check_weighted_ops(model)
     options = replace(options, inputs=with_data_rows(options.inputs, options.data))  # inputs --data feeds per sample
     given_size = given_bytes(model, source)
     deadline = Deadline(options.budget_minutes)
@@ -500,6 +501,20 @@ def _at_least_opset(model: onnx.ModelProto, opset: int, report: QuantizeReport) 
     return converted
 
 
+def _check_weighted_ops(model: onnx.ModelProto) -> None:
+    """Refuse at once a model with no op a mode quantizes, anywhere (a 194 MB tree ensemble spent 76 s and 5.8 GB
+    on its data and reference run first); whether their weights are constant is known after ``_prepare``."""
+    if not any(node.op_type in _WEIGHTED_OPS or node.op_type == "Gather" for node in all_nodes(model.graph)):
+        raise _nothing_to_quantize(model)
+
+
+def _nothing_to_quantize(model: onnx.ModelProto) -> SettingsError:
+    return SettingsError(
+        "nothing to quantize: the model has no Conv, MatMul, Gemm or LSTM node with a constant weight"
+        + quantized_note(model, "quantize")
+    )
+
+
 def _modes(model: onnx.ModelProto, options: QuantizeOptions) -> list[QuantMode]:
     """The modes to try: the one asked for, or for ``auto`` those the model's weighted ops call for."""
     weighted = {node.op_type for node in _weighted_nodes(model)}
@@ -515,10 +530,7 @@ def _modes(model: onnx.ModelProto, options: QuantizeOptions) -> list[QuantMode]:
         return [mode]
     inside_ops = {node.op_type for node in inside}
     if not weighted | inside_ops:
-        raise SettingsError(
-            "nothing to quantize: the model has no Conv, MatMul, Gemm or LSTM node with a constant weight"
-            + quantized_note(model, "quantize")
-        )
+        raise _nothing_to_quantize(model)
     modes = []
     if weighted & {"Conv", "ConvTranspose"} or weighted & {"MatMul", "Gemm"}:
         modes.append(MODES["static"])
