@@ -55,6 +55,35 @@ def test_weights_left_in_float_keep_their_float16_size(tmp_path: Path) -> None:
     assert got.dtype == np.float16 and np.abs(got.astype(np.float32) - expected).max() < 0.05
 
 
+def test_float16_weights_behind_casts_stay_float16_where_left_in_float(tmp_path: Path) -> None:
+    """A model computing in float32 from float16 weights it casts (a distilled copy-detection net: 93 Casts):
+    optimization folds each Cast into a float32 weight, and the int8 form kept those left in float as float32,
+    151% of the file. They are stored in float16 again, behind a Cast."""
+    rng = np.random.default_rng(3)
+    graph = helper.make_graph(
+        [
+            helper.make_node("Cast", ["w1_16"], ["w1"], "cast1", to=TensorProto.FLOAT),
+            helper.make_node("Cast", ["w2_16"], ["w2"], "cast2", to=TensorProto.FLOAT),
+            helper.make_node("MatMul", ["x", "w1"], ["h"], "first"),
+            helper.make_node("Relu", ["h"], ["r"], "relu"),
+            helper.make_node("MatMul", ["r", "w2"], ["y"], "second"),
+        ],
+        "cast_mlp",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 64])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 32])],
+        [
+            numpy_helper.from_array((rng.normal(size=(64, 64)) * 0.1).astype(np.float16), "w1_16"),
+            numpy_helper.from_array((rng.normal(size=(64, 32)) * 0.1).astype(np.float16), "w2_16"),
+        ],
+    )
+    model, out = tmp_path / "casts.onnx", tmp_path / "q.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), model)
+    argv = ["quantize", str(model), "-o", str(out), "--mode", "dynamic", "--exclude", "second", "--force"]
+    assert main([*argv, "--no-node-timing"]) == 0
+    stored = {t.name: t.data_type for t in onnx.load(out).graph.initializer}
+    assert stored.get("w2_float16") == TensorProto.FLOAT16 and "w2" not in stored, stored
+
+
 def test_a_node_reading_a_float8_weight_stays_in_float_and_the_others_quantize(tmp_path: Path) -> None:
     """A Conv reading a float8 weight through DequantizeLinear is quantized already, in a type ORT's int8
     kernels do not take: static mode's QDQ around it was fused by ORT's optimizations into a QLinearConv with a
