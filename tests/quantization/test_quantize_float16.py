@@ -15,19 +15,29 @@ from onnx import TensorProto, helper, numpy_helper
 from onnxsat.cli import main
 
 
+def half_weights(suffix: str = "") -> list[onnx.TensorProto]:
+    """The float16 weights of the MLPs below, ``w1`` (64x64) and ``w2`` (64x32), their names ending in ``suffix``."""
+    rng = np.random.default_rng(3)
+    return [
+        numpy_helper.from_array((rng.normal(size=(64, 64)) * 0.1).astype(np.float16), f"w1{suffix}"),
+        numpy_helper.from_array((rng.normal(size=(64, 32)) * 0.1).astype(np.float16), f"w2{suffix}"),
+    ]
+
+
+def mlp_nodes() -> list[onnx.NodeProto]:
+    """x -> MatMul by w1 ("first") -> Relu -> MatMul by w2 ("second") -> y."""
+    return [
+        helper.make_node("MatMul", ["x", "w1"], ["h"], "first"),
+        helper.make_node("Relu", ["h"], ["r"], "relu"),
+        helper.make_node("MatMul", ["r", "w2"], ["y"], "second"),
+    ]
+
+
 def half_mlp(path: Path) -> Path:
     """x [N, 64] float16 -> MatMul (64x64) -> Relu -> MatMul (64x32): weights in float16, as a GPU export."""
-    rng = np.random.default_rng(3)
-    weights = [
-        numpy_helper.from_array((rng.normal(size=(64, 64)) * 0.1).astype(np.float16), "w1"),
-        numpy_helper.from_array((rng.normal(size=(64, 32)) * 0.1).astype(np.float16), "w2"),
-    ]
+    weights = half_weights()
     graph = helper.make_graph(
-        [
-            helper.make_node("MatMul", ["x", "w1"], ["h"], "first"),
-            helper.make_node("Relu", ["h"], ["r"], "relu"),
-            helper.make_node("MatMul", ["r", "w2"], ["y"], "second"),
-        ],
+        mlp_nodes(),
         "half_mlp",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT16, ["N", 64])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT16, ["N", 32])],
@@ -59,22 +69,16 @@ def test_float16_weights_behind_casts_stay_float16_where_left_in_float(tmp_path:
     """A model computing in float32 from float16 weights it casts (a distilled copy-detection net: 93 Casts):
     optimization folds each Cast into a float32 weight, and the int8 form kept those left in float as float32,
     151% of the file. They are stored in float16 again, behind a Cast."""
-    rng = np.random.default_rng(3)
     graph = helper.make_graph(
         [
             helper.make_node("Cast", ["w1_16"], ["w1"], "cast1", to=TensorProto.FLOAT),
             helper.make_node("Cast", ["w2_16"], ["w2"], "cast2", to=TensorProto.FLOAT),
-            helper.make_node("MatMul", ["x", "w1"], ["h"], "first"),
-            helper.make_node("Relu", ["h"], ["r"], "relu"),
-            helper.make_node("MatMul", ["r", "w2"], ["y"], "second"),
+            *mlp_nodes(),
         ],
         "cast_mlp",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 64])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 32])],
-        [
-            numpy_helper.from_array((rng.normal(size=(64, 64)) * 0.1).astype(np.float16), "w1_16"),
-            numpy_helper.from_array((rng.normal(size=(64, 32)) * 0.1).astype(np.float16), "w2_16"),
-        ],
+        half_weights("_16"),
     )
     model, out = tmp_path / "casts.onnx", tmp_path / "q.onnx"
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), model)
