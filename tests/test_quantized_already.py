@@ -70,6 +70,24 @@ def test_commands_say_the_model_is_quantized_already(
     assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
 
 
+def test_sparsify_says_when_its_sparsity_is_over_the_float_weights_of_a_model_quantized_in_part(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A face detector shipped int8 but for 9 small float head weights: `--sparsity 0.5` reached "48% over 9
+    weights" and said nothing of the 64 int8 ones it left alone."""
+    model = onnx.load(qdq_conv(tmp_path / "q.onnx"))
+    rng = np.random.default_rng(1)
+    model.graph.initializer.append(numpy_helper.from_array(rng.normal(size=(4, 4, 3, 3)).astype(np.float32), "head"))
+    model.graph.node.append(helper.make_node("Conv", ["y", "head"], ["z"], pads=[1, 1, 1, 1]))
+    model.graph.output[0].CopyFrom(helper.make_tensor_value_info("z", TensorProto.FLOAT, [1, 4, 8, 8]))
+    onnx.save(model, tmp_path / "part.onnx")
+    assert main(["sparsify", str(tmp_path / "part.onnx"), "-o", str(tmp_path / "s.onnx"), "--sparsity", "0.5"]) == 0
+    assert (
+        "note: it is quantized already in part (1 DequantizeLinear of integer weights): those weights are left as "
+        "they are, and the sparsity is over the 1 float weight only"
+    ) in capsys.readouterr().out
+
+
 def test_static_quantization_leaves_the_nodes_in_qdq_form_alone(tmp_path: Path) -> None:
     """A CNN ORT quantized in QDQ form but for its last layer, a common hand-over. Static quantization
     quantized its Convs a second time, under the tensor names the first pass gave: a model the checker

@@ -47,7 +47,7 @@ from onnxsat.metrics import (
 )
 from onnxsat.options import float_list, option, percent
 from onnxsat.proto_fields import all_nodes, bodies_of
-from onnxsat.quantized_already import quantized_note
+from onnxsat.quantized_already import quantized_note, quantized_parts
 from onnxsat.sparsity.bodies import lift_body_weights
 from onnxsat.sparsity.calibration import channel_norms
 from onnxsat.sparsity.methods import METHODS, MaskResult, check_sparsity, get_method, sparsity_masks
@@ -303,6 +303,11 @@ def sparsify_model(
     weights = {t.name: np.asarray(_initializer_value(model, t, base_dir)) for t in targets}
     report = SparsifyReport(input=source, output=None, method=options.method, requested=options.sparsity)
     report.notes += normalised
+    if quantized := quantized_parts(model):  # a face detector's 9 float head weights of 162 values, 64 in int8
+        report.notes.append(
+            f"it is quantized already in part ({quantized}): those weights are left as they are, and the sparsity "
+            f"is over the {len(targets)} float weight{'s' if len(targets) != 1 else ''} only"
+        )
     if lifted:
         report.notes.append(
             f"{len(lifted)} weights inside If/Loop/Scan bodies moved to the main graph (read from there by name, "
