@@ -263,16 +263,20 @@ def test_a_type_no_kernel_takes_is_named_without_a_hint_about_sizes(
 
 
 def cast_model(path: Path, input_type: int, output_type: int) -> Path:
-    """x -> Cast to float -> Relu -> Cast to ``output_type``: ONNX Runtime has CPU kernels for every step."""
+    """x -> Cast to float -> MatMul by a 4x4 weight (something to quantize) -> Relu -> Cast to ``output_type``:
+    ONNX Runtime has CPU kernels for every step."""
+    weight = numpy_helper.from_array(np.eye(4, dtype=np.float32), "w")
     graph = helper.make_graph(
         [
             helper.make_node("Cast", ["x"], ["xf"], to=TensorProto.FLOAT),
-            helper.make_node("Relu", ["xf"], ["r"]),
+            helper.make_node("MatMul", ["xf", "w"], ["m"]),
+            helper.make_node("Relu", ["m"], ["r"]),
             helper.make_node("Cast", ["r"], ["y"], to=output_type),
         ],
         "exotic_io",
         [helper.make_tensor_value_info("x", input_type, ["N", 4])],
         [helper.make_tensor_value_info("y", output_type, ["N", 4])],
+        [weight],
     )
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)], ir_version=10), path)
     return path
