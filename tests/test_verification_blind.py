@@ -52,3 +52,26 @@ def test_given_inputs_are_not_varied() -> None:
     given = InputSpec(given={"x": np.full((1, 8), 3.0, np.float32)})
     assert not any(notes(verify(model, model, given)).values())
     assert not any(notes(verify(model, model, blind_spots=False)).values())
+
+
+def test_an_output_a_body_computes_from_the_inputs_is_reached_through_the_body() -> None:
+    """An If's branches read the input by name from outside (ONNX lists no such input on the node): its output
+    is computed from the random inputs too."""
+    branch = helper.make_graph(
+        [helper.make_node("Sub", ["x", "shift"], ["d"]), helper.make_node("Relu", ["d"], ["out"])],
+        "branch",
+        [],
+        [helper.make_tensor_value_info("out", TensorProto.FLOAT, None)],
+    )
+    graph = helper.make_graph(
+        [helper.make_node("If", ["cond"], ["dead"], then_branch=branch, else_branch=branch)],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8])],
+        [helper.make_tensor_value_info("dead", TensorProto.FLOAT, None)],
+        [
+            numpy_helper.from_array(np.array(True), "cond"),
+            numpy_helper.from_array(np.array(100.0, np.float32), "shift"),
+        ],
+    )
+    model = helper.make_model(graph, ir_version=9, opset_imports=[helper.make_opsetid("", 17)])
+    assert notes(verify(model, model)) == {"dead": BLIND_NOTE}

@@ -36,7 +36,7 @@ from onnxsat.ir_version import too_new_ir
 from onnxsat.model_io import check_model, over_protobuf_limit
 from onnxsat.op_kinds import default_opset_version
 from onnxsat.output_values import as_array, map_keys
-from onnxsat.proto_fields import all_nodes, copy_fields, with_initializers_replaced
+from onnxsat.proto_fields import copy_fields, subgraph_captures, with_initializers_replaced
 
 if TYPE_CHECKING:
     from onnxsat.runtime.tune import SessionSettings
@@ -823,11 +823,7 @@ def _reached_by(graph: onnx.GraphProto, names: set[str]) -> set[str]:
     body counts as reached when any input or any name it reads from outside is: the bodies are not followed)."""
     reached = set(names)
     for node in graph.node:  # topological order
-        read = set(node.input)
-        for attribute in node.attribute:
-            for body in [attribute.g] if attribute.HasField("g") else list(attribute.graphs):
-                read |= {name for inner in all_nodes(body) for name in inner.input}
-        if read & reached:
+        if reached & {*node.input, *subgraph_captures(node)}:
             reached.update(node.output)
     return reached
 
