@@ -10,6 +10,7 @@ workers, or is another machine, so the driver times candidates itself (see ``com
 
 from __future__ import annotations
 
+import functools
 import io
 import tempfile
 import time
@@ -171,7 +172,6 @@ def evaluate(task: Task) -> Outcome:
     }
     if task.minutes is not None:
         settings["budget_minutes"] = task.minutes
-    quantizes_original = bool(task.recipe.quantize) and not task.recipe.prune
     try:
         with tempfile.TemporaryDirectory(prefix="onnxsat-compress-") as folder:
             fit_path, calibration_path = Path(folder) / "fit.npz", Path(folder) / "calibration.npz"
@@ -186,7 +186,7 @@ def evaluate(task: Task) -> Outcome:
                 calibration_limit=task.problem.calibration_limit,
                 spent=lambda pruned: prepared.scorer.score(pruned).bound,
                 fit_data=str(fit_path),
-                scorer=prepared.quantization_scorer(task.problem) if quantizes_original else None,
+                scorer=functools.partial(prepared.quantization_scorer, task.problem),
             )
         score, distortion = prepared.scorer.judge(built.model)
     except OnnxSatError as error:

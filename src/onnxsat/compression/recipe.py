@@ -153,14 +153,16 @@ def build(
     base_dir: Path | None = None,
     spent: Callable[[onnx.ModelProto], float] | None = None,
     fit_data: str | None = None,
-    scorer: ModelScorer | None = None,
+    scorer: Callable[[], ModelScorer] | None = None,
 ) -> Built:
     """``recipe`` applied to ``model`` with the same pass functions its pipeline runs. ``data`` is the
     calibration data (a spec ``load_dataset`` reads), ``fit_data`` what pruning refits on when not the same
     (the samples candidates are not scored on); ``quantize_settings`` (metric, outputs) are used by
     quantization's node search while ``recipe.quantize_budget`` is set, and ``spent`` says how much of the
     budget the pruned model already uses. Quantization scores its result even with no budget to search,
-    so the metric and its outputs go to it always."""
+    so the metric and its outputs go to it always. ``scorer`` makes ``model``'s scorer on ``data``, which
+    quantization reuses when nothing was pruned before it (asked only then). Quantization does not time its
+    result: the caller does."""
     notes: list[str] = []
     settings = dict(quantize_settings or {})
     scoring = {key: settings[key] for key in SCORING_KEYS if key in settings}
@@ -194,7 +196,7 @@ def build(
             **(settings if searching else scoring),
         )
         try:
-            reused = scorer if not recipe.prune else None  # a pruned model is scored against itself
+            reused = scorer() if scorer is not None and not recipe.prune else None  # a pruned one: against itself
             model, quantize_report = quantize_model(model, options, base_dir=base_dir, scorer=reused, timed=False)
         except OnnxSatError as error:
             if budget is None or recipe.quantize_budget is None or budget >= recipe.quantize_budget:
