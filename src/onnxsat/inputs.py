@@ -172,32 +172,56 @@ class InputSpec:
             and any(fixed_dim(d) is None and d.dim_param not in named for d in declared_dims(value) or [])
         ]
 
-    def with_guessed_at(self, model: onnx.ModelProto, size: int) -> InputSpec:
+    def with_guessed_at(
+        self,
+        model: onnx.ModelProto,
+        size: int,
+        implied: Mapping[tuple[str, int], int] | None = None,
+        batch: int = 1,
+    ) -> InputSpec:
         """This spec with sizes for the inputs :meth:`guessed` names: each such dim at ``size``, except a
-        batch (the first axis of an input of rank 2 or more, and every dim named like one), which stays at
-        1. A convolution net's feature maps, halved five times, are 1 x 1 from a 1 x 1 image and its upsampling
-        path no longer meets its skip connections; at 64 they are 2 x 2."""
+        batch (the first axis of an input of rank 2 or more, and every dim named like one), which is at
+        ``batch``, and the axes ``implied`` sizes (``(input, axis)``: what the weights imply, see
+        ``implied_sizes``). A convolution net's feature maps, halved five times, are 1 x 1 from a 1 x 1 image
+        and its upsampling path no longer meets its skip connections; at 64 they are 2 x 2."""
+        implied = implied or {}
         named = dict(named_sizes(model, self))
         guessed = set(self.guessed(model))
         values = [value for value in model.graph.input if value.name in guessed]
         batches = {dims[0].dim_param for value in values if len(dims := declared_dims(value) or []) >= 2}
         for value in values:
-            for dim in declared_dims(value) or []:
+            for axis, dim in enumerate(declared_dims(value) or []):
                 name = dim.dim_param
                 if name and fixed_dim(dim) is None and name not in named and not set("+*") & set(name):
-                    named[name] = 1 if name in batches else size
+                    named[name] = implied.get((value.name, axis), batch if name in batches else size)
         shapes = dict(self.shapes)
         for value in values:
             dims = declared_dims(value) or []
             shapes[value.name] = [
                 dim.dim_value
                 if fixed_dim(dim) is not None
+                else implied[(value.name, axis)]
+                if (value.name, axis) in implied
                 else dynamic_size(dim, named)
                 if dim.dim_param
-                else (1 if axis == 0 and len(dims) >= 2 else size)
+                else (batch if axis == 0 and len(dims) >= 2 else size)
                 for axis, dim in enumerate(dims)
             ]
         return replace(self, shapes=shapes)
+
+    def unsized(self, model: onnx.ModelProto) -> dict[str, list[int]]:
+        """The axes :meth:`guessed` inputs declare dynamic with no size given, by input name."""
+        named = named_sizes(model, self)
+        guessed = set(self.guessed(model))
+        return {
+            value.name: [
+                axis
+                for axis, dim in enumerate(declared_dims(value) or [])
+                if fixed_dim(dim) is None and dim.dim_param not in named
+            ]
+            for value in model.graph.input
+            if value.name in guessed
+        }
 
     def described(self, model: onnx.ModelProto) -> dict[str, list[str]]:
         """Which of the model's inputs were given and which were made random, for reports."""

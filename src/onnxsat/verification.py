@@ -11,7 +11,7 @@ import functools
 import gc
 import re
 import threading
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -31,6 +31,7 @@ from onnxsat.errors import (
     SettingsError,
 )
 from onnxsat.external_data import expected_nbytes, iter_tensors, set_reference
+from onnxsat.implied_sizes import implied_sizes
 from onnxsat.inputs import InputsLike, InputSpec, declared_dims, fixed_dim
 from onnxsat.ir_version import too_new_ir
 from onnxsat.model_io import check_model, over_protobuf_limit
@@ -619,12 +620,17 @@ def at_larger_sizes(
     base_dir: Path | None = None,
     timeout: float | None = None,
 ) -> tuple[InputSpec, Reference, str]:
-    """After ``error`` (the run with the unsized dynamic dims at 1 failed): the inputs with those dims at the first
-    of ``FALLBACK_DYNAMIC_DIMS`` that ONNX Runtime runs, that run, and a line saying so for the report.
-    ``error`` again, naming the sizes tried, when none runs. ``timeout``: per run, None for the default."""
+    """After ``error`` (the run with the unsized dynamic dims at 1 failed): the inputs of the first of
+    :func:`_sized_attempts` that ONNX Runtime runs, that run, and a line saying so for the report. ``error``
+    again, naming what was tried, when none runs. ``timeout``: per run, None for the default."""
     spec = InputSpec.of(inputs)
-    for size in FALLBACK_DYNAMIC_DIMS:
-        sized = spec.with_guessed_at(original, size)
+    implied = implied_sizes(original, spec.unsized(original))
+    tried, seen = [], []
+    for label, sized in _sized_attempts(original, spec, implied):
+        if sized.shapes in seen:  # no batch to raise: the same sizes again
+            continue
+        tried.append(label)
+        seen.append(sized.shapes)
         try:
             reference = reference_run(original, sized, base_dir=base_dir, timeout=timeout or DEFAULT_RUN_TIMEOUT)
         except (RuntimeUnsupportedError, SettingsError):
@@ -633,10 +639,24 @@ def at_larger_sizes(
         return (
             sized,
             reference,
-            f"ONNX Runtime cannot run the model with its unsized dynamic dims at 1; at {size}: {shapes}",
+            f"ONNX Runtime cannot run the model with its unsized dynamic dims at 1; {label}: {shapes}",
         )
-    tried = " and ".join(str(size) for size in FALLBACK_DYNAMIC_DIMS)
-    raise GuessedSizesError(f"{error} (at {tried} it failed too)") from None
+    raise GuessedSizesError(f"{error} (it failed too {', '.join(tried)})") from None
+
+
+def _sized_attempts(
+    model: onnx.ModelProto, spec: InputSpec, implied: Mapping[tuple[str, int], int]
+) -> Iterator[tuple[str, InputSpec]]:
+    """``(what, spec)`` to try, in order: the sizes the weights imply (the rest at 1), then the other unsized
+    dims at each of ``FALLBACK_DYNAMIC_DIMS`` with batches at 1, then with the batch too (madmom's nets take
+    ``[frames, features]``, no batch, and their convolutions need more than one frame)."""
+    if implied:
+        said = ", ".join(f"{name} axis {axis} at {size}" for (name, axis), size in implied.items())
+        yield f"with the sizes its weights imply ({said})", spec.with_guessed_at(model, 1, implied)
+    for size in FALLBACK_DYNAMIC_DIMS:
+        yield f"at {size}", spec.with_guessed_at(model, size, implied)
+    for size in FALLBACK_DYNAMIC_DIMS:
+        yield f"at {size} with the first axes too", spec.with_guessed_at(model, size, implied, batch=size)
 
 
 def sized_reference_run(
