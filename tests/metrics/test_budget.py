@@ -72,6 +72,10 @@ def tagger_scores(always: int | None = None, count: int = 8, steps: int = 16, ta
         ("logvar", RNG.normal(size=(2, 8)), 0, "cosine"),
         ("recon", RNG.uniform(size=(2, 64)), 0, "snr"),  # its decoded pixels
         ("mul_out", RNG.normal(size=(2, 8)), 0, "top1"),  # "mu" inside a word names no latent
+        ("lstm_cell_squeeze_1_19", RNG.normal(size=(2, 25)), 0, "cosine"),  # a recurrent state, not 25 classes
+        ("cell_logits", RNG.normal(size=(2, 25)), 0, "top1"),  # a table cell's class scores
+        ("cells", RNG.normal(size=(2, 25)), 0, "top1"),  # "cell" only as a whole word
+        ("cell_heatmap", RNG.normal(size=(2, 8, 16, 16)), 0, "map"),  # a table detector's cell centres
         ("output", softmax(RNG.normal(size=(2, 1, 50))), 0, "top1"),  # probabilities: classes after all
         ("fetch_name_0", tagger_scores(), 0, "tokens"),  # a tagger's emissions: a class per step
         ("output", RNG.normal(size=(8, 16, 59)), 0, "cosine"),  # features: no class structure

@@ -11,6 +11,8 @@ The rules, first match wins, each with the reason the report prints:
   ``target``): ``r2`` against the original's values; ``binary`` reads labels only when they are 0 and 1;
 - named like an embedding (``embed``, ``hidden``, ``feature``, ``pooler``, ``vector``) or a latent
   (``latent``, or the word ``mu``, ``logvar``, ``z``: a VAE's encoder): ``cosine``;
+- named like a recurrent state (the whole word ``state``, ``cell``, ``hn``, ``cn``...), unless also like scores:
+  ``cosine``;
 - named like a reconstruction (``recon``: a VAE's decoded pixels): ``snr``;
 - the boxes of an Ultralytics export (its metadata names the task and the classes): ``detection`` over
   those class rows only;
@@ -70,6 +72,9 @@ and export probabilities."""
 PROBABILITIES = "probabilities per step"
 _SEQUENCE_NAMES = ("logit", "ctc", "softmax", "prob")
 _EMBEDDING_NAMES = ("embed", "hidden", "feature", "pooler", "vector")
+_STATE_WORDS = frozenset({"state", "states", "cell", "hn", "cn", "h0", "c0", "hx", "cx"})
+"""Whole words that name a recurrent net's state (madmom's ``lstm_cell_squeeze_1_19``, ``hn``/``cn``): values the
+next step reads, compared by direction, not 25 classes whose best one flips at any change."""
 _LATENT_WORDS = frozenset({"mu", "logvar", "log_var", "z", "z_mean", "z_log_var"})
 """Whole words (split at anything but letters and digits) that name a VAE encoder's outputs: too short to
 look for inside other names (``mul``, ``zoom``)."""
@@ -151,7 +156,10 @@ def choose(
     lowered = name.lower()
     if any(word in lowered for word in _EMBEDDING_NAMES):
         return Choice(METRICS["cosine"], f"named like an embedding ({name!r}, {text} per sample)")
-    if "latent" in lowered or _LATENT_WORDS & set(re.split(r"[^a-z0-9]+", lowered)):
+    words = set(re.split(r"[^a-z0-9]+", lowered))
+    if _STATE_WORDS & words and not _DECISION_WORDS & words and not any(word in lowered for word in _MAP_NAMES):
+        return Choice(METRICS["cosine"], f"named like a recurrent state ({name!r}, {text} per sample)")
+    if "latent" in lowered or _LATENT_WORDS & words:
         return Choice(METRICS["cosine"], f"named like a latent ({name!r}, {text} per sample)")
     if "recon" in lowered:
         return Choice(METRICS["snr"], f"named like a reconstruction ({name!r}, {text} per sample)")
