@@ -168,12 +168,17 @@ def declare_language(egraph: EGraph) -> None:
 
 class _Encoder:
     def __init__(
-        self, model: onnx.ModelProto, typed: onnx.ModelProto | None, base_dir: Path | None, egraph: EGraph | None
+        self,
+        model: onnx.ModelProto,
+        typed: onnx.ModelProto | None,
+        base_dir: Path | None,
+        egraph: EGraph | None,
+        widen_weights: bool = False,
     ) -> None:
         if egraph is None:
             egraph = EGraph()
             declare_language(egraph)
-        facts = collect_facts(model, typed, base_dir)
+        facts = collect_facts(model, typed, base_dir, widen_weights)
         self.result = EncodedModel(model=model, egraph=egraph, facts=facts, base_dir=base_dir)
         self.held = held_nodes(model.graph)
         self.commands: list[bindings.ActionCommand] = []
@@ -343,10 +348,12 @@ def encode(
     typed: onnx.ModelProto | None = None,
     base_dir: Path | None = None,
     egraph: EGraph | None = None,
+    widen_weights: bool = False,
 ) -> EncodedModel:
     """Encode ``model`` (not modified) into a fresh e-graph; ``typed`` is it after shape inference.
 
     ``base_dir`` is where the model's external data lives; the decoder reads folded weights from there.
     ``egraph``: an empty e-graph with the language already declared (``WarmEGraph.scratch``) to use instead.
+    ``widen_weights``: weights stored narrow (int8, float16) behind a widening Cast may be folded to its type.
     """
-    return _Encoder(model, typed, base_dir, egraph).encode()
+    return _Encoder(model, typed, base_dir, egraph, widen_weights).encode()

@@ -239,6 +239,8 @@ class GraphFacts:
     both (``FOLD_MAX_COPY``)."""
     fold_sources: dict[str, int] = field(default_factory=dict)
     """Static tensor -> elements of the stored constants it is computed from (``FOLD_MAX_GROWTH``)."""
+    widen_weights: bool = False
+    """Whether a Cast may widen a stored weight ahead of time (``_widens_a_weight``)."""
     shapes: dict[str, tuple[int, ...]] = field(default_factory=dict)
     """Tensor name -> dims (-1 where shape inference left a dim open); only tensors of known rank."""
     types: dict[str, int] = field(default_factory=dict)
@@ -278,10 +280,13 @@ class GraphFacts:
         return None if dims is None or any(d < 0 for d in dims) else int(np.prod(dims, dtype=np.int64))
 
 
-def collect_facts(model: onnx.ModelProto, typed: onnx.ModelProto | None, base_dir: Path | None = None) -> GraphFacts:
-    """Facts for ``model``'s main graph; ``typed`` is the same model after shape inference, if it ran."""
+def collect_facts(
+    model: onnx.ModelProto, typed: onnx.ModelProto | None, base_dir: Path | None = None, widen_weights: bool = False
+) -> GraphFacts:
+    """Facts for ``model``'s main graph; ``typed`` is the same model after shape inference, if it ran.
+    ``widen_weights``: see ``GraphFacts.widen_weights``."""
     graph = model.graph
-    facts = GraphFacts(graph_outputs={o.name for o in graph.output})
+    facts = GraphFacts(graph_outputs={o.name for o in graph.output}, widen_weights=widen_weights)
     for node in graph.node:
         for name in [*node.input, *subgraph_captures(node)]:
             if name:
@@ -731,6 +736,8 @@ def _foldable_keeping(
         return False
     if not any(node.input) or subgraph_captures(node) or _has_subgraph(node.attribute):
         return False  # If/Loop/Scan bodies are left alone
+    if not facts.widen_weights and _widens_a_weight(node, facts):
+        return False
     sizes = [facts.numel(o) for o in node.output if o]
     if not sizes or any(size is None for size in sizes):
         return False
@@ -747,6 +754,32 @@ def _foldable_keeping(
     stored = [o for o in node.output if o and kept is not None and o in kept and o not in facts.weights]
     origin = sum(sources.get(i, facts.numel(i) or 0) for i in node.input if i)
     return not stored or produced <= min(inputs, origin) + FOLD_MAX_GROWTH
+
+
+WIDENED_MIN_ELEMENTS = FOLD_MAX_COPY
+"""From this size on, a stored weight that a Cast widens stays narrow (``_widens_a_weight``)."""
+
+
+def _widens_a_weight(node: onnx.NodeProto, facts: GraphFacts) -> bool:
+    """Whether ``node`` is a Cast to a wider type of a stored tensor of ``WIDENED_MIN_ELEMENTS`` or more: weights
+    stored in int8 or float16 and widened to float32 at run time. Folded, the file grows with them (a sentence
+    encoder storing 38 int8 weights behind Cast and Mul grew from 22.9 MB to 90.3 MB) for no speed: ONNX Runtime
+    folds such a Cast once when it loads the model. A lossy pass that computes in float32 and stores its own
+    result (quantization, pruning) widens them (``widen_weights``)."""
+    if node.op_type != "Cast" or not node.input or not node.output:
+        return False
+    source, result = facts.types.get(node.input[0]), facts.types.get(node.output[0])
+    if source is None or result is None or (facts.numel(node.input[0]) or 0) < WIDENED_MIN_ELEMENTS:
+        return False
+    return _itemsize(result) > _itemsize(source)
+
+
+def _itemsize(elem_type: int) -> int:
+    """Bytes per element of an ONNX element type (0 where numpy has none: strings)."""
+    try:
+        return int(np.dtype(onnx.helper.tensor_dtype_to_np_dtype(elem_type)).itemsize)
+    except (KeyError, TypeError, ValueError):
+        return 0
 
 
 def _typed_values(model: onnx.ModelProto) -> Iterable[onnx.ValueInfoProto]:

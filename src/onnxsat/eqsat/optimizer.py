@@ -79,6 +79,10 @@ class OptimizeOptions:
     force: bool = False
     run_timeout: float = DEFAULT_RUN_TIMEOUT
     """Seconds each verification run under ONNX Runtime may take."""
+    widen_weights: bool = False
+    """Fold Casts that widen stored weights (int8 or float16 to float32) into weights of the wider type: for a
+    lossy pass that then computes in that type and stores its own result, not for the lossless optimization,
+    whose file would grow for nothing (ONNX Runtime widens them once when it loads the model)."""
 
     @property
     def limits(self) -> SaturationLimits:
@@ -290,7 +294,7 @@ def _search(
     with phases("encode"), _collector_paused():
         if options.target != "none":  # a round trip with no rewrites
             model, _ = fold_partial_shapes(model, typed)
-        encoded = encode(model, typed, base_dir, egraph)
+        encoded = encode(model, typed, base_dir, egraph, options.widen_weights)
         enodes_before = egraph_size(encoded.egraph)
     rulesets = applicable(rulesets_for(options.target), model.graph, bool(encoded.facts.parallel_pairs))
     with phases("saturate"):

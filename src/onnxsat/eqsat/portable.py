@@ -33,7 +33,9 @@ def portable_form(model: onnx.ModelProto, inputs: InputsLike = None, base_dir: P
     modified) with the reason; normalising improves a lossy pass, it is never a reason for it to fail."""
     try:
         optimized, report = optimize_model(
-            model, OptimizeOptions(target="portable", inputs=InputSpec.of(inputs)), base_dir=base_dir
+            model,
+            OptimizeOptions(target="portable", inputs=InputSpec.of(inputs), widen_weights=True),
+            base_dir=base_dir,
         )
     except Exception as error:  # any failure of an optional step: say which, and go on with the model as given
         return PortableForm(model, not_used=f"normalisation failed ({type(error).__name__})")
