@@ -40,6 +40,11 @@ _now = time.monotonic
 """The clock ``--budget-minutes`` is kept by (a test moves it)."""
 
 
+def now() -> float:
+    """The time on the clock ``--budget-minutes`` is kept by: what a search measures its own pace on."""
+    return _now()
+
+
 class Deadline:
     """When a search stops starting evaluations, and whether it had to: an evaluation runs the data through a
     model, so the limit is checked before each one, never in the middle of one."""
@@ -53,6 +58,10 @@ class Deadline:
         """Whether the time is out; asked before an evaluation, which is skipped when it is."""
         self.reached = self.reached or _now() >= self.at
         return self.reached
+
+    def seconds_left(self) -> float:
+        """Seconds until the limit (0 once it has passed)."""
+        return max(0.0, self.at - _now())
 
     def halfway(self) -> Deadline:
         """Half the time left, from now: a first step that must leave the rest for a second."""

@@ -548,6 +548,42 @@ def test_the_searches_start_no_evaluation_past_the_deadline(tmp_path: Path, monk
     assert not never.reached
 
 
+def test_sensitivity_scans_longer_than_half_the_time_left_run_on_fewer_samples(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On a clock that ticks once per evaluation: 2 layers x 9 levels of scans over 200 samples would take 18
+    ticks, and 24 are left after the one that measures the pace, so they run on the first 133 samples (half the
+    time left); with time to spare, on all 200 (a MobileNetV3's 64 layers over 26 photos spent 9 minutes on
+    scans before trying any tolerance)."""
+    from onnxsat.data.sources import Dataset
+    from onnxsat.sparsity import search
+    from onnxsat.sparsity.methods import MaskResult, sparsity_masks
+    from onnxsat.sparsity.targets import sparsity_targets
+
+    path = mlp(tmp_path / "mlp.onnx")
+    model, values = onnx.load(path), weights(path)
+    targets = sparsity_targets(model)
+    x = np.random.default_rng(5).normal(size=(200, 16)).astype(np.float32)
+    evaluator = search.Evaluator(model, targets, values, Dataset(x, None, "random"), batch_size=64)
+    monkeypatch.setattr(time_budget, "_now", lambda: float(evaluator.evaluations))
+    scanned: list[int] = []
+    sensitivities = search.sensitivities
+
+    def recorded(scanning: search.Evaluator, *args: object, **kwargs: object) -> dict:
+        scanned.append(len(scanning.dataset))
+        return sensitivities(scanning, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(search, "sensitivities", recorded)
+
+    def masks_at(levels: float | Mapping[str, float]) -> MaskResult:
+        return sparsity_masks("relative", targets, values, levels, None)
+
+    assert len(targets) == 2
+    search.search_per_layer(evaluator, masks_at, targets, 0.05, 0.1, deadline=time_budget.Deadline(25 / 60))
+    search.search_per_layer(evaluator, masks_at, targets, 0.05, 0.1, deadline=time_budget.Deadline(60))
+    assert scanned == [133, 200]
+
+
 def test_a_pipeline_sparsify_pass_takes_budget_minutes(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

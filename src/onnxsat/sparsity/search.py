@@ -41,13 +41,19 @@ from onnxsat.data.sources import Dataset
 from onnxsat.metrics import AUTO, Budget, Metric, MetricSpec, Score
 from onnxsat.sparsity.methods import MaskResult, sparsity_masks
 from onnxsat.sparsity.targets import SparsityTarget
-from onnxsat.time_budget import Deadline, late
+from onnxsat.time_budget import Deadline, late, now
 from onnxsat.verification import session
 
 SENSITIVITY_SAMPLES = 256
 """Samples a layer's sensitivity curve is measured on. A distortion (relative L2 over every value of the
 scored outputs) settles on far fewer samples than an accuracy, which moves one sample at a time: on a
 MobileNetV2's 53 layers the curves were 1,000 of a search's 1,039 evaluations, each over 1,438 digits."""
+SCAN_SHARE = 0.5
+"""Share of the time left that the sensitivity scans may take, at the pace of the evaluation before them; fewer
+samples are scanned where all of them would take longer (a MobileNetV3 of 64 layers, 19 levels each, over 26
+table photos: 9 minutes of scans before any tolerance was tried, and a 3-minute budget never got past them)."""
+LEAST_SCAN_SAMPLES = 4
+"""Fewest samples a sensitivity scan is cut to: the curves rank layers, which a few samples' distortion does."""
 
 
 class Evaluator:
@@ -277,6 +283,18 @@ def sensitivities(
     return curves
 
 
+def _scanned_in_time(scanning: Evaluator, scans: int, seconds: float, deadline: Deadline | None) -> Evaluator:
+    """``scanning``, or its first samples when ``scans`` evaluations of ``seconds`` each over all its samples
+    would take more than ``SCAN_SHARE`` of the time ``deadline`` leaves (at least ``LEAST_SCAN_SAMPLES``)."""
+    if deadline is None or seconds <= 0:
+        return scanning
+    count = len(scanning.dataset)
+    affordable = int(count * SCAN_SHARE * deadline.seconds_left() / (scans * seconds))
+    if affordable >= count:
+        return scanning
+    return scanning.first(max(LEAST_SCAN_SAMPLES, affordable))
+
+
 def levels_within(curves: Mapping[str, list[tuple[float, float]]], tolerance: float) -> dict[str, float]:
     """Each layer's highest level whose distortion alone is at most ``tolerance``."""
     return {name: max((level for level, d in curve if d <= tolerance), default=0.0) for name, curve in curves.items()}
@@ -306,9 +324,17 @@ def search_per_layer(
     if late(deadline):
         return None, {}
     scanning = evaluator.first(SENSITIVITY_SAMPLES)
-    cap = None
-    if outside is not None and not late(deadline):
-        cap = CAP_FACTOR * scanning.distortion(masks_at(outside).masks)
+    capping = masks_at(outside).masks if outside is not None else {}
+    started = now()
+    cap = CAP_FACTOR * scanning.distortion(capping) if capping and not late(deadline) else None
+    if deadline is not None and not late(deadline):
+        if not capping:
+            scanning.distortion({})  # the pace of one evaluation, which the scans' length is foretold by
+        scans = len(targets) * len(np.arange(step, 1.0, step))
+        fewer = _scanned_in_time(scanning, scans, now() - started, deadline)
+        if fewer is not scanning and capping:
+            cap = CAP_FACTOR * fewer.distortion(capping)  # on the samples the curves are measured on
+        scanning = fewer
     curves = sensitivities(scanning, masks_at, targets, step, cap, deadline)
     if late(deadline):
         return None, curves
