@@ -481,6 +481,27 @@ def test_a_candidate_whose_drop_fits_only_by_luck_is_over_the_budget() -> None:
     assert not rows[0].within_budget and rows[0].bound == pytest.approx(0.004 + 1.2816 * 0.0024)
 
 
+def test_nothing_written_names_the_faster_candidate_that_only_the_sampling_error_kept_out() -> None:
+    """A YOLO classifier on 13 samples: its int8 form ran 1.43x and changed no answer, but one changed answer is
+    7.7% there, so its bound was over a 1% budget; the error line named only a 0.96x candidate inside it."""
+    from onnxsat.compression.evaluate import Outcome
+    from onnxsat.compression.search import Evaluated
+    from onnxsat.compression.timing import Timed
+    from onnxsat.metrics import OutputScore, Score
+
+    def evaluated(label: Recipe, speedup: float, error: float) -> Evaluated:
+        score = Score((OutputScore("output0", "top1", 1.0, 1.0, error=error),), 13, "agreement", z=2.326)
+        return Evaluated("quantize", Outcome(label, score, model=b"m", size=10), Timed(speedup, 1.0, 1.0, 0.9, 1.1))
+
+    dynamic = evaluated(Recipe().with_quantize("dynamic", 0.01), 0.96, 0.0)
+    static = evaluated(Recipe().with_quantize("static", 0.01), 1.43, 0.044)
+    said = compress_module._nothing_fits([dynamic, static], 0.01, dynamic)
+    assert said.startswith("no candidate inside the 1.00% budget is faster than the original beyond the timing noise")
+    assert "; the fastest outside it: int8 static, 1.43x, drop 0.00%, up to 10.23% within the sampling error" in said
+    assert said.endswith("(more --data narrows that); nothing written")
+    assert "fastest outside" not in compress_module._nothing_fits([dynamic], 0.01, dynamic)
+
+
 def test_a_group_never_pruned_is_reported_by_its_bound() -> None:
     """The probe's figure held against the budget is the drop's bound, and the note says so."""
     line = compress_module._costly_line("c", 0.2, 0.99)

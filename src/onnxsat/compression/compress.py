@@ -468,14 +468,29 @@ def _nothing_fits(evaluated: list[Evaluated], max_drop: float, chosen: Evaluated
         closest = chosen if chosen.recipe.label != "original" else max(inside, key=lambda e: e.speedup)
         return (
             f"no candidate inside the {max_drop:.2%} budget is faster than the original beyond the timing noise "
-            f"(closest: {closest.recipe.label}, {_speed_text(closest)}, drop {closest.outcome.drop:.2%}); "
-            "nothing written"
+            f"(closest: {closest.recipe.label}, {_speed_text(closest)}, drop {closest.outcome.drop:.2%})"
+            f"{_fastest_outside(scored, max_drop)}; nothing written"
         )
     closest = min(scored, key=lambda e: e.outcome.bound)
     return (
         f"no candidate fits the {max_drop:.2%} budget (closest: {closest.recipe.label}, drop "
         f"{closest.outcome.drop:.2%}{_bound_text(closest.outcome)}); nothing written"
     )
+
+
+def _fastest_outside(scored: list[Evaluated], max_drop: float) -> str:
+    """``; the fastest outside it: ...`` for the fastest candidate over the budget that ran faster, or nothing.
+    When its drop is inside the budget and only the sampling error keeps it out, more data is what would let it
+    in: a YOLO classifier's int8 forms ran 1.43x and agreed better than the original on 13 samples, whose
+    sampling error alone was 10%."""
+    faster = [e for e in scored if not e.outcome.fits(max_drop) and e.speedup >= MARGIN]
+    if not faster:
+        return ""
+    fastest = max(faster, key=lambda e: e.speedup)
+    drop = fastest.outcome.drop or 0.0
+    text = f"; the fastest outside it: {fastest.recipe.label}, {fastest.speedup:.2f}x, drop {drop:.2%}"
+    text += _bound_text(fastest.outcome)
+    return text + (" (more --data narrows that)" if drop <= max_drop else "")
 
 
 def _speed_text(candidate: Evaluated) -> str:
