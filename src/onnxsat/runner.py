@@ -251,7 +251,7 @@ def _run_facts(
     described = inputs.described(model)
     if data is None:
         return RunFacts(inputs=described, inputs_file=inputs.source, normal_form=normalised, sizes=sizes)
-    carried = [name for name in carried_names(data) if name in described["random"]]  # not given by --inputs
+    carried = [name for name in carried_names(data, described["random"]) if name in described["random"]]
     try:
         fed = data_input(model, [*inputs.given, *carried]).name
     except SettingsError:  # no single data input: the pass said so already, or read none

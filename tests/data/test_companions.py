@@ -178,7 +178,7 @@ def test_rows_the_data_carries_per_sample_leave_the_data_input_to_the_samples(
     ids, masks = ids_and_masks(12)
     np.savez(data, inputs=ids, **{f"{COMPANION_PREFIX}mask": masks})
     np.savez(bare, inputs=ids_and_masks(12)[0])
-    spec = with_data_rows(InputSpec(), str(data))
+    spec = with_data_rows(InputSpec(), str(data), text_model())
     assert spec.from_data == {"mask"}
     np.testing.assert_array_equal(spec.given["mask"], masks[:1])
     loaded = evaluation_data(text_model(), str(data), spec)
@@ -192,3 +192,28 @@ def test_rows_the_data_carries_per_sample_leave_the_data_input_to_the_samples(
     argv = ["compress", str(path), "-o", str(tmp_path / "c.onnx"), "--data", str(data), "--eval-data", str(bare)]
     assert main(argv) != 0
     assert "save theirs as `companion:mask`" in capsys.readouterr().err
+
+
+def test_arrays_named_after_the_models_inputs_are_each_inputs_rows(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``np.savez(path, x=images, widths=widths)``, as a text recognizer's user saves its two inputs: the samples
+    are the float array (integers when all are), the others its rows; they were refused as "data is fed to one
+    input, and this model has 2 not given by --inputs"."""
+    from onnxsat.data.sources import _data_array
+
+    path, data = tmp_path / "text.onnx", tmp_path / "named.npz"
+    onnx.save(text_model(), path)
+    ids, masks = ids_and_masks(12)
+    np.savez(data, mask=masks, ids=ids)
+    spec = with_data_rows(InputSpec(), str(data), text_model())
+    assert spec.from_data == {"mask"}  # both integers, as many values each: the model's first input is the data
+    loaded = evaluation_data(text_model(), str(data), spec)
+    assert loaded is not None
+    np.testing.assert_array_equal(loaded.inputs, ids)
+    np.testing.assert_array_equal(loaded.companions["mask"], masks)
+    argv = ["quantize", str(path), "-o", str(tmp_path / "q.onnx"), "--mode", "dynamic", "--no-node-timing"]
+    assert main([*argv, "--data", str(data)]) == 0
+    assert capsys.readouterr().out.rstrip().endswith("inputs: ids from the data, mask from the data")
+    images, widths = np.zeros((4, 1, 8, 32), np.float32), np.full(4, 32, np.int64)
+    assert _data_array({"widths": widths, "x": images}) == "x"

@@ -121,7 +121,7 @@ def evaluation_data(
     if spec == "random":
         return random_dataset(model, limit or random_count, inputs)
     dims = input_dims(model, inputs.given, inputs.shapes)
-    dataset = load_dataset(spec, dims, limit=limit, mean=mean, std=std, labels=not fidelity)
+    dataset = load_dataset(spec, dims, limit=limit, mean=mean, std=std, labels=not fidelity, carried=inputs.from_data)
     if fidelity:
         dataset = replace(dataset, labels=None, name=f"{dataset.name} (fidelity)")
     return fitted_to_model(model, dataset, inputs.given, held_out=held_out, from_data=inputs.from_data)
@@ -141,7 +141,7 @@ def first_sample_inputs(
     are without data, with ``random``, or with streams."""
     if spec is None or spec == "random":
         return inputs
-    inputs = with_data_rows(inputs, spec)
+    inputs = with_data_rows(inputs, spec, model)
     dims = input_dims(model, inputs.given, inputs.shapes)
     dataset = evaluation_data(model, spec, inputs, limit=dims[0] if dims and dims[0] else 1, mean=mean, std=std)
     if dataset is None or dataset.streams or not len(dataset):
@@ -151,11 +151,13 @@ def first_sample_inputs(
     return replace(inputs, given={**inputs.given, **rows, name: samples})
 
 
-def with_data_rows(inputs: InputSpec, spec: str | None) -> InputSpec:
-    """``inputs`` with each input the ``--data`` .npz feeds per sample (``companion:NAME``) and ``--inputs``
-    does not give held at its first row (``InputSpec.from_data``): the data input is then the one left, as
-    when ``--inputs`` gives the others."""
-    rows = {name: values for name, values in carried_rows(spec).items() if name not in inputs.given}
+def with_data_rows(inputs: InputSpec, spec: str | None, model: onnx.ModelProto) -> InputSpec:
+    """``inputs`` with each input of ``model`` the ``--data`` .npz feeds per sample (``companion:NAME``, or
+    arrays named after its inputs, see ``carried_rows``) and ``--inputs`` does not give held at its first row
+    (``InputSpec.from_data``): the data input is then the one left, as when ``--inputs`` gives the others."""
+    initializers = {t.name for t in model.graph.initializer}
+    fed = [v.name for v in model.graph.input if v.name not in initializers and v.name not in inputs.given]
+    rows = {name: values for name, values in carried_rows(spec, fed).items() if name not in inputs.given}
     if not rows or any(len(values) == 0 for values in rows.values()):
         return inputs  # no rows, or none to hold (loading the data says what is wrong with it)
     firsts = {name: np.asarray(values[:1]) for name, values in rows.items()}

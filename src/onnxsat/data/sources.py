@@ -18,7 +18,7 @@ extra. ``.npz`` files and CIFAR-10 batches need numpy alone.
 from __future__ import annotations
 
 import pickle
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from itertools import chain, zip_longest
 from pathlib import Path
@@ -223,6 +223,7 @@ def load_dataset(
     std: Sequence[float] | None = None,
     streams: bool = False,
     labels: bool = True,
+    carried: Collection[str] = (),
 ) -> Dataset:
     """Load ``spec`` ("digits" or a path) fitted to a model input of ``input_shape`` (batch dim first).
 
@@ -233,14 +234,15 @@ def load_dataset(
     ``streams``: sequences for a model that keeps state, from a ``.npz`` only: ``inputs`` ``[S, T, ...]``
     (each step one sample of the model's input), optional ``lengths`` ``[S]`` and ``labels`` ``[S, T]``;
     ``limit`` then counts streams. ``labels`` False: a ``.npz``'s labels are not read (``--fidelity`` ignores
-    them, whatever they hold: a scikit-learn classifier's string classes).
+    them, whatever they hold: a scikit-learn classifier's string classes). ``carried``: arrays of a ``.npz``
+    named after other inputs of the model, read as their rows (see :func:`carried_rows`).
     """
     if limit is not None and limit < 1:
         raise DataError(f"{spec}: the sample limit must be at least 1, got {limit}")
     if streams:
         dataset = _npz_streams(Path(spec), input_shape, limit)
     else:
-        dataset = _load(spec, input_shape, limit, mean, std, labels)
+        dataset = _load(spec, input_shape, limit, mean, std, labels, carried)
     if len(dataset) == 0:
         raise DataError(f"{spec}: holds no samples")
     return dataset
@@ -286,6 +288,7 @@ def _load(
     mean: Sequence[float] | None,
     std: Sequence[float] | None,
     labels: bool = True,
+    carried: Collection[str] = (),
 ) -> Dataset:
     """Dispatch on the spec: the digits name, then by what the path is."""
     if spec in (DIGITS, DIGITS_TEST, DIGITS_TRAIN):
@@ -308,7 +311,7 @@ def _load(
     if path.suffix.lower() == ".npz":
         if mean is not None or std is not None:
             raise DataError(f"{path}: mean/std apply to images only; a .npz's inputs are used as stored")
-        return _npz(path, input_shape, limit, labels)
+        return _npz(path, input_shape, limit, labels, carried)
     return _cifar([path], f"cifar10:{path}", _layout(path, input_shape, mean, std), limit)
 
 
@@ -549,10 +552,16 @@ def _normalize(images: np.ndarray, layout: _ImageLayout) -> np.ndarray:
     return np.ascontiguousarray(images, dtype=np.float32)
 
 
-def _npz(path: Path, input_shape: Sequence[int | str | None], limit: int | None, labels: bool = True) -> Dataset:
+def _npz(
+    path: Path,
+    input_shape: Sequence[int | str | None],
+    limit: int | None,
+    labels: bool = True,
+    carried: Collection[str] = (),
+) -> Dataset:
     """``inputs`` (floats as float32, integers as stored: token ids, bytes; checked against the model's
     shape) and optional ``labels`` (left unread unless ``labels``)."""
-    inputs, raw_labels, companions = _read_npz(path)
+    inputs, raw_labels, companions = _read_npz(path, carried)
     raw_labels = raw_labels if labels else None
     inputs = _numbers(inputs, path)
     require_shape(inputs.shape, input_shape, str(path))
@@ -579,15 +588,42 @@ def _companion_names(loaded: np.lib.npyio.NpzFile) -> list[str]:
 Read = TypeVar("Read")
 
 
-def carried_rows(spec: str | None) -> dict[str, np.ndarray]:
-    """The ``companion:NAME`` arrays of a ``.npz`` data ``spec``, by input name (none for other data, and for
-    a file that cannot be read: loading it says why)."""
-    return _from_archive(spec, companions_in, {})
+def carried_rows(spec: str | None, inputs: Sequence[str] = ()) -> dict[str, np.ndarray]:
+    """The ``companion:NAME`` arrays of a ``.npz`` data ``spec``, by input name, and in one without ``inputs``
+    the arrays named after several of the model's ``inputs`` (in its order), but the data input's
+    (:func:`_data_array`): ``np.savez(path, x=images, widths=widths)`` for a text recognizer fed both. None for
+    other data, and for a file that cannot be read: loading it says why."""
+    return _from_archive(spec, lambda loaded: {**_named_rows(loaded, inputs), **companions_in(loaded)}, {})
 
 
-def carried_names(spec: str | None) -> list[str]:
-    """The inputs a ``.npz`` data ``spec`` carries rows for (``companion:NAME``), read from its index alone."""
-    return _from_archive(spec, _companion_names, [])
+def carried_names(spec: str | None, inputs: Sequence[str] = ()) -> list[str]:
+    """The inputs a ``.npz`` data ``spec`` carries rows for (:func:`carried_rows`)."""
+    return list(carried_rows(spec, inputs))
+
+
+def _named_rows(loaded: np.lib.npyio.NpzFile, inputs: Sequence[str]) -> dict[str, np.ndarray]:
+    """The arrays named after the model's ``inputs`` but the data input's, when there are several and no
+    ``inputs`` array says which the samples are."""
+    named = [name for name in inputs if name in loaded.files]
+    if "inputs" in loaded.files or len(named) < 2:
+        return {}
+    arrays = {name: loaded[name] for name in named}
+    data = _data_array(arrays)
+    return {name: values for name, values in arrays.items() if name != data}
+
+
+def _data_array(arrays: Mapping[str, np.ndarray]) -> str:
+    """Which of several arrays of inputs' rows is the samples, fitted to the model as data is: a float one
+    before integers (images beside their widths, features beside ids), then the most values per sample, then
+    the first."""
+    return max(
+        arrays,
+        key=lambda name: (
+            np.issubdtype(arrays[name].dtype, np.floating),
+            arrays[name][:1].size,
+            -list(arrays).index(name),
+        ),
+    )
 
 
 def _from_archive(spec: str | None, read: Callable[[np.lib.npyio.NpzFile], Read], empty: Read) -> Read:
@@ -613,7 +649,7 @@ def _npz_streams(path: Path, input_shape: Sequence[int | str | None], limit: int
     """Streams from a ``.npz``: ``inputs`` ``[S, T, ...]``, optional ``lengths`` ``[S]``, ``labels`` ``[S, T]``."""
     if not path.is_file():
         raise DataError(f"{path}: streams for a stateful model come from a .npz file, and there is none there")
-    inputs, raw_labels, _ = _read_npz(path)
+    inputs, raw_labels, _ = _read_npz(path, ())
     inputs = _numbers(inputs, path)
     if inputs.ndim < 2:
         raise DataError(f"{path}: streams need 'inputs' of shape [streams, steps, ...], got {list(inputs.shape)}")
@@ -640,9 +676,9 @@ def _npz_streams(path: Path, input_shape: Sequence[int | str | None], limit: int
     return Dataset(inputs[:limit], labels, f"npz:{path} ({min(streams, limit or streams)} streams)", True, lengths)
 
 
-def _read_npz(path: Path) -> tuple[np.ndarray, np.ndarray | None, dict[str, np.ndarray]]:
-    """The ``inputs``, ``labels`` (None if absent) and companion arrays of a .npz archive; pickled objects
-    are refused."""
+def _read_npz(path: Path, carried: Collection[str]) -> tuple[np.ndarray, np.ndarray | None, dict[str, np.ndarray]]:
+    """The ``inputs``, ``labels`` (None if absent) and companion arrays of a .npz archive (the ``carried`` ones,
+    named after other inputs, among them); pickled objects are refused."""
     if path.exists() and not path.is_file():  # a pipe would block the read until something writes to it
         raise DataError(f"{path}: not a regular file (a pipe, a device or a folder); give the .npz file itself")
     try:
@@ -659,7 +695,7 @@ def _read_npz(path: Path) -> tuple[np.ndarray, np.ndarray | None, dict[str, np.n
     if not isinstance(loaded, np.lib.npyio.NpzFile):
         raise DataError(f"{path}: a single .npy array, not a .npz archive of 'inputs' and 'labels'")
     with loaded:
-        key = "inputs" if "inputs" in loaded.files else _lone_array(loaded)
+        key = "inputs" if "inputs" in loaded.files else _lone_array(loaded, carried)
         if key is None:
             raise DataError(
                 f"{path}: no array named 'inputs' (it has: {', '.join(loaded.files) or 'none'}); data for the budget "
@@ -668,16 +704,19 @@ def _read_npz(path: Path) -> tuple[np.ndarray, np.ndarray | None, dict[str, np.n
             )
         try:
             labels = loaded["labels"] if "labels" in loaded.files else None
-            return loaded[key], labels, companions_in(loaded)
+            named = {name: loaded[name] for name in carried if name in loaded.files and name != key}
+            return loaded[key], labels, {**named, **companions_in(loaded)}
         except Exception as error:  # a damaged member, or one holding pickled objects
             raise _unreadable_npz(path, error) from None
 
 
-def _lone_array(loaded: np.lib.npyio.NpzFile) -> str | None:
-    """The name of the archive's one array besides ``labels``, ``lengths`` and companions, read as its
-    ``inputs`` (an array named after the model's input, as ``np.savez(path, input=x)`` writes), or None."""
+def _lone_array(loaded: np.lib.npyio.NpzFile, carried: Collection[str]) -> str | None:
+    """The name of the archive's one array besides ``labels``, ``lengths`` and companions (``carried`` too), read
+    as its ``inputs`` (an array named after the model's input, as ``np.savez(path, input=x)`` writes), or None."""
     names = [
-        name for name in loaded.files if name not in ("labels", "lengths") and not name.startswith(COMPANION_PREFIX)
+        name
+        for name in loaded.files
+        if name not in ("labels", "lengths", *carried) and not name.startswith(COMPANION_PREFIX)
     ]
     return names[0] if len(names) == 1 else None
 

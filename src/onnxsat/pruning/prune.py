@@ -208,7 +208,14 @@ def calibration_batches(
     """The calibration feeds and what they are: ``dataset``, ``options.data``, or seeded random inputs."""
     if dataset is None and options.data is not None:
         dims = input_dims(model, options.inputs.given, options.inputs.shapes)
-        dataset = load_dataset(options.data, dims, limit=options.limit, mean=options.mean, std=options.std)
+        dataset = load_dataset(
+            options.data,
+            dims,
+            limit=options.limit,
+            mean=options.mean,
+            std=options.std,
+            carried=options.inputs.from_data,
+        )
     if dataset is None:
         initializers = {t.name for t in model.graph.initializer}
         fed = [v.name for v in model.graph.input if v.name not in initializers]
@@ -280,7 +287,9 @@ def _prune_model(
     start = time.perf_counter()
     options.check()
     _check_roots_outside_bodies(model)  # before any run: a 194 MB tree ensemble spent 17 s and 3.7 GB first
-    options = replace(options, inputs=with_data_rows(options.inputs, options.data))  # inputs --data feeds per sample
+    options = replace(
+        options, inputs=with_data_rows(options.inputs, options.data, model)
+    )  # inputs --data feeds per sample
     given_size = given_bytes(model, source)
     calibrates = get_criterion(options.criterion).ranks_roots or options.reconstruct
     scored_on = None

@@ -201,6 +201,7 @@ def _dataset(model: onnx.ModelProto, options: SparsifyOptions) -> Dataset | None
         std=options.std,
         streams=bool(options.state),
         labels=not options.fidelity,
+        carried=options.inputs.from_data,
     )
     if options.fidelity:
         dataset = replace(dataset, labels=None, name=f"{dataset.name} (fidelity)")
@@ -279,7 +280,9 @@ def sparsify_model(
     start = time.perf_counter()
     options.check()
     deadline = Deadline(options.budget_minutes)  # the work before the search counts too
-    options = replace(options, inputs=with_data_rows(options.inputs, options.data))  # inputs --data feeds per sample
+    options = replace(
+        options, inputs=with_data_rows(options.inputs, options.data, model)
+    )  # inputs --data feeds per sample
     given_size = given_bytes(model, source)
     graph = model.graph
     check_state(options.state, [v.name for v in graph.input], [v.name for v in graph.output])
