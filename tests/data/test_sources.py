@@ -409,6 +409,11 @@ BAD_INPUTS: dict[str, tuple[Case, str]] = {
         lambda t: (str(npz(t / "d.npz", inputs=np.ones((4, 3, 4, 4)))), [None, 1, 8, 8], {}),
         "inputs have shape [4, 3, 4, 4] but the model takes [?, 1, 8, 8]",
     ),
+    "npz of samples without a batch axis": (
+        lambda t: (str(npz(t / "d.npz", inputs=np.ones((4, 48, 105)))), ["frames", "features"], {}),
+        "inputs have shape [4, 48, 105] but the model takes [?, ?]: one sample whole, with no batch axis, "
+        "which data is run in; without --data, seeded random inputs of --input-shape NAME:48,105 stand in for it",
+    ),
     "npz of the wrong rank": (
         lambda t: (str(npz(t / "d.npz", inputs=np.ones((4, 64)))), [1, 1, 8, 8], {}),
         "inputs have shape [4, 64] but the model takes [1, 1, 8, 8]",

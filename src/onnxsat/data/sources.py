@@ -258,7 +258,17 @@ def require_shape(shape: Sequence[int], input_shape: Sequence[int | str | None],
         want is None or have == want for have, want in zip(shape[1:], model_dims[1:], strict=True)
     )
     if not fits:
-        raise DataError(f"{where}: inputs have shape {list(shape)} but the model takes {_shape_text(input_shape)}")
+        said = f"{where}: inputs have shape {list(shape)} but the model takes {_shape_text(input_shape)}"
+        unbatched = len(shape) == len(model_dims) + 1 and all(
+            want is None or have == want for have, want in zip(shape[1:], model_dims, strict=True)
+        )
+        if unbatched:  # madmom's nets take [frames, features], one clip per run
+            sample = ",".join(str(size) for size in shape[1:])
+            said += (
+                f": one sample whole, with no batch axis, which data is run in; without --data, seeded random inputs "
+                f"of --input-shape NAME:{sample} stand in for it"
+            )
+        raise DataError(said)
 
 
 RANDOM = "random"
