@@ -23,11 +23,10 @@ from onnxsat.data.model_input import (
     data_input,
     evaluation_data,
     fitted_to_model,
-    input_dims,
     sized_by_data,
     with_data_rows,
 )
-from onnxsat.data.sources import Dataset, load_dataset
+from onnxsat.data.sources import Dataset
 from onnxsat.eqsat.portable import portable_form
 from onnxsat.errors import SettingsError
 from onnxsat.external_data import given_bytes, stored_bytes
@@ -207,14 +206,8 @@ def calibration_batches(
 ) -> tuple[list[dict[str, np.ndarray]], str]:
     """The calibration feeds and what they are: ``dataset``, ``options.data``, or seeded random inputs."""
     if dataset is None and options.data is not None:
-        dims = input_dims(model, options.inputs.given, options.inputs.shapes)
-        dataset = load_dataset(
-            options.data,
-            dims,
-            limit=options.limit,
-            mean=options.mean,
-            std=options.std,
-            carried=options.inputs.from_data,
+        dataset = evaluation_data(
+            model, options.data, options.inputs, limit=options.limit, mean=options.mean, std=options.std
         )
     if dataset is None:
         initializers = {t.name for t in model.graph.initializer}
