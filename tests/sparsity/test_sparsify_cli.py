@@ -567,11 +567,13 @@ def test_sensitivity_scans_longer_than_half_the_time_left_run_on_fewer_samples(
     evaluator = search.Evaluator(model, targets, values, Dataset(x, None, "random"), batch_size=64)
     monkeypatch.setattr(time_budget, "_now", lambda: float(evaluator.evaluations))
     scanned: list[int] = []
+    steps: list[float] = []
     sensitivities = search.sensitivities
 
-    def recorded(scanning: search.Evaluator, *args: object, **kwargs: object) -> dict:
+    def recorded(scanning: search.Evaluator, masks_at: object, targets: object, step: float, *args: object) -> dict:
         scanned.append(len(scanning.dataset))
-        return sensitivities(scanning, *args, **kwargs)  # type: ignore[arg-type]
+        steps.append(step)
+        return sensitivities(scanning, masks_at, targets, step, *args)  # type: ignore[arg-type]
 
     monkeypatch.setattr(search, "sensitivities", recorded)
 
@@ -581,7 +583,10 @@ def test_sensitivity_scans_longer_than_half_the_time_left_run_on_fewer_samples(
     assert len(targets) == 2
     search.search_per_layer(evaluator, masks_at, targets, 0.05, 0.1, deadline=time_budget.Deadline(25 / 60))
     search.search_per_layer(evaluator, masks_at, targets, 0.05, 0.1, deadline=time_budget.Deadline(60))
-    assert scanned == [133, 200]
+    assert scanned == [133, 200] and steps == [0.1, 0.1]
+    # 0.5 ticks left: not even 4 samples' scans fit, so the levels are scanned twice as coarse too
+    search.search_per_layer(evaluator, masks_at, targets, 0.05, 0.1, deadline=time_budget.Deadline(1.5 / 60))
+    assert scanned[-1] == 4 and steps[-1] == pytest.approx(0.2)
 
 
 def test_a_pipeline_sparsify_pass_takes_budget_minutes(

@@ -283,16 +283,21 @@ def sensitivities(
     return curves
 
 
-def _scanned_in_time(scanning: Evaluator, scans: int, seconds: float, deadline: Deadline | None) -> Evaluator:
+def _scanned_in_time(
+    scanning: Evaluator, scans: int, seconds: float, deadline: Deadline | None
+) -> tuple[Evaluator, int]:
     """``scanning``, or its first samples when ``scans`` evaluations of ``seconds`` each over all its samples
-    would take more than ``SCAN_SHARE`` of the time ``deadline`` leaves (at least ``LEAST_SCAN_SAMPLES``)."""
+    would take more than ``SCAN_SHARE`` of the time ``deadline`` leaves (at least ``LEAST_SCAN_SAMPLES``); and
+    how many times coarser the levels are scanned: 2 when even that many would take longer (a YOLO classifier
+    of 40 layers at 640 x 640 had 459 evaluations in 3 minutes)."""
     if deadline is None or seconds <= 0:
-        return scanning
+        return scanning, 1
     count = len(scanning.dataset)
     affordable = int(count * SCAN_SHARE * deadline.seconds_left() / (scans * seconds))
     if affordable >= count:
-        return scanning
-    return scanning.first(max(LEAST_SCAN_SAMPLES, affordable))
+        return scanning, 1
+    coarser = 2 if affordable < LEAST_SCAN_SAMPLES else 1
+    return scanning.first(max(LEAST_SCAN_SAMPLES, min(count, affordable * coarser))), coarser
 
 
 def levels_within(curves: Mapping[str, list[tuple[float, float]]], tolerance: float) -> dict[str, float]:
@@ -331,7 +336,8 @@ def search_per_layer(
         if not capping:
             scanning.distortion({})  # the pace of one evaluation, which the scans' length is foretold by
         scans = len(targets) * len(np.arange(step, 1.0, step))
-        fewer = _scanned_in_time(scanning, scans, now() - started, deadline)
+        fewer, coarser = _scanned_in_time(scanning, scans, now() - started, deadline)
+        step *= coarser
         if fewer is not scanning and capping:
             cap = CAP_FACTOR * fewer.distortion(capping)  # on the samples the curves are measured on
         scanning = fewer
