@@ -137,6 +137,14 @@ def _external_bytes(model: onnx.ModelProto, own_file: Path | None = None) -> int
     return external
 
 
+def element_size(elem_type: int) -> int:
+    """Bytes per element of an ONNX element type (0 where numpy has none: strings)."""
+    try:
+        return int(np.dtype(onnx.helper.tensor_dtype_to_np_dtype(elem_type)).itemsize)
+    except (KeyError, TypeError, ValueError):
+        return 0
+
+
 def expected_nbytes(tensor: TensorProto) -> int | None:
     """Bytes a tensor's raw data must have (None for strings, whose size the dims do not fix)."""
     if tensor.data_type in (TensorProto.STRING, TensorProto.UNDEFINED):

@@ -28,7 +28,7 @@ from onnxsat.eqsat.qdq import outside_held, quantized_edges
 from onnxsat.eqsat.registry import register
 from onnxsat.eqsat.weights import constant_node_value
 from onnxsat.eqsat.window_pads import absorbable_pads
-from onnxsat.external_data import ExternalRef, is_external, read_bytes, reference, tensor_value
+from onnxsat.external_data import ExternalRef, element_size, is_external, read_bytes, reference, tensor_value
 from onnxsat.proto_fields import all_nodes, subgraph_captures
 from onnxsat.verification import numpy_exchangeable
 
@@ -771,15 +771,7 @@ def _widens_a_weight(node: onnx.NodeProto, facts: GraphFacts) -> bool:
     source, result = facts.types.get(node.input[0]), facts.types.get(node.output[0])
     if source is None or result is None or (facts.numel(node.input[0]) or 0) < WIDENED_MIN_ELEMENTS:
         return False
-    return _itemsize(result) > _itemsize(source)
-
-
-def _itemsize(elem_type: int) -> int:
-    """Bytes per element of an ONNX element type (0 where numpy has none: strings)."""
-    try:
-        return int(np.dtype(onnx.helper.tensor_dtype_to_np_dtype(elem_type)).itemsize)
-    except (KeyError, TypeError, ValueError):
-        return 0
+    return element_size(result) > element_size(source)
 
 
 def _typed_values(model: onnx.ModelProto) -> Iterable[onnx.ValueInfoProto]:

@@ -77,13 +77,14 @@ from onnxsat.quantization.modes import (
     embedding_tables,
     looks_up,
 )
+from onnxsat.quantization.narrow_storage import STORED_AS_COMPUTED, NarrowWeights, narrow_chains
 from onnxsat.quantization.opsets import PER_CHANNEL_OPSET, at_least_opset
 from onnxsat.quantization.report import ModeTrial, NodeDecision, QuantizeReport
 from onnxsat.quantization.tensor_types import type_from_runtime
 from onnxsat.quantized_already import NARROW_TYPES, integer_nodes, quantized_note
 from onnxsat.runtime.int8_sums import int8_pairs_saturate
 from onnxsat.runtime.isolated import crash_in_child, has_control_flow
-from onnxsat.surgery.surgeons.precision import Float16ToFloat32, store_in_float16
+from onnxsat.surgery.surgeons.precision import Float16ToFloat32
 from onnxsat.time_budget import (
     BUDGET_MINUTES,
     OUT_OF_TIME,
@@ -229,7 +230,7 @@ def quantize_model(
         options = replace(options, inputs=sized_by_data(model, options.inputs, dataset))
     original_run = reference_run(model, options.inputs, base_dir=base_dir)  # then an input ORT cannot run
     model = with_data_loaded(model, base_dir)  # scored and timed from bytes, where a data file's path is lost
-    prepared, half = _prepare(model, options, base_dir, report)
+    prepared, narrow = _prepare(model, options, base_dir, report)
     defaults = _fed_defaults(prepared, options.inputs.given, report)
     unknown = [name for name in options.exclude if name not in {n.name for n in all_nodes(prepared.graph)}]
     if unknown:
@@ -279,7 +280,7 @@ def quantize_model(
             },
             timing_shapes,
             deadline,
-            half,
+            narrow,
             timed,
         )
     if deadline.passed():
@@ -405,11 +406,12 @@ def _fed_data(model: onnx.ModelProto, options: QuantizeOptions) -> tuple[str, np
 
 def _prepare(
     model: onnx.ModelProto, options: QuantizeOptions, base_dir: Path | None, report: QuantizeReport
-) -> tuple[onnx.ModelProto, frozenset[str]]:
+) -> tuple[onnx.ModelProto, NarrowWeights]:
     """The model in the form the quantizer does best with: ONNXSat's portable optimization (BatchNorm
     folded into convolutions, standard ops) when it verifies, every node named, weights in memory; and
-    the names of the weights it stored in float16 (computed in float32 here)."""
+    how the model stored weights narrower than float32, which they are computed in here."""
     behind_casts = _cast_from_float16(model)  # optimization folds them into float32 weights of these names
+    chains = narrow_chains(model)  # and these, stored in int8 behind a Cast and a scale
     form = portable_form(model, options.inputs, base_dir)
     prepared = form.model
     if form.not_used:
@@ -427,7 +429,9 @@ def _prepare(
         load_external_data_for_model(named, str(base_dir))
     named, _ = normal_form(named, in_place=True)  # weights made as Constant nodes become initializers again
     named = _at_least_opset(named, PER_CHANNEL_OPSET, report)
-    half = behind_casts | {t.name for t in named.graph.initializer if t.data_type == onnx.TensorProto.FLOAT16}
+    narrow = NarrowWeights(
+        behind_casts | {t.name for t in named.graph.initializer if t.data_type == onnx.TensorProto.FLOAT16}, chains
+    )
     if Float16ToFloat32().apply(structure_view(named)).changed:  # asked first of the weightless structure:
         named = Float16ToFloat32().apply(named).model  # a surgeon copies the model, weights and all
         report.notes.append(
@@ -457,7 +461,7 @@ def _prepare(
             f"{typed} tensor(s) typed as ONNX Runtime types them (ONNX's shape inference does not know the ops "
             "making them), so the quantizer sees them"
         )
-    return named, half
+    return named, narrow
 
 
 def _cast_from_float16(model: onnx.ModelProto) -> frozenset[str]:
@@ -655,7 +659,7 @@ def _search_modes(
     time_model: Callable[[onnx.ModelProto], dict[str, float]],
     shapes: Mapping[str, Sequence[int]],
     deadline: Deadline | None = None,
-    half: frozenset[str] = frozenset(),
+    narrow: NarrowWeights = STORED_AS_COMPUTED,
     timed: bool = True,
 ) -> list[Candidate]:
     """Each mode's best model inside the budget (see the module docstring); a trial per mode says how it went.
@@ -665,9 +669,9 @@ def _search_modes(
     budget (and, for ``auto``, than the float model): leaving nodes in float for the budget does not make
     a mode faster. On BERT-base that skipped 40 builds of a 4-bit model measured at 0.93x; on ViT-base
     a static search that dynamic, inside the budget at once, made pointless. Searches stop at ``deadline``
-    (``time.monotonic``) with what they found, and the trial says so. ``half``: weights the model stored in
-    float16, stored so again where they stay in float. ``timed=False``: whole forms are not timed (the caller
-    times the result), so no mode is passed over for its speed."""
+    (``time.monotonic``) with what they found, and the trial says so. ``narrow``: weights the model stored
+    narrower (float16, int8 and a scale), stored so again where they stay in float. ``timed=False``: whole
+    forms are not timed (the caller times the result), so no mode is passed over for its speed."""
     started = []
     for mode in modes:
         trial = ModeTrial(mode.name)
@@ -676,7 +680,7 @@ def _search_modes(
             trial.error = f"not tried: {OUT_OF_TIME}"
             continue
         clock, evaluations = time.perf_counter(), scorer.evaluations
-        start = _start_mode(mode, model, options, scorer, calibration, trial, check_feeds, shapes, time_model, half)
+        start = _start_mode(mode, model, options, scorer, calibration, trial, check_feeds, shapes, time_model, narrow)
         if start is not None:
             if timed:
                 start.candidate.latency = start.candidate.latency or time_model(start.candidate.model)
@@ -732,7 +736,7 @@ def _start_mode(
     check_feeds: Mapping[str, np.ndarray],
     shapes: Mapping[str, Sequence[int]],
     time_model: Callable[[onnx.ModelProto], dict[str, float]] | None = None,
-    half: frozenset[str] = frozenset(),
+    narrow: NarrowWeights = STORED_AS_COMPUTED,
 ) -> _Started | None:
     """``mode`` with every searchable node quantized but those measured slower alone (fed inputs of
     ``shapes``), scored; None when nothing is left to quantize or ORT's quantizer or runtime refuses it
@@ -781,7 +785,7 @@ def _start_mode(
             raise RuntimeUnsupportedError(
                 f"ONNX Runtime's quantizer failed ({mode.name}): {type(error).__name__}: {error}"
             ) from None
-        store_in_float16(result, half)  # what stays in float is no larger than the model had it
+        narrow.restore(result)  # what stays in float is no larger than the model had it
         _check_loads(result, mode.name, check_feeds)
         return result
 
