@@ -9,6 +9,7 @@ file. Here those weights get their narrow form back, computed by the same nodes 
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -48,12 +49,14 @@ class NarrowWeights:
 
     float16: frozenset[str] = frozenset()
     chains: Mapping[str, Chain] = field(default_factory=dict)
+    _digests: dict[str, bytes] = field(default_factory=dict, compare=False)
+    """Per chain, the digest of the values it computes, found once: quantization's search builds many models."""
 
     def restore(self, model: onnx.ModelProto) -> int:
         """In place: each float32 initializer of ``model`` the original stored narrower stored so again (float16
         behind a Cast; a chain's tensors and nodes, where they compute its very values); bytes saved."""
         saved = store_in_float16(model, self.float16) if self.float16 else 0
-        return saved + _restore_chains(model, self.chains)
+        return saved + _restore_chains(model, self.chains, self._digests)
 
 
 STORED_AS_COMPUTED = NarrowWeights()
@@ -99,9 +102,9 @@ def _widens(node: onnx.NodeProto, stored: Mapping[str, onnx.TensorProto]) -> boo
     return to == onnx.TensorProto.FLOAT and large and element_size(source.data_type) < element_size(to)
 
 
-def _restore_chains(model: onnx.ModelProto, chains: Mapping[str, Chain]) -> int:
+def _restore_chains(model: onnx.ModelProto, chains: Mapping[str, Chain], digests: dict[str, bytes]) -> int:
     """In place: each float32 initializer named like a chain's value, whose values the chain computes bit for bit
-    in fewer bytes, replaced by the chain; bytes saved."""
+    in fewer bytes, replaced by the chain; bytes saved. ``digests``: the chains' values' digests found so far."""
     graph = model.graph
     taken = {t.name for t in graph.initializer} | {o for node in graph.node for o in node.output}
     saved, nodes = 0, []
@@ -115,7 +118,9 @@ def _restore_chains(model: onnx.ModelProto, chains: Mapping[str, Chain]) -> int:
         narrow = sum(t.ByteSize() for t in chain.initializers)
         if made - {tensor.name} & taken or narrow >= tensor.ByteSize():
             continue  # a name the result uses otherwise, or nothing saved
-        if not np.array_equal(_computed(chain, tensor.name), numpy_helper.to_array(tensor), equal_nan=True):
+        if tensor.name not in digests:
+            digests[tensor.name] = _digest(_computed(chain, tensor.name))
+        if _digest(numpy_helper.to_array(tensor)) != digests[tensor.name]:
             continue
         graph.initializer.remove(tensor)
         graph.initializer.extend(chain.initializers)
@@ -127,6 +132,11 @@ def _restore_chains(model: onnx.ModelProto, chains: Mapping[str, Chain]) -> int:
         del graph.node[:]
         graph.node.extend([*nodes, *rest])  # computed from stored tensors only: before every node reading them
     return saved
+
+
+def _digest(values: np.ndarray) -> bytes:
+    """What identifies float32 values bit for bit."""
+    return hashlib.sha256(np.ascontiguousarray(values, dtype="<f4").tobytes()).digest() + str(values.shape).encode()
 
 
 def _computed(chain: Chain, name: str) -> np.ndarray:
