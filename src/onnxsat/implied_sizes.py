@@ -99,8 +99,10 @@ def _equalities(node: onnx.NodeProto, shapes: Mapping[str, Shape]) -> Iterator[t
         yield from _pair(first[0 if trans_a else 1], weight[1 if trans_b else 0])
     elif op in ("Conv", "ConvTranspose") and first and weight and len(first) >= 2 and len(weight) >= 2:
         group = _int_attribute(node, "group") or 1
-        channels = weight[1] * group if op == "Conv" and isinstance(weight[1], int) else weight[0]
-        yield from _pair(first[1], channels)
+        if op == "ConvTranspose":
+            yield from _pair(first[1], weight[0])  # [C_in, C_out / group, ...]
+        elif isinstance(weight[1], int):
+            yield from _pair(first[1], weight[1] * group)  # [C_out, C_in / group, ...]
     elif op in _RECURRENT and first and weight and len(first) == 3 and len(weight) == 3:
         yield from _pair(first[2], weight[2])  # features are last in either layout
     elif op in _CHANNELS_FIRST_NORMS and first and weight and len(first) >= 2 and len(weight) == 1:

@@ -76,3 +76,53 @@ def test_a_chain_goes_back_only_where_it_computes_the_very_values() -> None:
     narrow = NarrowWeights(chains=chains)
     assert narrow.restore(folded) > 0 and "table8" in {t.name for t in folded.graph.initializer}
     assert narrow.restore(changed) == 0 and "table8" not in {t.name for t in changed.graph.initializer}
+
+
+def test_chains_sharing_a_scale_and_a_first_step_all_go_back_once() -> None:
+    """Two tables scaled by one shared scale, one of them also transposed after its scaling: each goes back,
+    the scale and the shared steps once."""
+    rng = np.random.default_rng(2)
+    a8, b8 = (rng.integers(-127, 128, (128, 64)).astype(np.int8) for _ in range(2))
+    weights = [
+        numpy_helper.from_array(a8, "a8"),
+        numpy_helper.from_array(b8, "b8"),
+        numpy_helper.from_array(np.float32(0.05), "s"),
+    ]
+    nodes = [
+        helper.make_node("Cast", ["a8"], ["a_wide"], to=TensorProto.FLOAT),
+        helper.make_node("Mul", ["a_wide", "s"], ["a"]),
+        helper.make_node("Transpose", ["a"], ["a_t"], perm=[1, 0]),
+        helper.make_node("Cast", ["b8"], ["b_wide"], to=TensorProto.FLOAT),
+        helper.make_node("Mul", ["b_wide", "s"], ["b"]),
+    ]
+    graph = helper.make_graph(nodes, "shared", [], [], weights)
+    original = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    folded = helper.make_model(
+        helper.make_graph(
+            [helper.make_node("Gather", [table, "i"], [out]) for table, out in (("a", "x"), ("a_t", "y"), ("b", "z"))],
+            "folded",
+            [helper.make_tensor_value_info("i", TensorProto.INT64, [2])],
+            [
+                helper.make_tensor_value_info(n, TensorProto.FLOAT, [2, size])
+                for n, size in zip("xyz", (64, 128, 64), strict=True)
+            ],
+            [
+                numpy_helper.from_array(a8.astype(np.float32) * np.float32(0.05), "a"),
+                numpy_helper.from_array((a8.astype(np.float32) * np.float32(0.05)).T.copy(), "a_t"),
+                numpy_helper.from_array(b8.astype(np.float32) * np.float32(0.05), "b"),
+            ],
+        ),
+        opset_imports=[helper.make_opsetid("", 17)],
+    )
+    folded.ir_version = 8
+    assert NarrowWeights(chains=narrow_chains(original)).restore(folded) > 0
+    names = [t.name for t in folded.graph.initializer]
+    assert sorted(names) == ["a8", "b8", "s"]
+    outputs = [o for node in folded.graph.node for o in node.output]
+    assert len(outputs) == len(set(outputs))  # every step once
+    onnx.checker.check_model(folded)
+    session = ort.InferenceSession(folded.SerializeToString(), providers=["CPUExecutionProvider"])
+    x, y, z = session.run(None, {"i": np.array([3, 5])})
+    np.testing.assert_array_equal(x, a8[[3, 5]].astype(np.float32) * np.float32(0.05))
+    np.testing.assert_array_equal(z, b8[[3, 5]].astype(np.float32) * np.float32(0.05))
+    assert y.shape == (2, 128)

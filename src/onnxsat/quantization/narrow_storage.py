@@ -106,26 +106,34 @@ def _restore_chains(model: onnx.ModelProto, chains: Mapping[str, Chain], digests
     """In place: each float32 initializer named like a chain's value, whose values the chain computes bit for bit
     in fewer bytes, replaced by the chain; bytes saved. ``digests``: the chains' values' digests found so far."""
     graph = model.graph
-    taken = {t.name for t in graph.initializer} | {o for node in graph.node for o in node.output}
-    saved, nodes = 0, []
+    held = {t.name: t for t in graph.initializer}
+    outputs = {o for node in graph.node for o in node.output}
+    saved, nodes, added = 0, [], set()  # added: the outputs of the chains' nodes put back so far
     for tensor in list(graph.initializer):
         chain = chains.get(tensor.name)
         if chain is None or tensor.data_type != onnx.TensorProto.FLOAT:
             continue
         if chain.opset != default_opset_version(model) and any(n.op_type in _OPSET_BOUND for n in chain.nodes):
             continue
-        made = {t.name for t in chain.initializers} | {o for node in chain.nodes for o in node.output}
-        narrow = sum(t.ByteSize() for t in chain.initializers)
-        if made - {tensor.name} & taken or narrow >= tensor.ByteSize():
+        # a chain may share a scale, or its first steps, with one put back before it: those are there already
+        missing = [t for t in chain.initializers if t.name not in held]
+        steps = [n for n in chain.nodes if n.output[0] not in added]
+        same = all(held[t.name] == t for t in chain.initializers if t.name not in {m.name for m in missing})
+        clash = {o for n in steps for o in n.output} - {tensor.name}
+        narrow = sum(t.ByteSize() for t in missing)
+        if not same or clash & (outputs | set(held)) or narrow >= tensor.ByteSize():
             continue  # a name the result uses otherwise, or nothing saved
         if tensor.name not in digests:
             digests[tensor.name] = _digest(_computed(chain, tensor.name))
         if _digest(numpy_helper.to_array(tensor)) != digests[tensor.name]:
             continue
         graph.initializer.remove(tensor)
-        graph.initializer.extend(chain.initializers)
-        nodes.extend(chain.nodes)
-        taken |= made
+        del held[tensor.name]
+        graph.initializer.extend(missing)
+        held.update((t.name, t) for t in missing)
+        nodes.extend(steps)
+        added |= {o for n in steps for o in n.output}
+        outputs |= added
         saved += tensor.ByteSize() - narrow
     if nodes:
         rest = list(graph.node)
