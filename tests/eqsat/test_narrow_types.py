@@ -17,15 +17,18 @@ from onnxsat.cli import main
 NARROW = {"bfloat16": TensorProto.BFLOAT16, "float8e4m3fn": TensorProto.FLOAT8E4M3FN, "int4": TensorProto.INT4}
 
 
-def _model(nodes: list[onnx.NodeProto], weights: list[onnx.TensorProto]) -> onnx.ModelProto:
+def _model(
+    nodes: list[onnx.NodeProto], weights: list[onnx.TensorProto], widths: tuple[int, int] = (16, 8), opset: int = 21
+) -> onnx.ModelProto:
+    """``x`` [2, widths[0]] in, ``y`` [2, widths[1]] out."""
     graph = helper.make_graph(
         nodes,
         "narrow",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 16])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 8])],
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, widths[0]])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, widths[1]])],
         weights,
     )
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)], ir_version=10)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], ir_version=10 if opset > 20 else 8)
 
 
 def _outputs(path: Path, x: np.ndarray) -> np.ndarray:
@@ -76,14 +79,7 @@ def test_a_weight_stored_narrow_behind_cast_and_scale_stays_narrow_unless_a_loss
         helper.make_node("Mul", ["wide", "scale"], ["w"]),
         helper.make_node("MatMul", ["x", "w"], ["y"]),
     ]
-    graph = helper.make_graph(
-        nodes,
-        "stored_narrow",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 64])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 128])],
-        weights,
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    model = _model(nodes, weights, widths=(64, 128), opset=17)
     source, out = tmp_path / "m.onnx", tmp_path / "o.onnx"
     onnx.save(model, source)
     assert main(["optimize", str(source), "-o", str(out)]) == 0

@@ -513,9 +513,9 @@ def test_a_benchmark_may_take_the_unpruned_model_when_no_level_fits(
     assert any("the model is left unpruned" in note for note in report.notes)
 
 
-def test_the_searches_start_no_evaluation_past_the_deadline(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Measured on a clock that ticks once per evaluation: each search makes exactly the evaluations the
-    deadline leaves it, keeps the sparsest inside the budget among them, and says it was cut short."""
+def _ticking_search(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, samples: int) -> tuple:
+    """An evaluator of the MLP over ``samples`` random rows, its targets and its relative masks, on a clock that
+    ticks once per evaluation."""
     from onnxsat.data.sources import Dataset
     from onnxsat.sparsity import search
     from onnxsat.sparsity.methods import MaskResult, sparsity_masks
@@ -524,13 +524,22 @@ def test_the_searches_start_no_evaluation_past_the_deadline(tmp_path: Path, monk
     path = mlp(tmp_path / "mlp.onnx")
     model, values = onnx.load(path), weights(path)
     targets = sparsity_targets(model)
-    x = np.random.default_rng(5).normal(size=(300, 16)).astype(np.float32)
+    x = np.random.default_rng(5).normal(size=(samples, 16)).astype(np.float32)
     evaluator = search.Evaluator(model, targets, values, Dataset(x, None, "random"), batch_size=64)
     monkeypatch.setattr(time_budget, "_now", lambda: float(evaluator.evaluations))
 
     def masks_at(levels: float | Mapping[str, float]) -> MaskResult:
         return sparsity_masks("relative", targets, values, levels, None)
 
+    return evaluator, targets, masks_at
+
+
+def test_the_searches_start_no_evaluation_past_the_deadline(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Measured on a clock that ticks once per evaluation: each search makes exactly the evaluations the
+    deadline leaves it, keeps the sparsest inside the budget among them, and says it was cut short."""
+    from onnxsat.sparsity import search
+
+    evaluator, targets, masks_at = _ticking_search(tmp_path, monkeypatch, 300)
     free = search.search_uniform(evaluator, masks_at, 0.05)
     assert len(free.trail) > 4
     deadline = time_budget.Deadline(4 / 60)  # four evaluations from now
@@ -555,17 +564,9 @@ def test_sensitivity_scans_longer_than_half_the_time_left_run_on_fewer_samples(
     ticks, and 24 are left after the one that measures the pace, so they run on the first 133 samples (half the
     time left); with time to spare, on all 200 (a MobileNetV3's 64 layers over 26 photos spent 9 minutes on
     scans before trying any tolerance)."""
-    from onnxsat.data.sources import Dataset
     from onnxsat.sparsity import search
-    from onnxsat.sparsity.methods import MaskResult, sparsity_masks
-    from onnxsat.sparsity.targets import sparsity_targets
 
-    path = mlp(tmp_path / "mlp.onnx")
-    model, values = onnx.load(path), weights(path)
-    targets = sparsity_targets(model)
-    x = np.random.default_rng(5).normal(size=(200, 16)).astype(np.float32)
-    evaluator = search.Evaluator(model, targets, values, Dataset(x, None, "random"), batch_size=64)
-    monkeypatch.setattr(time_budget, "_now", lambda: float(evaluator.evaluations))
+    evaluator, targets, masks_at = _ticking_search(tmp_path, monkeypatch, 200)
     scanned: list[int] = []
     steps: list[float] = []
     sensitivities = search.sensitivities
@@ -576,10 +577,6 @@ def test_sensitivity_scans_longer_than_half_the_time_left_run_on_fewer_samples(
         return sensitivities(scanning, masks_at, targets, step, *args)  # type: ignore[arg-type]
 
     monkeypatch.setattr(search, "sensitivities", recorded)
-
-    def masks_at(levels: float | Mapping[str, float]) -> MaskResult:
-        return sparsity_masks("relative", targets, values, levels, None)
-
     assert len(targets) == 2
     search.search_per_layer(evaluator, masks_at, targets, 0.05, 0.1, deadline=time_budget.Deadline(25 / 60))
     search.search_per_layer(evaluator, masks_at, targets, 0.05, 0.1, deadline=time_budget.Deadline(60))
