@@ -753,3 +753,49 @@ def test_the_float_sets_are_the_distinct_forms_that_quantize_something() -> None
     assert NodeTimes((), ("b",), 4).float_sets() == {"slower alone": (), "slower or barely faster alone": ("b",)}
     assert NodeTimes(("a", "b"), (), 2).float_sets() == {"none": ()}
     assert NodeTimes(("a",), ("b",), 2).float_sets() == {"slower alone": ("a",), "none": ()}
+
+
+def test_a_lone_finalist_and_a_one_step_recipe_are_not_timed_again() -> None:
+    """A ViT's one candidate (fusion) was timed three times after its search: with the best, as the only
+    finalist, and as the only step of its recipe, 43 s of a 3-minute budget. Once is enough."""
+    from types import SimpleNamespace
+
+    from onnxsat.compression.evaluate import Outcome
+    from onnxsat.compression.search import Evaluated, Search, SearchSettings
+    from onnxsat.compression.timing import Timed
+
+    runs: list[int] = []
+
+    class Timer:
+        def measure(self, models: list[bytes]) -> list[Timed]:
+            runs.append(len(models))
+            return [Timed(1.2, 1.0, 1.2, 1.1, 1.3) for _ in models]
+
+        def run_limit(self) -> None:
+            return None
+
+        def expected_seconds(self) -> float:
+            return 1.0
+
+    class Executor:
+        def map(self, fn: object, tasks: list, **_: object) -> list[Outcome]:
+            score = SimpleNamespace(fits=lambda budget: True, drop=0.0, bound=0.0)
+            return [Outcome(task.recipe, score, model=b"fused", size=90) for task in tasks]
+
+    settings = SearchSettings(0.01, {}, [], True, time.monotonic() + 1000)
+    search = Search(SimpleNamespace(model=b"original"), settings, Executor(), Timer(), lambda model, mode: {})  # type: ignore[arg-type]
+    score = SimpleNamespace(fits=lambda budget: True, drop=0.0, bound=0.0)
+    fused = Evaluated(
+        "fuse", Outcome(Recipe(fuse=True), score, model=b"fused", size=90), Timed(1.15, 1.0, 1.15, 1.1, 1.2)
+    )  # type: ignore[arg-type]
+    search.evaluated = [fused]
+    search._final()
+    assert runs == [] and search.best is fused and fused.speedup == 1.15
+    steps = compress_module._contributions(search, fused)
+    assert runs == [] and [(label, step.speedup) for step, label in steps] == [("+ fuse", 1.15)]
+    second = Evaluated(
+        "quantize", Outcome(Recipe().with_quantize("dynamic", 0.01), score, model=b"q", size=50), Timed(1.3, 1.0, 1.3)
+    )  # type: ignore[arg-type]
+    search.evaluated.append(second)
+    search._final()
+    assert runs == [2]  # two finalists: timed again together

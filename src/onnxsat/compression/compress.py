@@ -398,6 +398,8 @@ def _contributions(search: Search, chosen: Evaluated) -> list[tuple[Evaluated, s
     kept = [(b, label) for b, (_, label) in zip(built, prefixes, strict=True) if b.outcome.model is not None]
     if not kept or kept[-1][0].recipe != recipe:  # a step that built inside the search no longer builds
         raise SettingsError(f"the chosen recipe could not be rebuilt: {built[-1].outcome.error}")
+    if len(kept) == 1 and chosen.timed is not None:  # one step: what the search timed it at already
+        return [(replace(kept[0][0], timed=chosen.timed), kept[0][1])]
     figures = search.timer.measure([b.outcome.model for b, _ in kept])  # type: ignore[misc]
     return [(replace(b, timed=figure), label) for (b, label), figure in zip(kept, figures, strict=True)]
 
