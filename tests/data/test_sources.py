@@ -411,8 +411,9 @@ BAD_INPUTS: dict[str, tuple[Case, str]] = {
     ),
     "npz of samples without a batch axis": (
         lambda t: (str(npz(t / "d.npz", inputs=np.ones((4, 48, 105)))), ["frames", "features"], {}),
-        "inputs have shape [4, 48, 105] but the model takes [?, ?]: one sample whole, with no batch axis, "
-        "which data is run in; without --data, seeded random inputs of --input-shape NAME:48,105 stand in for it",
+        "inputs have shape [4, 48, 105] but the model takes [?, ?]: each sample is the model's whole input (it has no "
+        "batch axis to run data in batches along); without --data, seeded random inputs of --input-shape NAME:48,105 "
+        "stand in for it",
     ),
     "npz of the wrong rank": (
         lambda t: (str(npz(t / "d.npz", inputs=np.ones((4, 64)))), [1, 1, 8, 8], {}),

@@ -142,9 +142,8 @@ def compress_model(
     """Compress ``model`` (left unchanged) inside ``options.max_drop``; return the result and its report."""
     start, began = time.perf_counter(), time.monotonic()  # the budget counts the work before the search too
     options.check()
-    options = replace(
-        options, inputs=with_data_rows(options.inputs, options.data, model)
-    )  # inputs --data feeds per sample
+    rows = with_data_rows(options.inputs, options.data, model)  # inputs --data feeds per sample
+    options = replace(options, inputs=rows)
     report = CompressReport(input=source, output=None, max_drop=options.max_drop)
     search_data, held_data = _data(model, options)  # data that does not fit is said first
     if options.data == "random" and (sizes := defaulted_sizes(model, options.inputs, search_data)):

@@ -265,8 +265,8 @@ def require_shape(shape: Sequence[int], input_shape: Sequence[int | str | None],
         if unbatched:  # madmom's nets take [frames, features], one clip per run
             sample = ",".join(str(size) for size in shape[1:])
             said += (
-                f": one sample whole, with no batch axis, which data is run in; without --data, seeded random inputs "
-                f"of --input-shape NAME:{sample} stand in for it"
+                f": each sample is the model's whole input (it has no batch axis to run data in batches along); "
+                f"without --data, seeded random inputs of --input-shape NAME:{sample} stand in for it"
             )
         raise DataError(said)
 
@@ -607,8 +607,9 @@ def carried_rows(spec: str | None, inputs: Sequence[str] = ()) -> dict[str, np.n
 
 
 def carried_names(spec: str | None, inputs: Sequence[str] = ()) -> list[str]:
-    """The inputs a ``.npz`` data ``spec`` carries rows for (:func:`carried_rows`)."""
-    return list(carried_rows(spec, inputs))
+    """The inputs a ``.npz`` data ``spec`` carries rows for (:func:`carried_rows`), the ``companion:NAME`` ones read
+    from its index alone."""
+    return _from_archive(spec, lambda loaded: [*_named_rows(loaded, inputs), *_companion_names(loaded)], [])
 
 
 def _named_rows(loaded: np.lib.npyio.NpzFile, inputs: Sequence[str]) -> dict[str, np.ndarray]:
