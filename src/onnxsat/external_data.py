@@ -147,11 +147,8 @@ def element_size(elem_type: int) -> int:
 
 def expected_nbytes(tensor: TensorProto) -> int | None:
     """Bytes a tensor's raw data must have (None for strings, whose size the dims do not fix)."""
-    if tensor.data_type in (TensorProto.STRING, TensorProto.UNDEFINED):
-        return None
-    try:
-        itemsize = onnx.helper.tensor_dtype_to_np_dtype(tensor.data_type).itemsize
-    except (KeyError, ValueError, TypeError):
+    itemsize = element_size(tensor.data_type)
+    if tensor.data_type in (TensorProto.STRING, TensorProto.UNDEFINED) or not itemsize:
         return None
     count = int(np.prod(tensor.dims, dtype=object)) if tensor.dims else 1
     if tensor.data_type in _PACKED_BITS:

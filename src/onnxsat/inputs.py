@@ -161,16 +161,7 @@ class InputSpec:
 
     def guessed(self, model: onnx.ModelProto) -> list[str]:
         """The random inputs whose dynamic dims no size was given for (they run at 1)."""
-        initializers = {t.name for t in model.graph.initializer}
-        named = named_sizes(model, self)
-        return [
-            value.name
-            for value in model.graph.input
-            if value.name not in initializers
-            and value.name not in self.given
-            and value.name not in self.shapes
-            and any(fixed_dim(d) is None and d.dim_param not in named for d in declared_dims(value) or [])
-        ]
+        return list(self.unsized(model))
 
     def with_guessed_at(
         self,
@@ -210,18 +201,19 @@ class InputSpec:
         return replace(self, shapes=shapes)
 
     def unsized(self, model: onnx.ModelProto) -> dict[str, list[int]]:
-        """The axes :meth:`guessed` inputs declare dynamic with no size given, by input name."""
+        """The axes random inputs declare dynamic with no size given, by input name (only inputs with some)."""
+        initializers = {t.name for t in model.graph.initializer}
         named = named_sizes(model, self)
-        guessed = set(self.guessed(model))
-        return {
+        axes = {
             value.name: [
                 axis
                 for axis, dim in enumerate(declared_dims(value) or [])
                 if fixed_dim(dim) is None and dim.dim_param not in named
             ]
             for value in model.graph.input
-            if value.name in guessed
+            if value.name not in initializers and value.name not in self.given and value.name not in self.shapes
         }
+        return {name: found for name, found in axes.items() if found}
 
     def described(self, model: onnx.ModelProto) -> dict[str, list[str]]:
         """Which of the model's inputs were given and which were made random, for reports."""

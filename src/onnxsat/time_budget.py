@@ -65,8 +65,7 @@ class Deadline:
 
     def halfway(self) -> Deadline:
         """Half the time left, from now: a first step that must leave the rest for a second."""
-        now = _now()
-        return Deadline(at=now + max(0.0, self.at - now) / 2)
+        return Deadline(at=_now() + self.seconds_left() / 2)
 
 
 def late(deadline: Deadline | None) -> bool:

@@ -769,9 +769,15 @@ def _widens_a_weight(node: onnx.NodeProto, facts: GraphFacts) -> bool:
     if node.op_type != "Cast" or not node.input or not node.output:
         return False
     source, result = facts.types.get(node.input[0]), facts.types.get(node.output[0])
-    if source is None or result is None or (facts.numel(node.input[0]) or 0) < WIDENED_MIN_ELEMENTS:
+    if source is None or result is None:
         return False
-    return element_size(result) > element_size(source)
+    return widens_stored(source, result, facts.numel(node.input[0]) or 0)
+
+
+def widens_stored(source: int, result: int, elements: int) -> bool:
+    """Whether a Cast from element type ``source`` to ``result`` widens a stored tensor of ``elements`` large enough
+    (``WIDENED_MIN_ELEMENTS``) for its narrow storage to matter: int8 or float16 weights computed in float32."""
+    return elements >= WIDENED_MIN_ELEMENTS and element_size(result) > element_size(source)
 
 
 def _typed_values(model: onnx.ModelProto) -> Iterable[onnx.ValueInfoProto]:

@@ -18,12 +18,10 @@ import onnx
 import onnxruntime as ort
 from onnx import numpy_helper
 
-from onnxsat.external_data import element_size
+from onnxsat.eqsat.facts import widens_stored
 from onnxsat.op_kinds import default_opset_version
 from onnxsat.surgery.surgeons.precision import store_in_float16
 
-NARROW_MIN_ELEMENTS = 4096
-"""Stored weights smaller than this are left as the quantizer leaves them: there is little to save."""
 _ARITHMETIC = frozenset({"Cast", "Mul", "Sub", "Add", "Div", "Reshape", "Transpose", "Unsqueeze", "Squeeze"})
 """Ops a chain from a narrow stored weight to its float32 value may hold (dequantizing, laying out)."""
 _OPSET_BOUND = frozenset({"Unsqueeze", "Squeeze"})
@@ -64,8 +62,9 @@ STORED_AS_COMPUTED = NarrowWeights()
 
 
 def narrow_chains(model: onnx.ModelProto) -> dict[str, Chain]:
-    """Per value that only stored tensors compute, through the ops of ``_ARITHMETIC`` and a Cast widening a
-    stored tensor of ``NARROW_MIN_ELEMENTS`` or more to float32: the chain computing it."""
+    """Per value that only stored tensors compute, through the ops of ``_ARITHMETIC`` and a Cast widening a large
+    stored tensor to float32 (``widens_stored``: what the lossless optimization leaves narrow): the chain computing
+    it."""
     graph = model.graph
     stored = {t.name: t for t in graph.initializer}
     opset = default_opset_version(model)
@@ -98,8 +97,8 @@ def _widens(node: onnx.NodeProto, stored: Mapping[str, onnx.TensorProto]) -> boo
         return False
     source = stored[node.input[0]]
     to = next((a.i for a in node.attribute if a.name == "to"), 0)
-    large = int(np.prod(source.dims, dtype=np.int64)) >= NARROW_MIN_ELEMENTS
-    return to == onnx.TensorProto.FLOAT and large and element_size(source.data_type) < element_size(to)
+    elements = int(np.prod(source.dims, dtype=np.int64))
+    return to == onnx.TensorProto.FLOAT and widens_stored(source.data_type, to, elements)
 
 
 def _restore_chains(model: onnx.ModelProto, chains: Mapping[str, Chain], digests: dict[str, bytes]) -> int:

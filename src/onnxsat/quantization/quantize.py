@@ -218,9 +218,8 @@ def quantize_model(
     start = time.perf_counter()
     options.check()
     _check_weighted_ops(model)
-    options = replace(
-        options, inputs=with_data_rows(options.inputs, options.data, model)
-    )  # inputs --data feeds per sample
+    rows = with_data_rows(options.inputs, options.data, model)  # inputs --data feeds per sample
+    options = replace(options, inputs=rows)
     given_size = given_bytes(model, source)
     deadline = Deadline(options.budget_minutes)
     report = QuantizeReport(input=source, output=None, mode=options.mode, max_drop=options.max_drop)

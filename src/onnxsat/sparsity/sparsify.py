@@ -280,9 +280,8 @@ def sparsify_model(
     start = time.perf_counter()
     options.check()
     deadline = Deadline(options.budget_minutes)  # the work before the search counts too
-    options = replace(
-        options, inputs=with_data_rows(options.inputs, options.data, model)
-    )  # inputs --data feeds per sample
+    rows = with_data_rows(options.inputs, options.data, model)  # inputs --data feeds per sample
+    options = replace(options, inputs=rows)
     given_size = given_bytes(model, source)
     graph = model.graph
     check_state(options.state, [v.name for v in graph.input], [v.name for v in graph.output])
